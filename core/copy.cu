@@ -1,0 +1,73 @@
+// CUDA paths of core/copy.h: fill and strided copy.
+#include "core/copy.h"
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+
+namespace seqpar::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Launch at most this many blocks; grid-stride loops cover the rest.
+constexpr int64_t kMaxBlocks = 65536;
+
+int blocks_for(int64_t count) {
+  return static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, kThreads), kMaxBlocks));
+}
+
+__global__ void fill_kernel(float* data, int64_t count, float value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    data[i] = value;
+  }
+}
+
+// Shapes and strides travel by value in the kernel's parameters.
+struct CopyLayout {
+  int rank;
+  int64_t shape[kMaxCopyDims];
+  int64_t destination_strides[kMaxCopyDims];
+  int64_t source_strides[kMaxCopyDims];
+};
+
+__global__ void strided_copy_kernel(float* destination, const float* source, int64_t count,
+                                    CopyLayout layout) {
+  for (int64_t linear = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; linear < count;
+       linear += int64_t{gridDim.x} * blockDim.x) {
+    int64_t remaining = linear, destination_at = 0, source_at = 0;
+    for (int d = layout.rank - 1; d >= 0; --d) {
+      const int64_t index = remaining % layout.shape[d];
+      remaining /= layout.shape[d];
+      destination_at += index * layout.destination_strides[d];
+      source_at += index * layout.source_strides[d];
+    }
+    destination[destination_at] = source[source_at];
+  }
+}
+
+}  // namespace
+
+void fill_cuda(float* data, int64_t count, float value, int device) {
+  cuda::set_device(device);
+  fill_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(data, count, value);
+  CUDA_LAUNCH_CHECK();
+}
+
+void strided_copy_cuda(float* destination, const Shape& destination_strides, const float* source,
+                       const Shape& source_strides, const Shape& shape, int device) {
+  CopyLayout layout{};
+  layout.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < layout.rank; ++d) {
+    layout.shape[d] = shape[d];
+    layout.destination_strides[d] = destination_strides[d];
+    layout.source_strides[d] = source_strides[d];
+  }
+  const int64_t count = shape_numel(shape);
+  cuda::set_device(device);
+  strided_copy_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(
+      destination, source, count, layout);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace seqpar::detail

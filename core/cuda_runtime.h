@@ -1,0 +1,43 @@
+// The small slice of the CUDA runtime that the rest of seqpar needs, behind an
+// interface that compiles without CUDA. In a CPU-only build every function that
+// would touch a GPU throws an Error saying the build has no CUDA, and
+// device_count() is 0.
+//
+// Streams: one current stream per device, created on first use and shared by every
+// host thread (so the ranks of a LocalProcessGroup that share a GPU are ordered by
+// that one stream). Memory comes from the stream-ordered allocator on the device's
+// default memory pool, whose release threshold is raised so freed blocks stay in
+// the pool: after warm-up an allocation is a pool lookup, and steps can be captured
+// into CUDA graphs.
+#pragma once
+
+#include <cstddef>
+
+#include "core/device.h"
+
+struct CUstream_st;  // the type behind cudaStream_t; declared here so CPU code can hold one
+
+namespace seqpar::cuda {
+
+using Stream = CUstream_st*;
+
+bool built();
+int device_count();
+
+// Makes `device` current for the calling host thread.
+void set_device(int device);
+
+Stream current_stream(int device);
+
+void* allocate(size_t bytes, int device);
+void release(void* pointer, int device);
+
+// Copies `bytes` between any two devices; returns once the destination holds the data
+// when the destination is the host, in stream order otherwise.
+void copy(void* destination, Device destination_device, const void* source,
+          Device source_device, size_t bytes);
+
+// Waits for everything queued on the device's current stream.
+void synchronize(int device);
+
+}  // namespace seqpar::cuda

@@ -1,0 +1,39 @@
+// Where a tensor lives: the CPU, or one CUDA device by index.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace seqpar {
+
+enum class DeviceType { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
+  // "cpu", "cuda" or "cuda:N"; anything else is an error naming the text.
+  static Device parse(const std::string& text);
+
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  std::string str() const;
+
+  bool operator==(const Device& other) const {
+    return type == other.type && (type == DeviceType::CPU || index == other.index);
+  }
+  bool operator!=(const Device& other) const { return !(*this == other); }
+};
+
+std::ostream& operator<<(std::ostream& out, const Device& device);
+
+// True when this build compiled the CUDA backend (-DSEQPAR_CUDA=ON or auto-detected).
+bool cuda_built();
+
+// The number of usable CUDA devices. Zero, not an error, when the build has no CUDA,
+// the machine has no driver, or the driver is too old for this build.
+int cuda_device_count();
+
+}  // namespace seqpar

@@ -1,0 +1,110 @@
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+#include "tests/test_util.h"
+
+using namespace seqpar;
+
+TEST_CASE("construction fills the requested values", "[core]") {
+  CHECK(Tensor::zeros({2, 3}).to_vector() == std::vector<float>(6, 0.0f));
+  CHECK(Tensor::ones({4}).to_vector() == std::vector<float>(4, 1.0f));
+  CHECK(Tensor::full({3, 1}, 2.5f).to_vector() == std::vector<float>(3, 2.5f));
+  const Tensor t = Tensor::from_data({2, 2}, {1, 2, 3, 4});
+  CHECK(t.shape() == Shape{2, 2});
+  CHECK(t.strides() == Shape{2, 1});
+  CHECK(t.at({1, 0}) == 3.0f);
+  CHECK(t.is_contiguous());
+  CHECK_FALSE(Tensor().defined());
+}
+
+TEST_CASE("narrow is a view that shares storage", "[core]") {
+  Tensor t = Tensor::from_data({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  Tensor rows = t.narrow(0, 1, 2);
+  CHECK(rows.shape() == Shape{2, 4});
+  CHECK(rows.storage() == t.storage());
+  CHECK(rows.offset() == 4);
+  Tensor columns = t.narrow(1, 1, 2);  // a strided view
+  CHECK_FALSE(columns.is_contiguous());
+  CHECK(columns.to_vector() == std::vector<float>{1, 2, 5, 6, 9, 10});
+  columns.set({2, 1}, -1.0f);
+  CHECK(t.at({2, 2}) == -1.0f);
+  CHECK(columns.contiguous().is_contiguous());
+  CHECK(columns.contiguous().to_vector() == std::vector<float>{1, 2, 5, 6, 9, -1});
+}
+
+TEST_CASE("chunk follows torch.chunk, tensor_split follows torch.tensor_split", "[core]") {
+  const Tensor t = Tensor::zeros({10, 2});
+  auto sizes = [](const std::vector<Tensor>& pieces) {
+    std::vector<int64_t> out;
+    for (const Tensor& p : pieces) out.push_back(p.size(0));
+    return out;
+  };
+  CHECK(sizes(t.chunk(4)) == std::vector<int64_t>{3, 3, 3, 1});
+  CHECK(sizes(t.tensor_split(4)) == std::vector<int64_t>{3, 3, 2, 2});
+  // torch.chunk may return fewer pieces than asked for.
+  CHECK(sizes(Tensor::zeros({5}).chunk(4)) == std::vector<int64_t>{2, 2, 1});
+  CHECK(sizes(Tensor::zeros({6}).chunk(4)) == std::vector<int64_t>{2, 2, 2});
+  CHECK(sizes(Tensor::zeros({2}).tensor_split(3)) == std::vector<int64_t>{1, 1, 0});
+  CHECK(sizes(Tensor::zeros({12000, 1}).chunk(4)) == std::vector<int64_t>{3000, 3000, 3000, 3000});
+  // The pieces tile the original exactly, in order.
+  Generator generator(7);
+  const Tensor x = generator.randn({11, 3});
+  std::vector<float> joined;
+  for (const Tensor& piece : x.tensor_split(3)) {
+    const auto values = piece.to_vector();
+    joined.insert(joined.end(), values.begin(), values.end());
+  }
+  CHECK(joined == x.to_vector());
+}
+
+TEST_CASE("copy_ and clone copy across strides", "[core]") {
+  Generator generator(3);
+  const Tensor source = generator.randn({5, 7});
+  const Tensor view = source.narrow(1, 2, 4);
+  Tensor destination = Tensor::zeros({5, 4});
+  destination.copy_(view);
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int64_t j = 0; j < 4; ++j) CHECK(destination.at({i, j}) == source.at({i, j + 2}));
+  }
+  Tensor copy = source.clone();
+  CHECK(copy.storage() != source.storage());
+  CHECK(copy.to_vector() == source.to_vector());
+}
+
+TEST_CASE("print shows shape, device and values", "[core]") {
+  const std::string text = Tensor::from_data({2, 2}, {1, 2, 3, 4}).str();
+  CHECK_THAT(text, Catch::Contains("shape=[2, 2]"));
+  CHECK_THAT(text, Catch::Contains("device=cpu"));
+  CHECK_THAT(text, Catch::Contains("4"));
+  const std::string long_text = Tensor::zeros({100}).str();
+  CHECK_THAT(long_text, Catch::Contains("..."));
+}
+
+TEST_CASE("bad arguments throw errors that name the values", "[core][errors]") {
+  const Tensor t = Tensor::zeros({3, 4});
+  CHECK_THROWS_WITH(t.narrow(0, 2, 2), Catch::Contains("out of range") && Catch::Contains("[3, 4]"));
+  CHECK_THROWS_WITH(t.narrow(2, 0, 1), Catch::Contains("dimension 2"));
+  CHECK_THROWS_WITH(t.chunk(0), Catch::Contains("positive"));
+  CHECK_THROWS_WITH(Tensor::from_data({2, 2}, {1, 2, 3}), Catch::Contains("3 values"));
+  CHECK_THROWS_WITH(t.narrow(1, 1, 2).view({6}), Catch::Contains("not contiguous"));
+  CHECK_THROWS_WITH(Tensor::zeros({-1}), Catch::Contains("negative"));
+  Tensor destination = Tensor::zeros({4, 3});
+  CHECK_THROWS_WITH(destination.copy_(t), Catch::Contains("[4, 3]") && Catch::Contains("[3, 4]"));
+  CHECK_THROWS_WITH(t.item(), Catch::Contains("12 elements"));
+  // The message carries the file:line of the check, relative to the project.
+  CHECK_THROWS_WITH(t.narrow(0, 9, 1), Catch::StartsWith("seqpar error at core/tensor.cpp:"));
+  CHECK_THROWS_AS(t.narrow(0, 9, 1), seqpar::Error);
+}
+
+TEST_CASE("zero CUDA devices is a normal state", "[core]") {
+  const int devices = cuda_device_count();
+  CHECK(devices >= 0);
+  if (devices == 0) {
+    CHECK_THROWS_WITH(Tensor::zeros({2}, Device::cuda(0)), Catch::Contains("0 CUDA device(s)"));
+  }
+  CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK_THROWS_WITH(Device::parse("gpu"), Catch::Contains("'gpu'"));
+}

@@ -1,0 +1,17 @@
+// Shared helpers for the tests: bitwise comparison and device availability.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqpar::test {
+
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  const auto x = a.to_vector(), y = b.to_vector();
+  return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+}  // namespace seqpar::test

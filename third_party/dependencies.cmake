@@ -1,0 +1,38 @@
+# Finds the system packages seqpar builds on; nothing is vendored.
+#   Debian/Ubuntu: scripts/install-deps.sh installs them with apt.
+#   CUDA toolkit (cuRAND always: the Generator uses cuRAND's host API even in a
+#   CPU-only build; cudart and NCCL for the CUDA backend).
+
+find_package(Eigen3 3.3 REQUIRED NO_MODULE)
+find_package(tomlplusplus 3 REQUIRED)
+if(BUILD_TESTING)
+  find_package(Catch2 2 REQUIRED)
+endif()
+
+find_package(CUDAToolkit)
+if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::curand)
+  message(FATAL_ERROR
+    "cuRAND was not found: seqpar's Generator is cuRAND's Philox (host API), so the CUDA "
+    "toolkit is needed even for a CPU-only build. Install it (e.g. /usr/local/cuda) or point "
+    "CUDAToolkit_ROOT at it.")
+endif()
+
+# NCCL ships with the CUDA install here (/usr/local/cuda/{include,lib}) and as Debian's
+# libnccl-dev elsewhere (/usr/include, /usr/lib/x86_64-linux-gnu).
+set(SEQPAR_WITH_NCCL OFF )
+if(SEQPAR_WITH_CUDA)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+               ENV NCCL_HOME PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    add_library(seqpar_nccl INTERFACE)
+    add_library(seqpar::nccl ALIAS seqpar_nccl)
+    target_include_directories(seqpar_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(seqpar_nccl INTERFACE ${NCCL_LIBRARY})
+    set(SEQPAR_WITH_NCCL ON )
+    message(STATUS "seqpar: NCCL ${NCCL_LIBRARY}")
+  else()
+    message(STATUS "seqpar: NCCL not found; the NCCL process group is left out")
+  endif()
+endif()
