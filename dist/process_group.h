@@ -1,0 +1,52 @@
+// ProcessGroup: the collectives a training step needs, over a fixed set of ranks.
+//
+// Two implementations share this interface:
+//   LocalProcessGroup  N ranks as threads of one process, on the CPU or sharing one
+//                      GPU; reduces in rank order, so every rank receives the same
+//                      bits, equal to a sequential sum in rank order.
+//   NcclProcessGroup   one process per GPU, over NCCL.
+//
+// Like torch.distributed, every collective and every new_group() is called by every
+// rank of the group, in the same order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqpar::dist {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* reduce_op_name(ReduceOp op);
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  virtual int rank() const = 0;  // this process's (thread's) rank within the group
+  virtual int size() const = 0;
+  // The world ranks this group holds, in group-rank order.
+  virtual const std::vector<int>& global_ranks() const = 0;
+  // A name for messages ("world", "sp[0-3]", ...).
+  virtual std::string name() const = 0;
+
+  // In place: every rank ends with the reduction over the group of its `tensor`.
+  virtual void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  // output is [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r.
+  virtual void all_gather(Tensor& output, const Tensor& input) = 0;
+  // In place: every rank ends with rank `root`'s tensor (root is a group rank).
+  virtual void broadcast(Tensor& tensor, int root = 0) = 0;
+  virtual void barrier() = 0;
+
+  // Collective over this group: every rank calls it with the same `ranks` (group
+  // ranks of this group), in the same order as its other new_group calls. Members
+  // get the new group; the others get std::nullopt-like nullptr ("not a member").
+  virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
+                                                  const std::string& name) = 0;
+};
+
+}  // namespace seqpar::dist

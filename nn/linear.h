@@ -1,0 +1,64 @@
+// Linear: y = x Wᵀ + b, with its gradients dW = dyᵀ x, db = Σ_rows dy, dx = dy W.
+//
+// x is [n, in] and may be a view with any row stride (a rank's rows of the full
+// batch, or a column window of a wider tensor); W is [out, in]; b is [out].
+// The compute functions dispatch on the device: the CPU path (Eigen) in
+// linear.cpp is the readable reference, the CUDA path is in linear.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/variable.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+#include "nn/module.h"
+
+namespace seqpar::nn {
+
+// ---- compute, no autograd ----
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+struct LinearGradients {
+  Tensor x, weight, bias;  // undefined where not asked for
+};
+LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                bool want_x, bool want_weight, bool want_bias);
+
+// ---- differentiable ----
+autograd::Variable linear(const autograd::Variable& x, const autograd::Variable& weight,
+                          const autograd::Variable& bias);
+
+// ---- module ----
+// Initialized like PyTorch's nn.Linear: weight, then bias, each uniform in
+// ±1/sqrt(in_features), drawn from `generator` on the host (device-independent).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, Generator& generator,
+         Device device = Device::cpu());
+  autograd::Variable forward(const autograd::Variable& x) const;
+
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  const autograd::Variable& weight() const { return weight_; }
+  const autograd::Variable& bias() const { return bias_; }
+
+ private:
+  int64_t in_features_, out_features_;
+  autograd::Variable weight_, bias_;
+};
+
+namespace detail {
+#ifdef SEQPAR_WITH_CUDA
+// CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
+// linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0);
+// weight [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written
+// whole (never accumulated into). Undefined gradient outputs are skipped.
+void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& y);
+void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                          const Tensor& grad_x, const Tensor& grad_weight,
+                          const Tensor& grad_bias);
+#endif
+}  // namespace detail
+
+}  // namespace seqpar::nn

@@ -1,0 +1,61 @@
+// AdamW with PyTorch's exact semantics (torch.optim.AdamW, single-tensor path):
+//
+//   step += 1
+//   p     *= 1 - lr * weight_decay                 (decoupled weight decay)
+//   m      = m + (1 - beta1) * (g - m)              (m.lerp_(g, 1 - beta1))
+//   v      = beta2 * v + (1 - beta2) * g * g
+//   denom  = sqrt(v) / sqrt(1 - beta2^step) + eps   (eps after the square root)
+//   p     -= lr / (1 - beta1^step) * m / denom
+//
+// Parameters whose gradient is undefined are skipped, as in PyTorch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace seqpar::optim {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options);
+
+  void step();
+  int64_t step_count() const { return step_count_; }
+  const AdamWOptions& options() const { return options_; }
+  // State of parameter i (undefined before its first step).
+  const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+
+ private:
+  std::vector<autograd::Variable> parameters_;
+  AdamWOptions options_;
+  int64_t step_count_ = 0;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+};
+
+namespace detail {
+#ifdef SEQPAR_WITH_CUDA
+// One launch over every parameter (multi-tensor). All tensors contiguous on `device`.
+struct AdamWTensors {
+  std::vector<float*> params, grads, exp_avgs, exp_avg_sqs;
+  std::vector<int64_t> sizes;
+};
+// step_size = lr / (1 - beta1^step); bias_correction2_sqrt = sqrt(1 - beta2^step),
+// computed on the host in double as PyTorch does, then passed as floats.
+void adamw_step_cuda(const AdamWTensors& tensors, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, float step_size, float bias_correction2_sqrt,
+                     int device);
+#endif
+}  // namespace detail
+
+}  // namespace seqpar::optim
