@@ -2,14 +2,8 @@
 
 #include <curand.h>
 
+#include "core/curand_check.h"
 #include "core/error.h"
-
-#define CURAND_CHECK(call)                                                         \
-  do {                                                                             \
-    const curandStatus_t seqpar_status_ = (call);                                  \
-    SEQPAR_CHECK(seqpar_status_ == CURAND_STATUS_SUCCESS, #call,                   \
-                 " failed with curandStatus_t ", static_cast<int>(seqpar_status_)); \
-  } while (0)
 
 namespace seqpar {
 

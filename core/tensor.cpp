@@ -142,7 +142,7 @@ Tensor Tensor::view(const Shape& shape) const {
 
 // ---------------------------------------------------------------- copies
 
-void Tensor::copy_(const Tensor& source) {
+void Tensor::copy_(const Tensor& source) const {
   SEQPAR_CHECK(defined() && source.defined(), "copy_: undefined tensor");
   SEQPAR_CHECK(shape_ == source.shape_, "copy_: destination shape ", shape_,
                " differs from source shape ", source.shape_);
@@ -177,7 +177,7 @@ Tensor Tensor::to(Device device) const {
   return moved;
 }
 
-void Tensor::fill_(float value) {
+void Tensor::fill_(float value) const {
   SEQPAR_CHECK(defined(), "fill_: tensor is undefined");
   if (is_contiguous()) {
     detail::fill(data(), numel(), value, device());
@@ -219,7 +219,7 @@ float Tensor::at(const std::vector<int64_t>& index) const {
   return value;
 }
 
-void Tensor::set(const std::vector<int64_t>& index, float value) {
+void Tensor::set(const std::vector<int64_t>& index, float value) const {
   const int64_t position = element_offset(index);
   if (device().is_cpu()) {
     data()[position] = value;

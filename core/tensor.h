@@ -65,14 +65,16 @@ class Tensor {
   Tensor contiguous() const;  // itself when already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
   Tensor to(Device device) const;  // itself when already there
-  void copy_(const Tensor& source);  // same shape, any devices, any strides
-  void fill_(float value);
+  // In-place writes are const, as in PyTorch: a Tensor is a handle, and const
+  // protects the handle (shape, strides, storage), not the values it points at.
+  void copy_(const Tensor& source) const;  // same shape, any devices, any strides
+  void fill_(float value) const;
 
   // ---- element access (for tests and printing; copies from the GPU) ----
   std::vector<float> to_vector() const;  // row-major
   float item() const;                    // a one-element tensor's value
   float at(const std::vector<int64_t>& index) const;
-  void set(const std::vector<int64_t>& index, float value);
+  void set(const std::vector<int64_t>& index, float value) const;
 
   // Readable print: shape, device and the values (long dimensions elided).
   std::string str() const;

@@ -8,6 +8,10 @@
 //
 // Like torch.distributed, every collective and every new_group() is called by every
 // rank of the group, in the same order.
+//
+// Failures: a rank that dies, throws, or never arrives makes the others fail with a
+// seqpar::Error that names the group and the operation ("all_reduce on group
+// sp[0-3]: ..."), within the group's timeout. Never a hang.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,10 @@
 
 namespace seqpar::dist {
 
+// Avg is the sum divided by the group size. NCCL's ncclAvg for float32 instead
+// multiplies every input by float(1 / size) before summing; the two agree bit for
+// bit when the size is a power of two (scaling by 2^-k is exact) and may differ in
+// the last bit otherwise.
 enum class ReduceOp { Sum, Avg, Max };
 const char* reduce_op_name(ReduceOp op);
 
@@ -44,9 +52,19 @@ class ProcessGroup {
 
   // Collective over this group: every rank calls it with the same `ranks` (group
   // ranks of this group), in the same order as its other new_group calls. Members
-  // get the new group; the others get std::nullopt-like nullptr ("not a member").
+  // get the new group; the others get nullptr ("not a member"). The new group
+  // orders its members by their rank here, whatever order `ranks` lists them in
+  // (as torch.distributed.new_group does). An empty name becomes "group[...]".
   virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
                                                   const std::string& name) = 0;
 };
+
+// "0-3" for a run of consecutive ranks, "0,4" otherwise: how groups are named.
+std::string rank_list_label(const std::vector<int>& ranks);
+
+// Checks the `ranks` handed to new_group on a group of `group_size` ranks (not
+// empty, in range, no repeats) and returns them sorted.
+std::vector<int> checked_member_ranks(const std::vector<int>& ranks, int group_size,
+                                      const std::string& group_name);
 
 }  // namespace seqpar::dist

@@ -7,7 +7,9 @@
 //   denom  = sqrt(v) / sqrt(1 - beta2^step) + eps   (eps after the square root)
 //   p     -= lr / (1 - beta1^step) * m / denom
 //
-// Parameters whose gradient is undefined are skipped, as in PyTorch.
+// Parameters whose gradient is undefined are skipped, as in PyTorch; like PyTorch's
+// state["step"], each parameter counts its own steps, so a parameter that starts
+// receiving gradients late gets the bias corrections of its own first step.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ class AdamW {
   AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options);
 
   void step();
+  // How many times step() ran.
   int64_t step_count() const { return step_count_; }
   const AdamWOptions& options() const { return options_; }
   // State of parameter i (undefined before its first step).
@@ -40,6 +43,7 @@ class AdamW {
   std::vector<autograd::Variable> parameters_;
   AdamWOptions options_;
   int64_t step_count_ = 0;
+  std::vector<int64_t> parameter_steps_;  // steps taken by each parameter
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
 };
 

@@ -15,3 +15,13 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace seqpar::test
+
+// First line of a [cuda] test: on a machine (or build) without a CUDA device the test
+// passes with a visible warning instead of failing.
+#define SEQPAR_REQUIRE_CUDA()                                \
+  do {                                                       \
+    if (::seqpar::cuda_device_count() == 0) {                \
+      WARN("no CUDA device: skipped");                       \
+      return;                                                \
+    }                                                        \
+  } while (0)

@@ -4,7 +4,17 @@
 #   CPU-only build; cudart and NCCL for the CUDA backend).
 
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
-find_package(tomlplusplus 3 REQUIRED)
+# toml++ is used header-only (TOML_HEADER_ONLY=1) even where Debian ships its shared
+# library: the programs then run on machines that have only the CUDA runtime (the GPU
+# machine has no libtomlplusplus.so).
+find_path(TOMLPLUSPLUS_INCLUDE_DIR toml++/toml.h)
+if(NOT TOMLPLUSPLUS_INCLUDE_DIR)
+  message(FATAL_ERROR "toml++ headers (toml++/toml.h) not found: apt install libtomlplusplus-dev")
+endif()
+add_library(seqpar_toml INTERFACE)
+add_library(seqpar::toml ALIAS seqpar_toml)
+target_include_directories(seqpar_toml SYSTEM INTERFACE ${TOMLPLUSPLUS_INCLUDE_DIR})
+target_compile_definitions(seqpar_toml INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
 if(BUILD_TESTING)
   find_package(Catch2 2 REQUIRED)
 endif()

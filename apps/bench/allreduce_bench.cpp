@@ -1,0 +1,150 @@
+// seqpar-allreduce-bench: all-reduce latency and bus bandwidth through
+// NcclProcessGroup, next to the same ncclAllReduce called directly on the same
+// communicator and stream.
+//
+//   seqpar-allreduce-bench --nproc 2 [--repeats 200] [--warmup 20]
+//
+// Sizes: 10256 floats (41 KB, the gradient of the seed's Linear(640, 16)) and 64 MiB.
+// Every call is bracketed by its own pair of CUDA events and waited for; the figure
+// is the median over --repeats calls after --warmup calls. Three ways per size:
+//   direct    ncclAllReduce between the events: the collective's GPU time;
+//   direct+sync  the same, plus cudaStreamSynchronize before the stop event is
+//             recorded: what a caller that waits for the result pays;
+//   group     group.all_reduce() between the events: enqueue, then the group's own
+//             wait (cudaStreamQuery / ncclCommGetAsyncError polling) before it returns.
+// Bus bandwidth = bytes / time x 2 (n - 1) / n, the figure nccl-tests reports.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "dist/launcher.h"
+#include "dist/nccl_check.h"
+#include "dist/nccl_process_group.h"
+
+using namespace seqpar;
+
+namespace {
+
+struct Settings {
+  int repeats = 200;
+  int warmup = 20;
+};
+
+// Median, 10th and 90th percentile of one way of calling, in milliseconds.
+struct Timing {
+  double median, p10, p90;
+};
+
+Timing time_calls(const std::function<void()>& call, const std::function<void()>& before_stop,
+                  const Settings& settings, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> milliseconds;
+  for (int i = 0; i < settings.warmup + settings.repeats; ++i) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    call();
+    before_stop();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (i >= settings.warmup) milliseconds.push_back(elapsed);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(milliseconds.begin(), milliseconds.end());
+  auto at = [&](double q) { return milliseconds[static_cast<size_t>(q * (milliseconds.size() - 1))]; };
+  return {at(0.5), at(0.1), at(0.9)};
+}
+
+// A non-blocking communicator may finish a launch in the background; the benchmark
+// just waits for it (the group does the same, with a timeout).
+void direct_all_reduce(dist::NcclProcessGroup& group, Tensor& values, cudaStream_t stream) {
+  const ncclResult_t launched = ncclAllReduce(values.data(), values.data(), static_cast<size_t>(values.numel()),
+                                              ncclFloat32, ncclSum, group.communicator(), stream);
+  NCCL_CHECK(launched, group.rank());
+  ncclResult_t state = launched;
+  while (state == ncclInProgress) NCCL_CHECK(ncclCommGetAsyncError(group.communicator(), &state), group.rank());
+  NCCL_CHECK(state, group.rank());
+}
+
+void report(const char* way, int64_t count, int world_size, const Timing& timing, int rank) {
+  const double bytes = static_cast<double>(count) * sizeof(float);
+  const double algorithm_gbps = bytes / (timing.median * 1e-3) / 1e9;
+  const double bus_gbps = algorithm_gbps * 2.0 * (world_size - 1) / world_size;
+  if (rank != 0) return;
+  std::printf("| %9.0f KB | %-11s | %9.1f | %9.1f | %9.1f | %8.2f | %8.2f |\n", bytes / 1000, way,
+              timing.median * 1e3, timing.p10 * 1e3, timing.p90 * 1e3, algorithm_gbps, bus_gbps);
+}
+
+void benchmark_size(dist::NcclProcessGroup& group, int64_t count, const Settings& settings) {
+  const cudaStream_t stream = cuda::current_stream(group.device().index);
+  // Zeros: the sum stays zero however often it runs, so no call sees infinities.
+  Tensor values = Tensor::zeros({count}, group.device());
+  auto nothing = [] {};
+  auto sync = [&] { CUDA_CHECK(cudaStreamSynchronize(stream)); };
+  auto direct = [&] { direct_all_reduce(group, values, stream); };
+  auto through_group = [&] { group.all_reduce(values); };
+  report("direct", count, group.size(), time_calls(direct, nothing, settings, stream), group.rank());
+  report("direct+sync", count, group.size(), time_calls(direct, sync, settings, stream), group.rank());
+  report("group", count, group.size(), time_calls(through_group, nothing, settings, stream), group.rank());
+}
+
+void print_header(const dist::NcclProcessGroup& group, const Settings& settings, int argc, char** argv) {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, group.device().index));
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  std::printf("all-reduce (float32, sum) on %d x %s, NCCL %s, %s\n", group.size(), properties.name,
+              dist::detail::nccl_version_string().c_str(), date);
+  std::printf("rank command: %s; NCCL_ALGO=%s NCCL_PROTO=%s; median of %d after %d warm-up\n\n",
+              command.c_str(), std::getenv("NCCL_ALGO"), std::getenv("NCCL_PROTO"), settings.repeats,
+              settings.warmup);
+  std::printf("| size         | way         | median us | p10 us    | p90 us    | alg GB/s | bus GB/s |\n");
+  std::printf("|--------------|-------------|-----------|-----------|-----------|----------|----------|\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto status = dist::maybe_launch(argc, argv)) return *status;
+  Settings settings;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--repeats") {
+      settings.repeats = std::max(1, std::atoi(argv[i + 1]));
+    } else if (flag == "--warmup") {
+      settings.warmup = std::max(0, std::atoi(argv[i + 1]));
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  const auto environment = dist::launch_environment_from_process();
+  if (!environment) {
+    std::fprintf(stderr, "run with --nproc N (one GPU per rank), or under torchrun/mpirun/srun\n");
+    return 2;
+  }
+  try {
+    auto group = dist::NcclProcessGroup::create_world(*environment);
+    if (group->rank() == 0) print_header(*group, settings, argc, argv);
+    benchmark_size(*group, 10256, settings);
+    benchmark_size(*group, int64_t{64} << 20 >> 2, settings);  // 64 MiB of floats
+    return 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+}

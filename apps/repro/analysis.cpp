@@ -1,0 +1,167 @@
+#include "apps/repro/analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+
+namespace seqpar::repro {
+
+namespace {
+
+bool bitwise_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+void count_in_lr_units(LrHistogram& histogram, float a, float b, double lr) {
+  if (bitwise_equal(a, b)) {
+    ++histogram.identical;
+    return;
+  }
+  const double units = std::abs(double(a) - double(b)) / lr;
+  if (units < 0.5) ++histogram.below_half;
+  else if (units < 1.5) ++histogram.about_one;
+  else if (units < 2.5) ++histogram.about_two;
+  else ++histogram.beyond;
+}
+
+StepFigures figures_of_step(const StepRecord& record, const ReferenceRun& reference, size_t step,
+                            double lr) {
+  StepFigures figures;
+  figures.parameter_count = static_cast<int64_t>(reference.parameters[step].size());
+  const std::vector<std::vector<float>>& parameters = record.parameters;
+  const std::vector<float>& expected = reference.parameters[step];
+  for (size_t i = 0; i < expected.size(); ++i) {
+    float low = parameters[0][i], high = parameters[0][i];
+    bool all_equal = true;
+    for (size_t rank = 0; rank < parameters.size(); ++rank) {
+      const float value = parameters[rank][i];
+      low = std::min(low, value);
+      high = std::max(high, value);
+      all_equal = all_equal && bitwise_equal(value, parameters[0][i]);
+      if (rank > 0) count_in_lr_units(figures.histogram, value, parameters[0][i], lr);
+      figures.max_difference_from_reference =
+          std::max(figures.max_difference_from_reference, std::abs(value - expected[i]));
+      figures.max_ulps_from_reference =
+          std::max(figures.max_ulps_from_reference, ulps_between(value, expected[i]));
+    }
+    figures.max_cross_rank_difference = std::max(figures.max_cross_rank_difference, high - low);
+    if (!all_equal) ++figures.differing_parameters;
+  }
+  figures.losses = record.losses;
+  figures.local_norms = record.local_norms;
+  figures.used_norms = record.used_norms;
+  figures.reference_loss = reference.losses[step];
+  figures.reference_norm = reference.norms[step];
+  return figures;
+}
+
+SignAgreement signs_of_first_step(const StepRecord& record, double lr) {
+  SignAgreement signs;
+  const auto& gradients = record.gradients;
+  const auto& parameters = record.parameters;
+  for (size_t rank = 1; rank < gradients.size(); ++rank) {
+    for (size_t i = 0; i < gradients[0].size(); ++i) {
+      const bool opposite = (gradients[rank][i] > 0) != (gradients[0][i] > 0);
+      const double units = std::abs(double(parameters[rank][i]) - parameters[0][i]) / lr;
+      if (opposite) {
+        ++signs.opposite;
+        if (units >= 1.5 && units < 2.5) ++signs.opposite_two_lr;
+      } else {
+        ++signs.same;
+        if (bitwise_equal(parameters[rank][i], parameters[0][i])) ++signs.same_identical;
+      }
+    }
+  }
+  return signs;
+}
+
+std::string format(const char* pattern, double a, double b = 0, double c = 0) {
+  char text[512];
+  std::snprintf(text, sizeof text, pattern, a, b, c);
+  return text;
+}
+
+void decide(PolicyFigures& figures, double lr) {
+  const StepFigures* worst = &figures.steps.front();
+  double worst_ulps = 0;
+  for (const StepFigures& step : figures.steps) {
+    if (step.max_cross_rank_difference > worst->max_cross_rank_difference) worst = &step;
+    worst_ulps = std::max(worst_ulps, step.max_ulps_from_reference);
+  }
+  const StepFigures& last = figures.steps.back();
+  if (worst->differing_parameters > 0) {
+    figures.verdict = Verdict::RanksDiverge;
+    figures.verdict_text = format(
+        "the ranks hold different parameters: up to %.3g apart (%.2f lr) in %.0f parameters. "
+        "Each rank stepped on its own shard's gradient; the copies of one model have diverged.",
+        worst->max_cross_rank_difference, worst->max_cross_rank_difference / lr,
+        double(worst->differing_parameters));
+  } else if (std::abs(figures.gradient_scale - 1) > 1e-3) {
+    figures.verdict = Verdict::WrongGradientScale;
+    figures.verdict_text = format(
+        "the ranks agree bitwise, but the gradient is %.3gx the one-rank gradient: Adam hides it "
+        "on the first step (max %.3g from one-rank training), clipping does not: it acts as if "
+        "the threshold were %.3gx the configured one.",
+        figures.gradient_scale, last.max_difference_from_reference, 1 / figures.gradient_scale);
+  } else if (worst_ulps > kRoundingUlps) {
+    figures.verdict = Verdict::NotExact;
+    figures.verdict_text = format(
+        "the ranks agree bitwise but differ from one-rank training by up to %.3g (%.0f ulp).",
+        last.max_difference_from_reference, worst_ulps);
+  } else {
+    figures.verdict = Verdict::Exact;
+    figures.verdict_text = format(
+        "the ranks agree bitwise and equal one-rank training on the whole batch to float32 "
+        "rounding (max %.3g, %.0f ulp).",
+        last.max_difference_from_reference, worst_ulps);
+  }
+}
+
+}  // namespace
+
+double ulps_between(float a, float b) {
+  if (bitwise_equal(a, b) || a == b) return 0;
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::infinity();
+  const float larger = std::max(std::abs(a), std::abs(b));
+  const float ulp = std::nextafter(larger, std::numeric_limits<float>::infinity()) - larger;
+  return std::abs(double(a) - double(b)) / ulp;
+}
+
+PolicyFigures analyze(const PolicyRun& run, const ReferenceRun& reference, double lr) {
+  PolicyFigures figures;
+  figures.policy = run.policy;
+  figures.skipped = run.skipped;
+  if (!run.skipped.empty() || run.steps.empty()) return figures;
+  for (size_t step = 0; step < run.steps.size(); ++step) {
+    figures.steps.push_back(figures_of_step(run.steps[step], reference, step, lr));
+  }
+  figures.first_step_signs = signs_of_first_step(run.steps.front(), lr);
+  const float reference_norm = reference.norms.front();
+  figures.gradient_scale = reference_norm > 0 ? run.steps.front().used_norms[0] / reference_norm : 1;
+  figures.seconds_per_step = run.seconds / static_cast<double>(run.steps.size());
+  decide(figures, lr);
+  return figures;
+}
+
+const char* verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::Skipped: return "SKIPPED";
+    case Verdict::RanksDiverge: return "BROKEN: RANKS DIVERGE";
+    case Verdict::WrongGradientScale: return "CONSISTENT, WRONG GRADIENT SCALE";
+    case Verdict::NotExact: return "CONSISTENT, NOT EXACT";
+    case Verdict::Exact: return "CORRECT";
+  }
+  return "?";
+}
+
+uint64_t fingerprint(const std::vector<float>& values) {
+  uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  for (size_t i = 0; i < values.size() * sizeof(float); ++i) {
+    hash = (hash ^ bytes[i]) * 1099511628211ull;
+  }
+  return hash;
+}
+
+}  // namespace seqpar::repro

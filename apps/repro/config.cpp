@@ -1,0 +1,238 @@
+#include "apps/repro/config.h"
+
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace seqpar::repro {
+
+namespace {
+
+// ---------------------------------------------------------------- the schema
+// Every key the file may hold, with how to read it into the configuration. A key not
+// listed here is an error, so a typo never silently falls back to a default.
+
+using Reader = std::function<void(const toml::node&, const std::string& key, ReproConfig&)>;
+
+std::string describe(const toml::node& node) {
+  std::ostringstream out;
+  if (node.is_string()) {
+    out << '"' << node.value<std::string>().value_or("") << '"';
+  } else if (node.is_array() || node.is_table()) {
+    out << (node.is_array() ? "an array" : "a table");
+  } else {
+    out << toml::node_view<const toml::node>(node);
+  }
+  return out.str();
+}
+
+int64_t read_integer(const toml::node& node, const std::string& key) {
+  SEQPAR_CHECK(node.is_integer(), "config key ", key, " must be an integer, got ", describe(node));
+  return node.value<int64_t>().value();
+}
+
+double read_number(const toml::node& node, const std::string& key) {
+  SEQPAR_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
+  return node.value<double>().value();
+}
+
+Reader integer_into(int64_t ReproConfig::*field) {
+  return [field](const toml::node& node, const std::string& key, ReproConfig& config) {
+    config.*field = read_integer(node, key);
+  };
+}
+
+Reader number_into(double ReproConfig::*field) {
+  return [field](const toml::node& node, const std::string& key, ReproConfig& config) {
+    config.*field = read_number(node, key);
+  };
+}
+
+Reader adamw_number_into(double optim::AdamWOptions::*field) {
+  return [field](const toml::node& node, const std::string& key, ReproConfig& config) {
+    config.adamw.*field = read_number(node, key);
+  };
+}
+
+void read_betas(const toml::node& node, const std::string& key, ReproConfig& config) {
+  const toml::array* betas = node.as_array();
+  SEQPAR_CHECK(betas && betas->size() == 2, "config key ", key,
+               " must be an array of two numbers, got ", describe(node));
+  config.adamw.beta1 = read_number(*betas->get(0), key + "[0]");
+  config.adamw.beta2 = read_number(*betas->get(1), key + "[1]");
+}
+
+void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {
+  SEQPAR_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
+  config.optimizer_type = node.value<std::string>().value();
+}
+
+void read_seed(const toml::node& node, const std::string& key, ReproConfig& config) {
+  const int64_t seed = read_integer(node, key);
+  SEQPAR_CHECK(seed >= 0, "config key ", key, " = ", seed, ": the seed must not be negative");
+  config.seed = static_cast<uint64_t>(seed);
+}
+
+const std::map<std::string, Reader>& schema() {
+  static const std::map<std::string, Reader> keys = {
+      {"ds_config.train_micro_batch_size_per_gpu",
+       integer_into(&ReproConfig::train_micro_batch_size_per_gpu)},
+      {"ds_config.gradient_accumulation_steps",
+       integer_into(&ReproConfig::gradient_accumulation_steps)},
+      {"ds_config.gradient_clipping", number_into(&ReproConfig::gradient_clipping)},
+      {"ds_config.sequence_parallel_size", integer_into(&ReproConfig::sequence_parallel_size)},
+      {"ds_config.data_parallel_size", integer_into(&ReproConfig::data_parallel_size)},
+      {"ds_config.optimizer.type", read_optimizer_type},
+      {"ds_config.optimizer.params.lr", adamw_number_into(&optim::AdamWOptions::lr)},
+      {"ds_config.optimizer.params.betas", read_betas},
+      {"ds_config.optimizer.params.eps", adamw_number_into(&optim::AdamWOptions::eps)},
+      {"ds_config.optimizer.params.weight_decay",
+       adamw_number_into(&optim::AdamWOptions::weight_decay)},
+      {"repro.seed", read_seed},
+      {"repro.rows", integer_into(&ReproConfig::rows)},
+      {"repro.in_features", integer_into(&ReproConfig::in_features)},
+      {"repro.out_features", integer_into(&ReproConfig::out_features)},
+      {"repro.steps", integer_into(&ReproConfig::steps)},
+  };
+  return keys;
+}
+
+bool is_known_table(const std::string& path) {
+  for (const auto& entry : schema()) {
+    if (entry.first.rfind(path + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Reads every leaf of `table` (recursively) through the schema.
+void read_table(const toml::table& table, const std::string& prefix, ReproConfig& config) {
+  for (const auto& [name, node] : table) {
+    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    const auto known = schema().find(key);
+    if (known != schema().end()) {
+      known->second(node, key, config);
+    } else if (node.is_table() && is_known_table(key)) {
+      read_table(*node.as_table(), key, config);
+    } else {
+      SEQPAR_FAIL("unknown config key ", key, " (known keys: see configs/issue6868.toml)");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- overrides
+
+// "ds_config.optimizer.params.lr=3e-4": sets that key in `table`, creating tables on
+// the way. The value is parsed as TOML, so its type is what it looks like.
+void apply_override(toml::table& table, const std::string& assignment) {
+  const size_t equals = assignment.find('=');
+  SEQPAR_CHECK(equals != std::string::npos && equals > 0, "--set ", assignment,
+               ": expected section.key=value");
+  const std::string key = assignment.substr(0, equals);
+  const std::string text = assignment.substr(equals + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("value = " + text);
+  } catch (const toml::parse_error& error) {
+    SEQPAR_FAIL("--set ", key, "=", text, ": the value is not TOML (", error.description(),
+                "); strings need quotes, e.g. --set ds_config.optimizer.type='\"AdamW\"'");
+  }
+  toml::table* where = &table;
+  std::string::size_type start = 0, dot;
+  while ((dot = key.find('.', start)) != std::string::npos) {
+    const std::string part = key.substr(start, dot - start);
+    if (!where->contains(part)) where->insert(part, toml::table{});
+    where = (*where)[part].as_table();
+    SEQPAR_CHECK(where != nullptr, "--set ", key, ": ", part, " is not a table");
+    start = dot + 1;
+  }
+  where->insert_or_assign(key.substr(start), *parsed.get("value"));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+ReproConfig parse_config(const std::string& toml_text, const std::vector<std::string>& overrides,
+                         const std::string& source_name) {
+  toml::table table;
+  try {
+    table = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& error) {
+    SEQPAR_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
+                error.source().begin.column, ": ", error.description());
+  }
+  for (const std::string& assignment : overrides) apply_override(table, assignment);
+  ReproConfig config;
+  read_table(table, "", config);
+  validate(config);
+  return config;
+}
+
+ReproConfig load_config(const std::string& path) {
+  std::ifstream file(path);
+  SEQPAR_CHECK(file.good(), "cannot open config file ", path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_config(text.str(), {}, path);
+}
+
+void validate(const ReproConfig& c) {
+  auto positive = [](int64_t value, const char* key) {
+    SEQPAR_CHECK(value >= 1, "config key ", key, " = ", value, ": must be at least 1");
+  };
+  positive(c.train_micro_batch_size_per_gpu, "ds_config.train_micro_batch_size_per_gpu");
+  positive(c.sequence_parallel_size, "ds_config.sequence_parallel_size");
+  positive(c.data_parallel_size, "ds_config.data_parallel_size");
+  positive(c.rows, "repro.rows");
+  positive(c.in_features, "repro.in_features");
+  positive(c.out_features, "repro.out_features");
+  positive(c.steps, "repro.steps");
+  SEQPAR_CHECK(c.gradient_accumulation_steps == 1, "config key ds_config.gradient_accumulation_steps = ",
+               c.gradient_accumulation_steps, ": only 1 is supported (the report's value)");
+  SEQPAR_CHECK(c.optimizer_type == "AdamW", "config key ds_config.optimizer.type = \"",
+               c.optimizer_type, "\": only \"AdamW\" is supported");
+  SEQPAR_CHECK(c.gradient_clipping >= 0, "config key ds_config.gradient_clipping = ",
+               c.gradient_clipping, ": must be >= 0 (0 turns clipping off, as in DeepSpeed)");
+  SEQPAR_CHECK(c.out_features <= c.in_features, "config key repro.out_features = ", c.out_features,
+               " exceeds repro.in_features = ", c.in_features,
+               ": the target is the first out_features columns of x");
+  SEQPAR_CHECK(c.rows >= c.sequence_parallel_size, "config key repro.rows = ", c.rows,
+               " is smaller than ds_config.sequence_parallel_size = ", c.sequence_parallel_size,
+               ": every rank of a sequence-parallel group needs at least one row");
+  SEQPAR_CHECK(c.adamw.lr > 0, "config key ds_config.optimizer.params.lr = ", c.adamw.lr,
+               ": must be positive");
+  SEQPAR_CHECK(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1 && c.adamw.beta2 >= 0 && c.adamw.beta2 < 1,
+               "config key ds_config.optimizer.params.betas = [", c.adamw.beta1, ", ",
+               c.adamw.beta2, "]: each must be in [0, 1)");
+  SEQPAR_CHECK(c.adamw.eps > 0, "config key ds_config.optimizer.params.eps = ", c.adamw.eps,
+               ": must be positive");
+  SEQPAR_CHECK(c.adamw.weight_decay >= 0, "config key ds_config.optimizer.params.weight_decay = ",
+               c.adamw.weight_decay, ": must not be negative");
+}
+
+std::string to_toml(const ReproConfig& c) {
+  toml::table params{{"lr", c.adamw.lr},
+                     {"betas", toml::array{c.adamw.beta1, c.adamw.beta2}},
+                     {"eps", c.adamw.eps},
+                     {"weight_decay", c.adamw.weight_decay}};
+  toml::table optimizer{{"type", c.optimizer_type}, {"params", params}};
+  toml::table ds_config{{"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
+                        {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+                        {"gradient_clipping", c.gradient_clipping},
+                        {"sequence_parallel_size", c.sequence_parallel_size},
+                        {"data_parallel_size", c.data_parallel_size},
+                        {"optimizer", optimizer}};
+  toml::table repro{{"seed", static_cast<int64_t>(c.seed)}, {"rows", c.rows},
+                    {"in_features", c.in_features}, {"out_features", c.out_features},
+                    {"steps", c.steps}};
+  std::ostringstream out;
+  out << toml::table{{"ds_config", ds_config}, {"repro", repro}} << '\n';
+  return out.str();
+}
+
+}  // namespace seqpar::repro

@@ -1,0 +1,50 @@
+// The scenario seqpar-repro runs, as configured in TOML (configs/issue6868.toml).
+//
+// [ds_config] holds the bug report's DeepSpeed keys with DeepSpeed's names;
+// [repro] holds what the report's script hard-codes. The defaults are the report's
+// values, so `seqpar-repro` with no arguments is the report's scenario.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optim/adamw.h"
+
+namespace seqpar::repro {
+
+struct ReproConfig {
+  // [ds_config]
+  int64_t train_micro_batch_size_per_gpu = 4;  // recorded; the script feeds x directly
+  int64_t gradient_accumulation_steps = 1;
+  double gradient_clipping = 1.0;
+  int64_t sequence_parallel_size = 4;
+  int64_t data_parallel_size = 1;
+  std::string optimizer_type = "AdamW";
+  optim::AdamWOptions adamw{1e-4, 0.9, 0.999, 1e-8, 0.01};
+  // [repro]
+  uint64_t seed = 12345;
+  int64_t rows = 12000;  // rows of x per data-parallel replica
+  int64_t in_features = 640;
+  int64_t out_features = 16;
+  int64_t steps = 1;
+
+  int64_t world_size() const { return sequence_parallel_size * data_parallel_size; }
+};
+
+// Reads a TOML file; every key must be known and of the right type.
+ReproConfig load_config(const std::string& path);
+
+// Applies "section.key=value" overrides (the value in TOML syntax: 3, 1e-4, "AdamW",
+// [0.9, 0.99]) to the configuration in `toml_text` (empty for the defaults), then
+// validates. Errors name the key and the value.
+ReproConfig parse_config(const std::string& toml_text, const std::vector<std::string>& overrides,
+                         const std::string& source_name);
+
+// Checks that the values describe a scenario that can run; errors name key and value.
+void validate(const ReproConfig& config);
+
+// The configuration as TOML text (what --print-config shows; round-trips).
+std::string to_toml(const ReproConfig& config);
+
+}  // namespace seqpar::repro

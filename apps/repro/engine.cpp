@@ -1,0 +1,69 @@
+#include "apps/repro/engine.h"
+
+#include "core/elementwise.h"
+#include "optim/clip.h"
+
+namespace seqpar::repro {
+
+Engine::Engine(const Policy& policy, const nn::Linear& model, RankGroups groups,
+               const optim::AdamWOptions& adamw, double gradient_clipping)
+    : policy_(policy),
+      parameters_(model.parameters()),
+      groups_(std::move(groups)),
+      optimizer_(parameters_, adamw),
+      gradient_clipping_(gradient_clipping) {}
+
+void Engine::broadcast_parameters() {
+  dist::ProcessGroup& group = policy_.kind == PolicyKind::DeepSpeed016
+                                  ? *groups_.data_parallel
+                                  : *groups_.sequence_data_parallel;
+  for (const autograd::Variable& parameter : parameters_) {
+    Tensor values = parameter.data();
+    group.broadcast(values, 0);
+  }
+}
+
+// The heart of the bug and of its fixes: which ranks' partial gradients are added up.
+void Engine::synchronize_gradients() {
+  for (const autograd::Variable& parameter : parameters_) {
+    Tensor gradient = parameter.grad();
+    switch (policy_.kind) {
+      case PolicyKind::DeepSpeed016:
+        // The mesh's dp group: with dp = 1 a group of one, so this adds nothing.
+        groups_.data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
+        mul_(gradient, static_cast<float>(groups_.sp) / static_cast<float>(groups_.dp));
+        break;
+      case PolicyKind::WithMpu:
+        groups_.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
+        mul_(gradient, 1.0f / static_cast<float>(groups_.dp));
+        break;
+      case PolicyKind::Exact:
+        // Each rank's loss is already its share of the replica's mean: a sum over sp
+        // gives the replica's gradient, an average over dp the global batch's.
+        groups_.sequence_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
+        groups_.data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
+        break;
+    }
+  }
+}
+
+Tensor Engine::clip_norm() {
+  Tensor norm = optim::grad_norm(parameters_);
+  if (policy_.kind == PolicyKind::DeepSpeed016) {
+    // DeepSpeed 0.16 averages the norm over the same group it reduced over.
+    groups_.data_parallel->all_reduce(norm, dist::ReduceOp::Avg);
+  }
+  if (gradient_clipping_ > 0) optim::clip_grads_with_norm(parameters_, gradient_clipping_, norm);
+  return norm;
+}
+
+StepNorms Engine::step() {
+  StepNorms norms;
+  norms.local = optim::grad_norm(parameters_);
+  synchronize_gradients();
+  norms.used = clip_norm();
+  optimizer_.step();
+  return norms;
+}
+
+}  // namespace seqpar::repro

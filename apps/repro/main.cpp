@@ -1,0 +1,173 @@
+// seqpar-repro: reproduces DeepSpeed issue #6868 and its fix. See README.md.
+//
+// Reading order: policy.h (the three ways to combine gradients), engine.cpp (where the
+// combining happens), scenario.cpp (what every rank runs), analysis.cpp (how the
+// figures and verdicts are derived), then this file (where the ranks run).
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "apps/repro/analysis.h"
+#include "apps/repro/options.h"
+#include "apps/repro/report.h"
+#include "apps/repro/scenario.h"
+#include "core/error.h"
+#include "dist/environment.h"
+#include "dist/launcher.h"
+#include "dist/local_process_group.h"
+#include "dist/mesh.h"
+#ifdef SEQPAR_WITH_NCCL
+#include "dist/nccl_process_group.h"
+#endif
+
+namespace seqpar::repro {
+namespace {
+
+#ifdef SEQPAR_WITH_NCCL
+constexpr bool kNcclBuilt = true;
+#else
+constexpr bool kNcclBuilt = false;
+#endif
+
+// Where the ranks run.
+enum class Backend { LocalThreads, Nccl, LaunchNccl };
+struct Placement {
+  Backend backend;
+  Device device;
+  std::string description;
+};
+
+Placement choose_placement(const Options& options, const ReproConfig& config,
+                           const std::optional<dist::LaunchEnvironment>& launched) {
+  const int64_t world = config.world_size();
+  const int gpus = cuda_device_count();
+  const std::string ranks = std::to_string(world) + (world == 1 ? " rank" : " ranks");
+  if (launched) {
+    SEQPAR_CHECK(options.backend.value_or("nccl") == "nccl" && options.device.value_or("cuda") == "cuda",
+                 "this process was started by a launcher (", launched->launcher,
+                 "), which means one process per GPU over NCCL; --backend local and --device cpu "
+                 "run all ranks in one process: drop --nproc / the launcher");
+    SEQPAR_CHECK(launched->world_size == world, "launched with a world of ", launched->world_size,
+                 " processes, but the scenario needs sp ", config.sequence_parallel_size, " x dp ",
+                 config.data_parallel_size, " = ", world, " ranks");
+    return {Backend::Nccl, Device::cuda(launched->local_rank),
+            ranks + ", one process per GPU over NCCL (" + launched->launcher + ")"};
+  }
+  const bool nccl_built = kNcclBuilt;
+  const bool want_nccl = options.backend == std::string("nccl") ||
+                         (!options.backend && !options.device && gpus >= world && nccl_built);
+  if (want_nccl) {
+    SEQPAR_CHECK(nccl_built, "--backend nccl: this seqpar was built without NCCL");
+    SEQPAR_CHECK(gpus >= world, "--backend nccl needs one GPU per rank: ", world,
+                 " ranks, but this machine has ", gpus, " GPU(s); use --backend local");
+    return {Backend::LaunchNccl, Device::cuda(0), ranks + ", one process per GPU over NCCL"};
+  }
+  const bool on_gpu = options.device ? *options.device == "cuda" : gpus > 0;
+  SEQPAR_CHECK(!on_gpu || gpus > 0, "--device cuda: this machine has no CUDA device");
+  return {Backend::LocalThreads, on_gpu ? Device::cuda(0) : Device::cpu(),
+          ranks + " as threads of one process" + (on_gpu ? " sharing cuda:0" : " on the CPU") +
+              " (local process group)"};
+}
+
+ReproConfig read_config(const Options& options) {
+  if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
+  std::ifstream file(options.config_path);
+  SEQPAR_CHECK(file.good(), "cannot open config file ", options.config_path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_config(text.str(), options.overrides, options.config_path);
+}
+
+RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
+                    const std::vector<const Policy*>& policies, const Placement& placement,
+                    Device device) {
+  const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
+                        static_cast<int>(config.data_parallel_size));
+  const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
+  RankGroups groups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
+                    mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
+                    mesh_groups.coordinates.dp_rank, mesh.str()};
+  return run_scenario(groups, config, policies, device, placement.description);
+}
+
+void report(const RunResults& results, const Options& options) {
+  std::vector<PolicyFigures> figures;
+  for (const PolicyRun& run : results.policies) {
+    figures.push_back(analyze(run, results.reference, results.config.adamw.lr));
+  }
+  print_report(std::cout, results, figures);
+  if (!options.plot_path.empty()) {
+    write_drift_svg(options.plot_path, results, figures);
+    std::cout << "\ndrift picture: " << options.plot_path << '\n';
+  }
+  if (!options.json_path.empty()) {
+    write_json(options.json_path, results, figures);
+    std::cout << "figures (JSON): " << options.json_path << '\n';
+  }
+  if (!options.dump_directory.empty()) {
+    write_dump(options.dump_directory, results);
+    std::cout << "safetensors dump: " << options.dump_directory
+              << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
+  }
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> arguments(argv + 1, argv + argc);
+  const Options options = parse_options(arguments);
+  if (options.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const ReproConfig config = read_config(options);
+  if (options.print_config) {
+    std::cout << to_toml(config);
+    return 0;
+  }
+  std::vector<const Policy*> policies;
+  for (const Policy& policy : all_policies()) {
+    if (options.policy == "all" || policy_named(options.policy).name == policy.name) {
+      policies.push_back(&policy);
+    }
+  }
+  const auto launched = dist::launch_environment_from_process();
+  const Placement placement = choose_placement(options, config, launched);
+
+  if (placement.backend == Backend::LaunchNccl) {
+    dist::LaunchOptions launch;
+    launch.nproc = static_cast<int>(config.world_size());
+    launch.arguments.assign(argv, argv + argc);
+    return dist::launch_ranks(launch);
+  }
+  if (placement.backend == Backend::Nccl) {
+#ifdef SEQPAR_WITH_NCCL
+    const auto world = dist::NcclProcessGroup::create_world(*launched);
+    const RunResults results = run_rank(world, config, policies, placement, placement.device);
+    if (world->rank() == 0) report(results, options);
+    return 0;
+#else
+    SEQPAR_FAIL("started by a launcher, but this seqpar was built without NCCL");
+#endif
+  }
+  RunResults results;
+  dist::run_local_world(static_cast<int>(config.world_size()),
+                        [&](std::shared_ptr<dist::ProcessGroup> world) {
+                          RunResults mine = run_rank(world, config, policies, placement,
+                                                     placement.device);
+                          if (world->rank() == 0) results = std::move(mine);
+                        });
+  report(results, options);
+  return 0;
+}
+
+}  // namespace
+}  // namespace seqpar::repro
+
+int main(int argc, char** argv) {
+  if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
+  try {
+    return seqpar::repro::run(argc, argv);
+  } catch (const std::exception& error) {
+    std::cerr << "seqpar-repro: " << error.what() << '\n';
+    return 1;
+  }
+}

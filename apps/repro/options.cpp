@@ -1,0 +1,58 @@
+#include "apps/repro/options.h"
+
+#include "core/error.h"
+
+namespace seqpar::repro {
+
+const char* const kUsage =
+    "usage: seqpar-repro [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
+    "                    [--steps N] [--device cpu|cuda] [--backend local|nccl] [--nproc N]\n"
+    "                    [--dump DIR] [--json FILE] [--plot FILE] [--print-config]\n"
+    "\n"
+    "Reproduces DeepSpeed issue #6868 (sequence-parallel ranks end a training step with\n"
+    "different parameters) and its fix. With no arguments: the report's scenario, 4 ranks,\n"
+    "sp 4, on the best place available (GPUs over NCCL, one GPU, or CPU threads).\n"
+    "Policies: deepspeed-0.16, with-mpu, exact. See apps/repro/README.md.\n";
+
+Options parse_options(const std::vector<std::string>& arguments) {
+  Options options;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const std::string& flag = arguments[i];
+    auto value = [&]() -> const std::string& {
+      SEQPAR_CHECK(i + 1 < arguments.size(), "option ", flag, " needs a value\n", kUsage);
+      return arguments[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+    } else if (flag == "--config") {
+      options.config_path = value();
+    } else if (flag == "--set") {
+      options.overrides.push_back(value());
+    } else if (flag == "--policy") {
+      options.policy = value();
+    } else if (flag == "--steps") {
+      options.overrides.push_back("repro.steps=" + value());
+    } else if (flag == "--device") {
+      options.device = value();
+      SEQPAR_CHECK(*options.device == "cpu" || *options.device == "cuda", "--device ",
+                   *options.device, ": expected cpu or cuda");
+    } else if (flag == "--backend") {
+      options.backend = value();
+      SEQPAR_CHECK(*options.backend == "local" || *options.backend == "nccl", "--backend ",
+                   *options.backend, ": expected local or nccl");
+    } else if (flag == "--dump") {
+      options.dump_directory = value();
+    } else if (flag == "--json") {
+      options.json_path = value();
+    } else if (flag == "--plot") {
+      options.plot_path = value();
+    } else if (flag == "--print-config") {
+      options.print_config = true;
+    } else {
+      SEQPAR_FAIL("unknown option '", flag, "'\n", kUsage);
+    }
+  }
+  return options;
+}
+
+}  // namespace seqpar::repro

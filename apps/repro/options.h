@@ -1,0 +1,27 @@
+// seqpar-repro's command line (apps/repro/README.md lists every option).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace seqpar::repro {
+
+struct Options {
+  std::string config_path;             // empty: the built-in scenario
+  std::vector<std::string> overrides;  // --set section.key=value, in order
+  std::string policy = "all";
+  std::optional<std::string> device;   // "cpu" | "cuda"
+  std::optional<std::string> backend;  // "local" | "nccl"
+  std::string dump_directory, json_path;
+  std::string plot_path = "seqpar-repro-drift.svg";
+  bool print_config = false;
+  bool help = false;
+};
+
+// Errors name the offending argument. (--nproc is taken by the launcher before this.)
+Options parse_options(const std::vector<std::string>& arguments);
+
+extern const char* const kUsage;
+
+}  // namespace seqpar::repro

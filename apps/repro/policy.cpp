@@ -1,0 +1,58 @@
+#include "apps/repro/policy.h"
+
+#include "core/error.h"
+
+namespace seqpar::repro {
+
+const std::vector<Policy>& all_policies() {
+  static const std::vector<Policy> policies = {
+      {PolicyKind::DeepSpeed016, "deepspeed-0.16",
+       "DeepSpeed 0.16 without an mpu: gradients reduced over the mesh's data-parallel group "
+       "(here each rank alone), scaled by sp/dp, clipped with each group's own norm"},
+      {PolicyKind::WithMpu, "with-mpu",
+       "the usual fix: an mpu whose sequence-data-parallel group spans sp x dp; gradients "
+       "summed over it and divided by dp"},
+      {PolicyKind::Exact, "exact",
+       "rows split evenly (tensor_split), loss normalized by the replica's row count, "
+       "gradients summed over sp and averaged over dp"},
+  };
+  return policies;
+}
+
+const Policy& policy_named(const std::string& name) {
+  std::string known;
+  for (const Policy& policy : all_policies()) {
+    if (policy.name == name) return policy;
+    known += (known.empty() ? "" : ", ") + policy.name;
+  }
+  SEQPAR_FAIL("unknown policy '", name, "' (known: ", known, ", all)");
+}
+
+bool uses_chunk(const Policy& policy) { return policy.kind != PolicyKind::Exact; }
+
+std::string cannot_shard_reason(const Policy& policy, int64_t rows, int64_t sp) {
+  if (!uses_chunk(policy)) return "";
+  const int64_t piece = (rows + sp - 1) / sp;
+  const int64_t pieces = (rows + piece - 1) / piece;
+  if (pieces == sp) return "";
+  return detail::concat("torch.chunk splits ", rows, " rows into ", pieces, " pieces of up to ",
+                        piece, " for ", sp, " ranks: rank ", pieces,
+                        " would have no rows (the report's script would fail with IndexError)");
+}
+
+Tensor shard_rows(const Policy& policy, const Tensor& batch, int64_t sp, int64_t sp_rank) {
+  const std::string reason = cannot_shard_reason(policy, batch.size(0), sp);
+  SEQPAR_CHECK(reason.empty(), policy.name, ": ", reason);
+  const std::vector<Tensor> shards = uses_chunk(policy) ? batch.chunk(sp) : batch.tensor_split(sp);
+  return shards[static_cast<size_t>(sp_rank)];
+}
+
+nn::Reduction loss_reduction(const Policy& policy, int64_t replica_rows, int64_t out_features) {
+  if (policy.kind == PolicyKind::Exact) {
+    // Each rank's share of the replica's mean: summed over sp, it is the mean.
+    return nn::Reduction::sum_divided_by(replica_rows * out_features);
+  }
+  return nn::Reduction::mean();  // the report's loss: mean over the rank's own rows
+}
+
+}  // namespace seqpar::repro

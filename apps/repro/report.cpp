@@ -1,0 +1,124 @@
+#include "apps/repro/report.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+namespace seqpar::repro {
+
+namespace {
+
+std::string printf_string(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
+std::string printf_string(const char* pattern, ...) {
+  char text[1024];
+  va_list arguments;
+  va_start(arguments, pattern);
+  std::vsnprintf(text, sizeof text, pattern, arguments);
+  va_end(arguments);
+  return text;
+}
+
+std::string join(const std::vector<float>& values, const char* pattern) {
+  std::string out;
+  for (float value : values) out += (out.empty() ? "" : " ") + printf_string(pattern, value);
+  return out;
+}
+
+// Every line after the first indented by `width` spaces, so a block lines up in a column.
+std::string indent_lines(const std::string& text, size_t width) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += std::string(width, ' ');
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
+  return out;
+}
+
+void print_scenario(std::ostream& out, const RunResults& results) {
+  const ReproConfig& c = results.config;
+  out << "seqpar-repro: DeepSpeed issue #6868, sequence-parallel ranks end a step with "
+         "different parameters\n\n"
+      << printf_string("  scenario    world %lld = sp %lld x dp %lld; x: %lld x %lld rows per replica "
+                       "(seed %llu); Linear(%lld -> %lld); L1 against x[:, :%lld]\n",
+                       (long long)c.world_size(), (long long)c.sequence_parallel_size,
+                       (long long)c.data_parallel_size, (long long)c.rows,
+                       (long long)c.in_features, (unsigned long long)c.seed,
+                       (long long)c.in_features, (long long)c.out_features,
+                       (long long)c.out_features)
+      << printf_string("              AdamW lr %g, betas (%g, %g), eps %g, weight_decay %g; "
+                       "gradient_clipping %g; %lld step(s)\n",
+                       c.adamw.lr, c.adamw.beta1, c.adamw.beta2, c.adamw.eps,
+                       c.adamw.weight_decay, c.gradient_clipping, (long long)c.steps)
+      << "  placement   " << results.placement << '\n'
+      << "  mesh        " << indent_lines(results.mesh_layout, 14) << '\n';
+  out << "  initial parameters, fingerprint per rank:";
+  bool identical = true;
+  for (size_t rank = 0; rank < results.initial_parameters.size(); ++rank) {
+    const uint64_t print = fingerprint(results.initial_parameters[rank]);
+    identical = identical && print == fingerprint(results.initial_parameters[0]);
+    out << printf_string(" %zu:%016llx", rank, (unsigned long long)print);
+  }
+  out << (identical ? "\n              identical on every rank: same seed, same calls, same numbers\n"
+                    : "\n              NOT identical: the seeding is broken\n");
+  const ReferenceRun& reference = results.reference;
+  out << printf_string("\none-rank reference (all %lld rows, mean loss): loss %.6f, gradient norm "
+                       "%.6f, %.2f ms/step\n",
+                       (long long)(c.rows * c.data_parallel_size), reference.losses.front(),
+                       reference.norms.front(), 1e3 * reference.seconds / double(c.steps));
+}
+
+void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
+  out << "  step  max |diff| across ranks  params differing  max |diff| vs reference"
+         "   gradient norm used, per rank (reference)\n";
+  for (size_t step = 0; step < figures.steps.size(); ++step) {
+    const StepFigures& s = figures.steps[step];
+    out << printf_string("  %4zu  %10.3g (%5.2f lr)  %7lld / %-7lld  %12.3g (%4.0f ulp)     %s (%.4f)\n",
+                         step + 1, s.max_cross_rank_difference, s.max_cross_rank_difference / lr,
+                         (long long)s.differing_parameters, (long long)s.parameter_count,
+                         s.max_difference_from_reference, s.max_ulps_from_reference,
+                         join(s.used_norms, "%.4f").c_str(), s.reference_norm);
+  }
+}
+
+void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
+  const LrHistogram& h = figures.steps.front().histogram;
+  out << printf_string("  step 1, each rank vs rank 0, |diff| in units of lr:  0: %lld   (0, 0.5): "
+                       "%lld   ~1: %lld   ~2: %lld   >2.5: %lld\n",
+                       (long long)h.identical, (long long)h.below_half, (long long)h.about_one,
+                       (long long)h.about_two, (long long)h.beyond);
+  const SignAgreement& s = figures.first_step_signs;
+  if (s.opposite == 0) return;
+  out << printf_string(
+      "  why 2 lr: Adam's first step moves a weight by about lr * sign(gradient). Where a rank's\n"
+      "  gradient had the opposite sign from rank 0's (%lld pairs), the copies moved apart by\n"
+      "  2 lr in %.1f%% of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
+      (long long)s.opposite, 100.0 * double(s.opposite_two_lr) / double(s.opposite),
+      (long long)s.same, s.same ? 100.0 * double(s.same_identical) / double(s.same) : 0.0);
+}
+
+}  // namespace
+
+void print_report(std::ostream& out, const RunResults& results,
+                  const std::vector<PolicyFigures>& figures) {
+  print_scenario(out, results);
+  const double lr = results.config.adamw.lr;
+  for (const PolicyFigures& policy : figures) {
+    out << "\npolicy " << policy.policy->name << ": " << policy.policy->summary << '\n';
+    if (!policy.skipped.empty()) {
+      out << "  skipped: " << policy.skipped << '\n';
+      continue;
+    }
+    print_steps(out, policy, lr);
+    if (policy.verdict == Verdict::RanksDiverge) print_mechanism(out, policy);
+    out << printf_string("  %.2f ms/step on rank 0\n", 1e3 * policy.seconds_per_step);
+    out << "  verdict: " << verdict_name(policy.verdict) << ": " << policy.verdict_text << '\n';
+  }
+  out << "\nsummary\n";
+  for (const PolicyFigures& policy : figures) {
+    out << printf_string("  %-16s %s\n", policy.policy->name.c_str(), verdict_name(policy.verdict));
+  }
+}
+
+}  // namespace seqpar::repro

@@ -1,0 +1,27 @@
+// Writes tensors in the safetensors format (https://huggingface.co/docs/safetensors),
+// readable by PyTorch's and NumPy's safetensors loaders:
+//
+//   8 bytes   little-endian u64 N, the header's length
+//   N bytes   JSON: {"__metadata__": {...}, "name": {"dtype": "F32", "shape": [...],
+//             "data_offsets": [begin, end]}, ...}, padded with spaces to 8 bytes
+//   the data  each tensor's float32 values, row-major, little-endian, back to back
+//
+// The file appears atomically: it is written under a temporary name in the same
+// folder and renamed into place, so a reader never sees half a file.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqpar {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace seqpar

@@ -1,0 +1,126 @@
+#include "dist/environment.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace seqpar::dist {
+
+namespace {
+
+// The variable names one launcher uses; local_size may be null (not provided).
+struct LauncherVariables {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+constexpr LauncherVariables kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+};
+
+// Digits only: "4", not " 4", "4x", "-1" or "".
+int parse_count(const std::string& name, const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 9 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  SEQPAR_CHECK(digits, "environment: ", name, "='", text, "' is not a non-negative integer");
+  return std::stoi(text);
+}
+
+int required_count(const EnvironmentLookup& lookup, const char* launcher, const char* name,
+                   const char* because) {
+  const std::optional<std::string> value = lookup(name);
+  SEQPAR_CHECK(value.has_value(), "environment: ", because, " is set (a ", launcher,
+               " launch) but ", name, " is not");
+  return parse_count(name, *value);
+}
+
+LaunchEnvironment read_ranks(const EnvironmentLookup& lookup, const LauncherVariables& names) {
+  LaunchEnvironment env;
+  env.launcher = names.launcher;
+  env.rank = parse_count(names.rank, *lookup(names.rank));
+  env.world_size = required_count(lookup, names.launcher, names.size, names.rank);
+  env.local_rank = required_count(lookup, names.launcher, names.local_rank, names.rank);
+  if (names.local_size) {
+    if (auto local_size = lookup(names.local_size)) {
+      env.local_world_size = parse_count(names.local_size, *local_size);
+    }
+  }
+  SEQPAR_CHECK(env.world_size >= 1, "environment: ", names.size, "=", env.world_size,
+               ": a world needs at least one rank");
+  SEQPAR_CHECK(env.rank < env.world_size, "environment: ", names.rank, "=", env.rank,
+               " is not below ", names.size, "=", env.world_size);
+  SEQPAR_CHECK(env.local_world_size < 0 || env.local_rank < env.local_world_size, "environment: ",
+               names.local_rank, "=", env.local_rank, " is not below ", names.local_size, "=",
+               env.local_world_size);
+  return env;
+}
+
+// Under torchrun, its agent already listens on MASTER_PORT (its TCPStore), so rank 0
+// cannot bind NCCL's bootstrap there; the next port is used instead. Export
+// NCCL_COMM_ID to choose the address yourself.
+void read_rendezvous_address(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
+  const auto address = lookup("MASTER_ADDR");
+  const auto port = lookup("MASTER_PORT");
+  const auto comm_id = lookup("NCCL_COMM_ID");
+  if (address && port) {
+    env.master_address = *address;
+    env.master_port = parse_count("MASTER_PORT", *port);
+    SEQPAR_CHECK(!address->empty(), "environment: MASTER_ADDR is empty");
+    SEQPAR_CHECK(env.master_port >= 1 && env.master_port <= 65535, "environment: MASTER_PORT=",
+                 env.master_port, " is not a TCP port (1..65535)");
+  }
+  if (comm_id && !comm_id->empty()) {
+    env.nccl_comm_id = *comm_id;
+    return;
+  }
+  SEQPAR_CHECK(address && port, "environment: a ", env.launcher, " launch (rank ", env.rank,
+               " of ", env.world_size,
+               ") needs MASTER_ADDR and MASTER_PORT, or NCCL_COMM_ID=host:port, to say where "
+               "rank 0 listens");
+  int nccl_port = env.master_port;
+  if (lookup("TORCHELASTIC_RUN_ID")) ++nccl_port;
+  SEQPAR_CHECK(nccl_port <= 65535, "environment: MASTER_PORT=", env.master_port,
+               " leaves no port for NCCL's bootstrap (it uses MASTER_PORT + 1 under torchrun)");
+  // An IPv6 literal needs brackets to keep its colons apart from the port's.
+  const bool ipv6 = env.master_address.find(':') != std::string::npos &&
+                    env.master_address.front() != '[';
+  env.nccl_comm_id = (ipv6 ? "[" + env.master_address + "]" : env.master_address) + ":" +
+                     std::to_string(nccl_port);
+}
+
+}  // namespace
+
+std::optional<LaunchEnvironment> parse_launch_environment(const EnvironmentLookup& lookup) {
+  for (const LauncherVariables& names : kLaunchers) {
+    if (!lookup(names.rank)) continue;
+    LaunchEnvironment env = read_ranks(lookup, names);
+    read_rendezvous_address(lookup, env);
+    return env;
+  }
+  return std::nullopt;
+}
+
+std::optional<LaunchEnvironment> parse_launch_environment(
+    const std::map<std::string, std::string>& variables) {
+  return parse_launch_environment([&](const std::string& name) -> std::optional<std::string> {
+    const auto found = variables.find(name);
+    if (found == variables.end()) return std::nullopt;
+    return found->second;
+  });
+}
+
+std::optional<LaunchEnvironment> launch_environment_from_process() {
+  return parse_launch_environment([](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  });
+}
+
+}  // namespace seqpar::dist

@@ -1,0 +1,49 @@
+// Where this process sits in a multi-process run, read from the variables its
+// launcher sets. Three launchers are understood, tried in this order:
+//
+//   torchrun, seqpar --nproc   RANK, WORLD_SIZE, LOCAL_RANK (LOCAL_WORLD_SIZE)
+//   mpirun (Open MPI)          OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK (_LOCAL_SIZE)
+//   srun (Slurm)               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//
+// Every launcher also needs to say where rank 0 listens, for NCCL's bootstrap:
+// MASTER_ADDR and MASTER_PORT (torchrun sets them; export them yourself under mpirun
+// or srun), or NCCL_COMM_ID=host:port directly.
+//
+// Parsing takes a lookup function instead of calling getenv, so tests can pass a
+// fake environment.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace seqpar::dist {
+
+struct LaunchEnvironment {
+  std::string launcher;       // "torchrun", "mpirun" or "slurm": whose variables were read
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;         // this rank's GPU on its node
+  int local_world_size = -1;  // ranks on this node; -1 when the launcher does not say
+  std::string master_address;  // empty when only NCCL_COMM_ID was given
+  int master_port = 0;
+  // host:port for NCCL_COMM_ID: where rank 0 hosts NCCL's bootstrap.
+  std::string nccl_comm_id;
+};
+
+// Returns the value of an environment variable, or nullopt when it is not set.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// nullopt when no launcher variables are set (a plain single-process run). Throws
+// seqpar::Error naming the variable for a partial or malformed set: a rank variable
+// without its size, a value that is not a number, a rank outside the world, no
+// rendezvous address.
+std::optional<LaunchEnvironment> parse_launch_environment(const EnvironmentLookup& lookup);
+std::optional<LaunchEnvironment> parse_launch_environment(
+    const std::map<std::string, std::string>& variables);
+
+// The same, from this process's real environment.
+std::optional<LaunchEnvironment> launch_environment_from_process();
+
+}  // namespace seqpar::dist

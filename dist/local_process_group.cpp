@@ -1,0 +1,190 @@
+#include "dist/local_process_group.h"
+
+#include <algorithm>
+#include <numeric>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/local_reduce.h"
+#include "dist/local_rendezvous.h"
+
+namespace seqpar::dist {
+
+using detail::Contribution;
+using detail::Outcome;
+
+// ---------------------------------------------------------------- run_local_world
+
+static void run_rank(const RankBody& body, const std::shared_ptr<detail::Rendezvous>& world_group,
+                     int rank) {
+  detail::LocalWorld& world = *world_group->world();
+  try {
+    body(std::make_shared<LocalProcessGroup>(world_group, rank));
+  } catch (const std::exception& error) {
+    world.record_failure(rank, error.what());
+  } catch (...) {
+    world.record_failure(rank, "an exception that is not a std::exception");
+  }
+  world.record_finished(rank);
+}
+
+void run_local_world(int world_size, const RankBody& body, LocalOptions options) {
+  SEQPAR_CHECK(world_size >= 1, "run_local_world: world size must be at least 1, got ",
+               world_size);
+  auto world = std::make_shared<detail::LocalWorld>(world_size, options.timeout);
+  std::vector<int> ranks(static_cast<size_t>(world_size));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  auto world_group = std::make_shared<detail::Rendezvous>(world, ranks, "world");
+
+  std::vector<std::thread> threads;
+  try {
+    for (int rank = 0; rank < world_size; ++rank) {
+      threads.emplace_back(run_rank, std::cref(body), std::cref(world_group), rank);
+    }
+  } catch (const std::exception& error) {  // could not start a thread: stop the others
+    world->record_failure(static_cast<int>(threads.size()), error.what());
+    for (std::thread& thread : threads) thread.join();
+    throw;
+  }
+  for (std::thread& thread : threads) thread.join();
+  if (auto failure = world->first_failure()) {
+    SEQPAR_FAIL("rank ", failure->first, " failed: ", failure->second);
+  }
+}
+
+// ---------------------------------------------------------------- the combine steps
+// Each runs once per collective, on the last rank to arrive, over the contributions
+// in rank order. Ranks are checked against rank 0, so a mistake names both.
+
+static void check_same_tensors(const std::string& what, const std::vector<Contribution>& all) {
+  const Tensor& first = *all[0].tensor;
+  for (const Contribution& c : all) {
+    SEQPAR_CHECK(c.tensor->shape() == first.shape() && c.tensor->device() == first.device(),
+                 what, ": rank ", c.world_rank, " passed ", c.tensor->shape(), " on ",
+                 c.tensor->device(), " but rank ", all[0].world_rank, " passed ", first.shape(),
+                 " on ", first.device());
+  }
+}
+
+static Outcome reduce_in_rank_order(const std::string& what, const std::vector<Contribution>& all) {
+  check_same_tensors(what, all);
+  const ReduceOp op = all[0].op;
+  for (const Contribution& c : all) {
+    SEQPAR_CHECK(c.op == op, what, ": rank ", c.world_rank, " asked for ", reduce_op_name(c.op),
+                 " but rank ", all[0].world_rank, " for ", reduce_op_name(op));
+  }
+  Tensor result = all[0].tensor->clone();
+  for (size_t r = 1; r < all.size(); ++r) detail::reduce_into(result, *all[r].tensor, op);
+  if (op == ReduceOp::Avg) detail::divide_(result, static_cast<float>(all.size()));
+  return {result, nullptr};
+}
+
+static Outcome gather_in_rank_order(const std::string& what, const std::vector<Contribution>& all) {
+  check_same_tensors(what, all);
+  const Tensor& first = *all[0].tensor;
+  Shape shape = first.shape();
+  const int64_t rows = shape[0];
+  shape[0] = rows * static_cast<int64_t>(all.size());
+  Tensor result = Tensor::empty(shape, first.device());
+  for (size_t r = 0; r < all.size(); ++r) {
+    result.narrow(0, static_cast<int64_t>(r) * rows, rows).copy_(*all[r].tensor);
+  }
+  return {result, nullptr};
+}
+
+static Outcome copy_of_root(const std::string& what, const std::vector<Contribution>& all) {
+  check_same_tensors(what, all);
+  const int root = all[0].root;
+  for (const Contribution& c : all) {
+    SEQPAR_CHECK(c.root == root, what, ": rank ", c.world_rank, " names root ", c.root,
+                 " but rank ", all[0].world_rank, " names root ", root);
+  }
+  return {all[static_cast<size_t>(root)].tensor->clone(), nullptr};
+}
+
+// ---------------------------------------------------------------- LocalProcessGroup
+
+LocalProcessGroup::LocalProcessGroup(std::shared_ptr<detail::Rendezvous> rendezvous, int rank)
+    : rendezvous_(std::move(rendezvous)), rank_(rank) {
+  SEQPAR_CHECK(rank >= 0 && rank < rendezvous_->size(), "LocalProcessGroup: rank ", rank,
+               " out of range for group ", rendezvous_->name(), " of ", rendezvous_->size());
+}
+
+int LocalProcessGroup::size() const { return rendezvous_->size(); }
+const std::vector<int>& LocalProcessGroup::global_ranks() const {
+  return rendezvous_->world_ranks();
+}
+std::string LocalProcessGroup::name() const { return rendezvous_->name(); }
+
+void LocalProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
+  const std::string what = "all_reduce on group " + name();
+  SEQPAR_CHECK(tensor.defined(), what, ": the tensor is undefined");
+  Contribution mine{"all_reduce"};
+  mine.tensor = &tensor;
+  mine.op = op;
+  const Outcome outcome = rendezvous_->meet(
+      rank_, mine, [&](const std::vector<Contribution>& all) { return reduce_in_rank_order(what, all); });
+  tensor.copy_(outcome.tensor);
+}
+
+void LocalProcessGroup::all_gather(Tensor& output, const Tensor& input) {
+  const std::string what = "all_gather on group " + name();
+  SEQPAR_CHECK(input.defined() && output.defined(), what, ": undefined tensor");
+  SEQPAR_CHECK(input.dim() >= 1, what, ": the input must have at least one dimension");
+  Shape expected = input.shape();
+  expected[0] *= size();
+  SEQPAR_CHECK(output.shape() == expected && output.device() == input.device(), what,
+               ": output ", output.shape(), " on ", output.device(), " should be ", expected,
+               " on ", input.device());
+  Contribution mine{"all_gather"};
+  mine.tensor = &input;
+  const Outcome outcome = rendezvous_->meet(
+      rank_, mine, [&](const std::vector<Contribution>& all) { return gather_in_rank_order(what, all); });
+  output.copy_(outcome.tensor);
+}
+
+void LocalProcessGroup::broadcast(Tensor& tensor, int root) {
+  const std::string what = "broadcast on group " + name();
+  SEQPAR_CHECK(tensor.defined(), what, ": the tensor is undefined");
+  SEQPAR_CHECK(root >= 0 && root < size(), what, ": root ", root, " is not a rank of a group of ",
+               size());
+  Contribution mine{"broadcast"};
+  mine.tensor = &tensor;
+  mine.root = root;
+  const Outcome outcome = rendezvous_->meet(
+      rank_, mine, [&](const std::vector<Contribution>& all) { return copy_of_root(what, all); });
+  if (rank_ != root) tensor.copy_(outcome.tensor);
+}
+
+void LocalProcessGroup::barrier() {
+  rendezvous_->meet(rank_, Contribution{"barrier"},
+                    [](const std::vector<Contribution>&) { return Outcome{}; });
+}
+
+std::shared_ptr<ProcessGroup> LocalProcessGroup::new_group(const std::vector<int>& ranks,
+                                                           const std::string& name) {
+  const std::vector<int> members = checked_member_ranks(ranks, size(), this->name());
+  std::vector<int> member_world_ranks;
+  for (int member : members) member_world_ranks.push_back(global_ranks()[static_cast<size_t>(member)]);
+  Contribution mine{"new_group"};
+  mine.ranks = members;
+  mine.name = name.empty() ? "group[" + rank_list_label(member_world_ranks) + "]" : name;
+
+  const std::string what = "new_group on group " + this->name();
+  const Outcome outcome = rendezvous_->meet(rank_, mine, [&](const std::vector<Contribution>& all) {
+    for (const Contribution& c : all) {
+      SEQPAR_CHECK(c.ranks == all[0].ranks && c.name == all[0].name, what, ": rank ", c.world_rank,
+                   " asked for ", c.name, " with ranks ", c.ranks, " but rank ", all[0].world_rank,
+                   " for ", all[0].name, " with ranks ", all[0].ranks);
+    }
+    auto group = std::make_shared<detail::Rendezvous>(rendezvous_->world(), member_world_ranks,
+                                                      all[0].name);
+    return Outcome{Tensor(), group};
+  });
+  const auto position = std::find(members.begin(), members.end(), rank_);
+  if (position == members.end()) return nullptr;
+  return std::make_shared<LocalProcessGroup>(outcome.group,
+                                             static_cast<int>(position - members.begin()));
+}
+
+}  // namespace seqpar::dist

@@ -1,0 +1,51 @@
+// CUDA paths of dist/local_reduce.h. Both ops are one rounding per element, the same
+// as the CPU loops: fmaxf is exact, and __fdiv_rn is the IEEE division whatever
+// flags (-use_fast_math, -prec-div=false) the build passes to nvcc.
+#include <algorithm>
+
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "dist/local_reduce.h"
+
+namespace seqpar::dist::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
+
+int blocks_for(int64_t count) {
+  return static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, kThreads), kMaxBlocks));
+}
+
+__global__ void max_into_kernel(float* accumulator, const float* source, int64_t count) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += stride) {
+    accumulator[i] = fmaxf(accumulator[i], source[i]);
+  }
+}
+
+__global__ void divide_kernel(float* data, int64_t count, float divisor) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += stride) {
+    data[i] = __fdiv_rn(data[i], divisor);
+  }
+}
+
+}  // namespace
+
+void max_into_cuda(float* accumulator, const float* source, int64_t count, int device) {
+  cuda::set_device(device);
+  max_into_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(
+      accumulator, source, count);
+  CUDA_LAUNCH_CHECK();
+}
+
+void divide_cuda(float* data, int64_t count, float divisor, int device) {
+  cuda::set_device(device);
+  divide_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(data, count,
+                                                                                  divisor);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace seqpar::dist::detail

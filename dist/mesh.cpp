@@ -1,0 +1,106 @@
+#include "dist/mesh.h"
+
+#include <numeric>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace seqpar::dist {
+
+Mesh::Mesh(int world_size, int sp_size, int dp_size)
+    : world_size_(world_size), sp_size_(sp_size), dp_size_(dp_size) {
+  SEQPAR_CHECK(world_size > 0 && sp_size > 0 && dp_size > 0,
+               "mesh: sizes must be positive, got world ", world_size, ", sp ", sp_size, ", dp ",
+               dp_size);
+  SEQPAR_CHECK(world_size % sp_size == 0, "mesh: sp (", sp_size,
+               ") does not divide the world size (", world_size, ")");
+  SEQPAR_CHECK(sp_size * dp_size == world_size, "mesh: sp (", sp_size, ") x dp (", dp_size,
+               ") = ", sp_size * dp_size, " does not equal the world size (", world_size, ")");
+  for (int replica = 0; replica < dp_size; ++replica) {
+    std::vector<int> group(static_cast<size_t>(sp_size));
+    std::iota(group.begin(), group.end(), replica * sp_size);
+    sp_groups_.push_back(group);
+  }
+  for (int position = 0; position < sp_size; ++position) {
+    std::vector<int> group;
+    for (int replica = 0; replica < dp_size; ++replica) group.push_back(position + replica * sp_size);
+    dp_groups_.push_back(group);
+  }
+  sp_dp_group_.resize(static_cast<size_t>(world_size));
+  std::iota(sp_dp_group_.begin(), sp_dp_group_.end(), 0);
+}
+
+void Mesh::check_rank(int rank) const {
+  SEQPAR_CHECK(rank >= 0 && rank < world_size_, "mesh: rank ", rank,
+               " is outside a world of ", world_size_);
+}
+
+MeshCoordinates Mesh::coordinates(int rank) const {
+  check_rank(rank);
+  return {rank % sp_size_, rank / sp_size_};
+}
+
+const std::vector<int>& Mesh::sp_group_of(int rank) const {
+  return sp_groups_[static_cast<size_t>(coordinates(rank).dp_rank)];
+}
+
+const std::vector<int>& Mesh::dp_group_of(int rank) const {
+  return dp_groups_[static_cast<size_t>(coordinates(rank).sp_rank)];
+}
+
+std::string sp_group_name(const std::vector<int>& ranks) {
+  return "sp[" + rank_list_label(ranks) + "]";
+}
+std::string dp_group_name(const std::vector<int>& ranks) {
+  return "dp[" + rank_list_label(ranks) + "]";
+}
+std::string sp_dp_group_name(const std::vector<int>& ranks) {
+  return "sp_dp[" + rank_list_label(ranks) + "]";
+}
+
+std::string Mesh::str() const {
+  std::ostringstream out;
+  out << "mesh: world " << world_size_ << " = sp " << sp_size_ << " x dp " << dp_size_ << "\n";
+  out << "  sequence-parallel groups (contiguous):";
+  for (const auto& group : sp_groups_) out << ' ' << sp_group_name(group);
+  out << "\n  data-parallel groups (strided):";
+  for (const auto& group : dp_groups_) out << ' ' << dp_group_name(group);
+  out << "\n  sp x dp group (gradients are reduced here): " << sp_dp_group_name(sp_dp_group_);
+  out << "\n  rank (sp_rank, dp_rank):";
+  for (int rank = 0; rank < world_size_; ++rank) {
+    const MeshCoordinates at = coordinates(rank);
+    out << ' ' << rank << " (" << at.sp_rank << ", " << at.dp_rank << ")";
+  }
+  out << "\n";
+  return out.str();
+}
+
+// new_group takes ranks of the group it is called on; those are world ranks here.
+static std::shared_ptr<ProcessGroup> create_groups(ProcessGroup& world,
+                                                   const std::vector<std::vector<int>>& groups,
+                                                   std::string (*name_of)(const std::vector<int>&)) {
+  std::shared_ptr<ProcessGroup> mine;
+  for (const auto& group : groups) {
+    auto created = world.new_group(group, name_of(group));
+    if (created) mine = created;
+  }
+  return mine;
+}
+
+MeshGroups build_mesh_groups(const Mesh& mesh, ProcessGroup& world) {
+  SEQPAR_CHECK(world.size() == mesh.world_size(), "build_mesh_groups: the mesh is for a world of ",
+               mesh.world_size(), " ranks but group ", world.name(), " has ", world.size());
+  for (int rank = 0; rank < world.size(); ++rank) {
+    SEQPAR_CHECK(world.global_ranks()[static_cast<size_t>(rank)] == rank,
+                 "build_mesh_groups: group ", world.name(), " is not the world (ranks ",
+                 world.global_ranks(), ")");
+  }
+  MeshGroups groups;
+  groups.coordinates = mesh.coordinates(world.rank());
+  groups.sp_group = create_groups(world, mesh.sp_groups(), sp_group_name);
+  groups.dp_group = create_groups(world, mesh.dp_groups(), dp_group_name);
+  groups.sp_dp_group = create_groups(world, {mesh.sp_dp_group()}, sp_dp_group_name);
+  return groups;
+}
+
+}  // namespace seqpar::dist

@@ -1,0 +1,98 @@
+// NcclProcessGroup: one process per GPU, collectives over NCCL. Compiled only when
+// NCCL was found (SEQPAR_WITH_NCCL).
+//
+// Rendezvous: the launcher's environment (dist/environment.h) says this process's
+// rank, the world size, its GPU (LOCAL_RANK) and where rank 0 listens. NCCL's
+// unique id needs no side channel: with NCCL_COMM_ID=host:port set before
+// ncclGetUniqueId, every rank computes the same id, and rank 0 hosts NCCL's own
+// bootstrap at that address during ncclCommInitRankConfig.
+//
+// Sub-groups come from ncclCommSplit on the parent (color: member or not, key: the
+// parent rank), collective over the parent like new_group must be.
+//
+// Never a hang: communicators are created non-blocking (ncclConfig_t.blocking = 0),
+// and every wait (init, split, each collective) polls ncclCommGetAsyncError (and
+// cudaStreamQuery for a collective) until it finishes, fails, or runs past the
+// timeout. On failure or timeout the communicator is aborted (ncclCommAbort stops
+// its kernels) and an error names the group and the operation. An aborted group
+// refuses further calls.
+//
+// Collectives run on the device's stream (core/cuda_runtime.h) and return once the
+// result is in the tensor: each call waits for its own completion, so a dead peer
+// surfaces at the call that needed it.
+//
+// Deterministic mode (the default) pins NCCL's choices that change the order in
+// which sums are taken: see nccl_process_group.cpp.
+#pragma once
+
+#include <nccl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "dist/environment.h"
+#include "dist/process_group.h"
+
+namespace seqpar::dist {
+
+struct NcclOptions {
+  // How long init, a split or a collective may take before the group is aborted.
+  std::chrono::milliseconds timeout{60000};
+  // Sets NCCL_ALGO=Ring, NCCL_PROTO=Simple and NCCL_NVLS_ENABLE=0 unless the user
+  // already exported them.
+  bool deterministic = true;
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over the whole world: every rank of `environment` calls it. Uses
+  // cuda:LOCAL_RANK. Throws when the GPU is missing or init fails or times out.
+  static std::shared_ptr<NcclProcessGroup> create_world(const LaunchEnvironment& environment,
+                                                        NcclOptions options = {});
+  ~NcclProcessGroup() override;
+  NcclProcessGroup(const NcclProcessGroup&) = delete;
+  NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(global_ranks_.size()); }
+  const std::vector<int>& global_ranks() const override { return global_ranks_; }
+  std::string name() const override { return name_; }
+
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  void all_gather(Tensor& output, const Tensor& input) override;
+  void broadcast(Tensor& tensor, int root = 0) override;
+  void barrier() override;
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
+                                          const std::string& name) override;
+
+  Device device() const { return Device::cuda(device_); }
+  // The raw communicator, for comparing against direct NCCL calls (benchmarks).
+  ncclComm_t communicator() const { return communicator_; }
+
+ private:
+  NcclProcessGroup(ncclComm_t communicator, int rank, std::vector<int> global_ranks,
+                   std::string name, int device, NcclOptions options);
+
+  int world_rank() const { return global_ranks_[static_cast<size_t>(rank_)]; }
+  void check_usable(const char* operation) const;
+  void check_tensor(const char* operation, const Tensor& tensor) const;
+  template <typename Launch>
+  void run_collective(const char* operation, Launch launch);
+  void wait_for_stream(const char* operation, std::chrono::steady_clock::time_point deadline);
+  [[noreturn]] void abort(const char* operation, const std::string& reason);
+
+  ncclComm_t communicator_;
+  int rank_;
+  std::vector<int> global_ranks_;
+  std::string name_;
+  int device_;
+  NcclOptions options_;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  Tensor barrier_buffer_;  // one float on the device, reduced by barrier()
+};
+
+}  // namespace seqpar::dist

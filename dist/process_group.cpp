@@ -1,0 +1,45 @@
+#include "dist/process_group.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace seqpar::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "unknown";
+}
+
+std::string rank_list_label(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "";
+  bool consecutive = true;
+  for (size_t i = 1; i < ranks.size(); ++i) consecutive &= ranks[i] == ranks[i - 1] + 1;
+  if (consecutive && ranks.size() > 1) {
+    return std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  }
+  std::string label;
+  for (size_t i = 0; i < ranks.size(); ++i) label += (i ? "," : "") + std::to_string(ranks[i]);
+  return label;
+}
+
+std::vector<int> checked_member_ranks(const std::vector<int>& ranks, int group_size,
+                                      const std::string& group_name) {
+  SEQPAR_CHECK(!ranks.empty(), "new_group on group ", group_name, ": the list of ranks is empty");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    SEQPAR_CHECK(sorted[i] >= 0 && sorted[i] < group_size, "new_group on group ", group_name,
+                 ": rank ", sorted[i], " is out of range for a group of ", group_size,
+                 " ranks (ranks ", ranks, ")");
+    SEQPAR_CHECK(i == 0 || sorted[i] != sorted[i - 1], "new_group on group ", group_name,
+                 ": rank ", sorted[i], " is listed twice (ranks ", ranks, ")");
+  }
+  return sorted;
+}
+
+}  // namespace seqpar::dist

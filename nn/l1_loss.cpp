@@ -1,0 +1,156 @@
+#include "nn/l1_loss.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "core/elementwise.h"
+#include "core/error.h"
+#include "nn/eigen_rows.h"
+
+namespace seqpar::nn {
+
+using autograd::Variable;
+
+Reduction Reduction::sum_divided_by(int64_t count) {
+  SEQPAR_CHECK(count > 0, "Reduction::sum_divided_by: the count must be positive, got ", count);
+  return {Kind::SumDividedBy, count};
+}
+
+double Reduction::scale(int64_t numel) const {
+  switch (kind) {
+    case Kind::Mean:  // the mean of nothing is NaN, as torch.mean of an empty tensor
+      return numel > 0 ? 1.0 / static_cast<double>(numel)
+                       : std::numeric_limits<double>::quiet_NaN();
+    case Kind::Sum:
+      return 1.0;
+    case Kind::SumDividedBy:
+      return 1.0 / static_cast<double>(divisor);
+  }
+  SEQPAR_FAIL("Reduction::scale: unknown reduction kind ", static_cast<int>(kind));
+}
+
+namespace {
+
+void check_l1_arguments(const char* op, const Tensor& input, const Tensor& target,
+                        Reduction reduction) {
+  SEQPAR_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
+  SEQPAR_CHECK(input.dim() == 2, op, ": input must be [n, m], got shape ", input.shape());
+  SEQPAR_CHECK(input.shape() == target.shape(), op, ": input has shape ", input.shape(),
+               " but target has shape ", target.shape());
+  SEQPAR_CHECK(input.device() == target.device(), op, ": input is on ", input.device(),
+               " but target is on ", target.device());
+  SEQPAR_CHECK(reduction.kind != Reduction::Kind::SumDividedBy || reduction.divisor > 0, op,
+               ": sum_divided_by needs a positive count, got ", reduction.divisor);
+}
+
+void require_cpu(const char* op, Device device) {
+  SEQPAR_CHECK(device.is_cpu(), op, ": tensors are on ", device,
+               " but this seqpar was built without CUDA");
+}
+
+// Σ |input - target| over rows, then columns, in double: a fixed order, and the
+// reference the CUDA reduction is compared against.
+Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, double scale) {
+  const auto a = detail::const_rows(input), b = detail::const_rows(target);
+  double sum = 0.0;
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    for (Eigen::Index j = 0; j < a.cols(); ++j) sum += std::fabs(a(i, j) - b(i, j));
+  }
+  Tensor loss = Tensor::empty({});
+  loss.data()[0] = static_cast<float>(sum * scale);
+  return loss;
+}
+
+// sign(d) with sign(0) = 0 (PyTorch's choice: no gradient where input equals target)
+// and NaN kept as NaN.
+float sign_of(float difference) {
+  if (difference > 0.0f) return 1.0f;
+  if (difference < 0.0f) return -1.0f;
+  return difference;  // 0 or NaN
+}
+
+Tensor l1_loss_backward_cpu(float grad_scale, const Tensor& input, const Tensor& target) {
+  const auto a = detail::const_rows(input), b = detail::const_rows(target);
+  Tensor grad_input = Tensor::empty(input.shape());
+  auto grad = detail::rows(grad_input);
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = grad_scale * sign_of(a(i, j) - b(i, j));
+  }
+  return grad_input;
+}
+
+}  // namespace
+
+Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_l1_arguments("l1_loss", input, target, reduction);
+  const Tensor input_rows = detail::with_unit_column_stride(input);
+  const Tensor target_rows = detail::with_unit_column_stride(target);
+  const double scale = reduction.scale(input.numel());
+#ifdef SEQPAR_WITH_CUDA
+  if (input.device().is_cuda()) {
+    Tensor loss = Tensor::empty({}, input.device());
+    detail::l1_loss_forward_cuda(input_rows, target_rows, static_cast<float>(scale), loss);
+    return loss;
+  }
+#endif
+  require_cpu("l1_loss", input.device());
+  return l1_loss_forward_cpu(input_rows, target_rows, scale);
+}
+
+Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
+                        Reduction reduction) {
+  check_l1_arguments("l1_loss_backward", input, target, reduction);
+  SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1,
+               "l1_loss_backward: grad_loss must hold one element, got shape ", grad_loss.shape());
+  SEQPAR_CHECK(grad_loss.device() == input.device(), "l1_loss_backward: grad_loss is on ",
+               grad_loss.device(), " but input is on ", input.device());
+  const Tensor input_rows = detail::with_unit_column_stride(input);
+  const Tensor target_rows = detail::with_unit_column_stride(target);
+  const double scale = reduction.scale(input.numel());
+#ifdef SEQPAR_WITH_CUDA
+  if (input.device().is_cuda()) {
+    Tensor grad_input = Tensor::empty(input.shape(), input.device());
+    detail::l1_loss_backward_cuda(grad_loss, input_rows, target_rows, static_cast<float>(scale),
+                                  grad_input);
+    return grad_input;
+  }
+#endif
+  require_cpu("l1_loss_backward", input.device());
+  const float grad_scale = static_cast<float>(scale * grad_loss.item());
+  return l1_loss_backward_cpu(grad_scale, input_rows, target_rows);
+}
+
+// ---------------------------------------------------------------- autograd
+
+namespace {
+
+// d loss / d input = scale · g · sign(input - target); d loss / d target is its negative.
+struct L1LossBackward : autograd::Node {
+  L1LossBackward(Tensor input, Tensor target, Reduction reduction)
+      : input(std::move(input)), target(std::move(target)), reduction(reduction) {}
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    const bool want_input = next_edges()[0].valid(), want_target = next_edges()[1].valid();
+    const Tensor grad_input = l1_loss_backward(grad_output, input, target, reduction);
+    return {want_input ? grad_input : Tensor(),
+            want_target ? seqpar::mul(grad_input, -1.0f) : Tensor()};
+  }
+  std::string name() const override { return "L1LossBackward"; }
+  Tensor input, target;
+  Reduction reduction;
+};
+
+}  // namespace
+
+Variable l1_loss(const Variable& input, const Variable& target, Reduction reduction) {
+  SEQPAR_CHECK(input.defined() && target.defined(), "l1_loss: input and target must be defined");
+  Tensor loss = l1_loss_forward(input.data(), target.data(), reduction);
+  if (!autograd::any_requires_grad({&input, &target})) return Variable(std::move(loss));
+  auto node = std::make_shared<L1LossBackward>(input.data(), target.data(), reduction);
+  node->add_input(input);
+  node->add_input(target);
+  return Variable::from_op(std::move(loss), std::move(node));
+}
+
+}  // namespace seqpar::nn

@@ -1,0 +1,177 @@
+#include "nn/linear.h"
+
+#include <cmath>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "nn/eigen_rows.h"
+
+namespace seqpar::nn {
+
+using autograd::Variable;
+
+namespace {
+
+// x [n, in] and W [out, in] on one device.
+void check_x_and_weight(const char* op, const Tensor& x, const Tensor& weight) {
+  SEQPAR_CHECK(x.defined() && weight.defined(), op, ": x and weight must be defined");
+  SEQPAR_CHECK(x.dim() == 2, op, ": x must be [n, in_features], got shape ", x.shape());
+  SEQPAR_CHECK(weight.dim() == 2, op, ": weight must be [out_features, in_features], got shape ",
+               weight.shape());
+  SEQPAR_CHECK(x.size(1) == weight.size(1), op, ": x of shape ", x.shape(), " has ", x.size(1),
+               " features but weight of shape ", weight.shape(), " expects ", weight.size(1));
+  SEQPAR_CHECK(x.device() == weight.device(), op, ": x is on ", x.device(), " but weight is on ",
+               weight.device());
+}
+
+void check_bias(const Tensor& bias, const Tensor& weight) {
+  SEQPAR_CHECK(bias.defined(), "linear: bias must be defined");
+  SEQPAR_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias must be [",
+               weight.size(0), "] to match weight of shape ", weight.shape(), ", got shape ",
+               bias.shape());
+  SEQPAR_CHECK(bias.device() == weight.device(), "linear: bias is on ", bias.device(),
+               " but weight is on ", weight.device());
+}
+
+void check_grad_y(const Tensor& grad_y, const Tensor& x, const Tensor& weight) {
+  SEQPAR_CHECK(grad_y.defined(), "linear_backward: grad_y is undefined");
+  const Shape expected{x.size(0), weight.size(0)};
+  SEQPAR_CHECK(grad_y.shape() == expected, "linear_backward: grad_y has shape ", grad_y.shape(),
+               " but the output has shape ", expected);
+  SEQPAR_CHECK(grad_y.device() == x.device(), "linear_backward: grad_y is on ", grad_y.device(),
+               " but x is on ", x.device());
+}
+
+void require_cpu(const char* op, Device device) {
+  SEQPAR_CHECK(device.is_cpu(), op, ": tensors are on ", device,
+               " but this seqpar was built without CUDA");
+}
+
+// y = x Wᵀ + b with Eigen's float GEMM (single-threaded, so its summation order is
+// fixed for a given build and shape).
+Tensor linear_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor y = Tensor::empty({x.size(0), weight.size(0)});
+  auto y_rows = detail::rows(y);
+  y_rows.noalias() = detail::const_rows(x) * detail::const_rows(weight).transpose();
+  y_rows.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), bias.numel());
+  return y;
+}
+
+// db[j] = Σ_i dy[i, j], summed over rows in order, in double: the CPU path is the
+// reference the CUDA kernels are compared against.
+Tensor sum_rows_cpu(const Tensor& grad_y) {
+  const auto dy = detail::const_rows(grad_y);
+  Tensor sums = Tensor::empty({grad_y.size(1)});
+  for (Eigen::Index j = 0; j < dy.cols(); ++j) {
+    double sum = 0.0;
+    for (Eigen::Index i = 0; i < dy.rows(); ++i) sum += dy(i, j);
+    sums.data()[j] = static_cast<float>(sum);
+  }
+  return sums;
+}
+
+LinearGradients linear_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                    bool want_x, bool want_weight, bool want_bias) {
+  LinearGradients gradients;
+  const auto dy = detail::const_rows(grad_y);
+  if (want_x) {  // dx = dy W
+    gradients.x = Tensor::empty(x.shape());
+    detail::rows(gradients.x).noalias() = dy * detail::const_rows(weight);
+  }
+  if (want_weight) {  // dW = dyᵀ x
+    gradients.weight = Tensor::empty(weight.shape());
+    detail::rows(gradients.weight).noalias() = dy.transpose() * detail::const_rows(x);
+  }
+  if (want_bias) gradients.bias = sum_rows_cpu(grad_y);
+  return gradients;
+}
+
+}  // namespace
+
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_x_and_weight("linear", x, weight);
+  check_bias(bias, weight);
+  const Tensor x_rows = detail::with_unit_column_stride(x);
+  const Tensor weight_rows = weight.contiguous(), bias_values = bias.contiguous();
+#ifdef SEQPAR_WITH_CUDA
+  if (x.device().is_cuda()) {
+    Tensor y = Tensor::empty({x.size(0), weight.size(0)}, x.device());
+    detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y);
+    return y;
+  }
+#endif
+  require_cpu("linear", x.device());
+  return linear_forward_cpu(x_rows, weight_rows, bias_values);
+}
+
+LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                bool want_x, bool want_weight, bool want_bias) {
+  check_x_and_weight("linear_backward", x, weight);
+  check_grad_y(grad_y, x, weight);
+  const Tensor dy = grad_y.contiguous(), x_rows = detail::with_unit_column_stride(x);
+  const Tensor weight_rows = weight.contiguous();
+#ifdef SEQPAR_WITH_CUDA
+  if (x.device().is_cuda()) {
+    const Device device = x.device();
+    LinearGradients gradients;
+    if (want_x) gradients.x = Tensor::empty(x.shape(), device);
+    if (want_weight) gradients.weight = Tensor::empty(weight.shape(), device);
+    if (want_bias) gradients.bias = Tensor::empty({weight.size(0)}, device);
+    detail::linear_backward_cuda(dy, x_rows, weight_rows, gradients.x, gradients.weight,
+                                 gradients.bias);
+    return gradients;
+  }
+#endif
+  require_cpu("linear_backward", x.device());
+  return linear_backward_cpu(dy, x_rows, weight_rows, want_x, want_weight, want_bias);
+}
+
+// ---------------------------------------------------------------- autograd
+
+namespace {
+
+// Keeps x and W (views sharing their storage, not copies) for the gradient formulas.
+struct LinearBackward : autograd::Node {
+  LinearBackward(Tensor x, Tensor weight) : x(std::move(x)), weight(std::move(weight)) {}
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    const std::vector<autograd::Edge>& edges = next_edges();
+    LinearGradients gradients = linear_backward(grad_output, x, weight, edges[0].valid(),
+                                                edges[1].valid(), edges[2].valid());
+    return {gradients.x, gradients.weight, gradients.bias};
+  }
+  std::string name() const override { return "LinearBackward"; }
+  Tensor x, weight;
+};
+
+}  // namespace
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  SEQPAR_CHECK(x.defined() && weight.defined() && bias.defined(),
+               "linear: x, weight and bias must all be defined");
+  Tensor y = linear_forward(x.data(), weight.data(), bias.data());
+  if (!autograd::any_requires_grad({&x, &weight, &bias})) return Variable(std::move(y));
+  auto node = std::make_shared<LinearBackward>(x.data(), weight.data());
+  node->add_input(x);
+  node->add_input(weight);
+  node->add_input(bias);
+  return Variable::from_op(std::move(y), std::move(node));
+}
+
+// ---------------------------------------------------------------- module
+
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& generator, Device device)
+    : in_features_(in_features), out_features_(out_features) {
+  SEQPAR_CHECK(in_features > 0, "Linear: in_features must be positive, got ", in_features);
+  SEQPAR_CHECK(out_features > 0, "Linear: out_features must be positive, got ", out_features);
+  // PyTorch's nn.Linear default: kaiming_uniform(a=√5) for the weight and the same
+  // bound for the bias both come to ±1/√in_features.
+  const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_features)));
+  weight_ = register_parameter(
+      "weight", generator.uniform({out_features, in_features}, -bound, bound, device));
+  bias_ = register_parameter("bias", generator.uniform({out_features}, -bound, bound, device));
+}
+
+Variable Linear::forward(const Variable& x) const { return linear(x, weight_, bias_); }
+
+}  // namespace seqpar::nn

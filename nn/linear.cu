@@ -1,0 +1,294 @@
+// CUDA path of nn/linear.h: y = x Wᵀ + b, dx = dy W, dW = dyᵀ x, db = Σ_rows dy.
+//
+// Design note. All three products are one fp32 GEMM, C[M, N] = Σ_k A(m, k) · Bᵀ(n, k),
+// whose operands are described by two strides each (Operand below), so a transposed
+// or row-strided view costs nothing but a different stride:
+//
+//   forward  C = y  [n, out]   A = x  (m=row, k=in)     Bᵀ = W (n=out, k=in)
+//   dx       C = dx [n, in]    A = dy (m=row, k=out)    Bᵀ = W (n=in, k=out), read down columns
+//   dW       C = dW [out, in]  A = dy (m=out, k=row)    Bᵀ = x (n=in, k=row), both read down columns
+//
+// The kernel is the classic tiled GEMM with register blocking: a block of 256 threads
+// owns a 64 x 64 tile of C, stages 64 x 16 slices of A and Bᵀ in shared memory, and each
+// thread accumulates a 4 x 4 sub-tile in registers (rows ty + 16 i, columns tx + 16 j,
+// so that a warp's shared-memory reads are broadcasts or consecutive words, and its
+// global stores are 16 consecutive floats). The load mapping is a template argument:
+// consecutive threads walk whichever index of the operand is contiguous in memory.
+//
+// Skinny shapes. The seed's dW reduces over K = n = 3000..12000 into a tiny 16 x 640
+// output: only 10 tiles, far too few blocks for 132 SMs. So K is split: grid.z blocks
+// each reduce a K range into their own partial tile of a scratch buffer, and a second
+// kernel sums the partials in split order. No atomics: every sum has a fixed order,
+// and the split count depends only on the shape (not on the GPU), so results are
+// bitwise-reproducible. db uses the same two stages: per-chunk column sums, then the
+// same fixed-order partial sum, in double as the CPU path sums it. Fast paths for the
+// seed shapes are issue 7's.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/block_reduce.cuh"
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "nn/linear.h"
+
+namespace seqpar::nn::detail {
+
+namespace {
+
+constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
+constexpr int kThreadsN = 16, kThreadsM = 16;  // a 16 x 16 grid of threads per tile
+constexpr int kThreads = kThreadsM * kThreadsN;
+constexpr int kPerThreadM = kTileM / kThreadsM, kPerThreadN = kTileN / kThreadsN;
+constexpr int kPad = 1;  // spreads the column-walking tile stores over the banks
+
+// Split K until about this many blocks are in flight (two per SM on an H200), but
+// never into ranges shorter than kMinSplitK. Constants, so the split (and therefore
+// the rounding) is the same on every GPU.
+constexpr int64_t kTargetBlocks = 256;
+constexpr int64_t kMinSplitK = 256;
+
+// Element (row, k) of a matrix operand is data[row * row_stride + k * k_stride].
+struct Operand {
+  const float* data;
+  int64_t row_stride, k_stride;
+};
+
+struct Gemm {
+  int64_t m, n, k;
+  Operand a;        // M x K
+  Operand b;        // Bᵀ: N x K
+  int64_t k_per_split;
+  // gridDim.z == 1: c[row * c_row_stride + col] = sum (+ bias[col]).
+  // gridDim.z > 1: partials[split][row][col] = sum over the split's K range.
+  float* c;
+  int64_t c_row_stride;
+  const float* bias;  // may be null
+  float* partials;
+};
+
+// Stages rows [row0, row0 + kRows) x k [k0, k0 + kTileK) of `op` into tile[k][row],
+// zero outside the matrix or the split's K range. kAlongK: the operand is contiguous
+// in k, so consecutive threads take consecutive k (else consecutive rows).
+template <bool kAlongK, int kRows>
+__device__ void load_tile(float (*tile)[kRows + kPad], const Operand& op, int64_t row0,
+                          int64_t rows, int64_t k0, int64_t k_end) {
+  static_assert(kRows * kTileK % kThreads == 0, "the tile must split evenly over the threads");
+#pragma unroll
+  for (int step = 0; step < kRows * kTileK / kThreads; ++step) {
+    const int i = threadIdx.x + step * kThreads;
+    const int r = kAlongK ? i / kTileK : i % kRows;
+    const int kk = kAlongK ? i % kTileK : i / kRows;
+    const int64_t row = row0 + r, k = k0 + kk;
+    tile[kk][r] = (row < rows && k < k_end) ? op.data[row * op.row_stride + k * op.k_stride] : 0.0f;
+  }
+}
+
+template <bool kAAlongK, bool kBAlongK>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(Gemm g) {
+  __shared__ float a_tile[kTileK][kTileM + kPad];
+  __shared__ float b_tile[kTileK][kTileN + kPad];
+  const int tx = threadIdx.x % kThreadsN, ty = threadIdx.x / kThreadsN;
+  const int64_t m0 = int64_t{blockIdx.x} * kTileM, n0 = int64_t{blockIdx.y} * kTileN;
+  const int64_t k_begin = int64_t{blockIdx.z} * g.k_per_split;
+  const int64_t k_end = std::min(g.k, k_begin + g.k_per_split);
+
+  float sum[kPerThreadM][kPerThreadN] = {};
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTileK) {
+    load_tile<kAAlongK, kTileM>(a_tile, g.a, m0, g.m, k0, k_end);
+    load_tile<kBAlongK, kTileN>(b_tile, g.b, n0, g.n, k0, k_end);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float a[kPerThreadM], b[kPerThreadN];
+#pragma unroll
+      for (int i = 0; i < kPerThreadM; ++i) a[i] = a_tile[kk][ty + i * kThreadsM];
+#pragma unroll
+      for (int j = 0; j < kPerThreadN; ++j) b[j] = b_tile[kk][tx + j * kThreadsN];
+#pragma unroll
+      for (int i = 0; i < kPerThreadM; ++i) {
+#pragma unroll
+        for (int j = 0; j < kPerThreadN; ++j) sum[i][j] = fmaf(a[i], b[j], sum[i][j]);
+      }
+    }
+    __syncthreads();  // the next iteration overwrites the tiles
+  }
+
+  float* partial = g.partials + int64_t{blockIdx.z} * g.m * g.n;
+#pragma unroll
+  for (int i = 0; i < kPerThreadM; ++i) {
+    const int64_t row = m0 + ty + i * kThreadsM;
+#pragma unroll
+    for (int j = 0; j < kPerThreadN; ++j) {
+      const int64_t col = n0 + tx + j * kThreadsN;
+      if (row >= g.m || col >= g.n) continue;
+      if (gridDim.z == 1) {
+        g.c[row * g.c_row_stride + col] = g.bias ? sum[i][j] + g.bias[col] : sum[i][j];
+      } else {
+        partial[row * g.n + col] = sum[i][j];
+      }
+    }
+  }
+}
+
+// c[row, col] = Σ_s partials[s][row][col] (+ bias[col]), s in increasing order, summed
+// in the partials' type (float for GEMM splits, double for column sums).
+template <typename Partial>
+__global__ void sum_partials_kernel(const Partial* partials, int64_t splits, int64_t m, int64_t n,
+                                    const float* bias, float* c, int64_t c_row_stride) {
+  const int64_t count = m * n;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    Partial sum = partials[i];
+    for (int64_t s = 1; s < splits; ++s) sum += partials[s * count + i];
+    const int64_t row = i / n, col = i % n;
+    const float total = static_cast<float>(sum);
+    c[row * c_row_stride + col] = bias ? total + bias[col] : total;
+  }
+}
+
+// Column sums, first stage: block (x, y) sums columns [32 x, 32 x + 32) over its chunk
+// of rows into partials[y][col]. Eight row lanes per column, combined in lane order.
+constexpr int kColumnsPerBlock = 32, kRowLanes = 8;
+__global__ void column_partial_sums_kernel(const float* x, int64_t rows, int64_t cols,
+                                           int64_t row_stride, int64_t rows_per_chunk,
+                                           double* partials) {
+  __shared__ double lane_sums[kRowLanes][kColumnsPerBlock];
+  const int64_t col = int64_t{blockIdx.x} * kColumnsPerBlock + threadIdx.x;
+  const int64_t row_begin = int64_t{blockIdx.y} * rows_per_chunk;
+  const int64_t row_end = std::min(rows, row_begin + rows_per_chunk);
+  double sum = 0.0;
+  if (col < cols) {
+    for (int64_t row = row_begin + threadIdx.y; row < row_end; row += kRowLanes) {
+      sum += x[row * row_stride + col];
+    }
+  }
+  lane_sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    double total = lane_sums[0][threadIdx.x];
+    for (int lane = 1; lane < kRowLanes; ++lane) total += lane_sums[lane][threadIdx.x];
+    partials[int64_t{blockIdx.y} * cols + col] = total;
+  }
+}
+
+template <typename Partial>
+void launch_sum_partials(const Partial* partials, int64_t splits, int64_t m, int64_t n,
+                         const float* bias, float* c, int64_t c_row_stride, cudaStream_t stream) {
+  constexpr int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(m * n, threads), 65536));
+  sum_partials_kernel<<<blocks, threads, 0, stream>>>(partials, splits, m, n, bias, c,
+                                                      c_row_stride);
+  CUDA_LAUNCH_CHECK();
+}
+
+// Runs C = A Bᵀ (+ bias) with split-K when the tiles alone would leave the GPU idle.
+template <bool kAAlongK, bool kBAlongK>
+void gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, const float* bias, float* c,
+          int64_t c_row_stride, int device) {
+  if (m == 0 || n == 0) return;
+  const int64_t tiles_m = cuda::ceil_div(m, kTileM), tiles_n = cuda::ceil_div(n, kTileN);
+  int64_t splits = 1;
+  if (tiles_m * tiles_n < kTargetBlocks && k > kMinSplitK) {
+    splits = std::min(cuda::ceil_div(kTargetBlocks, tiles_m * tiles_n),
+                      cuda::ceil_div(k, kMinSplitK));
+  }
+  // Whole K tiles per split; rounding up can leave fewer splits than asked for.
+  const int64_t k_per_split =
+      std::max<int64_t>(kTileK, cuda::ceil_div(cuda::ceil_div(k, splits), kTileK) * kTileK);
+  splits = std::max<int64_t>(1, cuda::ceil_div(k, k_per_split));
+  SEQPAR_CHECK(tiles_n <= 65535, "linear: ", n, " output columns exceed the kernel's grid");
+
+  cudaStream_t stream = cuda::current_stream(device);
+  Tensor partials;  // stream-ordered scratch: freed after the kernels queued below
+  if (splits > 1) partials = Tensor::empty({splits, m, n}, Device::cuda(device));
+  const Gemm problem{m, n, k, a, b, k_per_split, c, c_row_stride, bias,
+                     splits > 1 ? partials.data() : nullptr};
+  const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
+                  static_cast<unsigned>(splits));
+  gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(problem);
+  CUDA_LAUNCH_CHECK();
+  if (splits > 1) {
+    launch_sum_partials(partials.data(), splits, m, n, bias, c, c_row_stride, stream);
+  }
+}
+
+// out[col] = Σ_row x[row, col], in two fixed-order stages.
+void column_sums(const float* x, int64_t rows, int64_t cols, int64_t row_stride, float* out,
+                 int device) {
+  if (cols == 0) return;
+  constexpr int64_t kMinRowsPerChunk = 128, kMaxChunks = 64;
+  const int64_t chunks =
+      std::clamp<int64_t>(cuda::ceil_div(rows, kMinRowsPerChunk), 1, kMaxChunks);
+  const int64_t rows_per_chunk = std::max<int64_t>(1, cuda::ceil_div(rows, chunks));
+  const int64_t used_chunks = std::max<int64_t>(1, cuda::ceil_div(rows, rows_per_chunk));
+  cudaStream_t stream = cuda::current_stream(device);
+  const Tensor partials = cuda::double_scratch(used_chunks * cols, Device::cuda(device));
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(cols, kColumnsPerBlock)),
+                  static_cast<unsigned>(used_chunks));
+  column_partial_sums_kernel<<<grid, dim3(kColumnsPerBlock, kRowLanes), 0, stream>>>(
+      x, rows, cols, row_stride, rows_per_chunk, cuda::doubles(partials));
+  CUDA_LAUNCH_CHECK();
+  launch_sum_partials(cuda::doubles(partials), used_chunks, 1, cols, nullptr, out, cols, stream);
+}
+
+void check_on_device(const Tensor& tensor, const char* name, int device) {
+  SEQPAR_CHECK(tensor.defined() && tensor.device() == Device::cuda(device), "linear (CUDA): ",
+               name, " must be defined on cuda:", device);
+}
+
+}  // namespace
+
+void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& y) {
+  SEQPAR_CHECK(x.defined() && x.device().is_cuda(), "linear_forward_cuda: x must be on a GPU");
+  const int device = x.device().index;
+  check_on_device(weight, "weight", device);
+  check_on_device(y, "y", device);
+  SEQPAR_CHECK(x.dim() == 2 && weight.dim() == 2 && y.dim() == 2 && y.stride(1) == 1,
+               "linear_forward_cuda: x ", x.shape(), ", weight ", weight.shape(), ", y ",
+               y.shape(), " (y needs unit column stride)");
+  if (bias.defined()) check_on_device(bias, "bias", device);
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  cuda::set_device(device);
+  gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(
+      rows, out, in, Operand{x.data(), x.stride(0), x.stride(1)},
+      Operand{weight.data(), weight.stride(0), weight.stride(1)},
+      bias.defined() ? bias.data() : nullptr, y.data(), y.stride(0), device);
+}
+
+void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                          const Tensor& grad_x, const Tensor& grad_weight,
+                          const Tensor& grad_bias) {
+  SEQPAR_CHECK(grad_y.defined() && grad_y.device().is_cuda(),
+               "linear_backward_cuda: grad_y must be on a GPU");
+  const int device = grad_y.device().index;
+  check_on_device(x, "x", device);
+  check_on_device(weight, "weight", device);
+  SEQPAR_CHECK(grad_y.dim() == 2 && x.dim() == 2 && weight.dim() == 2,
+               "linear_backward_cuda: grad_y ", grad_y.shape(), ", x ", x.shape(), ", weight ",
+               weight.shape());
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  cuda::set_device(device);
+  if (grad_x.defined()) {  // dx[row, i] = Σ_o dy[row, o] W[o, i]
+    check_on_device(grad_x, "grad_x", device);
+    SEQPAR_CHECK(grad_x.stride(1) == 1, "linear_backward_cuda: grad_x needs unit column stride");
+    gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(
+        rows, in, out, Operand{grad_y.data(), grad_y.stride(0), grad_y.stride(1)},
+        Operand{weight.data(), weight.stride(1), weight.stride(0)}, nullptr, grad_x.data(),
+        grad_x.stride(0), device);
+  }
+  if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
+    check_on_device(grad_weight, "grad_weight", device);
+    SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
+    gemm</*kAAlongK=*/false, /*kBAlongK=*/false>(
+        out, in, rows, Operand{grad_y.data(), grad_y.stride(1), grad_y.stride(0)},
+        Operand{x.data(), x.stride(1), x.stride(0)}, nullptr, grad_weight.data(), in, device);
+  }
+  if (grad_bias.defined()) {  // db[o] = Σ_row dy[row, o]
+    check_on_device(grad_bias, "grad_bias", device);
+    SEQPAR_CHECK(grad_y.stride(1) == 1, "linear_backward_cuda: grad_y needs unit column stride");
+    column_sums(grad_y.data(), rows, out, grad_y.stride(0), grad_bias.data(), device);
+  }
+}
+
+}  // namespace seqpar::nn::detail

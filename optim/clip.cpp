@@ -1,0 +1,131 @@
+#include "optim/clip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/elementwise.h"
+#include "core/error.h"
+
+namespace seqpar::optim {
+
+using autograd::Variable;
+
+namespace {
+
+// The defined gradients, in parameter order, all on one device.
+std::vector<Tensor> defined_gradients(const char* op, const std::vector<Variable>& parameters) {
+  std::vector<Tensor> gradients;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    SEQPAR_CHECK(parameters[i].defined(), op, ": parameter ", i, " is undefined");
+    const Tensor& gradient = parameters[i].grad();
+    if (!gradient.defined()) continue;
+    SEQPAR_CHECK(gradients.empty() || gradient.device() == gradients[0].device(), op,
+                 ": the gradient of parameter ", i, " is on ", gradient.device(),
+                 " but an earlier one is on ", gradients[0].device());
+    gradients.push_back(gradient);
+  }
+  return gradients;
+}
+
+void require_cpu(const char* op, Device device) {
+  SEQPAR_CHECK(device.is_cpu(), op, ": gradients are on ", device,
+               " but this seqpar was built without CUDA");
+}
+
+// Σ g² over the elements in storage order, in double: a fixed order, and accurate
+// enough to be the reference that the CUDA two-stage reduction is compared with.
+double sum_of_squares_cpu(const Tensor& gradient) {
+  const Tensor values = gradient.contiguous();
+  const float* data = values.data();
+  double sum = 0.0;
+  for (int64_t i = 0; i < values.numel(); ++i) sum += static_cast<double>(data[i]) * data[i];
+  return sum;
+}
+
+// PyTorch: each norm_i is a float32 tensor, then total = ||stack(norms)||_2.
+float total_norm_cpu(const std::vector<Tensor>& gradients) {
+  double sum_of_squared_norms = 0.0;
+  for (const Tensor& gradient : gradients) {
+    const float norm = static_cast<float>(std::sqrt(sum_of_squares_cpu(gradient)));
+    sum_of_squared_norms += static_cast<double>(norm) * norm;
+  }
+  return static_cast<float>(std::sqrt(sum_of_squared_norms));
+}
+
+// torch: clip_coef = max_norm / (total_norm + 1e-6), in float32, where a Python number
+// divided by a tensor is computed as reciprocal(tensor) * number; then clamp(max=1).
+// NaN stays NaN, as torch.clamp keeps it.
+float clip_coefficient(double max_norm, float total_norm) {
+  const float coefficient = (1.0f / (total_norm + 1e-6f)) * static_cast<float>(max_norm);
+  return std::min(coefficient, 1.0f);
+}
+
+}  // namespace
+
+Tensor grad_norm(const std::vector<Variable>& parameters) {
+  const std::vector<Tensor> gradients = defined_gradients("grad_norm", parameters);
+  if (gradients.empty()) {  // as torch: the norm of no gradients is 0
+    return Tensor::zeros({}, parameters.empty() ? Device::cpu() : parameters[0].device());
+  }
+  const Device device = gradients[0].device();
+#ifdef SEQPAR_WITH_CUDA
+  if (device.is_cuda()) {
+    std::vector<Tensor> contiguous;  // keeps any copies alive during the launch
+    std::vector<const float*> pointers;
+    std::vector<int64_t> sizes;
+    for (const Tensor& gradient : gradients) {
+      contiguous.push_back(gradient.contiguous());
+      pointers.push_back(contiguous.back().data());
+      sizes.push_back(gradient.numel());
+    }
+    Tensor total_norm = Tensor::empty({}, device);
+    detail::grad_norm_cuda(pointers, sizes, total_norm, device.index);
+    return total_norm;
+  }
+#endif
+  require_cpu("grad_norm", device);
+  Tensor total_norm = Tensor::empty({});
+  total_norm.data()[0] = total_norm_cpu(gradients);
+  return total_norm;
+}
+
+void clip_grads_with_norm(const std::vector<Variable>& parameters, double max_norm,
+                          const Tensor& total_norm) {
+  SEQPAR_CHECK(max_norm >= 0.0, "clip_grad_norm: max_norm must be >= 0, got ", max_norm);
+  SEQPAR_CHECK(total_norm.defined() && total_norm.numel() == 1,
+               "clip_grad_norm: total_norm must hold one element, got shape ", total_norm.shape());
+  std::vector<Tensor> gradients = defined_gradients("clip_grad_norm", parameters);
+  if (gradients.empty()) return;
+  const Device device = gradients[0].device();
+  SEQPAR_CHECK(total_norm.device() == device, "clip_grad_norm: total_norm is on ",
+               total_norm.device(), " but the gradients are on ", device);
+  for (const Tensor& gradient : gradients) {
+    SEQPAR_CHECK(gradient.is_contiguous(), "clip_grad_norm: a gradient of shape ",
+                 gradient.shape(), " is not contiguous (it is scaled in place)");
+  }
+#ifdef SEQPAR_WITH_CUDA
+  if (device.is_cuda()) {
+    std::vector<float*> pointers;
+    std::vector<int64_t> sizes;
+    for (const Tensor& gradient : gradients) {
+      pointers.push_back(gradient.data());
+      sizes.push_back(gradient.numel());
+    }
+    detail::clip_grads_cuda(pointers, sizes, static_cast<float>(max_norm), total_norm,
+                            device.index);
+    return;
+  }
+#endif
+  require_cpu("clip_grad_norm", device);
+  // Applied even when it is 1, as torch multiplies by the clamped coefficient.
+  const float coefficient = clip_coefficient(max_norm, total_norm.item());
+  for (Tensor& gradient : gradients) mul_(gradient, coefficient);
+}
+
+Tensor clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) {
+  Tensor total_norm = grad_norm(parameters);
+  clip_grads_with_norm(parameters, max_norm, total_norm);
+  return total_norm;
+}
+
+}  // namespace seqpar::optim

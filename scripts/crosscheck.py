@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Recomputes a seqpar-repro run with PyTorch and compares.
+
+    seqpar-repro --dump DIR [...]  &&  scripts/crosscheck.py DIR
+
+Reads DIR/inputs.safetensors (x and the initial weight and bias) and the run's
+configuration (stored as TOML in every file's metadata), then replays, with
+torch.nn.Linear, torch.optim.AdamW and torch.nn.utils.clip_grad_norm_:
+  - the one-rank reference (all rows, mean L1 loss), against DIR/reference.safetensors;
+  - every policy that was dumped, rank by rank, with the gradient combination the
+    policy prescribes, against DIR/<policy>/rank<R>.safetensors.
+Parameters must agree to float32 rounding; exit status 1 when any does not.
+
+The safetensors files are read here with a few lines of NumPy (the format is an
+8-byte header length, a JSON header, then raw little-endian data), independently
+of seqpar's writer.
+"""
+import json
+import os
+import sys
+import tomllib
+
+import numpy as np
+import torch
+
+# Parameters agree when |seqpar - torch| <= ATOL + RTOL * |torch|: a few float32 ulps
+# of weights of size ~0.04, allowing for sums taken in another order.
+ATOL, RTOL = 2e-8, 1e-5
+# Except where Adam itself amplifies rounding: its step is lr * g / (|g| + eps), so a
+# gradient element within a few hundred eps of zero (a sum of signs that cancels up to
+# rounding noise) moves its parameter by an amount that depends on that noise. There
+# the parameters must agree to lr per step, and are counted as "sensitive".
+SENSITIVE_GRADIENT_EPS = 300
+GRAD_RTOL = 1e-4  # gradients: relative to the largest gradient element
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+        data = f.read()
+    metadata = header.pop("__metadata__", {})
+    tensors = {}
+    for name, entry in header.items():
+        assert entry["dtype"] == "F32", f"{path}: {name} is {entry['dtype']}, expected F32"
+        begin, end = entry["data_offsets"]
+        values = np.frombuffer(data[begin:end], dtype="<f4").reshape(entry["shape"])
+        tensors[name] = torch.from_numpy(values.copy())
+    return tensors, metadata
+
+
+def train(rows_per_rank, weight, bias, reduction_divisors, combine, config):
+    """Trains one Linear per rank; `combine` maps the list of per-rank gradient lists
+    to the gradients each rank uses. Returns per-rank (weight, bias, grad_w, grad_b)."""
+    ds, repro = config["ds_config"], config["repro"]
+    params = ds["optimizer"]["params"]
+    models, optimizers = [], []
+    for _ in rows_per_rank:
+        model = torch.nn.Linear(repro["in_features"], repro["out_features"])
+        with torch.no_grad():
+            model.weight.copy_(weight)
+            model.bias.copy_(bias)
+        models.append(model)
+        optimizers.append(torch.optim.AdamW(model.parameters(), lr=params["lr"],
+                                            betas=tuple(params["betas"]), eps=params["eps"],
+                                            weight_decay=params["weight_decay"]))
+    out = repro["out_features"]
+    smallest = [[torch.full_like(weight, float("inf")), torch.full_like(bias, float("inf"))]
+                for _ in rows_per_rank]
+    for _ in range(repro["steps"]):
+        gradients = []
+        for model, x, divisor in zip(models, rows_per_rank, reduction_divisors):
+            model.zero_grad()
+            error = (x[:, :out] - model(x)).abs()
+            loss = error.mean() if divisor is None else error.sum() / divisor
+            loss.backward()
+            gradients.append([model.weight.grad.clone(), model.bias.grad.clone()])
+        for model, optimizer, used, small in zip(models, optimizers, combine(gradients), smallest):
+            model.weight.grad, model.bias.grad = used[0].clone(), used[1].clone()
+            for i in range(2):
+                small[i] = torch.minimum(small[i], used[i].abs())
+            if ds["gradient_clipping"] > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), ds["gradient_clipping"])
+            optimizer.step()
+    return [(m.weight.detach(), m.bias.detach(), m.weight.grad, m.bias.grad, small)
+            for m, small in zip(models, smallest)]
+
+
+def policy_setup(policy, x, config):
+    """Rows, loss divisors and gradient combination of each world rank for a policy."""
+    ds, repro = config["ds_config"], config["repro"]
+    sp, dp, rows, out = (ds["sequence_parallel_size"], ds["data_parallel_size"], repro["rows"],
+                         repro["out_features"])
+    world = sp * dp
+    shards, divisors = [], []
+    for rank in range(world):
+        batch = x[(rank // sp) * rows:(rank // sp + 1) * rows]
+        split = torch.tensor_split if policy == "exact" else torch.chunk
+        shard = split(batch, sp, dim=0)[rank % sp]
+        shards.append(shard)
+        divisors.append(rows * out if policy == "exact" else None)  # None: the script's .mean()
+
+    def total(gradients, ranks):
+        return [sum(gradients[r][i] for r in ranks) for i in range(2)]
+
+    def combine(gradients):
+        used = []
+        for rank in range(world):
+            dp_group = [rank % sp + j * sp for j in range(dp)]
+            if policy == "deepspeed-0.16":
+                used.append([g * (sp / dp) for g in total(gradients, dp_group)])
+            elif policy == "with-mpu":
+                used.append([g / dp for g in total(gradients, range(world))])
+            else:  # exact: sum over sp, average over dp
+                per_replica = [total(gradients, [r // sp * sp + i for i in range(sp)])
+                               for r in dp_group]
+                used.append([sum(p[i] for p in per_replica) / dp for i in range(2)])
+        return used
+
+    return shards, divisors, combine
+
+
+def compare(label, ours, theirs, config):
+    """Returns the failures (empty list when everything agrees) and the number of
+    Adam-sensitive elements."""
+    params = config["ds_config"]["optimizer"]["params"]
+    lr_budget = params["lr"] * config["repro"]["steps"]
+    failures, sensitive_count = [], 0
+    for name, expected, smallest in zip(["weight", "bias"], theirs[:2], theirs[4]):
+        got = ours[name]
+        difference = (got - expected).abs()
+        sensitive = smallest < SENSITIVE_GRADIENT_EPS * params["eps"]
+        bad = torch.where(sensitive, difference > lr_budget,
+                          difference > ATOL + RTOL * expected.abs())
+        sensitive_count += int((sensitive & (difference > ATOL + RTOL * expected.abs())).sum())
+        if bad.any():
+            failures.append(f"{label}: {name}: {int(bad.sum())} elements differ, max "
+                            f"{float((got - expected).abs().max()):.3g}")
+    for name, expected in zip(["grad.weight", "grad.bias"], theirs[2:]):
+        scale = float(expected.abs().max()) or 1.0
+        error = float((ours[name] - expected).abs().max()) / scale
+        if error > GRAD_RTOL:
+            failures.append(f"{label}: {name}: relative difference {error:.3g}")
+    return failures, sensitive_count
+
+
+def main(directory):
+    inputs, metadata = read_safetensors(os.path.join(directory, "inputs.safetensors"))
+    config = tomllib.loads(metadata["config"])
+    x = inputs["x"]
+    torch.manual_seed(0)  # Linear's own init is overwritten; seed only for tidiness
+    failures = []
+
+    [reference] = train([x], inputs["weight"], inputs["bias"], [None], lambda g: g, config)
+    ours, _ = read_safetensors(os.path.join(directory, "reference.safetensors"))
+    failures, sensitive = compare("reference", ours, reference, config)
+    checked = ["reference"]
+
+    for policy in ["deepspeed-0.16", "with-mpu", "exact"]:
+        folder = os.path.join(directory, policy)
+        if not os.path.isdir(folder):
+            continue
+        shards, divisors, combine = policy_setup(policy, x, config)
+        results = train(shards, inputs["weight"], inputs["bias"], divisors, combine, config)
+        for rank, theirs in enumerate(results):
+            ours, _ = read_safetensors(os.path.join(folder, f"rank{rank}.safetensors"))
+            more, more_sensitive = compare(f"{policy} rank {rank}", ours, theirs, config)
+            failures += more
+            sensitive += more_sensitive
+        checked.append(f"{policy} ({len(results)} ranks)")
+
+    print(f"crosscheck: PyTorch {torch.__version__} recomputed {', '.join(checked)}")
+    if sensitive:
+        print(f"crosscheck: {sensitive} parameter(s) with a gradient within "
+              f"{SENSITIVE_GRADIENT_EPS} eps of zero agree to lr, not to rounding "
+              "(Adam's step amplifies the rounding of such gradients)")
+    for failure in failures:
+        print("  MISMATCH", failure)
+    print("crosscheck:", "FAILED" if failures else "seqpar and PyTorch agree")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,46 @@
+// cuRAND's device generator against seqpar's Generator (cuRAND's host generator),
+// same seed and offset.
+//
+// What was measured (filled in from the H200 run, see bench/RESULTS.md):
+//   uniform: MEASURED_UNIFORM
+//   normal:  MEASURED_NORMAL
+// Generator therefore always draws on the host and copies (core/generator.h), so CPU
+// and GPU runs start from identical parameters whatever the device math does.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/device_generator.h"
+#include "core/generator.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
+
+using namespace seqpar;
+
+TEST_CASE("the device generator draws the host generator's Philox stream", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  for (uint64_t offset : {uint64_t{0}, uint64_t{12}, uint64_t{6}}) {
+    for (int64_t count : {int64_t{1001}, int64_t{12000 * 64}}) {
+      INFO("offset " << offset << ", " << count << " values");
+      Generator host(12345, offset);
+      const Tensor uniform_host = host.uniform({count}, 0.0f, 1.0f);
+      const Tensor uniform_device = uniform_on_device(12345, offset, {count}, 0);
+      CHECK(test::bitwise_equal(uniform_device, uniform_host));
+
+      const int64_t even = count / 2 * 2;  // Box-Muller makes normals in pairs
+      Generator host_normal(12345, offset);
+      const Tensor normal_host = host_normal.randn({even});
+      const Tensor normal_device = randn_on_device(12345, offset, {even}, 0);
+      const auto a = normal_host.to_vector(), b = normal_device.to_vector();
+      int64_t differing = 0;
+      for (size_t i = 0; i < a.size(); ++i) differing += a[i] != b[i];
+      const int64_t ulps = test::max_ulp_distance(normal_device, normal_host);
+      WARN("randn, offset " << offset << ", " << even << " values: " << differing
+                            << " differ from the host's, by at most " << ulps << " ulp");
+      CHECK(ulps <= 16);
+      CHECK(test::relative_error(normal_device, normal_host) < 1e-6);
+    }
+  }
+#endif
+}

@@ -1,0 +1,84 @@
+// nn/l1_loss.cu against the CPU path, every reduction, strided inputs.
+#include <catch2/catch.hpp>
+
+#include "core/generator.h"
+#include "nn/l1_loss.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
+
+using namespace seqpar;
+using test::relative_error;
+
+namespace {
+
+// Both sides sum |input - target| in double and round once: they differ at most by
+// the order of double additions (observed: 0 or 1 ulp of the float loss).
+constexpr double kLossTolerance = 1e-6;
+
+void check_l1_case(int64_t rows, int64_t cols, bool strided) {
+  INFO(rows << " x " << cols << (strided ? ", strided" : ""));
+  const Device gpu = Device::cuda();
+  Generator generator(rows * 131 + cols);
+  // Strided: windows of wider tensors, as the seed's target x[:, :16] of x [n, 640].
+  const Tensor input_wide = generator.randn({rows, strided ? cols + 9 : cols});
+  Tensor target_wide = generator.randn({rows, strided ? 2 * cols + 1 : cols});
+  const Tensor input = input_wide.narrow(1, 0, cols);
+  Tensor target = target_wide.narrow(1, strided ? cols : 0, cols);
+  // A tie (input == target) at [0, 0]: its gradient is 0.
+  target.narrow(0, 0, 1).narrow(1, 0, 1).copy_(input.narrow(0, 0, 1).narrow(1, 0, 1));
+  const Tensor input_gpu = input_wide.to(gpu).narrow(1, 0, cols);
+  const Tensor target_gpu = target_wide.to(gpu).narrow(1, strided ? cols : 0, cols);
+
+  for (const nn::Reduction reduction :
+       {nn::Reduction::mean(), nn::Reduction::sum(), nn::Reduction::sum_divided_by(7)}) {
+    INFO("reduction kind " << static_cast<int>(reduction.kind));
+    const float scale = static_cast<float>(reduction.scale(rows * cols));
+    const Tensor loss_expected = nn::l1_loss_forward(input, target, reduction);
+    const Tensor grad_loss = Tensor::from_data({}, {0.37f});
+    const Tensor grad_expected = nn::l1_loss_backward(grad_loss, input, target, reduction);
+#ifdef SEQPAR_WITH_CUDA
+    const Tensor loss = test::poisoned({}, gpu);
+    nn::detail::l1_loss_forward_cuda(input_gpu, target_gpu, scale, loss);
+    CHECK(relative_error(loss, loss_expected) < kLossTolerance);
+    const Tensor grad = test::poisoned({rows, cols}, gpu);
+    nn::detail::l1_loss_backward_cuda(grad_loss.to(gpu), input_gpu, target_gpu, scale, grad);
+    // ± one float, grad_loss * scale rounded once: the CPU forms it from the double
+    // scale, the launcher gets the scale as a float, so 1/numel and 1/7 may round to
+    // a neighbouring float (at most 1 ulp); with scale 1 (sum) it is bitwise.
+    CHECK(test::max_ulp_distance(grad, grad_expected) <= 1);
+    CHECK(grad.at({0, 0}) == 0.0f);
+#endif
+    test::poison_pool(gpu);
+    CHECK(relative_error(nn::l1_loss_forward(input_gpu, target_gpu, reduction), loss_expected) <
+          kLossTolerance);
+    CHECK(test::max_ulp_distance(nn::l1_loss_backward(grad_loss.to(gpu), input_gpu, target_gpu,
+                                                      reduction),
+                                 grad_expected) <= 1);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("l1 loss forward and backward on the GPU match the CPU", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (int64_t rows : {1, 17, 333, 12000}) {
+    for (int64_t cols : {1, 16, 1000}) {
+      if (rows * cols > 12000 * 16) continue;  // keep the suite fast
+      check_l1_case(rows, cols, false);
+    }
+  }
+  check_l1_case(12000, 16, true);  // the seed's loss
+  check_l1_case(17, 16, true);
+  check_l1_case(1, 1, true);
+}
+
+TEST_CASE("l1 loss on the GPU is bitwise reproducible", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  Generator generator(5);
+  const Tensor input = generator.randn({12000, 16}, gpu);
+  const Tensor target = generator.randn({12000, 640}, gpu).narrow(1, 0, 16);
+  const Tensor first = nn::l1_loss_forward(input, target, nn::Reduction::mean());
+  test::poison_pool(gpu);
+  CHECK(test::bitwise_equal(nn::l1_loss_forward(input, target, nn::Reduction::mean()), first));
+}

@@ -1,0 +1,114 @@
+// Reading the launcher's environment, from fake variable maps (never the real one).
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "dist/environment.h"
+
+using namespace seqpar;
+using Catch::Matchers::Contains;
+using Variables = std::map<std::string, std::string>;
+
+namespace {
+Variables torchrun(const std::string& rank) {
+  return {{"RANK", rank},          {"WORLD_SIZE", "4"},         {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29500"}};
+}
+}  // namespace
+
+TEST_CASE("environment: torchrun and --nproc variables", "[dist]") {
+  const auto env = dist::parse_launch_environment(torchrun("3"));
+  REQUIRE(env.has_value());
+  CHECK(env->launcher == "torchrun");
+  CHECK(env->rank == 3);
+  CHECK(env->world_size == 4);
+  CHECK(env->local_rank == 1);
+  CHECK(env->local_world_size == 2);
+  CHECK(env->master_address == "10.0.0.7");
+  CHECK(env->master_port == 29500);
+  CHECK(env->nccl_comm_id == "10.0.0.7:29500");
+}
+
+TEST_CASE("environment: under torchrun's agent NCCL takes the next port", "[dist]") {
+  Variables variables = torchrun("0");
+  variables["TORCHELASTIC_RUN_ID"] = "none";
+  CHECK(dist::parse_launch_environment(variables)->nccl_comm_id == "10.0.0.7:29501");
+  variables["MASTER_PORT"] = "65535";
+  CHECK_THROWS_WITH(dist::parse_launch_environment(variables), Contains("MASTER_PORT + 1"));
+}
+
+TEST_CASE("environment: mpirun (Open MPI) variables", "[dist]") {
+  const auto env = dist::parse_launch_environment(Variables{
+      {"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+      {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
+  REQUIRE(env.has_value());
+  CHECK(env->launcher == "mpirun");
+  CHECK(env->rank == 5);
+  CHECK(env->world_size == 8);
+  CHECK(env->local_rank == 1);
+  CHECK(env->local_world_size == 4);
+  CHECK(env->nccl_comm_id == "node0:1234");
+}
+
+TEST_CASE("environment: Slurm variables, with NCCL_COMM_ID instead of MASTER_*", "[dist]") {
+  const auto env = dist::parse_launch_environment(Variables{
+      {"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_LOCALID", "0"},
+      {"NCCL_COMM_ID", "192.168.1.1:7000"}});
+  REQUIRE(env.has_value());
+  CHECK(env->launcher == "slurm");
+  CHECK(env->rank == 2);
+  CHECK(env->world_size == 3);
+  CHECK(env->local_rank == 0);
+  CHECK(env->local_world_size == -1);
+  CHECK(env->master_address.empty());
+  CHECK(env->nccl_comm_id == "192.168.1.1:7000");
+}
+
+TEST_CASE("environment: torchrun's variables win over Slurm's", "[dist]") {
+  Variables variables = torchrun("1");
+  variables["SLURM_PROCID"] = "0";
+  variables["SLURM_NTASKS"] = "1";
+  variables["SLURM_LOCALID"] = "0";
+  CHECK(dist::parse_launch_environment(variables)->launcher == "torchrun");
+  CHECK(dist::parse_launch_environment(variables)->rank == 1);
+}
+
+TEST_CASE("environment: none set means a single plain process", "[dist]") {
+  CHECK_FALSE(dist::parse_launch_environment(Variables{}).has_value());
+  CHECK_FALSE(dist::parse_launch_environment(Variables{{"MASTER_ADDR", "x"}}).has_value());
+}
+
+TEST_CASE("environment: IPv6 master addresses get brackets", "[dist]") {
+  Variables variables = torchrun("0");
+  variables["MASTER_ADDR"] = "fe80::1";
+  CHECK(dist::parse_launch_environment(variables)->nccl_comm_id == "[fe80::1]:29500");
+}
+
+TEST_CASE("environment: missing and malformed values are named", "[dist]") {
+  Variables variables = torchrun("1");
+  variables.erase("WORLD_SIZE");
+  CHECK_THROWS_WITH(dist::parse_launch_environment(variables),
+                    Contains("RANK is set (a torchrun launch) but WORLD_SIZE is not"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(torchrun("abc")),
+                    Contains("RANK='abc' is not a non-negative integer"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(torchrun("-1")), Contains("RANK='-1'"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(torchrun(" 1")), Contains("RANK=' 1'"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(torchrun("4")),
+                    Contains("RANK=4 is not below WORLD_SIZE=4"));
+  variables = torchrun("0");
+  variables["LOCAL_RANK"] = "2";
+  CHECK_THROWS_WITH(dist::parse_launch_environment(variables),
+                    Contains("LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"));
+  variables = torchrun("0");
+  variables["WORLD_SIZE"] = "0";
+  CHECK_THROWS_WITH(dist::parse_launch_environment(variables), Contains("at least one rank"));
+  variables = torchrun("0");
+  variables["MASTER_PORT"] = "70000";
+  CHECK_THROWS_WITH(dist::parse_launch_environment(variables), Contains("MASTER_PORT=70000"));
+  variables = torchrun("0");
+  variables.erase("MASTER_ADDR");
+  CHECK_THROWS_WITH(dist::parse_launch_environment(variables),
+                    Contains("needs MASTER_ADDR and MASTER_PORT"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"SLURM_PROCID", "0"}}),
+                    Contains("SLURM_PROCID is set (a slurm launch) but SLURM_NTASKS is not"));
+}

@@ -1,0 +1,191 @@
+// seqpar_nccl_test: the NCCL process group across real processes, one per GPU.
+//
+//   seqpar_nccl_test --nproc 2                  every collective, sub-groups, and the
+//                                               same bits on every rank
+//   seqpar_nccl_test --nproc 2 --die-rank 1     rank 1 vanishes before a collective;
+//                                               the others must fail within the timeout
+//   options: --timeout-ms T (default 10000)
+//
+// Exits 0 when every check passed on every rank (the launcher reports the first
+// rank that did not). Not a Catch2 test: it needs several processes and GPUs.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "dist/launcher.h"
+#include "dist/mesh.h"
+#include "dist/nccl_process_group.h"
+#include "tests/dist/dist_test_util.h"
+
+using namespace seqpar;
+using dist::ReduceOp;
+
+namespace {
+
+struct Checks {
+  int failures = 0;
+  void expect(bool ok, const std::string& what) {
+    std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
+    failures += ok ? 0 : 1;
+  }
+};
+
+// Two ranks add in either order to the same float; with more, NCCL's ring order
+// differs from rank order, so the comparison allows rounding (but every rank must
+// still hold the same bits: checked by gathering the results).
+bool matches_reference(const std::vector<float>& got, const std::vector<float>& want, int size) {
+  if (size <= 2) return test::same_bits(got, want);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) > 1e-5f * (1.0f + std::abs(want[i]))) return false;
+  }
+  return got.size() == want.size();
+}
+
+bool identical_on_every_rank(dist::ProcessGroup& group, const Tensor& result) {
+  const Tensor flat = result.contiguous().view({result.numel()});
+  Tensor gathered = Tensor::empty({flat.numel() * group.size()}, flat.device());
+  group.all_gather(gathered, flat);
+  const auto mine = flat.to_vector();
+  for (int rank = 0; rank < group.size(); ++rank) {
+    if (!test::same_bits(gathered.narrow(0, rank * flat.numel(), flat.numel()).to_vector(), mine)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void check_reductions(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs, Checks& checks) {
+  const int size = world.size();
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    Tensor values = inputs[static_cast<size_t>(world.rank())].to(world.device());
+    world.all_reduce(values, op);
+    const std::string what = std::string("all_reduce ") + dist::reduce_op_name(op);
+    checks.expect(matches_reference(values.to_vector(), test::sequential_reduce(inputs, test::all_ranks(size), op), size),
+                  what + " equals the rank-order loop" + (size <= 2 ? " bit for bit" : ""));
+    checks.expect(identical_on_every_rank(world, values), what + ": same bits on every rank");
+  }
+  Tensor full = Tensor::full({4, 6}, static_cast<float>(world.rank() + 1), world.device());
+  Tensor columns = full.narrow(1, 2, 3);
+  world.all_reduce(columns);
+  checks.expect(full.at({3, 2}) == static_cast<float>(size * (size + 1) / 2) &&
+                    full.at({3, 1}) == static_cast<float>(world.rank() + 1),
+                "all_reduce into a strided view changes only the view");
+}
+
+void check_gather_broadcast_barrier(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs,
+                                    Checks& checks) {
+  const Tensor mine = inputs[static_cast<size_t>(world.rank())].to(world.device());
+  Shape shape = mine.shape();
+  shape[0] *= world.size();
+  Tensor gathered = Tensor::full(shape, -1.0f, world.device());
+  world.all_gather(gathered, mine);
+  std::vector<float> expected;
+  for (const Tensor& input : inputs) {
+    const auto values = input.to_vector();
+    expected.insert(expected.end(), values.begin(), values.end());
+  }
+  checks.expect(test::same_bits(gathered.to_vector(), expected), "all_gather: slice r is rank r's input");
+  const int root = world.size() - 1;
+  Tensor values = mine.clone();
+  world.broadcast(values, root);
+  checks.expect(test::same_bits(values.to_vector(), inputs[static_cast<size_t>(root)].to_vector()),
+                "broadcast from root " + std::to_string(root));
+  world.barrier();
+  checks.expect(true, "barrier returned");
+}
+
+// Both extreme layouts of a world: all ranks in one sp group, or all in one dp group.
+void check_mesh_groups(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs, Checks& checks) {
+  const int size = world.size();
+  for (int sp : {size, 1}) {
+    const dist::Mesh mesh(size, sp, size / sp);
+    const dist::MeshGroups groups = dist::build_mesh_groups(mesh, world);
+    const std::string layout = "sp " + std::to_string(sp) + " x dp " + std::to_string(size / sp);
+    Tensor over_sp = inputs[static_cast<size_t>(world.rank())].to(world.device());
+    Tensor over_dp = over_sp.clone();
+    groups.sp_group->all_reduce(over_sp, ReduceOp::Sum);
+    groups.dp_group->all_reduce(over_dp, ReduceOp::Avg);
+    const auto& sp_ranks = mesh.sp_group_of(world.rank());
+    const auto& dp_ranks = mesh.dp_group_of(world.rank());
+    checks.expect(matches_reference(over_sp.to_vector(), test::sequential_reduce(inputs, sp_ranks, ReduceOp::Sum),
+                                    static_cast<int>(sp_ranks.size())),
+                  layout + ": sum over " + groups.sp_group->name());
+    checks.expect(matches_reference(over_dp.to_vector(), test::sequential_reduce(inputs, dp_ranks, ReduceOp::Avg),
+                                    static_cast<int>(dp_ranks.size())),
+                  layout + ": average over " + groups.dp_group->name());
+    checks.expect(groups.sp_group->rank() == world.rank() % sp && groups.sp_group->global_ranks() == sp_ranks,
+                  layout + ": sp group rank and members");
+    checks.expect(identical_on_every_rank(*groups.sp_dp_group, over_sp) == (sp == size),
+                  layout + ": the sp sums agree across the world exactly when sp spans it");
+  }
+}
+
+// Rank `die_rank` leaves without a word after one good collective; every other rank
+// must get an error from the next one, within the timeout, not hang.
+int run_die_test(dist::NcclProcessGroup& world, int die_rank, std::chrono::milliseconds timeout) {
+  Tensor values = Tensor::ones({1024}, world.device());
+  world.all_reduce(values);
+  if (world.rank() == die_rank) {
+    std::printf("exiting on purpose before the next all_reduce\n");
+    std::fflush(stdout);
+    std::_Exit(0);  // no destructors, no goodbye: as if the process had been killed
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    world.all_reduce(values);
+  } catch (const Error& error) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double limit = std::chrono::duration<double>(timeout).count() + 5.0;
+    std::printf("%s expected error after %.2f s (limit %.1f s): %s\n", seconds <= limit ? "PASS" : "FAIL",
+                seconds, limit, error.what());
+    return seconds <= limit ? 0 : 1;
+  }
+  std::printf("FAIL all_reduce succeeded although rank %d is gone\n", die_rank);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto status = dist::maybe_launch(argc, argv)) return *status;
+  int die_rank = -1;
+  std::chrono::milliseconds timeout(10000);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--die-rank") {
+      die_rank = std::atoi(argv[i + 1]);
+    } else if (flag == "--timeout-ms") {
+      timeout = std::chrono::milliseconds(std::atoi(argv[i + 1]));
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  const auto environment = dist::launch_environment_from_process();
+  if (!environment) {
+    std::fprintf(stderr, "run with --nproc 2 (or under torchrun, mpirun or srun)\n");
+    return 2;
+  }
+  try {
+    dist::NcclOptions options;
+    options.timeout = timeout;
+    auto world = dist::NcclProcessGroup::create_world(*environment, options);
+    std::printf("world of %d on %s, NCCL_ALGO=%s NCCL_PROTO=%s NCCL_NVLS_ENABLE=%s\n", world->size(),
+                world->device().str().c_str(), std::getenv("NCCL_ALGO"), std::getenv("NCCL_PROTO"),
+                std::getenv("NCCL_NVLS_ENABLE"));
+    if (die_rank >= 0) return run_die_test(*world, die_rank, timeout);
+    const auto inputs = test::rank_inputs(world->size(), {1000, 41}, 1000);
+    Checks checks;
+    check_reductions(*world, inputs, checks);
+    check_gather_broadcast_barrier(*world, inputs, checks);
+    check_mesh_groups(*world, inputs, checks);
+    std::printf("%s: %d check(s) failed\n", checks.failures ? "FAILED" : "ALL PASSED", checks.failures);
+    return checks.failures ? 1 : 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+}
