@@ -5,9 +5,10 @@
 // operation, each rounded to float on its own, exactly as optim/adamw.cpp writes it:
 // __fmul_rn, __fadd_rn, __fdiv_rn and __fsqrt_rn are never fused into an fma (nvcc
 // contracts a * b + c otherwise), and sqrt and division are the correctly rounded
-// ones. The one fused operation is the one PyTorch fuses: lerp, a single fma (fmaf
-// here, std::fma on the CPU, both correctly rounded). So given the same float
-// scalars, both backends compute the same bits.
+// ones. The fused operations are the ones PyTorch's compiled kernels fuse, and the
+// CPU path writes with std::fma: lerp, and addcmul's self + (value * t1) * t2 (fmaf
+// here; both correctly rounded). So given the same float scalars, both backends
+// compute the same bits.
 #include <array>
 #include <cstdint>
 
@@ -51,8 +52,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
     float param = params[i], m = exp_avgs[i], v = exp_avg_sqs[i];
     param = __fmul_rn(param, s.decay);                                        // p *= 1 - lr wd
     m = lerp(m, grad, s.lerp_weight);                                         // m.lerp_(g, 1 - b1)
-    v = __fadd_rn(__fmul_rn(v, s.beta2),                                      // v = v b2
-                  __fmul_rn(__fmul_rn(s.one_minus_beta2, grad), grad));       //   + (1 - b2) g g
+    v = fmaf(__fmul_rn(s.one_minus_beta2, grad), grad, __fmul_rn(v, s.beta2));  // addcmul
     const float denom =
         __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);  // sqrt(v)/bc2 + eps
     // addcdiv_(m, denom, value=-step_size): self + value * m / denom, in that order.

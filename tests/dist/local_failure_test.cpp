@@ -148,14 +148,16 @@ TEST_CASE("a rank that returns without joining releases the others at once", "[d
 
 TEST_CASE("ranks calling different collectives get a mismatch error", "[dist][cpu]") {
   std::vector<std::string> errors(2);
-  CHECK_THROWS(dist::run_local_world(2, [&](std::shared_ptr<dist::ProcessGroup> world) {
+  // Every rank gets the same error and the group stays usable: the ranks caught it.
+  dist::run_local_world(2, [&](std::shared_ptr<dist::ProcessGroup> world) {
     Tensor values = Tensor::ones({2});
     const size_t rank = static_cast<size_t>(world->rank());
     errors[rank] = error_of([&] {
       if (rank == 0) world->all_reduce(values);
       if (rank == 1) world->broadcast(values, 0);
     });
-  }));
+    world->barrier();
+  });
   for (const std::string& error : errors) {
     CHECK_THAT(error, Contains("collective mismatch on group world") &&
                           Contains("rank 0 called all_reduce") &&
@@ -165,10 +167,10 @@ TEST_CASE("ranks calling different collectives get a mismatch error", "[dist][cp
 
 TEST_CASE("ranks passing different shapes get an error naming both", "[dist][cpu]") {
   std::vector<std::string> errors(2);
-  CHECK_THROWS(dist::run_local_world(2, [&](std::shared_ptr<dist::ProcessGroup> world) {
+  dist::run_local_world(2, [&](std::shared_ptr<dist::ProcessGroup> world) {
     Tensor values = Tensor::ones({world->rank() + 2});
     errors[static_cast<size_t>(world->rank())] = error_of([&] { world->all_reduce(values); });
-  }));
+  });
   for (const std::string& error : errors) {
     CHECK_THAT(error, Contains("all_reduce on group world: rank 1 passed [3]") &&
                           Contains("rank 0 passed [2]"));

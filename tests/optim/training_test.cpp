@@ -47,7 +47,7 @@ TrainingRun train_seed_model(int64_t rows, int steps) {
 }  // namespace
 
 TEST_CASE("one rank trains the seed's model: the loss falls for 20 steps", "[optim][training]") {
-  const TrainingRun run = train_seed_model(/*rows=*/3000, /*steps=*/20);
+  const TrainingRun run = train_seed_model(/*rows=*/12000, /*steps=*/20);
   REQUIRE(run.losses.size() == 20);
   CAPTURE(run.losses);
   CHECK(run.losses.back() < run.losses.front());

@@ -1,0 +1,145 @@
+// seqpar-repro's checks, driven through its library on CPU threads: the bug, the
+// fixes, and the exact policy against one-rank training in several set-ups.
+#include <catch2/catch.hpp>
+
+#include "apps/repro/analysis.h"
+#include "apps/repro/config.h"
+#include "apps/repro/scenario.h"
+#include "dist/local_process_group.h"
+#include "dist/mesh.h"
+
+using namespace seqpar;
+using namespace seqpar::repro;
+
+namespace {
+
+// Runs `config` with every policy as CPU threads; returns rank 0's analysis.
+std::vector<PolicyFigures> run_on_threads(const ReproConfig& config, RunResults* keep = nullptr) {
+  std::vector<const Policy*> policies;
+  for (const Policy& policy : all_policies()) policies.push_back(&policy);
+  RunResults results;
+  dist::run_local_world(static_cast<int>(config.world_size()),
+                        [&](std::shared_ptr<dist::ProcessGroup> world) {
+    const dist::Mesh mesh(world->size(), int(config.sequence_parallel_size),
+                          int(config.data_parallel_size));
+    const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
+    const RankGroups groups{world, mesh_groups.sp_group, mesh_groups.dp_group,
+                            mesh_groups.sp_dp_group, mesh.sp_size(), mesh.dp_size(),
+                            mesh_groups.coordinates.sp_rank, mesh_groups.coordinates.dp_rank,
+                            mesh.str()};
+    RunResults mine = run_scenario(groups, config, policies, Device::cpu(), "test");
+    if (world->rank() == 0) results = std::move(mine);
+  });
+  std::vector<PolicyFigures> figures;
+  for (const PolicyRun& run : results.policies) {
+    figures.push_back(analyze(run, results.reference, config.adamw.lr));
+  }
+  if (keep) *keep = std::move(results);
+  return figures;
+}
+
+const PolicyFigures& figures_of(const std::vector<PolicyFigures>& all, PolicyKind kind) {
+  for (const PolicyFigures& figures : all) {
+    if (figures.policy->kind == kind) return figures;
+  }
+  FAIL("policy missing");
+  return all.front();
+}
+
+void check_consistent_and_exact(const std::vector<PolicyFigures>& figures) {
+  const PolicyFigures& exact = figures_of(figures, PolicyKind::Exact);
+  REQUIRE(exact.skipped.empty());
+  for (const StepFigures& step : exact.steps) {
+    CHECK(step.differing_parameters == 0);
+    CHECK(step.max_ulps_from_reference <= kRoundingUlps);
+  }
+  CHECK(exact.verdict == Verdict::Exact);
+  const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
+  if (with_mpu.skipped.empty()) {
+    for (const StepFigures& step : with_mpu.steps) CHECK(step.differing_parameters == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the report's scenario: deepspeed-0.16 drifts by 2 lr, the fixes agree",
+          "[repro]") {
+  RunResults results;
+  const ReproConfig config;  // the defaults are the report's values
+  const auto figures = run_on_threads(config, &results);
+
+  for (const auto& parameters : results.initial_parameters) {
+    CHECK(fingerprint(parameters) == fingerprint(results.initial_parameters[0]));
+  }
+  const PolicyFigures& broken = figures_of(figures, PolicyKind::DeepSpeed016);
+  const StepFigures& step = broken.steps.front();
+  CHECK(broken.verdict == Verdict::RanksDiverge);
+  CHECK(step.max_cross_rank_difference == Approx(2e-4).epsilon(0.02));
+  CHECK(step.differing_parameters > 1000);
+  // The mechanism: opposite gradient signs end 2 lr apart.
+  CHECK(broken.first_step_signs.opposite_two_lr > 0.99 * broken.first_step_signs.opposite);
+  CHECK(step.histogram.about_two > 0);
+  // Each rank clipped with a different (its own) norm.
+  CHECK(step.used_norms[0] != step.used_norms[1]);
+
+  const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
+  CHECK(with_mpu.steps.front().differing_parameters == 0);
+  CHECK(with_mpu.verdict == Verdict::WrongGradientScale);
+  CHECK(with_mpu.gradient_scale == Approx(4).epsilon(1e-4));  // sp times too large
+  check_consistent_and_exact(figures);
+  CHECK(figures_of(figures, PolicyKind::Exact).gradient_scale == Approx(1).epsilon(1e-5));
+}
+
+TEST_CASE("exact equals one-rank training: uneven rows, sp 3 x dp 2, steps, active clipping",
+          "[repro]") {
+  ReproConfig config;
+  config.sequence_parallel_size = 3;
+  config.data_parallel_size = 2;
+  config.rows = 1001;        // 334 + 334 + 333 per replica
+  config.in_features = 37;
+  config.out_features = 5;
+  config.steps = 4;
+  config.gradient_clipping = 0.05;  // well below the gradient norm: clipping is active
+  config.seed = 777;
+  RunResults results;
+  const auto figures = run_on_threads(config, &results);
+  CHECK(results.reference.norms.front() > 0.05);
+  check_consistent_and_exact(figures);
+  CHECK(figures_of(figures, PolicyKind::DeepSpeed016).verdict == Verdict::RanksDiverge);
+  // With clipping active over several steps, with-mpu's sp-times gradient shows.
+  const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
+  CHECK(with_mpu.gradient_scale == Approx(3).epsilon(1e-3));
+  CHECK(with_mpu.steps.back().max_ulps_from_reference > kRoundingUlps);
+}
+
+TEST_CASE("exact handles a row count torch.chunk cannot split over the ranks", "[repro]") {
+  ReproConfig config;
+  config.in_features = 8;
+  config.out_features = 3;
+  config.sequence_parallel_size = 4;
+  config.rows = 6;  // torch.chunk(6, 4): 2, 2, 2: three pieces for four ranks
+  const auto figures = run_on_threads(config);
+  CHECK_THAT(figures_of(figures, PolicyKind::DeepSpeed016).skipped, Catch::Contains("3 pieces"));
+  CHECK_FALSE(figures_of(figures, PolicyKind::WithMpu).skipped.empty());
+  check_consistent_and_exact(figures);
+}
+
+TEST_CASE("single rank: every policy is one-rank training", "[repro]") {
+  ReproConfig config;
+  config.sequence_parallel_size = 1;
+  config.rows = 50;
+  config.in_features = 9;
+  config.out_features = 2;
+  config.steps = 2;
+  const auto figures = run_on_threads(config);
+  for (const PolicyFigures& policy : figures) {
+    CHECK(policy.steps.back().max_ulps_from_reference <= kRoundingUlps);
+  }
+}
+
+TEST_CASE("analysis helpers", "[repro]") {
+  CHECK(ulps_between(1.0f, 1.0f) == 0);
+  CHECK(ulps_between(1.0f, std::nextafter(1.0f, 2.0f)) == Approx(1));
+  CHECK(ulps_between(0.25f, 0.25f + 4 * (std::nextafter(0.25f, 1.0f) - 0.25f)) == Approx(4));
+  CHECK(fingerprint({1.0f, 2.0f}) != fingerprint({2.0f, 1.0f}));
+}
