@@ -110,7 +110,12 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create_world(const LaunchEnv
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t communicator = nullptr;
-  NCCL_CHECK(ncclCommInitRankConfig(&communicator, env.world_size, id, env.rank, &config), env.rank);
+  const ncclResult_t started =
+      ncclCommInitRankConfig(&communicator, env.world_size, id, env.rank, &config);
+  if (started != ncclSuccess && started != ncclInProgress && load(communicator) != nullptr) {
+    ncclCommAbort(load(communicator));  // release what a failed start left behind
+  }
+  NCCL_CHECK(started, env.rank);
   SEQPAR_CHECK(load(communicator) != nullptr, "init on group world: NCCL returned no communicator");
   const ncclResult_t state = wait_until_settled(load(communicator), Clock::now() + options.timeout);
   if (state != ncclSuccess) {

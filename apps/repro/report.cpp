@@ -36,6 +36,10 @@ std::string indent_lines(const std::string& text, size_t width) {
   return out;
 }
 
+std::string without_prefix(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
+}
+
 void print_scenario(std::ostream& out, const RunResults& results) {
   const ReproConfig& c = results.config;
   out << "seqpar-repro: DeepSpeed issue #6868, sequence-parallel ranks end a step with "
@@ -52,7 +56,7 @@ void print_scenario(std::ostream& out, const RunResults& results) {
                        c.adamw.lr, c.adamw.beta1, c.adamw.beta2, c.adamw.eps,
                        c.adamw.weight_decay, c.gradient_clipping, (long long)c.steps)
       << "  placement   " << results.placement << '\n'
-      << "  mesh        " << indent_lines(results.mesh_layout, 14) << '\n';
+      << "  mesh        " << indent_lines(without_prefix(results.mesh_layout, "mesh: "), 14) << '\n';
   out << "  initial parameters, fingerprint per rank:";
   bool identical = true;
   for (size_t rank = 0; rank < results.initial_parameters.size(); ++rank) {
@@ -96,6 +100,7 @@ void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
       "  2 lr in %.1f%% of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
       (long long)s.opposite, 100.0 * double(s.opposite_two_lr) / double(s.opposite),
       (long long)s.same, s.same ? 100.0 * double(s.same_identical) / double(s.same) : 0.0);
+  out << "  (the report saw the same: 0.0148 on rank 0 vs 0.0150 on rank 1, -0.0137 vs -0.0135)\n";
 }
 
 }  // namespace
