@@ -16,8 +16,8 @@ using autograd::Variable;
 namespace {
 
 struct Distances {
-  int64_t params = 0, exp_avgs = 0, exp_avg_sqs = 0;  // worst ulp distances
-  double relative = 0.0;  // worst normwise relative error of any of the three
+  int64_t params = 0, exp_avgs = 0, exp_avg_sqs = 0;                  // worst ulp distances
+  double params_relative = 0, exp_avgs_relative = 0, exp_avg_sqs_relative = 0;  // normwise
 };
 
 // Runs `steps` AdamW steps with the same fresh gradients on CPU and GPU copies of
@@ -49,10 +49,12 @@ Distances run_on_both(const std::vector<int64_t>& sizes, const optim::AdamWOptio
                                 test::max_ulp_distance(device.exp_avg(i), cpu.exp_avg(i)));
       worst.exp_avg_sqs = std::max(
           worst.exp_avg_sqs, test::max_ulp_distance(device.exp_avg_sq(i), cpu.exp_avg_sq(i)));
-      worst.relative = std::max(
-          {worst.relative, test::relative_error(gpu_params[i].data(), cpu_params[i].data()),
-           test::relative_error(device.exp_avg(i), cpu.exp_avg(i)),
-           test::relative_error(device.exp_avg_sq(i), cpu.exp_avg_sq(i))});
+      worst.params_relative = std::max(
+          worst.params_relative, test::relative_error(gpu_params[i].data(), cpu_params[i].data()));
+      worst.exp_avgs_relative = std::max(
+          worst.exp_avgs_relative, test::relative_error(device.exp_avg(i), cpu.exp_avg(i)));
+      worst.exp_avg_sqs_relative = std::max(
+          worst.exp_avg_sqs_relative, test::relative_error(device.exp_avg_sq(i), cpu.exp_avg_sq(i)));
     }
   }
   return worst;
@@ -89,18 +91,23 @@ TEST_CASE("AdamW on the GPU matches the CPU to float rounding with the seed's hy
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   // lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.01 (the seed's config). The
-  // launcher receives the betas as floats, and 1 - float(0.9) is not float(1 - 0.9), so
-  // the moments' weights differ by about 2e-7 relative (see optim/adamw.cu). Ulp
-  // distances mean little here (moments that cancel to near zero have tiny ulps), so
-  // the check is normwise; the ulps are reported.
+  // launcher receives the betas as floats, and 1 - float(beta) is not float(1 - beta):
+  // for 0.9 the lerp weight is 2.4e-7 off (relative), for 0.999 the weight 1 - beta2 is
+  // 1.3e-5 off, and exp_avg_sq with it (see optim/adamw.cu; measured on the H200:
+  // 1.3e-5). Passing the CPU's rounded scalars to the launcher would make this bitwise,
+  // as the test above is. Ulp distances mean little here (moments that cancel to near
+  // zero have tiny ulps), so the checks are normwise; the ulps are reported.
   optim::AdamWOptions options;
   options.lr = 1e-4;
   options.weight_decay = 0.01;
   const Distances worst = run_on_both({16 * 640, 16, 4097}, options, 5);
-  WARN("AdamW, seed hyperparameters, 5 steps, GPU vs CPU: worst normwise relative error "
-       << worst.relative << "; worst ulp distance: params " << worst.params << ", exp_avg "
-       << worst.exp_avgs << ", exp_avg_sq " << worst.exp_avg_sqs);
-  CHECK(worst.relative < 1e-6);
+  WARN("AdamW, seed hyperparameters, 5 steps, GPU vs CPU: worst normwise relative error: params "
+       << worst.params_relative << ", exp_avg " << worst.exp_avgs_relative << ", exp_avg_sq "
+       << worst.exp_avg_sqs_relative << "; worst ulp distance: params " << worst.params
+       << ", exp_avg " << worst.exp_avgs << ", exp_avg_sq " << worst.exp_avg_sqs);
+  CHECK(worst.params_relative < 1e-6);
+  CHECK(worst.exp_avgs_relative < 1e-6);
+  CHECK(worst.exp_avg_sqs_relative < 2e-5);
 }
 
 TEST_CASE("AdamW on the GPU is bitwise reproducible", "[cuda]") {

@@ -1,11 +1,17 @@
 // cuRAND's device generator against seqpar's Generator (cuRAND's host generator),
 // same seed and offset.
 //
-// What was measured (filled in from the H200 run, see bench/RESULTS.md):
-//   uniform: MEASURED_UNIFORM
-//   normal:  MEASURED_NORMAL
-// Generator therefore always draws on the host and copies (core/generator.h), so CPU
-// and GPU runs start from identical parameters whatever the device math does.
+// Measured on an H200 (CUDA 13.0, driver 580), seed 12345, offsets 0, 6 and 12,
+// 1001 and 768000 values:
+//   uniform: bitwise equal. Both generators run the same Philox4x32-10 counters and
+//            the same integer-to-float conversion, and the offset means the same.
+//   normal:  the same Philox stream and the same Box-Muller pairs, but about 80% of
+//            the values differ in their last bits (619113 of 768000): the host and the
+//            device compute log, sqrt and sin/cos with different implementations. The
+//            largest difference was 2.4e-6 (largest ulp distance 3.6 million, at values
+//            near zero, where an ulp is tiny).
+// So Generator draws on the host and copies (core/generator.h): CPU and GPU runs start
+// from identical parameters and inputs, whatever the device's math library does.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

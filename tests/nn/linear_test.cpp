@@ -193,8 +193,17 @@ TEST_CASE("linear rejects bad arguments with messages that name them", "[nn][err
                     Catch::Contains("must all be defined"));
 }
 
-TEST_CASE("a Linear on a CUDA device that is not there is an error naming it", "[nn][errors]") {
-  if (cuda_device_count() > 0) return;  // only meaningful on a machine without GPUs
+TEST_CASE("tensors on the wrong device are errors that name the devices", "[nn][errors]") {
   Generator generator(7);
-  CHECK_THROWS_WITH(nn::Linear(8, 2, generator, Device::cuda(0)), Catch::Contains("cuda:0"));
+  if (cuda_device_count() == 0) {
+    // Without a GPU no tensor can live on one: asking for it is the error.
+    CHECK_THROWS_WITH(nn::Linear(8, 2, generator, Device::cuda(0)), Catch::Contains("cuda:0"));
+    return;
+  }
+  const Tensor x = generator.randn({4, 8}), weight = generator.randn({2, 8}, Device::cuda(0));
+  const Tensor bias = generator.randn({2}, Device::cuda(0));
+  CHECK_THROWS_WITH(nn::linear_forward(x, weight, bias),
+                    Catch::Contains("x is on cpu but weight is on cuda:0"));
+  CHECK_THROWS_WITH(nn::l1_loss_forward(x, x.to(Device::cuda(0)), nn::Reduction::mean()),
+                    Catch::Contains("input is on cpu but target is on cuda:0"));
 }
