@@ -21,31 +21,6 @@ void check_options(const AdamWOptions& options) {
                options.weight_decay);
 }
 
-// The scalars of one step as PyTorch hands them to its float32 kernels: computed in
-// double on the host (Python floats), then rounded to float once.
-struct StepScalars {
-  float decay;                  // 1 - lr * weight_decay
-  float lerp_weight;            // 1 - beta1
-  float beta2, one_minus_beta2;
-  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
-  float eps;
-  float step_size;              // lr / (1 - beta1^step)
-};
-
-StepScalars step_scalars(const AdamWOptions& options, int64_t step) {
-  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
-  StepScalars scalars;
-  scalars.decay = static_cast<float>(1.0 - options.lr * options.weight_decay);
-  scalars.lerp_weight = static_cast<float>(1.0 - options.beta1);
-  scalars.beta2 = static_cast<float>(options.beta2);
-  scalars.one_minus_beta2 = static_cast<float>(1.0 - options.beta2);
-  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  scalars.eps = static_cast<float>(options.eps);
-  scalars.step_size = static_cast<float>(options.lr / bias_correction1);
-  return scalars;
-}
-
 // torch.lerp as PyTorch's vectorized CPU kernel computes it: one fused multiply-add,
 // from whichever end is nearer so that weight 1 gives `end` exactly.
 float lerp(float start, float end, float weight) {
@@ -66,7 +41,7 @@ float lerp(float start, float end, float weight) {
 // The rest is PyTorch's CPU sqrt (MKL's vector math), which is not correctly rounded
 // in under 1% of elements; ours is std::sqrt, as is CUDA's sqrtf.
 void adamw_update_cpu(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                      int64_t count, const StepScalars& s, bool decay) {
+                      int64_t count, const detail::AdamWStepScalars& s, bool decay) {
   const float negative_step_size = -s.step_size;
   for (int64_t i = 0; i < count; ++i) {
     if (decay) param[i] = param[i] * s.decay;
@@ -91,7 +66,7 @@ void step_cpu(const std::vector<ParameterUpdate>& updates, const AdamWOptions& o
   const bool decay = options.weight_decay != 0.0;  // PyTorch skips the multiply by 1
   for (const ParameterUpdate& u : updates) {
     adamw_update_cpu(u.param, u.grad, u.exp_avg, u.exp_avg_sq, u.count,
-                     step_scalars(options, u.step), decay);
+                     detail::adamw_step_scalars(options, u.step), decay);
   }
 }
 
@@ -110,16 +85,26 @@ void step_cuda(const std::vector<ParameterUpdate>& updates, const AdamWOptions& 
     group.sizes.push_back(u.count);
   }
   for (const auto& [step, tensors] : launches) {
-    const StepScalars s = step_scalars(options, step);
-    detail::adamw_step_cuda(tensors, static_cast<float>(options.lr),
-                            static_cast<float>(options.beta1), s.beta2, s.eps,
-                            static_cast<float>(options.weight_decay), s.step_size,
-                            s.bias_correction2_sqrt, device);
+    detail::adamw_step_cuda(tensors, detail::adamw_step_scalars(options, step), device);
   }
 }
 #endif
 
 }  // namespace
+
+detail::AdamWStepScalars detail::adamw_step_scalars(const AdamWOptions& options, int64_t step) {
+  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
+  AdamWStepScalars scalars;
+  scalars.decay = static_cast<float>(1.0 - options.lr * options.weight_decay);
+  scalars.lerp_weight = static_cast<float>(1.0 - options.beta1);
+  scalars.beta2 = static_cast<float>(options.beta2);
+  scalars.one_minus_beta2 = static_cast<float>(1.0 - options.beta2);
+  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  scalars.eps = static_cast<float>(options.eps);
+  scalars.step_size = static_cast<float>(options.lr / bias_correction1);
+  return scalars;
+}
 
 AdamW::AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options)
     : parameters_(std::move(parameters)), options_(options) {

@@ -23,16 +23,6 @@ namespace {
 
 enum List { kParams, kGrads, kExpAvgs, kExpAvgSqs, kListCount };
 
-// The step's scalars, each rounded to float once.
-struct AdamWScalars {
-  float decay;        // 1 - lr * weight_decay
-  float lerp_weight;  // 1 - beta1
-  float beta2, one_minus_beta2;
-  float eps;
-  float bias_correction2_sqrt;
-  float negative_step_size;  // -lr / (1 - beta1^step)
-};
-
 // torch.lerp(start, end, weight) as PyTorch computes it: one fma from whichever end
 // is nearer, so that weight 1 gives `end` exactly.
 __device__ __forceinline__ float lerp(float start, float end, float weight) {
@@ -41,7 +31,7 @@ __device__ __forceinline__ float lerp(float start, float end, float weight) {
 }
 
 __global__ void __launch_bounds__(kMultiTensorThreads)
-    adamw_kernel(TensorTable<kListCount> table, AdamWScalars s) {
+    adamw_kernel(TensorTable<kListCount> table, AdamWStepScalars s) {
   const BlockWork work = block_work(table, blockIdx.x);
   float* params = table.pointers[kParams][work.slot];
   const float* grads = table.pointers[kGrads][work.slot];
@@ -56,7 +46,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
     const float denom =
         __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);  // sqrt(v)/bc2 + eps
     // addcdiv_(m, denom, value=-step_size): self + value * m / denom, in that order.
-    param = __fadd_rn(param, __fdiv_rn(__fmul_rn(s.negative_step_size, m), denom));
+    param = __fadd_rn(param, __fdiv_rn(__fmul_rn(-s.step_size, m), denom));
     params[i] = param;
     exp_avgs[i] = m;
     exp_avg_sqs[i] = v;
@@ -65,28 +55,13 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
 
 }  // namespace
 
-void adamw_step_cuda(const AdamWTensors& tensors, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, float step_size, float bias_correction2_sqrt,
-                     int device) {
+void adamw_step_cuda(const AdamWTensors& tensors, const AdamWStepScalars& scalars, int device) {
   const size_t count = tensors.sizes.size();
   SEQPAR_CHECK(tensors.params.size() == count && tensors.grads.size() == count &&
                    tensors.exp_avgs.size() == count && tensors.exp_avg_sqs.size() == count,
                "adamw_step_cuda: ", count, " sizes but ", tensors.params.size(), " params, ",
                tensors.grads.size(), " grads, ", tensors.exp_avgs.size(), " exp_avgs and ",
                tensors.exp_avg_sqs.size(), " exp_avg_sqs");
-  // The CPU path forms these in double from the options' doubles and rounds once.
-  // This launcher receives floats, so it does the same from the floats: exact where
-  // the options are floats already, but 1 - float(0.9) is not float(1 - 0.9), so with
-  // such betas the weights (and the results) can differ from the CPU's in the last
-  // bits. Passing the CPU's rounded scalars instead would make them bitwise equal.
-  const AdamWScalars scalars{
-      static_cast<float>(1.0 - double{lr} * double{weight_decay}),
-      static_cast<float>(1.0 - double{beta1}),
-      beta2,
-      static_cast<float>(1.0 - double{beta2}),
-      eps,
-      bias_correction2_sqrt,
-      -step_size};
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
   const std::array<std::vector<float*>, kListCount> lists{tensors.params, tensors.grads,

@@ -48,17 +48,26 @@ class AdamW {
 };
 
 namespace detail {
+// The scalars of one step as PyTorch hands them to its float32 kernels: computed in
+// double on the host (Python floats), then rounded to float once. The CPU loop and
+// the CUDA kernel both take exactly these, so they agree bitwise.
+struct AdamWStepScalars {
+  float decay;                  // 1 - lr * weight_decay
+  float lerp_weight;            // 1 - beta1
+  float beta2, one_minus_beta2;
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  float eps;
+  float step_size;              // lr / (1 - beta1^step)
+};
+AdamWStepScalars adamw_step_scalars(const AdamWOptions& options, int64_t step);
+
 #ifdef SEQPAR_WITH_CUDA
 // One launch over every parameter (multi-tensor). All tensors contiguous on `device`.
 struct AdamWTensors {
   std::vector<float*> params, grads, exp_avgs, exp_avg_sqs;
   std::vector<int64_t> sizes;
 };
-// step_size = lr / (1 - beta1^step); bias_correction2_sqrt = sqrt(1 - beta2^step),
-// computed on the host in double as PyTorch does, then passed as floats.
-void adamw_step_cuda(const AdamWTensors& tensors, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, float step_size, float bias_correction2_sqrt,
-                     int device);
+void adamw_step_cuda(const AdamWTensors& tensors, const AdamWStepScalars& scalars, int device);
 #endif
 }  // namespace detail
 

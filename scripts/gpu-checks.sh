@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go (GPU time is scarce): the [cuda] tests, the
+# app on one GPU, the NCCL paths one GPU allows, and the timings. Logs go to OUT_DIR.
+#
+#   scripts/gpu-checks.sh BIN_DIR OUT_DIR
+#
+# BIN_DIR holds seqpar_tests, seqpar-repro, seqpar_nccl_test, seqpar-allreduce-bench and
+# seqpar-kernel-timings from a CUDA build (they can be built elsewhere for sm_90).
+set -u
+bin=${1:?BIN_DIR}; out=${2:?OUT_DIR}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+step() { echo "== $1: $(date -u +%FT%TZ)"; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  step "[cuda] tests"
+  "$bin/seqpar_tests" "[cuda]" 2>&1 | tail -n 4
+  step "seqpar-repro, default placement"
+  "$bin/seqpar-repro" --json "$out/repro_default.json" --plot "$out/drift_default.svg" \
+    --dump "$out/dump" > "$out/repro_default.txt" 2>&1; echo "rc=$?"
+  grep -A4 '^summary' "$out/repro_default.txt"
+  step "PyTorch cross-check of the GPU run"
+  python3 scripts/crosscheck.py "$out/dump" 2>&1 | tail -n 4; rm -rf "$out/dump"
+  step "seqpar-repro, 5 steps, clipping active, sp 4 x dp 2 on one GPU"
+  "$bin/seqpar-repro" --steps 5 --set ds_config.gradient_clipping=0.05 \
+    --set ds_config.data_parallel_size=2 --plot "$out/drift_5steps.svg" \
+    > "$out/repro_5steps.txt" 2>&1; echo "rc=$?"
+  grep -A4 '^summary' "$out/repro_5steps.txt"
+  step "NCCL, one rank"
+  "$bin/seqpar_nccl_test" --nproc 1 2>&1 | tail -n 3
+  step "NCCL init timeout (a second rank that never comes)"
+  RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 timeout 60 \
+    "$bin/seqpar_nccl_test" --timeout-ms 5000 2>&1 | tail -n 3; echo "rc=${PIPESTATUS[0]}"
+  step "kernel timings"
+  "$bin/seqpar-kernel-timings" 2>&1
+  step "memcheck, AdamW and linear tests"
+  compute-sanitizer --tool memcheck "$bin/seqpar_tests" "AdamW on the GPU matches the CPU bitwise" 2>&1 | tail -n 2
+  step "done"
+} > "$out/gpu-checks.log" 2>&1
+tail -n 60 "$out/gpu-checks.log"
