@@ -34,6 +34,10 @@ struct StepFigures {
   LrHistogram histogram;
   float max_difference_from_reference = 0;  // max over ranks and elements
   double max_ulps_from_reference = 0;       // the same in units in the last place
+  // Rank 0's parameters more than kRoundingUlps from the reference's.
+  int64_t parameters_beyond_rounding = 0;
+  // ||g - g_reference|| / ||g_reference|| for the gradient the optimizer used (rank 0).
+  double gradient_relative_error = 0;
   std::vector<float> losses, local_norms, used_norms;  // [rank]
   float reference_loss = 0, reference_norm = 0;
 };
@@ -53,6 +57,9 @@ struct PolicyFigures {
 
 // Within this many units in the last place, two float32 results "agree to rounding".
 constexpr double kRoundingUlps = 16;
+// A gradient within this normwise relative error of the reference's is the same
+// gradient summed in another order (float32 sums of 10^4 terms differ by ~1e-7).
+constexpr double kGradientRounding = 1e-5;
 
 PolicyFigures analyze(const PolicyRun& run, const ReferenceRun& reference, double lr);
 

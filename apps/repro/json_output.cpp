@@ -29,6 +29,8 @@ toml::table step_table(const StepFigures& s, size_t step) {
                    {"about_one", h.about_one}, {"about_two", h.about_two}, {"beyond", h.beyond}}},
       {"max_difference_from_reference", double(s.max_difference_from_reference)},
       {"max_ulps_from_reference", s.max_ulps_from_reference},
+      {"parameters_beyond_rounding", s.parameters_beyond_rounding},
+      {"gradient_relative_error", s.gradient_relative_error},
       {"loss_per_rank", numbers(s.losses)},
       {"local_gradient_norm_per_rank", numbers(s.local_norms)},
       {"used_gradient_norm_per_rank", numbers(s.used_norms)},

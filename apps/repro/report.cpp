@@ -74,14 +74,14 @@ void print_scenario(std::ostream& out, const RunResults& results) {
 }
 
 void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
-  out << "  step  max |diff| across ranks  params differing  max |diff| vs reference"
+  out << "  step  max |diff| across ranks  params differing  vs reference: max |diff|, gradient"
          "   gradient norm used, per rank (reference)\n";
   for (size_t step = 0; step < figures.steps.size(); ++step) {
     const StepFigures& s = figures.steps[step];
-    out << printf_string("  %4zu  %10.3g (%5.2f lr)  %7lld / %-7lld  %12.3g (%4.0f ulp)     %s (%.4f)\n",
+    out << printf_string("  %4zu  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %9.2g        %s (%.4f)\n",
                          step + 1, s.max_cross_rank_difference, s.max_cross_rank_difference / lr,
                          (long long)s.differing_parameters, (long long)s.parameter_count,
-                         s.max_difference_from_reference, s.max_ulps_from_reference,
+                         s.max_difference_from_reference, s.gradient_relative_error,
                          join(s.used_norms, "%.4f").c_str(), s.reference_norm);
   }
 }

@@ -51,7 +51,10 @@ void check_consistent_and_exact(const std::vector<PolicyFigures>& figures) {
   REQUIRE(exact.skipped.empty());
   for (const StepFigures& step : exact.steps) {
     CHECK(step.differing_parameters == 0);
-    CHECK(step.max_ulps_from_reference <= kRoundingUlps);
+    CHECK(step.gradient_relative_error <= kGradientRounding);
+    // Parameters: to rounding, but for the few whose gradient is within rounding of
+    // zero, where Adam's lr * g / (|g| + eps) magnifies that rounding.
+    CHECK(step.parameters_beyond_rounding * 1000 <= step.parameter_count);
   }
   CHECK(exact.verdict == Verdict::Exact);
   const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
@@ -106,10 +109,31 @@ TEST_CASE("exact equals one-rank training: uneven rows, sp 3 x dp 2, steps, acti
   CHECK(results.reference.norms.front() > 0.05);
   check_consistent_and_exact(figures);
   CHECK(figures_of(figures, PolicyKind::DeepSpeed016).verdict == Verdict::RanksDiverge);
-  // With clipping active over several steps, with-mpu's sp-times gradient shows.
+  // sp times too large before clipping; clipping (active for both) restores the scale,
+  // but not the direction: means over unequal shards (334, 334, 333 rows) weight the
+  // rows unequally, ANALYSIS.md's "slightly wrong (relative 1e-4 .. 1e-3)".
   const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
-  CHECK(with_mpu.gradient_scale == Approx(3).epsilon(1e-3));
-  CHECK(with_mpu.steps.back().max_ulps_from_reference > kRoundingUlps);
+  CHECK(with_mpu.gradient_scale == Approx(3).epsilon(1e-2));
+  CHECK(with_mpu.steps.front().gradient_relative_error > kGradientRounding);
+  CHECK(with_mpu.steps.front().gradient_relative_error < 1e-2);
+}
+
+TEST_CASE("with-mpu's sp-times gradient changes what clipping does", "[repro]") {
+  ReproConfig config;
+  config.rows = 400;
+  config.in_features = 24;
+  config.out_features = 4;
+  config.steps = 2;
+  RunResults results;
+  run_on_threads(config, &results);
+  // A threshold twice the true norm: exact does not clip, with-mpu (4x) clips to 2x.
+  config.gradient_clipping = 2 * results.reference.norms.front();
+  const auto figures = run_on_threads(config);
+  CHECK(figures_of(figures, PolicyKind::Exact).steps.front().gradient_relative_error <=
+        kGradientRounding);
+  const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
+  CHECK(with_mpu.verdict == Verdict::WrongGradientScale);
+  CHECK(with_mpu.steps.front().gradient_relative_error == Approx(1.0).epsilon(1e-3));
 }
 
 TEST_CASE("exact handles a row count torch.chunk cannot split over the ranks", "[repro]") {
@@ -133,7 +157,8 @@ TEST_CASE("single rank: every policy is one-rank training", "[repro]") {
   config.steps = 2;
   const auto figures = run_on_threads(config);
   for (const PolicyFigures& policy : figures) {
-    CHECK(policy.steps.back().max_ulps_from_reference <= kRoundingUlps);
+    CHECK(policy.steps.back().gradient_relative_error <= kGradientRounding);
+    CHECK(policy.steps.back().parameters_beyond_rounding == 0);
   }
 }
 
