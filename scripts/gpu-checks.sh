@@ -28,6 +28,9 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
     --set ds_config.data_parallel_size=2 --plot "$out/drift_5steps.svg" \
     > "$out/repro_5steps.txt" 2>&1; echo "rc=$?"
   grep -A4 '^summary' "$out/repro_5steps.txt"
+  step "seqpar-repro over NCCL, a world of one (the program launches itself)"
+  "$bin/seqpar-repro" --set ds_config.sequence_parallel_size=1 --set repro.rows=3000 \
+    --plot "" 2>&1 | grep -E "placement|^\[rank 0\]   (deepspeed|with-mpu|exact)"; echo "rc=${PIPESTATUS[0]}"
   step "NCCL, one rank"
   "$bin/seqpar_nccl_test" --nproc 1 2>&1 | tail -n 3
   step "NCCL init timeout (a second rank that never comes)"
