@@ -21,8 +21,11 @@
 // kernel sums the partials in split order. No atomics: every sum has a fixed order,
 // and the split count depends only on the shape (not on the GPU), so results are
 // bitwise-reproducible. db uses the same two stages: per-chunk column sums, then the
-// same fixed-order partial sum, in double as the CPU path sums it. Fast paths for the
-// seed shapes are issue 7's.
+// same fixed-order partial sum, in double as the CPU path sums it.
+//
+// Skinny shapes (out_features <= 64, the seed's 16) go to nn/linear_skinny.cu instead:
+// one pass over x for the forward, and one for dW and db together. Large forward
+// products (enough 128 x 128 tiles to fill the GPU) go to nn/linear_large.cu.
 #include <algorithm>
 #include <cstdint>
 
@@ -30,6 +33,8 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "nn/linear.h"
+#include "nn/linear_large.h"
+#include "nn/linear_skinny.h"
 
 namespace seqpar::nn::detail {
 
@@ -239,7 +244,7 @@ void check_on_device(const Tensor& tensor, const char* name, int device) {
 }  // namespace
 
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const Tensor& y) {
+                         const Tensor& y, LinearKernel kernel) {
   SEQPAR_CHECK(x.defined() && x.device().is_cuda(), "linear_forward_cuda: x must be on a GPU");
   const int device = x.device().index;
   check_on_device(weight, "weight", device);
@@ -250,6 +255,20 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (bias.defined()) check_on_device(bias, "bias", device);
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   cuda::set_device(device);
+  if (kernel == LinearKernel::Auto && is_skinny(out) && weight.is_contiguous() &&
+      (in <= 1 || x.stride(1) == 1)) {
+    skinny_forward_cuda(RowsView{x.data(), x.stride(0)}, weight.data(),
+                        bias.defined() ? bias.data() : nullptr, rows, in, out, y.data(),
+                        y.stride(0), cuda::current_stream(device));
+    return;
+  }
+  const LargeGemm large{x.data(), x.stride(0), weight.data(), weight.stride(0),
+                       bias.defined() ? bias.data() : nullptr, y.data(), y.stride(0), rows, out, in};
+  if (kernel != LinearKernel::Tiled64 && (in <= 1 || (x.stride(1) == 1 && weight.stride(1) == 1)) &&
+      large_gemm_applies(large)) {
+    large_gemm_cuda(large, cuda::current_stream(device));
+    return;
+  }
   gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(
       rows, out, in, Operand{x.data(), x.stride(0), x.stride(1)},
       Operand{weight.data(), weight.stride(0), weight.stride(1)},
@@ -258,7 +277,7 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
 
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
-                          const Tensor& grad_bias) {
+                          const Tensor& grad_bias, LinearKernel kernel) {
   SEQPAR_CHECK(grad_y.defined() && grad_y.device().is_cuda(),
                "linear_backward_cuda: grad_y must be on a GPU");
   const int device = grad_y.device().index;
@@ -276,6 +295,23 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
         rows, in, out, Operand{grad_y.data(), grad_y.stride(0), grad_y.stride(1)},
         Operand{weight.data(), weight.stride(1), weight.stride(0)}, nullptr, grad_x.data(),
         grad_x.stride(0), device);
+  }
+  if (grad_weight.defined() && kernel == LinearKernel::Auto && is_skinny(out) &&
+      (out <= 1 || grad_y.stride(1) == 1) && (in <= 1 || x.stride(1) == 1)) {
+    // dW and db in one pass over x (nn/linear_skinny.cu), scratch from the pool.
+    check_on_device(grad_weight, "grad_weight", device);
+    SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
+    if (grad_bias.defined()) check_on_device(grad_bias, "grad_bias", device);
+    const SkinnyGradScratch sizes = skinny_grad_scratch(rows, in, out);
+    const Tensor weight_partials = Tensor::empty({std::max<int64_t>(sizes.weight_floats, 1)},
+                                                 Device::cuda(device));
+    const Tensor bias_partials = cuda::double_scratch(sizes.bias_doubles, Device::cuda(device));
+    skinny_weight_grad_cuda(GradSource{RowsView{grad_y.data(), grad_y.stride(0)}, nullptr, 0.0f},
+                            RowsView{x.data(), x.stride(0)}, rows, in, out, grad_weight.data(),
+                            grad_bias.defined() ? grad_bias.data() : nullptr,
+                            weight_partials.data(), cuda::doubles(bias_partials), LossFinish{},
+                            cuda::current_stream(device));
+    return;
   }
   if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
     check_on_device(grad_weight, "grad_weight", device);

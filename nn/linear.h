@@ -49,15 +49,20 @@ class Linear : public Module {
 
 namespace detail {
 #ifdef SEQPAR_WITH_CUDA
+// Which kernels the CUDA launchers use. Auto: the skinny ones (nn/linear_skinny.h)
+// for out_features <= 64, the 128 x 128 forward GEMM (nn/linear_large.h) for large
+// aligned products, the 64 x 64 tiled GEMM otherwise. General: never the skinny
+// ones. Tiled64: only the 64 x 64 tiled GEMM. (The last two are for comparisons.)
+enum class LinearKernel { Auto, General, Tiled64 };
 // CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0);
 // weight [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written
 // whole (never accumulated into). Undefined gradient outputs are skipped.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const Tensor& y);
+                         const Tensor& y, LinearKernel kernel = LinearKernel::Auto);
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
-                          const Tensor& grad_bias);
+                          const Tensor& grad_bias, LinearKernel kernel = LinearKernel::Auto);
 #endif
 }  // namespace detail
 

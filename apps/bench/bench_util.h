@@ -1,0 +1,85 @@
+// Timing and reporting for seqpar-bench: CUDA events around each call on the
+// device's stream, a warm-up, the median of many calls; one JSON record per figure.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+
+namespace seqpar::bench {
+
+struct Timing {
+  double median_us = 0.0, min_us = 0.0;
+  int repeats = 0;
+};
+
+// Each call bracketed by its own pair of events: what one call costs in a stream of
+// work, its launch latency included.
+inline Timing time_calls(const std::function<void()>& work, int warmup, int repeats) {
+  cudaStream_t stream = cuda::current_stream(0);
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) work();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    work();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float milliseconds = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+    times.push_back(1000.0 * milliseconds);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.front(), repeats};
+}
+
+// One measured figure. bytes: the fewest bytes the work must move through device
+// memory (0 when not meaningful); flops: its floating-point operations (0 likewise).
+struct Record {
+  std::string name, what;
+  Timing timing;
+  double bytes = 0.0, flops = 0.0;
+};
+
+class Report {
+ public:
+  void add(const std::string& name, const std::string& what, const Timing& timing,
+           double bytes = 0.0, double flops = 0.0) {
+    records_.push_back({name, what, timing, bytes, flops});
+    std::printf("%-44s %12.2f us  (min %10.2f, %5d reps)  %s\n", name.c_str(),
+                timing.median_us, timing.min_us, timing.repeats, what.c_str());
+    std::fflush(stdout);
+  }
+  void write_json(const std::string& path, const std::string& gpu) const {
+    std::FILE* file = std::fopen(path.c_str(), "w");
+    if (file == nullptr) return;
+    std::fprintf(file, "{\"source\": \"seqpar-bench\", \"gpu\": \"%s\", \"results\": [\n", gpu.c_str());
+    for (size_t i = 0; i < records_.size(); ++i) {
+      const Record& r = records_[i];
+      std::fprintf(file,
+                   "  {\"name\": \"%s\", \"what\": \"%s\", \"median_us\": %.3f, \"min_us\": %.3f, "
+                   "\"repeats\": %d, \"bytes\": %.0f, \"flops\": %.0f}%s\n",
+                   r.name.c_str(), r.what.c_str(), r.timing.median_us, r.timing.min_us,
+                   r.timing.repeats, r.bytes, r.flops, i + 1 < records_.size() ? "," : "");
+    }
+    std::fprintf(file, "]}\n");
+    std::fclose(file);
+  }
+
+ private:
+  std::vector<Record> records_;
+};
+
+}  // namespace seqpar::bench

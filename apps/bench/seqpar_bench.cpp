@@ -1,0 +1,232 @@
+// seqpar-bench (issue 7): the seed training step and its kernels, timed with CUDA
+// events (median of --repeats calls after --warmup calls), printed and written as
+// JSON for bench/run.sh, which sets them beside bench/torch_reference.py's figures.
+//
+//   seqpar-bench [--repeats N] [--warmup N] [--json PATH] [--no-stress]
+//
+// Steps (forward, L1 loss, backward, gradient sync, clip 1.0, AdamW lr 1e-4 wd 0.01;
+// the "exact" policy): the fused step (train::LinearL1Step) replayed from a CUDA graph
+// and run eagerly, and the public API (autograd), on the full batch of 12000 rows, on
+// one rank's 3000-row shard, and over 4 ranks of a threads group sharing the GPU.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/bench/bench_util.h"
+#include "apps/bench/bench_sections.h"
+#include "autograd/variable.h"
+#include "core/generator.h"
+#include "dist/local_process_group.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "nn/linear_skinny.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "train/linear_l1_step.h"
+
+using namespace seqpar;
+using autograd::Variable;
+using bench::Report;
+using bench::Settings;
+using bench::time_calls;
+
+namespace {
+
+constexpr int64_t kRows = 12000, kIn = 640, kOut = 16, kShards = 4;
+constexpr double kF = sizeof(float);
+const Device kGpu = Device::cuda(0);
+
+optim::AdamWOptions seed_adamw() {
+  optim::AdamWOptions options;
+  options.lr = 1e-4;
+  options.weight_decay = 0.01;
+  return options;
+}
+
+// The public API's step, as seqpar-repro's exact policy takes it on one rank.
+struct ApiStep {
+  nn::Linear& model;
+  Variable x, target;
+  nn::Reduction reduction;
+  optim::AdamW optimizer;
+  dist::ProcessGroup* group;  // gradients summed over it when set
+  void operator()() {
+    model.zero_grad();
+    const Variable loss = nn::l1_loss(model.forward(x), target, reduction);
+    loss.backward();
+    if (group != nullptr) {
+      for (const Variable& parameter : model.parameters()) {
+        Tensor gradient = parameter.grad();
+        group->all_reduce(gradient, dist::ReduceOp::Sum);
+      }
+    }
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    optimizer.step();
+  }
+};
+
+void bench_copy(Report& report, const Settings& s) {
+  const int64_t count = int64_t{1} << 28;  // 1 GiB
+  const Tensor a = Tensor::full({count}, 1.0f, kGpu), b = Tensor::empty({count}, kGpu);
+  cudaStream_t stream = cuda::current_stream(0);
+  report.add("copy/1GiB", "device-to-device cudaMemcpyAsync, bytes read + written",
+             time_calls([&] {
+               CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), count * kF,
+                                          cudaMemcpyDeviceToDevice, stream));
+             }, 5, std::max(20, s.repeats / 10)),
+             2.0 * count * kF);
+}
+
+void bench_steps(Report& report, const Settings& s) {
+  Generator generator(12345);
+  nn::Linear model(kIn, kOut, generator, kGpu);
+  const Tensor x = generator.randn({kRows, kIn}, kGpu);
+  const double step_bytes = kF * kRows * kIn, shard_bytes = step_bytes / kShards;
+  const double step_flops = 2.0 * 2.0 * kRows * kIn * kOut;
+  const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
+
+  {  // the fused step on one batch: x stays in L2 from one step to the next
+    train::LinearL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+                             seed_adamw(), 1.0);
+    report.add("step/full12000/fused_eager", "LinearL1Step::run, 4 launches",
+               time_calls([&] { step.run(); }, s.warmup, s.repeats), step_bytes, step_flops);
+    step.capture();
+    report.add("step/full12000/fused_graph", "LinearL1Step::replay (one CUDA graph)",
+               time_calls([&] { step.replay(); }, s.warmup, s.repeats), step_bytes, step_flops);
+  }
+  {  // rotating over 4 batches (123 MB, twice the 60 MB L2)
+    std::vector<train::Batch> batches;
+    std::vector<Tensor> keep;
+    for (int b = 0; b < 4; ++b) {
+      keep.push_back(generator.randn({kRows, kIn}, kGpu));
+      batches.push_back({keep.back(), keep.back().narrow(1, 0, kOut)});
+    }
+    train::LinearL1Step step(model, batches, nn::Reduction::mean(), seed_adamw(), 1.0);
+    step.capture();
+    int next = 0;
+    report.add("step/full12000/fused_graph_rotating", "replay over 4 batches of 30.7 MB",
+               time_calls([&] { step.replay(static_cast<size_t>(next++ % 4)); }, s.warmup, s.repeats),
+               step_bytes, step_flops);
+  }
+  {
+    ApiStep step{model, Variable(x), Variable(x.narrow(1, 0, kOut)), nn::Reduction::mean(),
+                 optim::AdamW(model.parameters(), seed_adamw()), nullptr};
+    report.add("step/full12000/public_api", "autograd + kernels, eager",
+               time_calls([&] { step(); }, s.warmup, s.repeats), step_bytes, step_flops);
+  }
+  const Tensor shard = x.tensor_split(kShards)[0];
+  {  // one SP rank's share: the exact loss over its 3000 rows (no peers to sync with)
+    train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact, seed_adamw(), 1.0);
+    step.capture();
+    report.add("step/shard3000/fused_graph", "one rank of sp 4, exact loss, no peers",
+               time_calls([&] { step.replay(); }, s.warmup, s.repeats), shard_bytes,
+               step_flops / kShards);
+    ApiStep api{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
+                optim::AdamW(model.parameters(), seed_adamw()), nullptr};
+    report.add("step/shard3000/public_api", "autograd + kernels, eager",
+               time_calls([&] { api(); }, s.warmup, s.repeats), shard_bytes, step_flops / kShards);
+  }
+}
+
+// 4 ranks as threads sharing the GPU, exact policy: rank 0 times each step between
+// two barriers (all ranks' kernels of the step are queued between its events).
+void bench_four_ranks(Report& report, const Settings& s, bool fused) {
+  Generator generator(12345);
+  nn::Linear initial(kIn, kOut, generator, kGpu);
+  const Tensor x = generator.randn({kRows, kIn}, kGpu);
+  bench::Timing timing;
+  dist::run_local_world(kShards, [&](std::shared_ptr<dist::ProcessGroup> world) {
+    Generator unused(0);
+    nn::Linear model(kIn, kOut, unused, kGpu);
+    model.weight().data().copy_(initial.weight().data());
+    model.bias().data().copy_(initial.bias().data());
+    const Tensor shard = x.tensor_split(kShards)[static_cast<size_t>(world->rank())];
+    const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
+    std::function<void()> one_step;
+    std::unique_ptr<train::LinearL1Step> fused_step;
+    std::unique_ptr<ApiStep> api_step;
+    if (fused) {
+      fused_step = std::make_unique<train::LinearL1Step>(
+          model, std::vector<train::Batch>{{shard, shard.narrow(1, 0, kOut)}}, exact, seed_adamw(),
+          1.0, [&](Tensor& grad_weight, Tensor& grad_bias) {
+            world->all_reduce(grad_weight, dist::ReduceOp::Sum);
+            world->all_reduce(grad_bias, dist::ReduceOp::Sum);
+          });
+      one_step = [&] { fused_step->run(); };
+    } else {
+      api_step.reset(new ApiStep{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
+                                 optim::AdamW(model.parameters(), seed_adamw()), world.get()});
+      one_step = [&] { (*api_step)(); };
+    }
+    cudaStream_t stream = cuda::current_stream(0);
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> times;
+    for (int i = 0; i < s.warmup + s.repeats; ++i) {
+      world->barrier();
+      if (world->rank() == 0) CUDA_CHECK(cudaEventRecord(start, stream));
+      world->barrier();
+      one_step();
+      world->barrier();
+      if (world->rank() == 0) {
+        CUDA_CHECK(cudaEventRecord(stop, stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float milliseconds = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+        if (i >= s.warmup) times.push_back(1000.0 * milliseconds);
+      }
+    }
+    cuda::synchronize(0);
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    if (world->rank() == 0) {
+      std::sort(times.begin(), times.end());
+      timing = {times[times.size() / 2], times.front(), static_cast<int>(times.size())};
+    }
+  });
+  report.add(fused ? "step/4ranks_threads/fused_eager" : "step/4ranks_threads/public_api",
+             "4 threads on one GPU, exact policy, sum all-reduce of the gradients", timing,
+             kF * kRows * kIn, 4.0 * kRows * kIn * kOut);
+}
+
+}  // namespace
+
+
+int main(int argc, char** argv) {
+  Settings settings;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--repeats" && i + 1 < argc) settings.repeats = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--warmup" && i + 1 < argc) settings.warmup = std::atoi(argv[++i]);
+    else if (arg == "--json" && i + 1 < argc) settings.json = argv[++i];
+    else if (arg == "--no-stress") settings.stress = false;
+    else {
+      std::fprintf(stderr, "usage: seqpar-bench [--repeats N] [--warmup N] [--json PATH] [--no-stress]\n");
+      return 2;
+    }
+  }
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "seqpar-bench: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp properties;
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  std::printf("seqpar-bench on %s (%d SMs, L2 %d MB): median of %d calls after %d warm-up calls\n",
+              properties.name, properties.multiProcessorCount, properties.l2CacheSize >> 20,
+              settings.repeats, settings.warmup);
+  Report report;
+  bench_copy(report, settings);
+  bench_steps(report, settings);
+  bench_four_ranks(report, settings, /*fused=*/true);
+  bench_four_ranks(report, settings, /*fused=*/false);
+  bench::bench_kernels(report, settings);
+  if (settings.stress) bench::bench_stress(report, settings);
+  report.write_json(settings.json, properties.name);
+  return 0;
+}

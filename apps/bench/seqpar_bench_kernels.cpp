@@ -1,0 +1,184 @@
+// seqpar-bench's kernel sections: the seed's kernels one by one through their
+// launchers (preallocated outputs), and the stress shapes.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "apps/bench/bench_sections.h"
+#include "autograd/variable.h"
+#include "core/device_generator.h"
+#include "core/generator.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "nn/linear_skinny.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/clip_adamw.h"
+
+namespace seqpar::bench {
+
+namespace {
+
+constexpr double kF = sizeof(float);
+const Device kGpu = Device::cuda(0);
+using nn::detail::LinearKernel;
+
+optim::AdamWOptions seed_adamw() {
+  optim::AdamWOptions options;
+  options.lr = 1e-4;
+  options.weight_decay = 0.01;
+  return options;
+}
+
+optim::detail::AdamWTensors adamw_tensors(const std::vector<Tensor>& params,
+                                          const std::vector<Tensor>& grads, const Tensor& m,
+                                          const Tensor& v) {
+  optim::detail::AdamWTensors t;
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    t.params.push_back(params[i].data());
+    t.grads.push_back(grads[i].data());
+    t.exp_avgs.push_back(m.data() + offset);
+    t.exp_avg_sqs.push_back(v.data() + offset);
+    t.sizes.push_back(params[i].numel());
+    offset += params[i].numel();
+  }
+  return t;
+}
+
+void bench_linear(Report& report, const Settings& s, const Tensor& x, const Tensor& weight,
+                  const Tensor& bias, const Tensor& grad_y) {
+  const int64_t n = x.size(0), in = x.size(1), out = weight.size(0);
+  const std::string shape = std::to_string(n) + "x" + std::to_string(in) + "x" + std::to_string(out);
+  const Tensor y = Tensor::empty({n, out}, kGpu);
+  const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
+  const double bytes = kF * (n * in + out * in + n * out), flops = 2.0 * n * in * out;
+  for (LinearKernel kernel : {LinearKernel::Auto, LinearKernel::General}) {
+    const std::string tag = kernel == LinearKernel::Auto ? "" : "_general";
+    report.add("kernel/linear_fwd" + tag + "/" + shape,
+               kernel == LinearKernel::Auto ? "skinny kernel" : "general 64x64 tiled GEMM",
+               time_calls([&] { nn::detail::linear_forward_cuda(x, weight, bias, y, kernel); },
+                          s.warmup, s.repeats), bytes, flops);
+    report.add("kernel/linear_dw_db" + tag + "/" + shape, "dW = dy^T x and db, x not needed as dx",
+               time_calls([&] {
+                 nn::detail::linear_backward_cuda(grad_y, x, weight, Tensor(), grad_weight,
+                                                  grad_bias, kernel);
+               }, s.warmup, s.repeats), bytes, flops);
+  }
+}
+
+}  // namespace
+
+void bench_kernels(Report& report, const Settings& s) {
+  const int64_t n = 12000, in = 640, out = 16;
+  Generator generator(7);
+  const Tensor x = generator.randn({n, in}, kGpu), weight = generator.randn({out, in}, kGpu);
+  const Tensor bias = generator.randn({out}, kGpu), grad_y = generator.randn({n, out}, kGpu);
+  bench_linear(report, s, x, weight, bias, grad_y);
+  bench_linear(report, s, x.narrow(0, 0, 3000), weight, bias, grad_y.narrow(0, 0, 3000));
+
+  cuda::Stream stream = cuda::current_stream(0);
+  const Tensor target = x.narrow(1, 0, out);
+  {  // the fused step's first kernel: forward + |y - t| partials + sign, y never stored
+    namespace nd = nn::detail;
+    const Tensor sign = Tensor::empty({n, out}, kGpu);
+    const Tensor partials = Tensor::empty({2 * nd::skinny_forward_partial_count(n, out)}, kGpu);
+    const nd::L1Outputs l1{nd::RowsView{target.data(), target.stride(0)}, sign.data(),
+                           reinterpret_cast<double*>(partials.data())};
+    report.add("kernel/fused_fwd_l1/12000x640x16", "forward + L1 partials + sign",
+               time_calls([&] {
+                 nd::skinny_forward_l1_cuda(nd::RowsView{x.data(), x.stride(0)}, weight.data(),
+                                            bias.data(), n, in, out, l1, stream);
+               }, s.warmup, s.repeats), kF * (n * in + out * in + n * out), 2.0 * n * in * out);
+  }
+  {
+    const Tensor y = nn::linear_forward(x, weight, bias), loss = Tensor::empty({}, kGpu);
+    const Tensor ones = Tensor::ones({}, kGpu), grad = Tensor::empty({n, out}, kGpu);
+    const float scale = 1.0f / static_cast<float>(n * out);
+    report.add("kernel/l1_fwd_bwd/12000x16", "l1 forward (2 launches) + backward (1)",
+               time_calls([&] {
+                 nn::detail::l1_loss_forward_cuda(y, target, scale, loss);
+                 nn::detail::l1_loss_backward_cuda(ones, y, target, scale, grad);
+               }, s.warmup, s.repeats), kF * 3 * n * out);
+  }
+  for (int64_t parameters : {int64_t{10256}, int64_t{100'000'000}}) {
+    std::vector<Tensor> params, grads;
+    if (parameters == 10256) {
+      params = {weight.clone(), bias.clone()};
+      grads = {generator.randn({out, in}, kGpu), generator.randn({out}, kGpu)};
+    } else {
+      params = {randn_on_device(1, 0, {parameters}, 0)};
+      grads = {randn_on_device(2, 0, {parameters}, 0)};
+    }
+    const Tensor m = Tensor::zeros({parameters}, kGpu), v = Tensor::zeros({parameters}, kGpu);
+    const auto tensors = adamw_tensors(params, grads, m, v);
+    const auto scalars = optim::detail::adamw_step_scalars(seed_adamw(), 1);
+    const int repeats = parameters > 1'000'000 ? std::max(200, s.repeats / 2) : s.repeats;
+    report.add("kernel/adamw/" + std::to_string(parameters), "multi-tensor AdamW, one launch per table",
+               time_calls([&] { optim::detail::adamw_step_cuda(tensors, scalars, 0); }, s.warmup,
+                          repeats), kF * 7 * parameters);
+    if (parameters != 10256) continue;
+    std::vector<const float*> read = {grads[0].data(), grads[1].data()};
+    const Tensor norm = Tensor::empty({}, kGpu);
+    report.add("kernel/norm_clip/10256", "grad norm (3 launches) + clip (1 launch)",
+               time_calls([&] {
+                 optim::detail::grad_norm_cuda(read, tensors.sizes, norm, 0);
+                 optim::detail::clip_grads_cuda(tensors.grads, tensors.sizes, 1.0f, norm, 0);
+               }, s.warmup, s.repeats), kF * 2 * parameters);
+    // The fused tail: every call takes the next slot of a table long enough for all.
+    const int64_t calls = s.warmup + s.repeats + 8;
+    Tensor host_table = Tensor::empty({calls * 7});
+    for (int64_t i = 0; i < calls; ++i) {
+      std::copy_n(reinterpret_cast<const float*>(&scalars), 7, host_table.data() + 7 * i);
+    }
+    const Tensor table = host_table.to(kGpu), slot = Tensor::zeros({2}, kGpu);
+    const optim::detail::ClipAdamWState state{
+        reinterpret_cast<const optim::detail::AdamWStepScalars*>(table.data()),
+        reinterpret_cast<int*>(slot.data()), reinterpret_cast<unsigned*>(slot.data() + 1),
+        norm.data()};
+    report.add("kernel/clip_adamw_fused/10256", "norm + clip + AdamW in one launch",
+               time_calls([&] { optim::detail::clip_adamw_step_cuda(tensors, 1.0f, state, stream); },
+                          s.warmup, s.repeats), kF * 7 * parameters);
+  }
+}
+
+void bench_stress(Report& report, const Settings& s) {
+  {  // square GEMM through the general kernel: y = x Wᵀ + b
+    const int64_t size = 4096;
+    const Tensor x = randn_on_device(3, 0, {size, size}, 0), w = randn_on_device(4, 0, {size, size}, 0);
+    const Tensor b = randn_on_device(5, 0, {size}, 0), y = Tensor::empty({size, size}, kGpu);
+    for (LinearKernel kernel : {LinearKernel::Auto, LinearKernel::Tiled64}) {
+      const bool large = kernel == LinearKernel::Auto;
+      report.add(large ? "gemm/4096^3" : "gemm/4096^3_tiled64",
+                 large ? "128x128 tiles, 8x8 per thread, fp32 FFMA" : "64x64 tiles, 4x4 per thread",
+                 time_calls([&] { nn::detail::linear_forward_cuda(x, w, b, y, kernel); }, 3,
+                            std::min(s.repeats, 50)),
+                 kF * 3 * size * size, 2.0 * size * size * size);
+    }
+  }
+  const int64_t rows = int64_t{1} << 20, features = 1024;
+  const Tensor x = randn_on_device(6, 0, {rows, features}, 0);
+  Generator generator(9);
+  nn::Linear model(features, features, generator, kGpu);
+  const double flops = 2.0 * rows * features * features;
+  {
+    const Tensor y = Tensor::empty({rows, features}, kGpu);
+    report.add("gemm/stress_fwd/1048576x1024x1024", "128x128 tiled GEMM",
+               time_calls([&] {
+                 nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y);
+               }, 1, 3), kF * 2 * rows * features, flops);
+  }
+  const autograd::Variable input(x), target(x);
+  optim::AdamW optimizer(model.parameters(), seed_adamw());
+  report.add("step/stress/public_api", "x 1048576x1024, Linear 1024->1024, fp32, one step",
+             time_calls([&] {
+               model.zero_grad();
+               const autograd::Variable loss = nn::l1_loss(model.forward(input), target);
+               loss.backward();
+               optim::clip_grad_norm(model.parameters(), 1.0);
+               optimizer.step();
+             }, 1, 3), kF * 2 * rows * features, 2.0 * flops);
+}
+
+}  // namespace seqpar::bench

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 7's benchmarks in one command, on one GPU: seqpar-bench, then PyTorch's
+# anchors (bench/torch_reference.py) on the same GPU, then one table and one JSON.
+#
+#   bash bench/run.sh [BIN] [OUT] [extra arguments for both programs]
+#
+# BIN: a folder holding seqpar-bench (or a build folder: BIN/apps/bench/seqpar-bench);
+# default build. OUT: where the JSON files go; default bench-out. For example, from a
+# build made with `cmake -S . -B build -G Ninja && ninja -C build`:
+#   bash bench/run.sh build bench-out
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${1:-build}"
+out="${2:-bench-out}"
+shift 2 2>/dev/null || shift $#
+bench="$bin/seqpar-bench"
+[ -x "$bench" ] || bench="$bin/apps/bench/seqpar-bench"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+echo "== seqpar-bench ($bench), $(date -u +%Y-%m-%dT%H:%MZ)"
+limit="${BENCH_TIMEOUT_S:-900}"  # per program
+timeout "$limit" "$bench" --json "$out/seqpar_bench.json" "$@" || echo "seqpar-bench failed: $?"
+echo "== bench/torch_reference.py"
+timeout "$limit" python3 "$here/torch_reference.py" --json "$out/torch_reference.json" "$@" || echo "torch_reference.py failed: $?"
+echo "== side by side (also in $out/bench.json)"
+python3 "$here/merge.py" "$out/seqpar_bench.json" "$out/torch_reference.json" "$out/bench.json"

@@ -1,0 +1,35 @@
+// One element of AdamW on the GPU, shared by the multi-tensor kernel (adamw.cu) and
+// the fused clip + AdamW kernel (clip_adamw.cu), so both compute the same bits.
+//
+// The arithmetic follows torch.optim.AdamW's single-tensor path operation by
+// operation, as optim/adamw.cpp writes it: __fmul_rn, __fadd_rn, __fdiv_rn and
+// __fsqrt_rn are never contracted into an fma, and the fused operations are the ones
+// PyTorch's kernels fuse (lerp; addcmul's self + (value * t1) * t2).
+#pragma once
+
+#include "optim/adamw.h"
+
+namespace seqpar::optim::detail {
+
+// torch.lerp(start, end, weight) as PyTorch computes it: one fma from whichever end
+// is nearer, so that weight 1 gives `end` exactly.
+__device__ __forceinline__ float lerp(float start, float end, float weight) {
+  return fabsf(weight) < 0.5f ? fmaf(weight, __fsub_rn(end, start), start)
+                              : fmaf(__fsub_rn(weight, 1.0f), __fsub_rn(end, start), end);
+}
+
+__device__ __forceinline__ void adamw_update(float& param_ref, float grad, float& exp_avg_ref,
+                                             float& exp_avg_sq_ref, const AdamWStepScalars& s) {
+  float param = param_ref, m = exp_avg_ref, v = exp_avg_sq_ref;
+  param = __fmul_rn(param, s.decay);                                          // p *= 1 - lr wd
+  m = lerp(m, grad, s.lerp_weight);                                           // m.lerp_(g, 1 - b1)
+  v = fmaf(__fmul_rn(s.one_minus_beta2, grad), grad, __fmul_rn(v, s.beta2));  // addcmul
+  const float denom =
+      __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);    // sqrt(v)/bc2 + eps
+  // addcdiv_(m, denom, value=-step_size): self + value * m / denom, in that order.
+  param_ref = __fadd_rn(param, __fdiv_rn(__fmul_rn(-s.step_size, m), denom));
+  exp_avg_ref = m;
+  exp_avg_sq_ref = v;
+}
+
+}  // namespace seqpar::optim::detail

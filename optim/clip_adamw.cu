@@ -1,0 +1,106 @@
+// CUDA kernel of optim/clip_adamw.h: norm, clip coefficient and AdamW in one launch.
+#include "optim/clip_adamw.h"
+
+#include <array>
+#include <cstdint>
+
+#include "core/block_reduce.cuh"
+#include "core/cuda_check.h"
+#include "optim/adamw_update.cuh"
+#include "optim/multi_tensor.cuh"
+
+namespace seqpar::optim::detail {
+
+namespace {
+
+enum List { kParams, kGrads, kExpAvgs, kExpAvgSqs, kListCount };
+constexpr int kThreads = 1024;  // the norm pass reads every gradient: many loads in flight
+constexpr int64_t kMaxElements = int64_t{1} << 20;
+
+__global__ void __launch_bounds__(kThreads)
+    clip_adamw_kernel(TensorTable<kListCount> table, int tensors, float max_norm,
+                      ClipAdamWState state) {
+  __shared__ float coefficient_shared;
+  // 1. The total norm, in the same order in every block (the result is in thread 0).
+  double squared_norms = 0.0;
+  for (int t = 0; t < tensors; ++t) {
+    const float* grad = table.pointers[kGrads][t];
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < table.sizes[t]; i += blockDim.x) {
+      const double value = grad[i];
+      sum += value * value;  // exact in double, as clip.cu squares
+    }
+    sum = cuda::block_sum(sum);
+    const double norm = __double2float_rn(sqrt(sum));  // a float32 norm per tensor
+    squared_norms += norm * norm;
+  }
+  if (threadIdx.x == 0) {
+    const float total = __double2float_rn(sqrt(squared_norms));
+    if (blockIdx.x == 0) *state.total_norm = total;
+    // As clip.cu: reciprocal(total + 1e-6) * max_norm, clamped to at most 1.
+    const float unclamped = __fmul_rn(__frcp_rn(__fadd_rn(total, 1e-6f)), max_norm);
+    coefficient_shared = 1.0f < unclamped ? 1.0f : unclamped;
+  }
+  __syncthreads();
+  const float coefficient = coefficient_shared;
+  const AdamWStepScalars s = state.table[*state.step_slot];
+
+  // 2. This block's chunk: the clipped gradient goes straight into the update.
+  const BlockWork work = block_work(table, blockIdx.x);
+  float* params = table.pointers[kParams][work.slot];
+  const float* grads = table.pointers[kGrads][work.slot];
+  float* exp_avgs = table.pointers[kExpAvgs][work.slot];
+  float* exp_avg_sqs = table.pointers[kExpAvgSqs][work.slot];
+  for (int64_t i = work.begin + threadIdx.x; i < work.end; i += blockDim.x) {
+    adamw_update(params[i], __fmul_rn(grads[i], coefficient), exp_avgs[i], exp_avg_sqs[i], s);
+  }
+
+  // 3. Every block has read the step slot before it counts itself done; the last one
+  // advances the slot for the next launch and resets the count.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(state.blocks_done, 1u) == gridDim.x - 1) {
+      *state.step_slot += 1;
+      *state.blocks_done = 0;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace
+
+bool clip_adamw_fits(const std::vector<int64_t>& sizes) {
+  int64_t elements = 0, blocks = 0, tensors = 0;
+  for (int64_t size : sizes) {
+    if (size == 0) continue;
+    elements += size;
+    blocks += cuda::ceil_div(size, kChunkElements);
+    ++tensors;
+  }
+  using Table = TensorTable<kListCount>;
+  return elements <= kMaxElements && blocks <= Table::kMaxBlocks && tensors <= Table::kMaxTensors;
+}
+
+void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
+                          const ClipAdamWState& state, cuda::Stream stream) {
+  const size_t count = tensors.sizes.size();
+  SEQPAR_CHECK(tensors.params.size() == count && tensors.grads.size() == count &&
+                   tensors.exp_avgs.size() == count && tensors.exp_avg_sqs.size() == count,
+               "clip_adamw_step_cuda: the four lists and the sizes differ in length");
+  SEQPAR_CHECK(clip_adamw_fits(tensors.sizes),
+               "clip_adamw_step_cuda: too many parameters for the one-launch path (at most ",
+               kMaxElements, " elements in ", TensorTable<kListCount>::kMaxTensors, " tensors)");
+  int non_empty = 0;
+  for (int64_t size : tensors.sizes) non_empty += size > 0 ? 1 : 0;
+  const std::array<std::vector<float*>, kListCount> lists{tensors.params, tensors.grads,
+                                                          tensors.exp_avgs, tensors.exp_avg_sqs};
+  for_each_tensor_table<kListCount>(
+      lists, tensors.sizes,
+      [&](const TensorTable<kListCount>& table, int blocks, int64_t /*first_block*/) {
+        clip_adamw_kernel<<<blocks, kThreads, 0, stream>>>(table, non_empty, max_norm, state);
+        CUDA_LAUNCH_CHECK();
+      });
+}
+
+}  // namespace seqpar::optim::detail

@@ -1,0 +1,221 @@
+// train::LinearL1Step (the fused, graph-capturable step) against the public API: the
+// CPU path to float32 rounding, the GPU public API bit for bit where the clip is
+// inactive (the same kernels' arithmetic, reached another way), graph replay bit for
+// bit equal to eager runs, across AdamW's scalar-table refresh, at odd shapes, and
+// split over 4 ranks of a threads group with the "exact" loss and a sum all-reduce.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <mutex>
+
+#include "autograd/variable.h"
+#include "core/elementwise.h"
+#include "core/generator.h"
+#include "dist/local_process_group.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
+#include "train/linear_l1_step.h"
+
+using namespace seqpar;
+using autograd::Variable;
+using test::relative_error;
+
+namespace {
+
+struct Problem {
+  int64_t rows, in, out;
+  double max_norm;
+  bool strided;  // x as a misaligned window of a wider buffer
+};
+
+struct Outcome {
+  Tensor loss, norm, grad_weight, grad_bias, weight, bias;  // after the last step
+};
+
+optim::AdamWOptions seed_adamw() {
+  optim::AdamWOptions options;
+  options.lr = 1e-4;
+  options.weight_decay = 0.01;
+  return options;
+}
+
+// The model, then x, from one generator (as the seed draws them); target = x[:, :out]
+// when in >= out, else a second draw.
+struct Data {
+  Tensor x, target, weight, bias;  // on the host
+};
+Data draw(const Problem& p) {
+  Generator generator(p.rows + 17 * p.in + p.out);
+  nn::Linear model(p.in, p.out, generator);
+  Data data;
+  data.weight = model.weight().data().clone();
+  data.bias = model.bias().data().clone();
+  data.x = generator.randn({p.rows, p.in});
+  data.target = p.in >= p.out ? data.x.narrow(1, 0, p.out) : generator.randn({p.rows, p.out});
+  return data;
+}
+
+Tensor place(const Tensor& values, Device device, bool strided) {
+  if (!strided) return values.to(device);
+  Tensor wide = Tensor::zeros({values.size(0) + 1, values.size(1) + 5}, device);
+  Tensor window = wide.narrow(0, 1, values.size(0)).narrow(1, 3, values.size(1));
+  window.copy_(values);
+  return window;
+}
+
+nn::Linear model_on(const Data& data, Device device) {
+  Generator unused(0);
+  nn::Linear model(data.weight.size(1), data.weight.size(0), unused, device);
+  model.weight().data().copy_(data.weight);
+  model.bias().data().copy_(data.bias);
+  return model;
+}
+
+// The public API: forward, L1 mean, backward, clip, AdamW.
+Outcome public_api_steps(const Problem& p, const Data& data, Device device, int steps) {
+  nn::Linear model = model_on(data, device);
+  const Tensor x = place(data.x, device, p.strided);
+  const Variable input(x), target(p.in >= p.out ? x.narrow(1, 0, p.out) : data.target.to(device));
+  optim::AdamW optimizer(model.parameters(), seed_adamw());
+  Outcome outcome;
+  for (int step = 0; step < steps; ++step) {
+    model.zero_grad();
+    const Variable loss = nn::l1_loss(model.forward(input), target);
+    loss.backward();
+    outcome.norm = optim::clip_grad_norm(model.parameters(), p.max_norm);
+    outcome.loss = loss.data();
+    optimizer.step();
+  }
+  outcome.grad_weight = model.weight().grad().clone();
+  outcome.grad_bias = model.bias().grad().clone();
+  outcome.weight = model.weight().data().clone();
+  outcome.bias = model.bias().data().clone();
+  return outcome;
+}
+
+// The fused step, eager or captured, alternating over `batches` copies of the batch.
+Outcome fused_steps(const Problem& p, const Data& data, int steps, bool graph, int batches = 1) {
+  const Device gpu = Device::cuda();
+  nn::Linear model = model_on(data, gpu);
+  std::vector<train::Batch> list;
+  for (int b = 0; b < batches; ++b) {
+    const Tensor x = place(data.x, gpu, p.strided);
+    list.push_back({x, p.in >= p.out ? x.narrow(1, 0, p.out) : data.target.to(gpu)});
+  }
+  train::LinearL1Step step(model, list, nn::Reduction::mean(), seed_adamw(), p.max_norm);
+  if (graph) step.capture();
+  for (int s = 0; s < steps; ++s) {
+    const size_t batch = static_cast<size_t>(s % batches);
+    if (graph) step.replay(batch);
+    else step.run(batch);
+  }
+  CHECK(step.step_count() == steps);
+  return {step.loss().clone(), step.total_norm().clone(), step.grad_weight().clone(),
+          step.grad_bias().clone(), model.weight().data().clone(), model.bias().data().clone()};
+}
+
+void check_bitwise(const Outcome& a, const Outcome& b) {
+  CHECK(test::bitwise_equal(a.loss, b.loss));
+  CHECK(test::bitwise_equal(a.norm, b.norm));
+  CHECK(test::bitwise_equal(a.grad_weight, b.grad_weight));
+  CHECK(test::bitwise_equal(a.grad_bias, b.grad_bias));
+  CHECK(test::bitwise_equal(a.weight, b.weight));
+  CHECK(test::bitwise_equal(a.bias, b.bias));
+}
+
+}  // namespace
+
+TEST_CASE("the fused seed step matches the CPU public API to float32 rounding", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (const Problem& p : {Problem{12000, 640, 16, 1.0, false}, Problem{1001, 37, 5, 0.05, true},
+                           Problem{333, 64, 40, 0.5, false}}) {
+    INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out << ", max_norm " << p.max_norm);
+    const Data data = draw(p);
+    const Outcome cpu = public_api_steps(p, data, Device::cpu(), 1);
+    test::poison_pool(Device::cuda());
+    const Outcome fused = fused_steps(p, data, 1, /*graph=*/false);
+    CHECK(relative_error(fused.loss, cpu.loss) < 1e-6);
+    CHECK(relative_error(fused.norm, cpu.norm) < 1e-5);
+    // The fused step keeps the gradients before clipping; the public API clips them.
+    const float coefficient = std::min(1.0f, static_cast<float>(p.max_norm) / (cpu.norm.item() + 1e-6f));
+    CHECK(relative_error(mul(fused.grad_weight, coefficient), cpu.grad_weight) < 1e-5);
+    CHECK(relative_error(mul(fused.grad_bias, coefficient), cpu.grad_bias) < 1e-5);
+    CHECK(relative_error(fused.weight, cpu.weight) < 1e-6);
+    CHECK(relative_error(fused.bias, cpu.bias) < 1e-6);
+  }
+}
+
+TEST_CASE("the fused step equals the GPU public API bit for bit while the clip is inactive", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const Problem p{12000, 640, 16, 1.0e6, false};
+  const Data data = draw(p);
+  const Outcome api = public_api_steps(p, data, Device::cuda(), 5);
+  const Outcome fused = fused_steps(p, data, 5, /*graph=*/false);
+  CHECK(relative_error(fused.loss, api.loss) < 1e-6);
+  CHECK(relative_error(fused.norm, api.norm) < 1e-6);
+  CHECK(test::bitwise_equal(fused.grad_weight, api.grad_weight));
+  CHECK(test::bitwise_equal(fused.grad_bias, api.grad_bias));
+  CHECK(test::bitwise_equal(fused.weight, api.weight));
+  CHECK(test::bitwise_equal(fused.bias, api.bias));
+}
+
+TEST_CASE("graph replay of the fused step equals eager runs bit for bit", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (const Problem& p : {Problem{12000, 640, 16, 0.05, false}, Problem{1001, 37, 5, 0.05, true}}) {
+    INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out);
+    const Data data = draw(p);
+    const Outcome eager = fused_steps(p, data, 6, false, 2);
+    test::poison_pool(Device::cuda());
+    const Outcome replayed = fused_steps(p, data, 6, true, 2);
+    check_bitwise(eager, replayed);
+    check_bitwise(eager, fused_steps(p, data, 6, false, 2));  // and run to run
+  }
+}
+
+TEST_CASE("replayed steps keep AdamW's bias corrections past the scalar table", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // Small, so that more steps than one table holds take little time; clip inactive,
+  // so the public API must give the same bits at every step count.
+  const Problem p{64, 8, 4, 1.0e6, false};
+  const Data data = draw(p);
+  const int steps = static_cast<int>(train::LinearL1Step::kTableSteps) + 3;
+  const Outcome api = public_api_steps(p, data, Device::cuda(), steps);
+  const Outcome replayed = fused_steps(p, data, steps, true);
+  CHECK(test::bitwise_equal(replayed.weight, api.weight));
+  CHECK(test::bitwise_equal(replayed.bias, api.bias));
+}
+
+TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // The "exact" policy: rank r holds rows tensor_split(4)[r], its loss is its sum over
+  // (all rows x out), and the gradients are summed over the ranks before the clip.
+  const Problem p{12000, 640, 16, 0.1, false};
+  const Data data = draw(p);
+  const Outcome one_rank = fused_steps(p, data, 2, false);
+  const Device gpu = Device::cuda();
+  const Tensor x = data.x.to(gpu);
+  std::mutex mutex;
+  std::vector<Tensor> weights(4);
+  dist::run_local_world(4, [&](std::shared_ptr<dist::ProcessGroup> world) {
+    const int rank = world->rank();
+    nn::Linear model = model_on(data, gpu);
+    const Tensor shard = x.tensor_split(4)[static_cast<size_t>(rank)];
+    train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, p.out)}},
+                             nn::Reduction::sum_divided_by(p.rows * p.out), seed_adamw(),
+                             p.max_norm, [&](Tensor& grad_weight, Tensor& grad_bias) {
+                               world->all_reduce(grad_weight, dist::ReduceOp::Sum);
+                               world->all_reduce(grad_bias, dist::ReduceOp::Sum);
+                             });
+    step.run();
+    step.run();
+    const Tensor weight = model.weight().data().clone();
+    std::lock_guard<std::mutex> lock(mutex);
+    weights[static_cast<size_t>(rank)] = weight;
+  });
+  for (int rank = 1; rank < 4; ++rank) CHECK(test::bitwise_equal(weights[rank], weights[0]));
+  CHECK(relative_error(weights[0], one_rank.weight) < 1e-5);
+}

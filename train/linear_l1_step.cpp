@@ -1,0 +1,215 @@
+#include "train/linear_l1_step.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+#ifdef SEQPAR_WITH_CUDA
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "nn/linear_skinny.h"
+#include "optim/clip_adamw.h"
+#endif
+
+namespace seqpar::train {
+
+#ifdef SEQPAR_WITH_CUDA
+
+namespace {
+
+static_assert(sizeof(optim::detail::AdamWStepScalars) == 7 * sizeof(float),
+              "the scalar table is uploaded as floats");
+
+void check_batch(const Batch& batch, const Batch& first, int64_t in, int64_t out, Device device) {
+  SEQPAR_CHECK(batch.x.defined() && batch.target.defined(), "LinearL1Step: a batch is undefined");
+  SEQPAR_CHECK(batch.x.dim() == 2 && batch.x.size(1) == in &&
+                   batch.x.size(0) == first.x.size(0),
+               "LinearL1Step: every x must be [", first.x.size(0), ", ", in, "], got ",
+               batch.x.shape());
+  SEQPAR_CHECK(batch.target.dim() == 2 && batch.target.size(0) == batch.x.size(0) &&
+                   batch.target.size(1) == out,
+               "LinearL1Step: target must be [", batch.x.size(0), ", ", out, "], got ",
+               batch.target.shape());
+  SEQPAR_CHECK(batch.x.device() == device && batch.target.device() == device,
+               "LinearL1Step: the batches must be on the model's device ", device);
+  SEQPAR_CHECK((in <= 1 || batch.x.stride(1) == 1) && (out <= 1 || batch.target.stride(1) == 1),
+               "LinearL1Step: x and target need adjacent columns (unit column stride)");
+}
+
+// Device scalars of other types live in float tensors (Tensor holds float32): a
+// fresh allocation is 256-byte aligned, so any type fits its start.
+int* as_int(const Tensor& tensor) { return reinterpret_cast<int*>(tensor.data()); }
+Tensor double_buffer(int64_t count, Device device) {
+  return Tensor::empty({2 * std::max<int64_t>(count, 1)}, device);
+}
+double* as_double(const Tensor& tensor) { return reinterpret_cast<double*>(tensor.data()); }
+
+}  // namespace
+
+LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
+                           nn::Reduction reduction, const optim::AdamWOptions& adamw,
+                           double max_norm, SynchronizeHook synchronize)
+    : weight_(model.weight().data()),
+      bias_(model.bias().data()),
+      batches_(std::move(batches)),
+      rows_(0),
+      in_(model.in_features()),
+      out_(model.out_features()),
+      loss_scale_(0.0f),
+      adamw_(adamw),
+      max_norm_(static_cast<float>(max_norm)),
+      synchronize_(std::move(synchronize)),
+      device_(weight_.device().index) {
+  const Device device = weight_.device();
+  SEQPAR_CHECK(device.is_cuda(), "LinearL1Step: the model must be on a GPU, it is on ", device);
+  SEQPAR_CHECK(nn::detail::is_skinny(out_), "LinearL1Step: out_features ", out_,
+               " is above the skinny path's ", nn::detail::kSkinnyMaxOut);
+  SEQPAR_CHECK(weight_.is_contiguous() && bias_.is_contiguous(),
+               "LinearL1Step: weight and bias must be contiguous");
+  SEQPAR_CHECK(max_norm > 0.0, "LinearL1Step: max_norm must be positive, got ", max_norm);
+  SEQPAR_CHECK(!batches_.empty(), "LinearL1Step: at least one batch is needed");
+  for (const Batch& batch : batches_) check_batch(batch, batches_[0], in_, out_, device);
+  SEQPAR_CHECK(optim::detail::clip_adamw_fits({out_ * in_, out_}),
+               "LinearL1Step: too many parameters for the one-launch optimizer");
+  rows_ = batches_[0].x.size(0);
+  loss_scale_ = static_cast<float>(reduction.scale(rows_ * out_));
+
+  cuda::set_device(device_);
+  const nn::detail::SkinnyGradScratch scratch = nn::detail::skinny_grad_scratch(rows_, in_, out_);
+  loss_partial_count_ = nn::detail::skinny_forward_partial_count(rows_, out_);
+  sign_ = Tensor::empty({std::max<int64_t>(rows_ * out_, 1)}, device);
+  loss_partials_ = double_buffer(loss_partial_count_, device);
+  weight_partials_ = Tensor::empty({std::max<int64_t>(scratch.weight_floats, 1)}, device);
+  bias_partials_ = double_buffer(scratch.bias_doubles, device);
+  grad_weight_ = Tensor::zeros({out_, in_}, device);
+  grad_bias_ = Tensor::zeros({out_}, device);
+  loss_ = Tensor::zeros({}, device);
+  total_norm_ = Tensor::zeros({}, device);
+  exp_avg_ = Tensor::zeros({out_ * in_ + out_}, device);
+  exp_avg_sq_ = Tensor::zeros({out_ * in_ + out_}, device);
+  table_ = Tensor::empty({kTableSteps * 7}, device);
+  step_slot_ = Tensor::zeros({1}, device);    // int 0: the bits of float 0
+  blocks_done_ = Tensor::zeros({1}, device);  // unsigned 0
+  upload_table();
+  model.weight().set_grad(grad_weight_);
+  model.bias().set_grad(grad_bias_);
+}
+
+LinearL1Step::~LinearL1Step() {
+  for (CUgraphExec_st* graph : graphs_) (void)cudaGraphExecDestroy(graph);
+}
+
+// table[i] = the scalars of step table_first_step_ + i, as the eager AdamW takes them.
+void LinearL1Step::upload_table() {
+  Tensor host = Tensor::empty({kTableSteps * 7});
+  for (int64_t i = 0; i < kTableSteps; ++i) {
+    const optim::detail::AdamWStepScalars scalars =
+        optim::detail::adamw_step_scalars(adamw_, table_first_step_ + i);
+    std::memcpy(host.data() + 7 * i, &scalars, sizeof scalars);
+  }
+  table_.copy_(host);
+}
+
+// Between launches, on the host: move the table on when the next step is past it
+// (the device counter then restarts at slot 0).
+void LinearL1Step::begin_step() {
+  const int64_t step = steps_ + 1;
+  if (step - table_first_step_ >= kTableSteps) {
+    table_first_step_ = step;
+    upload_table();
+    step_slot_.fill_(0.0f);
+  }
+  steps_ = step;
+}
+
+void LinearL1Step::enqueue(size_t batch) {
+  namespace nd = nn::detail;
+  const Batch& b = batches_[batch];
+  cuda::Stream stream = cuda::current_stream(device_);
+  const nd::RowsView x{b.x.data(), b.x.stride(0)};
+  const nd::L1Outputs l1{nd::RowsView{b.target.data(), b.target.stride(0)}, sign_.data(),
+                         as_double(loss_partials_)};
+  nd::skinny_forward_l1_cuda(x, weight_.data(), bias_.data(), rows_, in_, out_, l1, stream);
+  const nd::LossFinish finish{as_double(loss_partials_), loss_partial_count_, loss_scale_,
+                              loss_.data()};
+  nd::skinny_weight_grad_cuda(nd::GradSource{nd::RowsView{nullptr, 0}, sign_.data(), loss_scale_},
+                              x, rows_, in_, out_, grad_weight_.data(), grad_bias_.data(),
+                              weight_partials_.data(), as_double(bias_partials_), finish,
+                              stream);
+  if (synchronize_) synchronize_(grad_weight_, grad_bias_);
+  optim::detail::AdamWTensors tensors;
+  tensors.params = {weight_.data(), bias_.data()};
+  tensors.grads = {grad_weight_.data(), grad_bias_.data()};
+  tensors.exp_avgs = {exp_avg_.data(), exp_avg_.data() + out_ * in_};
+  tensors.exp_avg_sqs = {exp_avg_sq_.data(), exp_avg_sq_.data() + out_ * in_};
+  tensors.sizes = {out_ * in_, out_};
+  const optim::detail::ClipAdamWState state{
+      reinterpret_cast<const optim::detail::AdamWStepScalars*>(table_.data()),
+      as_int(step_slot_), reinterpret_cast<unsigned*>(blocks_done_.data()), total_norm_.data()};
+  optim::detail::clip_adamw_step_cuda(tensors, max_norm_, state, stream);
+}
+
+void LinearL1Step::run(size_t batch) {
+  SEQPAR_CHECK(batch < batches_.size(), "LinearL1Step::run: batch ", batch, " of ",
+               batches_.size());
+  cuda::set_device(device_);
+  begin_step();
+  enqueue(batch);
+}
+
+void LinearL1Step::capture() {
+  SEQPAR_CHECK(!synchronize_, "LinearL1Step::capture: a step with a synchronize hook meets "
+                              "its peers on the host and cannot be captured; use run()");
+  SEQPAR_CHECK(graphs_.empty(), "LinearL1Step::capture: already captured");
+  cuda::set_device(device_);
+  cudaStream_t stream = cuda::current_stream(device_);
+  for (size_t batch = 0; batch < batches_.size(); ++batch) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(batch);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream, &broken);
+      if (broken != nullptr) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t executable = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&executable, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    CUDA_CHECK(status);
+    graphs_.push_back(executable);
+  }
+}
+
+void LinearL1Step::replay(size_t batch) {
+  SEQPAR_CHECK(batch < graphs_.size(), "LinearL1Step::replay: no graph for batch ", batch,
+               " (capture() first)");
+  cuda::set_device(device_);
+  begin_step();
+  CUDA_CHECK(cudaGraphLaunch(graphs_[batch], cuda::current_stream(device_)));
+}
+
+#else  // CPU-only build: the fused step is a GPU path; the public API serves the CPU.
+
+[[noreturn]] static void no_cuda() {
+  SEQPAR_FAIL("LinearL1Step: this seqpar was built without CUDA; use the public API "
+              "(nn::linear, nn::l1_loss, optim::clip_grad_norm, optim::AdamW) on the CPU");
+}
+LinearL1Step::LinearL1Step(const nn::Linear&, std::vector<Batch>, nn::Reduction,
+                           const optim::AdamWOptions&, double, SynchronizeHook) {
+  no_cuda();
+}
+LinearL1Step::~LinearL1Step() = default;
+void LinearL1Step::run(size_t) { no_cuda(); }
+void LinearL1Step::capture() { no_cuda(); }
+void LinearL1Step::replay(size_t) { no_cuda(); }
+void LinearL1Step::begin_step() {}
+void LinearL1Step::upload_table() {}
+void LinearL1Step::enqueue(size_t) {}
+
+#endif
+
+}  // namespace seqpar::train

@@ -1,0 +1,99 @@
+// LinearL1Step: the seed's whole training step -- y = x Wᵀ + b, L1 loss, backward,
+// gradient synchronization, clip_grad_norm, AdamW -- as four kernel launches over
+// buffers allocated once, run eagerly or captured into one CUDA graph per batch and
+// replayed. It is the fast path of issue 7 for a skinny Linear (out_features <= 64)
+// on one GPU; the public API (autograd, nn::linear, nn::l1_loss, optim::AdamW) stays
+// the readable reference, and the tests hold the two to the same numbers.
+//
+// The launches (nn/linear_skinny.h, optim/clip_adamw.h):
+//   1. forward fused with the loss: one pass over x; per-block partial sums of
+//      |y - target| and sign(y - target) (y itself is never stored);
+//   2. dW and db in one pass over x, dy = scale * sign formed on the fly (the same
+//      bits the L1 backward gives), one partial per chunk of rows;
+//   3. the partials added in chunk order; the loss finished;
+//   -  the synchronize hook, if any (an all-reduce of the gradients across ranks);
+//   4. norm, clip coefficient and AdamW in one launch.
+// Nothing in a step allocates, synchronizes with the host or reads a value back:
+// AdamW's bias corrections come from a device table indexed by a device step counter
+// (the host refreshes the table between launches every kTableSteps steps), and the
+// clip coefficient never leaves the GPU. Same inputs, same bits: eager or replayed,
+// run after run.
+//
+// What the step leaves: the parameters (updated in place, so the model sees them),
+// loss() and total_norm() as device scalars, and the gradients before clipping in
+// grad_weight() / grad_bias(), which are also the parameters' .grad().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "optim/adamw.h"
+
+struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
+
+namespace seqpar::train {
+
+// One batch: x [rows, in] and target [rows, out] (either may be a view with its own
+// row stride, columns adjacent), at fixed addresses for the life of the step object.
+struct Batch {
+  Tensor x, target;
+};
+
+class LinearL1Step {
+ public:
+  // Called between the backward and the clip with the step's gradients (in place).
+  using SynchronizeHook = std::function<void(Tensor& grad_weight, Tensor& grad_bias)>;
+
+  LinearL1Step(const nn::Linear& model, std::vector<Batch> batches, nn::Reduction reduction,
+               const optim::AdamWOptions& adamw, double max_norm,
+               SynchronizeHook synchronize = nullptr);
+  ~LinearL1Step();
+  LinearL1Step(const LinearL1Step&) = delete;
+  LinearL1Step& operator=(const LinearL1Step&) = delete;
+
+  // One step on batch `batch`, its kernels queued on the device's stream.
+  void run(size_t batch = 0);
+  // Captures one graph per batch (nothing runs). Not with a synchronize hook: a
+  // threads group meets its peers on the host, which a graph cannot replay.
+  void capture();
+  bool captured() const { return !graphs_.empty(); }
+  // One step by launching the captured graph of `batch`.
+  void replay(size_t batch = 0);
+
+  int64_t step_count() const { return steps_; }
+  const Tensor& loss() const { return loss_; }
+  const Tensor& total_norm() const { return total_norm_; }
+  const Tensor& grad_weight() const { return grad_weight_; }
+  const Tensor& grad_bias() const { return grad_bias_; }
+
+  // Steps whose AdamW scalars one upload of the table covers.
+  static constexpr int64_t kTableSteps = 1024;
+
+ private:
+  void begin_step();
+  void upload_table();
+  void enqueue(size_t batch);
+
+  Tensor weight_, bias_;
+  std::vector<Batch> batches_;
+  int64_t rows_, in_, out_;
+  float loss_scale_;
+  optim::AdamWOptions adamw_;
+  float max_norm_;
+  SynchronizeHook synchronize_;
+  int device_;
+
+  Tensor sign_, loss_partials_, weight_partials_, bias_partials_;
+  Tensor grad_weight_, grad_bias_, loss_, total_norm_;
+  Tensor exp_avg_, exp_avg_sq_;
+  Tensor table_, step_slot_, blocks_done_;  // AdamW's scalars and step counter, on the device
+  int64_t loss_partial_count_ = 0;
+  int64_t steps_ = 0, table_first_step_ = 1;
+  std::vector<CUgraphExec_st*> graphs_;
+};
+
+}  // namespace seqpar::train
