@@ -51,7 +51,8 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
                  " processes, but the scenario needs sp ", config.sequence_parallel_size, " x dp ",
                  config.data_parallel_size, " = ", world, " ranks");
     return {Backend::Nccl, Device::cuda(launched->local_rank),
-            ranks + ", one process per GPU over NCCL (" + launched->launcher + ")"};
+            ranks + ", one process per GPU over NCCL (rendezvous from " + launched->launcher +
+                " variables)"};
   }
   const bool nccl_built = kNcclBuilt;
   const bool want_nccl = options.backend == std::string("nccl") ||
