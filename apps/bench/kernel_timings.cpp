@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench/bench_util.h"
 #include "autograd/variable.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -39,25 +40,7 @@ struct Settings {
 
 // Median of `repeats` event-timed calls of `work`, in microseconds.
 double median_microseconds(const std::function<void()>& work, const Settings& settings) {
-  cudaStream_t stream = cuda::current_stream(0);
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < settings.warmup; ++i) work();
-  std::vector<double> times;
-  for (int i = 0; i < settings.repeats; ++i) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    work();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float milliseconds = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
-    times.push_back(1000.0 * milliseconds);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+  return bench::time_calls(work, settings.warmup, settings.repeats).median_us;
 }
 
 void report(const char* what, const char* shape, double microseconds, double bytes) {
