@@ -26,62 +26,20 @@
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "nn/linear_skinny.h"
+#include "nn/linear_skinny.cuh"
 
 namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int kOutGroup = 16;  // outputs per pass; grid.y (forward) or grid.z walks the groups
-
-__device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
-
-// x is streamed once: keep it out of L1 (L2 still caches it for the next kernel).
-__device__ __forceinline__ float4 load_streaming(const float* address) {
-  float4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
-      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-      : "l"(address));
-  return v;
-}
-
-// Columns k .. k+3 of a row, zero past `end` or for an invalid row. kVector: the row
-// is 16-byte aligned and `end` and k are multiples of 4, so one load covers them.
-template <bool kVector, bool kStreaming>
-__device__ __forceinline__ float4 load_columns(const float* row, int64_t k, int64_t end,
-                                               bool valid) {
-  float4 v = zero4();
-  if (!valid) return v;
-  if (kVector) {
-    if (k < end) {
-      v = kStreaming ? load_streaming(row + k) : __ldg(reinterpret_cast<const float4*>(row + k));
-    }
-  } else {
-    if (k < end) v.x = row[k];
-    if (k + 1 < end) v.y = row[k + 1];
-    if (k + 2 < end) v.z = row[k + 2];
-    if (k + 3 < end) v.w = row[k + 3];
-  }
-  return v;
-}
-
-__device__ __forceinline__ void fma4(float& sum, float4 a, float4 b) {
-  sum = fmaf(a.x, b.x, sum);
-  sum = fmaf(a.y, b.y, sum);
-  sum = fmaf(a.z, b.z, sum);
-  sum = fmaf(a.w, b.w, sum);
-}
-
-// sign(d), sign(0) = 0, NaN stays NaN: as the L1 backward.
-__device__ __forceinline__ float sign_of(float d) { return d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : d; }
-
 // ------------------------------------------------------------------ forward
 
 constexpr int kForwardWarps = 4;
 constexpr int kForwardThreads = 32 * kForwardWarps;
-constexpr int kLanesPerRow = 8;                      // 8 lanes x 4 floats = 32 columns
-constexpr int kRowGroups = 32 / kLanesPerRow;        // rows a warp reads per load
-constexpr int kRowsPerWarp = 2 * kRowGroups;         // each lane: rows g and g + 4
-constexpr int kStepsPerLoad = 4;                     // 32-column steps loaded together
+// 32-column steps loaded together: 2, not 4, so that a lane fits 128 registers
+// (__launch_bounds__ below: 4 blocks, 16 warps per SM, all of the seed's 375 blocks
+// resident); the sums run in the same order either way.
+constexpr int kStepsPerLoad = 2;
 constexpr int64_t kForwardMaxBlocks = 1024;          // a constant: partials depend on shape only
 
 struct SkinnyForward {
@@ -93,26 +51,6 @@ struct SkinnyForward {
   int64_t y_row_stride;
   L1Outputs l1;  // used when kFuseL1
 };
-
-// 16 partial sums per lane -> lane c (of 8) holds outputs 2c and 2c+1 in a[0], a[1].
-__device__ __forceinline__ void reduce_over_row_lanes(float (&a)[kOutGroup], int column_lane) {
-  const bool upper4 = column_lane & 4, upper2 = column_lane & 2, upper1 = column_lane & 1;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float keep = upper4 ? a[i + 8] : a[i], give = upper4 ? a[i] : a[i + 8];
-    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 4);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float keep = upper2 ? a[i + 4] : a[i], give = upper2 ? a[i] : a[i + 4];
-    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 2);
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float keep = upper1 ? a[i + 2] : a[i], give = upper1 ? a[i] : a[i + 2];
-    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
-  }
-}
 
 template <bool kFuseL1>
 __device__ __forceinline__ void forward_epilogue(const SkinnyForward& p, int64_t row, int64_t o,
@@ -128,7 +66,7 @@ __device__ __forceinline__ void forward_epilogue(const SkinnyForward& p, int64_t
 }
 
 template <bool kVector, bool kFuseL1>
-__global__ void __launch_bounds__(kForwardThreads) skinny_forward_kernel(SkinnyForward p) {
+__global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(SkinnyForward p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int column_lane = lane % kLanesPerRow, row_group = lane / kLanesPerRow;
   const int64_t out0 = int64_t{blockIdx.y} * kOutGroup;
@@ -184,8 +122,6 @@ dim3 forward_grid(int64_t rows, int64_t out) {
   const int64_t blocks = std::clamp<int64_t>(cuda::ceil_div(tiles, kForwardWarps), 1, kForwardMaxBlocks);
   return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(cuda::ceil_div(out, kOutGroup)));
 }
-
-bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 template <bool kFuseL1>
 void launch_forward(const SkinnyForward& p, cuda::Stream stream) {
@@ -409,8 +345,15 @@ void skinny_weight_grad_cuda(const GradSource& grad, RowsView x, int64_t rows, i
     }
     CUDA_LAUNCH_CHECK();
   }
+  skinny_sum_partials_cuda(weight_partials, bias_partials, rows, in, out, grad_weight, grad_bias,
+                           finish, stream);
+}
+
+void skinny_sum_partials_cuda(const float* weight_partials, const double* bias_partials,
+                              int64_t rows, int64_t in, int64_t out, float* grad_weight,
+                              float* grad_bias, const LossFinish& finish, cuda::Stream stream) {
   // With no rows the sums are zero: stage 2 over zero chunks writes exact zeros.
-  const int64_t chunks = rows > 0 ? scratch.chunks : 0;
+  const int64_t chunks = rows > 0 ? skinny_grad_scratch(rows, in, out).chunks : 0;
   const int64_t weight_blocks = grad_weight != nullptr ? cuda::ceil_div(out * in, kSumElements) : 0;
   sum_grad_partials_kernel<<<static_cast<unsigned>(weight_blocks + 1), kSumThreads, 0, stream>>>(
       weight_partials, bias_partials, chunks, out, in, grad_weight, grad_bias, finish);

@@ -16,6 +16,7 @@
 // the L1 backward forms it, so both routes see the same dy bits).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
@@ -24,6 +25,16 @@ namespace seqpar::nn::detail {
 
 constexpr int64_t kSkinnyMaxOut = 64;
 inline bool is_skinny(int64_t out_features) { return out_features <= kSkinnyMaxOut; }
+
+// The one-pass step kernel's launch shape (skinny_step_plan below; plain data, so the
+// fused step can hold one in a CPU-only build too).
+struct SkinnyStepPlan {
+  bool supported = false;  // in <= 1024 and the tiles fit in shared memory
+  int threads = 0, tile_rows = 0;
+  int64_t in_padded = 0;   // the staged rows' stride, a multiple of 32
+  size_t shared_bytes = 0;
+  int64_t loss_partials = 0;
+};
 
 #ifdef SEQPAR_WITH_CUDA
 
@@ -81,6 +92,25 @@ void skinny_weight_grad_cuda(const GradSource& grad, RowsView x, int64_t rows, i
                              int64_t out, float* grad_weight, float* grad_bias,
                              float* weight_partials, double* bias_partials,
                              const LossFinish& finish, cuda::Stream stream);
+// Stage 2 alone: the chunk partials (of either stage 1) added in chunk order.
+void skinny_sum_partials_cuda(const float* weight_partials, const double* bias_partials,
+                              int64_t rows, int64_t in, int64_t out, float* grad_weight,
+                              float* grad_bias, const LossFinish& finish, cuda::Stream stream);
+
+// ---- one pass over x for an L1 training step (nn/linear_skinny_step.cu) ----
+// y = x Wᵀ + b, dy = scale * sign(y - target), Σ |y - target|, and the dW and db
+// partials of skinny_grad_scratch's chunks, from one read of x (staged in shared
+// memory). Every sum runs in the order of the two-launch route (skinny_forward_l1_cuda
+// then skinny_weight_grad_cuda), so after skinny_sum_partials_cuda the gradients are
+// the same bits. Partials: skinny_grad_scratch's sizes; loss_partials: plan's count.
+// Host side, outside any graph capture: reads the device's shared-memory limit and
+// raises the kernel's.
+SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out);
+void skinny_step_partials_cuda(const SkinnyStepPlan& plan, RowsView x, RowsView target,
+                               const float* weight, const float* bias, int64_t rows,
+                               int64_t in, int64_t out, float scale, float* weight_partials,
+                               double* bias_partials, double* loss_partials,
+                               cuda::Stream stream);
 
 #endif
 

@@ -77,8 +77,13 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
 
   cuda::set_device(device_);
   const nn::detail::SkinnyGradScratch scratch = nn::detail::skinny_grad_scratch(rows_, in_, out_);
-  loss_partial_count_ = nn::detail::skinny_forward_partial_count(rows_, out_);
-  sign_ = Tensor::empty({std::max<int64_t>(rows_ * out_, 1)}, device);
+  one_pass_ = nn::detail::skinny_step_plan(rows_, in_, out_);
+  if (one_pass_.supported) {
+    loss_partial_count_ = rows_ > 0 ? one_pass_.loss_partials : 0;
+  } else {
+    loss_partial_count_ = nn::detail::skinny_forward_partial_count(rows_, out_);
+    sign_ = Tensor::empty({std::max<int64_t>(rows_ * out_, 1)}, device);
+  }
   loss_partials_ = double_buffer(loss_partial_count_, device);
   weight_partials_ = Tensor::empty({std::max<int64_t>(scratch.weight_floats, 1)}, device);
   bias_partials_ = double_buffer(scratch.bias_doubles, device);
@@ -123,20 +128,34 @@ void LinearL1Step::begin_step() {
   steps_ = step;
 }
 
-void LinearL1Step::enqueue(size_t batch) {
+// The loss, grad_weight_ and grad_bias_ of batch `batch`: one pass over x and the
+// chunk sums, or (wide inputs) the two-pass route.
+void LinearL1Step::enqueue_gradients(size_t batch) {
   namespace nd = nn::detail;
   const Batch& b = batches_[batch];
   cuda::Stream stream = cuda::current_stream(device_);
-  const nd::RowsView x{b.x.data(), b.x.stride(0)};
-  const nd::L1Outputs l1{nd::RowsView{b.target.data(), b.target.stride(0)}, sign_.data(),
-                         as_double(loss_partials_)};
-  nd::skinny_forward_l1_cuda(x, weight_.data(), bias_.data(), rows_, in_, out_, l1, stream);
+  const nd::RowsView x{b.x.data(), b.x.stride(0)}, target{b.target.data(), b.target.stride(0)};
   const nd::LossFinish finish{as_double(loss_partials_), loss_partial_count_, loss_scale_,
                               loss_.data()};
+  if (one_pass_.supported) {
+    nd::skinny_step_partials_cuda(one_pass_, x, target, weight_.data(), bias_.data(), rows_, in_,
+                                  out_, loss_scale_, weight_partials_.data(),
+                                  as_double(bias_partials_), as_double(loss_partials_), stream);
+    nd::skinny_sum_partials_cuda(weight_partials_.data(), as_double(bias_partials_), rows_, in_,
+                                 out_, grad_weight_.data(), grad_bias_.data(), finish, stream);
+    return;
+  }
+  const nd::L1Outputs l1{target, sign_.data(), as_double(loss_partials_)};
+  nd::skinny_forward_l1_cuda(x, weight_.data(), bias_.data(), rows_, in_, out_, l1, stream);
   nd::skinny_weight_grad_cuda(nd::GradSource{nd::RowsView{nullptr, 0}, sign_.data(), loss_scale_},
                               x, rows_, in_, out_, grad_weight_.data(), grad_bias_.data(),
                               weight_partials_.data(), as_double(bias_partials_), finish,
                               stream);
+}
+
+void LinearL1Step::enqueue(size_t batch) {
+  cuda::Stream stream = cuda::current_stream(device_);
+  enqueue_gradients(batch);
   if (synchronize_) synchronize_(grad_weight_, grad_bias_);
   optim::detail::AdamWTensors tensors;
   tensors.params = {weight_.data(), bias_.data()};
@@ -209,6 +228,7 @@ void LinearL1Step::replay(size_t) { no_cuda(); }
 void LinearL1Step::begin_step() {}
 void LinearL1Step::upload_table() {}
 void LinearL1Step::enqueue(size_t) {}
+void LinearL1Step::enqueue_gradients(size_t) {}
 
 #endif
 

@@ -1,18 +1,19 @@
 // LinearL1Step: the seed's whole training step -- y = x Wᵀ + b, L1 loss, backward,
-// gradient synchronization, clip_grad_norm, AdamW -- as four kernel launches over
+// gradient synchronization, clip_grad_norm, AdamW -- as three kernel launches over
 // buffers allocated once, run eagerly or captured into one CUDA graph per batch and
 // replayed. It is the fast path of issue 7 for a skinny Linear (out_features <= 64)
 // on one GPU; the public API (autograd, nn::linear, nn::l1_loss, optim::AdamW) stays
 // the readable reference, and the tests hold the two to the same numbers.
 //
 // The launches (nn/linear_skinny.h, optim/clip_adamw.h):
-//   1. forward fused with the loss: one pass over x; per-block partial sums of
-//      |y - target| and sign(y - target) (y itself is never stored);
-//   2. dW and db in one pass over x, dy = scale * sign formed on the fly (the same
-//      bits the L1 backward gives), one partial per chunk of rows;
-//   3. the partials added in chunk order; the loss finished;
+//   1. one pass over x (in_features <= 1024): forward, |y - target|, dy = scale *
+//      sign(y - target) and the dW and db partials of each chunk of rows, with x
+//      staged through shared memory (y and dy never reach global memory);
+//   2. the partials added in chunk order; the loss finished;
 //   -  the synchronize hook, if any (an all-reduce of the gradients across ranks);
-//   4. norm, clip coefficient and AdamW in one launch.
+//   3. norm, clip coefficient and AdamW in one launch.
+// Wider inputs take the two-pass route, one launch more: the forward fused with the
+// loss (writing sign), then dW and db over x again. Both routes give the same bits.
 // Nothing in a step allocates, synchronizes with the host or reads a value back:
 // AdamW's bias corrections come from a device table indexed by a device step counter
 // (the host refreshes the table between launches every kTableSteps steps), and the
@@ -31,6 +32,7 @@
 #include "core/tensor.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
+#include "nn/linear_skinny.h"
 #include "optim/adamw.h"
 
 struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
@@ -77,6 +79,7 @@ class LinearL1Step {
   void begin_step();
   void upload_table();
   void enqueue(size_t batch);
+  void enqueue_gradients(size_t batch);
 
   Tensor weight_, bias_;
   std::vector<Batch> batches_;
@@ -86,6 +89,7 @@ class LinearL1Step {
   float max_norm_;
   SynchronizeHook synchronize_;
   int device_;
+  nn::detail::SkinnyStepPlan one_pass_;  // .supported: the one-pass route
 
   Tensor sign_, loss_partials_, weight_partials_, bias_partials_;
   Tensor grad_weight_, grad_bias_, loss_, total_norm_;

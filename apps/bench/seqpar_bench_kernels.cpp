@@ -92,6 +92,36 @@ void bench_kernels(Report& report, const Settings& s) {
                                             bias.data(), n, in, out, l1, stream);
                }, s.warmup, s.repeats), kF * (n * in + out * in + n * out), 2.0 * n * in * out);
   }
+  {  // the one-pass step kernel: forward, L1, dy, dW and db partials from one read of x
+    namespace nd = nn::detail;
+    const nd::SkinnyStepPlan plan = nd::skinny_step_plan(n, in, out);
+    const nd::SkinnyGradScratch scratch = nd::skinny_grad_scratch(n, in, out);
+    const Tensor weight_partials = Tensor::empty({scratch.weight_floats}, kGpu);
+    const Tensor bias_partials = Tensor::empty({2 * scratch.bias_doubles}, kGpu);
+    const Tensor loss_partials = Tensor::empty({2 * plan.loss_partials}, kGpu);
+    const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
+    const Tensor loss = Tensor::empty({}, kGpu);
+    auto doubles = [](const Tensor& t) { return reinterpret_cast<double*>(t.data()); };
+    const float scale = 1.0f / static_cast<float>(n * out);
+    auto partials = [&] {
+      nd::skinny_step_partials_cuda(plan, nd::RowsView{x.data(), x.stride(0)},
+                                    nd::RowsView{target.data(), target.stride(0)}, weight.data(),
+                                    bias.data(), n, in, out, scale, weight_partials.data(),
+                                    doubles(bias_partials), doubles(loss_partials), stream);
+    };
+    report.add("kernel/one_pass_step/12000x640x16", "fwd + L1 + dy + dW/db partials, one read of x",
+               time_calls(partials, s.warmup, s.repeats), kF * (n * in + out * in),
+               4.0 * n * in * out);
+    report.add("kernel/one_pass_step_sum/12000x640x16", "the same + chunk sums (2 launches)",
+               time_calls([&] {
+                 partials();
+                 nd::skinny_sum_partials_cuda(weight_partials.data(), doubles(bias_partials), n, in,
+                                              out, grad_weight.data(), grad_bias.data(),
+                                              nd::LossFinish{doubles(loss_partials), plan.loss_partials,
+                                                             scale, loss.data()},
+                                              stream);
+               }, s.warmup, s.repeats), kF * (n * in + out * in), 4.0 * n * in * out);
+  }
   {
     const Tensor y = nn::linear_forward(x, weight, bias), loss = Tensor::empty({}, kGpu);
     const Tensor ones = Tensor::ones({}, kGpu), grad = Tensor::empty({n, out}, kGpu);

@@ -132,7 +132,8 @@ void check_bitwise(const Outcome& a, const Outcome& b) {
 TEST_CASE("the fused seed step matches the CPU public API to float32 rounding", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   for (const Problem& p : {Problem{12000, 640, 16, 1.0, false}, Problem{1001, 37, 5, 0.05, true},
-                           Problem{333, 64, 40, 0.5, false}}) {
+                           Problem{333, 64, 40, 0.5, false},
+                           Problem{500, 1100, 16, 0.5, false}}) {  // in > 1024: two passes
     INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out << ", max_norm " << p.max_norm);
     const Data data = draw(p);
     const Outcome cpu = public_api_steps(p, data, Device::cpu(), 1);
@@ -165,7 +166,8 @@ TEST_CASE("the fused step equals the GPU public API bit for bit while the clip i
 
 TEST_CASE("graph replay of the fused step equals eager runs bit for bit", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  for (const Problem& p : {Problem{12000, 640, 16, 0.05, false}, Problem{1001, 37, 5, 0.05, true}}) {
+  for (const Problem& p : {Problem{12000, 640, 16, 0.05, false}, Problem{1001, 37, 5, 0.05, true},
+                           Problem{300, 1100, 20, 0.05, true}}) {
     INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out);
     const Data data = draw(p);
     const Outcome eager = fused_steps(p, data, 6, false, 2);

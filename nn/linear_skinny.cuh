@@ -1,0 +1,86 @@
+// Device helpers shared by the skinny Linear kernels (nn/linear_skinny.cu) and the
+// one-pass training-step kernel (nn/linear_skinny_step.cu): the loads of x and W, the
+// forward's lane layout and its butterfly over the 8 lanes of a row. Both kernels
+// sum in exactly this order, so their y (and thus the sign the loss gradient takes)
+// are the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda_runtime.h"
+#include "nn/linear_skinny.h"
+
+namespace seqpar::nn::detail {
+
+constexpr int kOutGroup = 16;  // outputs per pass; grid.y (forward) or grid.z walks the groups
+
+__device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
+// x is streamed once: keep it out of L1 (L2 still caches it for the next kernel).
+__device__ __forceinline__ float4 load_streaming(const float* address) {
+  float4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "l"(address));
+  return v;
+}
+
+// Columns k .. k+3 of a row, zero past `end` or for an invalid row. kVector: the row
+// is 16-byte aligned and `end` and k are multiples of 4, so one load covers them.
+template <bool kVector, bool kStreaming>
+__device__ __forceinline__ float4 load_columns(const float* row, int64_t k, int64_t end,
+                                               bool valid) {
+  float4 v = zero4();
+  if (!valid) return v;
+  if (kVector) {
+    if (k < end) {
+      v = kStreaming ? load_streaming(row + k) : __ldg(reinterpret_cast<const float4*>(row + k));
+    }
+  } else {
+    if (k < end) v.x = row[k];
+    if (k + 1 < end) v.y = row[k + 1];
+    if (k + 2 < end) v.z = row[k + 2];
+    if (k + 3 < end) v.w = row[k + 3];
+  }
+  return v;
+}
+
+__device__ __forceinline__ void fma4(float& sum, float4 a, float4 b) {
+  sum = fmaf(a.x, b.x, sum);
+  sum = fmaf(a.y, b.y, sum);
+  sum = fmaf(a.z, b.z, sum);
+  sum = fmaf(a.w, b.w, sum);
+}
+
+// sign(d), sign(0) = 0, NaN stays NaN: as the L1 backward.
+__device__ __forceinline__ float sign_of(float d) { return d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : d; }
+
+// The forward's warp layout: 8 lanes share a row (lane c reads columns 4c .. 4c+3 of
+// every 32), 4 row groups, each lane two rows (g and g + 4): 8 rows per warp.
+constexpr int kLanesPerRow = 8;                      // 8 lanes x 4 floats = 32 columns
+constexpr int kRowGroups = 32 / kLanesPerRow;        // rows a warp reads per load
+constexpr int kRowsPerWarp = 2 * kRowGroups;         // each lane: rows g and g + 4
+
+// 16 partial sums per lane -> lane c (of 8) holds outputs 2c and 2c+1 in a[0], a[1].
+__device__ __forceinline__ void reduce_over_row_lanes(float (&a)[kOutGroup], int column_lane) {
+  const bool upper4 = column_lane & 4, upper2 = column_lane & 2, upper1 = column_lane & 1;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float keep = upper4 ? a[i + 8] : a[i], give = upper4 ? a[i] : a[i + 8];
+    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 4);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float keep = upper2 ? a[i + 4] : a[i], give = upper2 ? a[i] : a[i + 4];
+    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float keep = upper1 ? a[i + 2] : a[i], give = upper1 ? a[i] : a[i + 2];
+    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
+  }
+}
+
+inline bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace seqpar::nn::detail
