@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go (GPU time is scarce): the [cuda] tests, the
-# app on one GPU, the NCCL paths one GPU allows, and the timings. Logs go to OUT_DIR.
+# app on one GPU, the NCCL paths one GPU allows (and, with two GPUs, the two-process
+# NCCL checks, the app over NCCL and the all-reduce figures), and the timings. Logs go
+# to OUT_DIR.
 #
 #   scripts/gpu-checks.sh BIN_DIR OUT_DIR
 #
@@ -36,6 +38,13 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
   step "NCCL init timeout (a second rank that never comes)"
   RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 timeout 60 \
     "$bin/seqpar_nccl_test" --timeout-ms 5000 2>&1 | tail -n 3; echo "rc=${PIPESTATUS[0]}"
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    step "NCCL across 2 processes on 2 GPUs"
+    "$bin/seqpar_nccl_test" --nproc 2 2>&1 | tail -n 2
+    timeout 60 "$bin/seqpar_nccl_test" --nproc 2 --die-rank 1 --timeout-ms 5000 2>&1 | tail -n 1
+    "$bin/seqpar-repro" --set ds_config.sequence_parallel_size=2 --plot "" 2>&1 | tail -n 4
+    "$bin/seqpar-allreduce-bench" --nproc 2 --repeats 200 --warmup 20 2>&1 | tail -n 8
+  fi
   step "kernel timings"
   "$bin/seqpar-kernel-timings" 2>&1
   step "memcheck, AdamW and linear tests"
