@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Sets seqpar-bench's figures beside bench/torch_reference.py's (bench/run.sh calls it).
 
-  python3 bench/merge.py SEQPAR_JSON TORCH_JSON OUT_JSON
+  python3 bench/merge.py SEQPAR_JSON TORCH_JSON OUT_JSON [MORE_SEQPAR_JSON ...]
+
+MORE_SEQPAR_JSON: further seqpar-bench files whose figures join the first's, such as
+seqpar-bench --nproc 2's (the step on 2 GPUs over NCCL); a missing file is noted.
 
 Prints a Markdown table: our median, the anchor's median from the same run, the
 ratio anchor / ours (above 1: we are faster), and two floors: the bytes the work must
@@ -24,6 +27,17 @@ ROWS = [
     ("Seed step, 4 ranks (threads, 1 GPU), fused, eager", "step/4ranks_threads/fused_eager",
      ["step/4shards_one_process/torch_graph", "step/4shards_one_process/torch_eager"]),
     ("  same, public API, eager", "step/4ranks_threads/public_api", ["step/4shards_one_process/torch_eager"]),
+    ("Seed step, 2 GPUs over NCCL (6000 rows each), graph", "step/2gpu_nccl/seqpar_graph",
+     ["step/2gpu_nccl/torch_graph", "step/2gpu_nccl/torch_eager"]),
+    ("  same, eager", "step/2gpu_nccl/seqpar_eager", ["step/2gpu_nccl/torch_eager"]),
+    ("  same, graph replays back to back (per step)", "step/2gpu_nccl/seqpar_graph_back_to_back",
+     ["step/2gpu_nccl/torch_graph_back_to_back"]),
+    ("  one rank's 6000 rows alone, no sync, graph", "step/shard6000/fused_graph", []),
+    ("All-reduce of the gradients (41 KB), 2 GPUs, graph", "allreduce/2gpu_nccl/41KB_grads/seqpar_graph",
+     ["allreduce/2gpu_nccl/41KB_grads/torch_graph"]),
+    ("  same, eager", "allreduce/2gpu_nccl/41KB_grads/seqpar_eager", ["allreduce/2gpu_nccl/41KB_grads/torch_eager"]),
+    ("  one flat tensor of 10256 floats, graph", "allreduce/2gpu_nccl/41KB_flat/seqpar_graph",
+     ["allreduce/2gpu_nccl/41KB_grads/torch_graph"]),
     ("Linear fwd 12000x640->16", "kernel/linear_fwd/12000x640x16", ["kernel/linear_fwd/12000x640x16/cublas"]),
     ("  general 64x64 GEMM", "kernel/linear_fwd_general/12000x640x16", ["kernel/linear_fwd/12000x640x16/cublas"]),
     ("Linear fwd 3000x640->16", "kernel/linear_fwd/3000x640x16", ["kernel/linear_fwd/3000x640x16/cublas"]),
@@ -67,6 +81,11 @@ def load(path):
 def main():
     ours, ours_doc = load(sys.argv[1])
     theirs, theirs_doc = load(sys.argv[2])
+    for path in sys.argv[4:]:
+        more, more_doc = load(path)
+        ours.update(more)
+        ours_doc = dict(ours_doc, results=(ours_doc.get("results") or []) + (more_doc.get("results") or []))
+        ours_doc.setdefault("gpu", more_doc.get("gpu"))
     copy = ours.get("copy/1GiB")
     bandwidth = copy["bytes"] / (copy["median_us"] * 1e-6) if copy else None
     gemm = theirs.get("gemm/4096^3/cublas")
@@ -79,7 +98,7 @@ def main():
     merged = []
     for label, name, anchors in ROWS:
         mine = ours.get(name)
-        for anchor in anchors:
+        for anchor in anchors or ["-"]:  # "-": a figure with no PyTorch counterpart
             parts = [theirs.get(a) for a in anchor.split("+")]
             anchor_us = sum(p["median_us"] for p in parts) if all(parts) else None
             our_us = mine["median_us"] if mine else None

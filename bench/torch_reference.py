@@ -3,15 +3,22 @@
 CUDA events around each call, a warm-up, the median of many calls.
 
   python3 bench/torch_reference.py [--repeats N] [--warmup N] [--json PATH] [--no-stress]
+                                   [--only-nccl]
 
 The step is the seed's: Linear(640 -> 16), L1 loss against x[:, :16], backward,
 clip_grad_norm_(1.0), AdamW(lr 1e-4, weight_decay 0.01); eager (AdamW's default
 foreach path) and captured into one CUDA graph (AdamW(capturable=True), the recipe of
 PyTorch's CUDA graphs notes). Matmuls in fp32 with TF32 off (cuBLAS fp32).
+
+With 2 GPUs, the same step over NCCL (bench_nccl_step): 2 processes, each holding 6000
+of the 12000 rows, as seqpar-bench --nproc 2 takes it (the figures step/2gpu_nccl/...
+and allreduce/2gpu_nccl/...). --only-nccl runs that part alone.
 """
 import argparse
 import json
-import statistics
+import os
+import socket
+import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -21,19 +28,18 @@ records = []
 
 
 def time_calls(fn, warmup, repeats):
+    """Back to back, as seqpar-bench: an event after every call, no host wait in
+    between; each interval is one call's device time in a steady stream of calls."""
     stream = torch.cuda.current_stream()
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        start.record(stream)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 1)]
+    events[0].record(stream)
+    for i in range(repeats):
         fn()
-        stop.record(stream)
-        stop.synchronize()
-        times.append(1000.0 * start.elapsed_time(stop))
-    times.sort()
+        events[i + 1].record(stream)
+    events[-1].synchronize()
+    times = sorted(1000.0 * events[i].elapsed_time(events[i + 1]) for i in range(repeats))
     return times[len(times) // 2], times[0], repeats
 
 
@@ -175,19 +181,244 @@ def bench_copy(args):
         time_calls(lambda: b.copy_(a), 5, max(20, args.repeats // 10)), 2.0 * 4 * (1 << 28))
 
 
+# --- The step on 2 GPUs over NCCL, one process per GPU (torch.multiprocessing) ---
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _nccl_worker(rank, world, port, warmup, repeats, out_path):
+    """One rank: the exact policy's step on rows x.tensor_split(world)[rank], gradients
+    summed over the ranks by one all-reduce of a flat buffer that holds both (as DDP
+    with gradient_as_bucket_view=True), clip 1.0, AdamW. Timed as seqpar-bench times
+    it: a barrier (a one-float all-reduce, then a stream sync), then the call between
+    CUDA events; rank 0 writes the records to out_path."""
+    import torch.distributed as dist
+    # seqpar's deterministic mode sets these unless the user exported them; so here.
+    for name, value in (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "Simple"), ("NCCL_NVLS_ENABLE", "0")):
+        os.environ.setdefault(name, value)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    lead = rank == 0
+
+    def say(text):
+        if lead:
+            print(text, flush=True)
+
+    flag = torch.zeros(1, device=device)
+    found = []
+
+    def barrier():
+        dist.all_reduce(flag)
+        torch.cuda.current_stream().synchronize()
+
+    def time_aligned(fn):
+        stream = torch.cuda.current_stream()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for i in range(warmup + repeats):
+            barrier()
+            start.record(stream)
+            fn()
+            stop.record(stream)
+            stop.synchronize()
+            if i >= warmup:
+                times.append(1000.0 * start.elapsed_time(stop))
+        times.sort()
+        return times[len(times) // 2], times[0], repeats
+
+    def time_back_to_back(fn, rounds=5):
+        stream = torch.cuda.current_stream()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(warmup):
+            fn()
+        per_call = []
+        for _ in range(rounds):
+            barrier()
+            start.record(stream)
+            for _ in range(repeats):
+                fn()
+            stop.record(stream)
+            stop.synchronize()
+            per_call.append(1000.0 * start.elapsed_time(stop) / repeats)
+        per_call.sort()
+        return per_call[len(per_call) // 2], per_call[0], rounds * repeats
+
+    def add_world(name, what, timing, bytes_=0.0, flops=0.0):
+        medians = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world)]
+        dist.all_gather(medians, torch.tensor([timing[0]], dtype=torch.float64, device=device))
+        if lead:
+            text = what + " (rank medians: " + ", ".join(f"{m.item():.2f}" for m in medians) + " us)"
+            add(name, text, timing, bytes_, flops)
+
+    def same_on_every_rank(values):
+        values = values.detach().reshape(-1).contiguous()
+        gathered = [torch.empty_like(values) for _ in range(world)]
+        dist.all_gather(gathered, values)
+        differing = sum(int((g != gathered[0]).sum()) for g in gathered[1:])
+        max_abs = max([float((g - gathered[0]).abs().max()) for g in gathered[1:]] + [0.0])
+        return differing, max_abs
+
+    def check(ok, text):
+        found.append(ok)
+        say(("PASS " if ok else "FAIL ") + text)
+
+    def flat_params(model):
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    def check_ranks_agree(model, steps, after):
+        differing, max_abs = same_on_every_rank(flat_params(model))
+        check(differing == 0, f"torch, after {steps} steps ({after}): parameters on all {world} ranks "
+              f"{'bitwise equal' if differing == 0 else 'DIFFER'} ({differing} values differ, "
+              f"max |diff| {max_abs:.3g})")
+
+    try:
+        say(f"torch {torch.__version__} over NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}: "
+            f"world of {world} on {torch.cuda.get_device_name(device)}; NCCL_ALGO={os.environ['NCCL_ALGO']} "
+            f"NCCL_PROTO={os.environ['NCCL_PROTO']} NCCL_NVLS_ENABLE={os.environ['NCCL_NVLS_ENABLE']}")
+        torch.manual_seed(12345)  # the model, then x: the same on every rank
+        x = torch.randn(ROWS, IN, device=device)
+        shard = x.tensor_split(world)[rank]
+        target = shard[:, :OUT]
+        rows = shard.shape[0]
+        nbytes, flops = 4.0 * rows * IN, 4.0 * rows * IN * OUT
+        label = f"{world}gpu_nccl"
+
+        def make_model():
+            torch.manual_seed(12345)
+            model = torch.nn.Linear(IN, OUT).to(device)
+            params = list(model.parameters())
+            flat = torch.zeros(sum(p.numel() for p in params), device=device)
+            offset = 0
+            for p in params:  # the gradients as views of one flat buffer
+                p.grad = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+            return model, flat
+
+        def step_fn(model, optimizer, flat):
+            params = list(model.parameters())
+
+            def step():
+                optimizer.zero_grad(set_to_none=False)
+                loss = (model(shard) - target).abs().sum() / (ROWS * OUT)
+                loss.backward()
+                dist.all_reduce(flat)  # sum: both gradients in one call
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                return loss
+            return step
+
+        def grads_in(model, flat):  # backward accumulated into the flat buffer, in place
+            return all(p.grad.data_ptr() == flat.data_ptr() + 4 * offset
+                       for p, offset in zip(model.parameters(), (0, OUT * IN)))
+
+        def graph_of(fn, warmup_calls=3):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(warmup_calls):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                fn()
+            return graph
+
+        # The all-reduce alone: 10256 floats (41 KB), zeros so the sums stay zero.
+        grads = torch.zeros(OUT * IN + OUT, device=device)
+        add_world(f"allreduce/{label}/41KB_grads/torch_eager", "dist.all_reduce of the flat gradient, eager",
+                  time_aligned(lambda: dist.all_reduce(grads)))
+        graph = graph_of(lambda: dist.all_reduce(grads))
+        add_world(f"allreduce/{label}/41KB_grads/torch_graph", "the same all-reduce replayed from a CUDA graph",
+                  time_aligned(graph.replay))
+        del graph
+
+        model, flat = make_model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+        step = step_fn(model, optimizer, flat)
+        add_world(f"step/{label}/torch_eager", "PyTorch eager, AdamW foreach, one all_reduce of flat grads",
+                  time_aligned(step), nbytes, flops)
+        check(grads_in(model, flat), "torch: the gradients stayed views of the flat all-reduced buffer")
+        check_ranks_agree(model, warmup + repeats, "eager")
+
+        model, flat = make_model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, capturable=True)
+        graph = graph_of(step_fn(model, optimizer, flat))
+        add_world(f"step/{label}/torch_graph", "PyTorch, whole step with its all_reduce in one CUDA graph",
+                  time_aligned(graph.replay), nbytes, flops)
+        add_world(f"step/{label}/torch_graph_back_to_back", "replays back to back, no barrier, time per step",
+                  time_back_to_back(graph.replay), nbytes, flops)
+        check(grads_in(model, flat), "torch (graph): the gradients stayed views of the flat buffer")
+        check_ranks_agree(model, 3 + 2 * warmup + 6 * repeats, "3 warm-up steps, then graph replays")
+        del graph
+
+        # 5 eager steps over the ranks against one process on all rows (mean loss).
+        model, flat = make_model()
+        split = step_fn(model, torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01), flat)
+        for _ in range(5):
+            loss = split().detach().clone()  # this rank's part of the global loss
+        dist.all_reduce(loss)
+        torch.manual_seed(12345)
+        whole = torch.nn.Linear(IN, OUT).to(device)
+        whole_opt = torch.optim.AdamW(whole.parameters(), lr=1e-4, weight_decay=0.01)
+        for _ in range(5):
+            whole_opt.zero_grad()
+            whole_loss = F.l1_loss(whole(x), x[:, :OUT])
+            whole_loss.backward()
+            torch.nn.utils.clip_grad_norm_(whole.parameters(), 1.0)
+            whole_opt.step()
+        error = float((flat_params(model) - flat_params(whole)).abs().max() / flat_params(whole).abs().max())
+        check(error < 1e-5, f"torch, 5 eager steps over {world} ranks vs one process on all {ROWS} rows: "
+              f"loss {loss.item():.6f} vs {whole_loss.item():.6f}, parameters relative error {error:.2g}")
+        check_ranks_agree(model, 5, "eager")
+        if lead:
+            with open(out_path, "w") as out:
+                json.dump(dict(records=records, passed=all(found)), out)
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_nccl_step(args):
+    count = torch.cuda.device_count()
+    if count < 2:
+        print(f"step/2gpu_nccl: skipped, it needs 2 GPUs and this machine has {count}", flush=True)
+        return
+    import torch.multiprocessing as mp
+    world = 2
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory() as folder:
+        out_path = os.path.join(folder, "nccl_records.json")
+        mp.spawn(_nccl_worker, args=(world, _free_port(), args.warmup, args.repeats, out_path),
+                 nprocs=world, join=True)
+        with open(out_path) as f:
+            result = json.load(f)
+    records.extend(result["records"])
+    if not result["passed"]:
+        print("bench_nccl_step: a correctness check FAILED (see the FAIL lines above)", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--json", default="torch_reference.json")
     parser.add_argument("--no-stress", action="store_true")
+    parser.add_argument("--only-nccl", action="store_true", help="only the step on 2 GPUs over NCCL")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
     print(f"torch {torch.__version__} on {props.name}: median of {args.repeats} calls "
           f"after {args.warmup} warm-up calls")
-    for section in (bench_copy, bench_steps, bench_kernels) + (() if args.no_stress else (bench_stress,)):
+    sections = (bench_copy, bench_steps, bench_kernels) + (() if args.no_stress else (bench_stress,))
+    for section in ((bench_nccl_step,) if args.only_nccl else sections + (bench_nccl_step,)):
         try:
             section(args)
         except Exception as error:  # one failing section must not lose the others

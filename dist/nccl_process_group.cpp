@@ -27,12 +27,16 @@ using Clock = std::chrono::steady_clock;
 // for instance after a change of bucket size. Ring + Simple leaves one order, fixed
 // for a given world, message size and channel count. NVLink SHARP (NVLS) reduces
 // inside the NVSwitch, in an order NCCL does not control; the lent GPU machines also
-// require it off (GPU.md). A value the user already exported wins (overwrite = 0):
-// this is a default, not a lock.
-void pin_nccl_choices() {
+// require it off (GPU.md). With at most two ranks every element is one addition
+// a + b, the same bits whatever NCCL picks, so the world of two keeps NCCL's choice
+// (its low-latency protocol takes a 41 KB all-reduce from ~35 to ~22 us on two
+// H200s). A value the user already exported wins (overwrite = 0): this is a default,
+// not a lock.
+void pin_nccl_choices(int world_size) {
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  if (world_size <= 2) return;
   setenv("NCCL_ALGO", "Ring", 0);
   setenv("NCCL_PROTO", "Simple", 0);
-  setenv("NCCL_NVLS_ENABLE", "0", 0);
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -99,7 +103,7 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create_world(const LaunchEnv
   SEQPAR_CHECK(env.local_rank < devices, "init on group world: rank ", env.rank, " wants cuda:",
                env.local_rank, " (its local rank) but this machine has ", devices,
                " CUDA device(s); NCCL needs one GPU per rank");
-  if (options.deterministic) pin_nccl_choices();
+  if (options.deterministic) pin_nccl_choices(env.world_size);
   // Read by ncclGetUniqueId on every rank (so all compute the same id) and by rank
   // 0's init, which then hosts the bootstrap root at this address.
   setenv("NCCL_COMM_ID", env.nccl_comm_id.c_str(), 1);
@@ -173,6 +177,23 @@ void NcclProcessGroup::abort(const char* operation, const std::string& reason) {
               "; the group is aborted");
 }
 
+// Makes one NCCL call (or group) on `stream` and waits, on the host only, until NCCL
+// has launched it: a non-blocking communicator may answer ncclInProgress and finish
+// the launch in the background (on first use it also connects to its peers), and
+// refuses the next call until then. Nothing here touches the stream, so this is
+// legal while the stream is being captured.
+template <typename Launch>
+void NcclProcessGroup::launch_and_settle(const char* operation, cudaStream_t stream,
+                                         Clock::time_point deadline, Launch launch) {
+  const ncclResult_t launched = launch(stream);
+  if (launched == ncclInProgress) {
+    const ncclResult_t state = wait_until_settled(communicator_, deadline);
+    if (state != ncclSuccess) abort(operation, failure_text(state, options_.timeout));
+  } else if (launched != ncclSuccess) {
+    abort(operation, describe(launched));
+  }
+}
+
 // Enqueues one NCCL call on the device's stream and waits for it, within one
 // deadline for the whole call.
 template <typename Launch>
@@ -180,20 +201,13 @@ void NcclProcessGroup::run_collective(const char* operation, Launch launch) {
   check_usable(operation);
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   cuda::set_device(device_);
-  const ncclResult_t launched = launch(cuda::current_stream(device_));
-  if (launched == ncclInProgress) {
-    // A non-blocking communicator may finish the launch in the background, e.g.
-    // while it connects to its peers on first use.
-    const ncclResult_t state = wait_until_settled(communicator_, deadline);
-    if (state != ncclSuccess) abort(operation, failure_text(state, options_.timeout));
-  } else if (launched != ncclSuccess) {
-    abort(operation, describe(launched));
-  }
-  wait_for_stream(operation, deadline);
+  const cudaStream_t stream = cuda::current_stream(device_);
+  launch_and_settle(operation, stream, deadline, launch);
+  wait_for_stream(operation, stream, deadline);
 }
 
-void NcclProcessGroup::wait_for_stream(const char* operation, Clock::time_point deadline) {
-  const cudaStream_t stream = cuda::current_stream(device_);
+void NcclProcessGroup::wait_for_stream(const char* operation, cudaStream_t stream,
+                                       Clock::time_point deadline) {
   for (int polls = 0;; ++polls) {
     const cudaError_t done = cudaStreamQuery(stream);
     if (done == cudaSuccess) return;
@@ -219,6 +233,54 @@ void NcclProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
                          communicator_, stream);
   });
   if (!tensor.is_contiguous()) tensor.copy_(buffer);
+}
+
+void NcclProcessGroup::all_reduce_enqueue(Tensor& tensor, ReduceOp op, cudaStream_t stream) {
+  all_reduce_enqueue(std::vector<Tensor>{tensor}, op, stream);
+}
+
+// One ncclAllReduce per tensor between ncclGroupStart and ncclGroupEnd. Inside the
+// group each call only records its task; ncclGroupEnd launches them all (on a
+// non-blocking communicator: answers ncclInProgress and launches in the background).
+// ncclGroupEnd is called even after a failed call, to close the group; it then
+// reports the group's error.
+void NcclProcessGroup::all_reduce_enqueue(const std::vector<Tensor>& tensors, ReduceOp op,
+                                          cudaStream_t stream) {
+  const char* operation = "all_reduce_enqueue";
+  check_usable(operation);
+  bool any = false;
+  for (const Tensor& tensor : tensors) {
+    check_tensor(operation, tensor);
+    SEQPAR_CHECK(tensor.is_contiguous(), operation, " on group ", name_,
+                 ": the tensor must be contiguous, got shape ", tensor.shape(), " with strides ",
+                 tensor.strides(), " (a stream-ordered all-reduce works in the tensor's own "
+                 "memory; all_reduce takes strided views)");
+    any = any || tensor.numel() > 0;
+  }
+  if (!any) return;  // every rank has the same shapes, so every rank skips
+  cuda::set_device(device_);
+  launch_and_settle(operation, stream, Clock::now() + options_.timeout, [&](cudaStream_t s) {
+    ncclResult_t first_failure = ncclGroupStart();
+    if (first_failure != ncclSuccess) return first_failure;
+    for (const Tensor& tensor : tensors) {
+      if (tensor.numel() == 0) continue;
+      const ncclResult_t queued =
+          ncclAllReduce(tensor.data(), tensor.data(), static_cast<size_t>(tensor.numel()),
+                        ncclFloat32, nccl_op(op), communicator_, s);
+      if (queued != ncclSuccess && queued != ncclInProgress) {
+        first_failure = queued;
+        break;
+      }
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return first_failure != ncclSuccess ? first_failure : ended;
+  });
+}
+
+void NcclProcessGroup::synchronize(cudaStream_t stream) {
+  check_usable("synchronize");
+  cuda::set_device(device_);
+  wait_for_stream("synchronize", stream, Clock::now() + options_.timeout);
 }
 
 void NcclProcessGroup::all_gather(Tensor& output, const Tensor& input) {

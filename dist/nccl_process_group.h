@@ -21,10 +21,27 @@
 // result is in the tensor: each call waits for its own completion, so a dead peer
 // surfaces at the call that needed it.
 //
+// all_reduce_enqueue is the exception, for steps captured into CUDA graphs: it only
+// enqueues the all-reduce on a stream and returns; it neither queries nor waits for
+// the stream, so it is legal inside cudaStreamBeginCapture (the all-reduce becomes a
+// node of the graph, and every replay is a collective call of all ranks). A failure
+// on the device then surfaces at the next call that waits: synchronize(stream), or
+// any blocking collective on the same stream, each bounded by the timeout. Wait
+// through those, not cudaStreamSynchronize, to keep "never a hang" (the same for a
+// replayed graph that holds an all-reduce).
+//
+// A non-blocking communicator usually answers a collective with ncclInProgress and
+// finishes the launch on a thread of its own (NCCL 2.28: one thread per call or
+// group); both ways of calling first wait, on the host, until that launch has
+// settled, since NCCL refuses the next call on the communicator before then. That
+// host wait is part of an eager call's latency; a captured graph pays it once, at
+// capture.
+//
 // Deterministic mode (the default) pins NCCL's choices that change the order in
 // which sums are taken: see nccl_process_group.cpp.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -41,8 +58,9 @@ namespace seqpar::dist {
 struct NcclOptions {
   // How long init, a split or a collective may take before the group is aborted.
   std::chrono::milliseconds timeout{60000};
-  // Sets NCCL_ALGO=Ring, NCCL_PROTO=Simple and NCCL_NVLS_ENABLE=0 unless the user
-  // already exported them.
+  // Sets NCCL_NVLS_ENABLE=0 and, for worlds of more than two ranks (where the order
+  // of additions depends on NCCL's choice), NCCL_ALGO=Ring and NCCL_PROTO=Simple,
+  // unless the user already exported them.
   bool deterministic = true;
 };
 
@@ -62,6 +80,18 @@ class NcclProcessGroup final : public ProcessGroup {
   std::string name() const override { return name_; }
 
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  // Stream-ordered and capturable: enqueues an in-place ncclAllReduce of `tensor` on
+  // `stream` and returns once NCCL has launched it, without waiting for the device.
+  // `tensor` must be contiguous (the result lands in its own memory; there is no
+  // copy back to do after the fact) and stay alive until the all-reduce has run.
+  // Every rank must make the same calls in the same order, captured or not alike.
+  void all_reduce_enqueue(Tensor& tensor, ReduceOp op, cudaStream_t stream);
+  // The same for several tensors in one NCCL group: one launch for all of them.
+  void all_reduce_enqueue(const std::vector<Tensor>& tensors, ReduceOp op, cudaStream_t stream);
+  // Waits until everything queued on `stream` has finished, within the timeout;
+  // where enqueued collectives report their failures (an NCCL error, a dead peer),
+  // aborting the group like a blocking call. Not while `stream` is being captured.
+  void synchronize(cudaStream_t stream);
   void all_gather(Tensor& output, const Tensor& input) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;
@@ -81,7 +111,11 @@ class NcclProcessGroup final : public ProcessGroup {
   void check_tensor(const char* operation, const Tensor& tensor) const;
   template <typename Launch>
   void run_collective(const char* operation, Launch launch);
-  void wait_for_stream(const char* operation, std::chrono::steady_clock::time_point deadline);
+  template <typename Launch>
+  void launch_and_settle(const char* operation, cudaStream_t stream,
+                         std::chrono::steady_clock::time_point deadline, Launch launch);
+  void wait_for_stream(const char* operation, cudaStream_t stream,
+                       std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void abort(const char* operation, const std::string& reason);
 
   ncclComm_t communicator_;

@@ -8,11 +8,12 @@
 // Both are close to the FP32 FMA rate: 12000 x 640 x 16 FMAs = 123 M per product,
 // about 3.7 us on an H200 at 33 TFMA/s, against 7.4 us to read x from memory once.
 //
-// Forward. A warp owns 8 rows (two per lane), and 8 lanes share a row: lane c reads
-// columns 4c .. 4c+3 of every 32, so a warp's load is 4 rows x 128 contiguous bytes.
-// Each lane keeps 16 partial dot products per row, then 3 butterfly exchanges
-// (xor 4, 2, 1) halve the 16 sums each time until lane c holds outputs 2c and 2c+1,
-// each summed in a fixed tree. W is read through L1 (40 KB, shared by all rows).
+// Forward. A warp owns 8 rows (four per lane), and 16 lanes share a row: lane c reads
+// columns 4c .. 4c+3 of every 64, so a warp's load is 2 rows x 256 contiguous bytes.
+// Each lane keeps 16 partial dot products per row, then 4 butterfly exchanges
+// (xor 8, 4, 2, 1) halve the 16 sums each time until lane c holds output c, each
+// summed in a fixed tree. W is read through L1 (40 KB, shared by all rows); each W
+// value a lane loads serves its 4 rows.
 //
 // Weight gradient. A thread owns 4 columns of x and all 16 outputs: 64 accumulators,
 // dW[o][k..k+3] += dy[r][o] * x[r][k..k+3] row by row, with dy staged in shared
@@ -36,10 +37,10 @@ namespace {
 
 constexpr int kForwardWarps = 4;
 constexpr int kForwardThreads = 32 * kForwardWarps;
-// 32-column steps loaded together: 2, not 4, so that a lane fits 128 registers
-// (__launch_bounds__ below: 4 blocks, 16 warps per SM, all of the seed's 375 blocks
-// resident); the sums run in the same order either way.
-constexpr int kStepsPerLoad = 2;
+// 64-column steps loaded together: 1 (4 loads of x in flight per lane), so that 64
+// accumulators fit the 170 registers of 3 blocks per SM (__launch_bounds__ below:
+// all of the seed's 375 blocks resident); the sums run in the same order for any value.
+constexpr int kStepsPerLoad = 1;
 constexpr int64_t kForwardMaxBlocks = 1024;          // a constant: partials depend on shape only
 
 struct SkinnyForward {
@@ -75,40 +76,42 @@ __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(Skin
   double abs_sum = 0.0;
   for (int64_t tile = int64_t{blockIdx.x} * kForwardWarps + warp; tile < tiles;
        tile += warp_count) {  // the same count for the whole warp: shuffles stay converged
-    const int64_t row_a = tile * kRowsPerWarp + row_group, row_b = row_a + kRowGroups;
-    const bool valid_a = row_a < p.rows, valid_b = row_b < p.rows;
-    const float* x_a = p.x.data + row_a * p.x.row_stride;
-    const float* x_b = p.x.data + row_b * p.x.row_stride;
-    float sum_a[kOutGroup] = {}, sum_b[kOutGroup] = {};
-    for (int64_t k0 = 0; k0 < p.in; k0 += 32 * kStepsPerLoad) {
-      float4 xa[kStepsPerLoad], xb[kStepsPerLoad];
+    int64_t rows[kRowsPerLane];
+    bool valid[kRowsPerLane];
+    const float* x_rows[kRowsPerLane];
 #pragma unroll
-      for (int s = 0; s < kStepsPerLoad; ++s) {  // every load first: 8 in flight per lane
-        const int64_t k = k0 + 32 * s + 4 * column_lane;
-        xa[s] = load_columns<kVector, true>(x_a, k, p.in, valid_a);
-        xb[s] = load_columns<kVector, true>(x_b, k, p.in, valid_b);
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      rows[i] = tile * kRowsPerWarp + lane_row(row_group, i);
+      valid[i] = rows[i] < p.rows;
+      x_rows[i] = p.x.data + rows[i] * p.x.row_stride;
+    }
+    float sum[kRowsPerLane][kOutGroup] = {};
+    for (int64_t k0 = 0; k0 < p.in; k0 += kColumnsPerStep * kStepsPerLoad) {
+      float4 x[kStepsPerLoad][kRowsPerLane];
+#pragma unroll
+      for (int s = 0; s < kStepsPerLoad; ++s) {  // every load first
+        const int64_t k = k0 + kColumnsPerStep * s + 4 * column_lane;
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i) x[s][i] = load_columns<kVector, true>(x_rows[i], k, p.in, valid[i]);
       }
 #pragma unroll
       for (int s = 0; s < kStepsPerLoad; ++s) {
-        const int64_t k = k0 + 32 * s + 4 * column_lane;
+        const int64_t k = k0 + kColumnsPerStep * s + 4 * column_lane;
 #pragma unroll
         for (int o = 0; o < kOutGroup; ++o) {
           // Rows past `out` repeat the last row (valid memory); their sums are dropped.
           const float* w_row = p.weight + min(out0 + o, p.out - 1) * p.in;
           const float4 w = load_columns<kVector, false>(w_row, k, p.in, true);
-          fma4(sum_a[o], xa[s], w);
-          fma4(sum_b[o], xb[s], w);
+#pragma unroll
+          for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[s][i], w);
         }
       }
     }
-    reduce_over_row_lanes(sum_a, column_lane);
-    reduce_over_row_lanes(sum_b, column_lane);
+    const int64_t o = out0 + column_lane;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int64_t o = out0 + 2 * column_lane + i;
-      if (o >= p.out) continue;
-      if (valid_a) forward_epilogue<kFuseL1>(p, row_a, o, sum_a[i], abs_sum);
-      if (valid_b) forward_epilogue<kFuseL1>(p, row_b, o, sum_b[i], abs_sum);
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      reduce_over_row_lanes(sum[i], column_lane);
+      if (valid[i] && o < p.out) forward_epilogue<kFuseL1>(p, rows[i], o, sum[i][0], abs_sum);
     }
   }
   if (kFuseL1) {
@@ -253,20 +256,33 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
   }
 }
 
-// Stage 2. Block b < last: 64 elements of dW, each summed by 4 chunk lanes (lane l
-// takes chunks l, l + 4, ...), the lanes then added in order. The last block: db in
-// double, and the fused forward's loss.
-constexpr int kSumThreads = 256, kSumLanes = 4, kSumElements = kSumThreads / kSumLanes;
+// Stage 2. Block b < last: 32 elements of dW, each summed by 16 chunk lanes (lane l
+// takes chunks l, l + 16, ...; a warp reads one chunk's 32 adjacent elements), the
+// lane sums then added as a pairwise tree: 8 loads per thread instead of a chain of
+// 128, so the launch is not latency-bound. The last block: db in double, and the fused
+// forward's loss.
+constexpr int kSumLanes = 16, kSumElements = 32, kSumThreads = kSumLanes * kSumElements;
 
 __global__ void __launch_bounds__(kSumThreads)
     sum_grad_partials_kernel(const float* weight_partials, const double* bias_partials,
                              int64_t chunks, int64_t out, int64_t in, float* grad_weight,
                              float* grad_bias, LossFinish finish) {
   if (blockIdx.x == gridDim.x - 1) {
-    if (grad_bias != nullptr && threadIdx.x < out) {
+    // db: output o summed by kBiasLanes chunk lanes (lane l: chunks l, l + 8, ...), then
+    // the lanes in order; threads past out * kBiasLanes idle. out <= 64 by contract.
+    constexpr int kBiasLanes = kSumThreads / kSkinnyMaxOut;
+    __shared__ double bias_lanes[kBiasLanes][kSkinnyMaxOut];
+    const int o = threadIdx.x % kSkinnyMaxOut, bias_lane = threadIdx.x / kSkinnyMaxOut;
+    if (grad_bias != nullptr && o < out) {
       double total = 0.0;
-      for (int64_t c = 0; c < chunks; ++c) total += bias_partials[c * out + threadIdx.x];
-      grad_bias[threadIdx.x] = static_cast<float>(total);
+      for (int64_t c = bias_lane; c < chunks; c += kBiasLanes) total += bias_partials[c * out + o];
+      bias_lanes[bias_lane][o] = total;
+    }
+    __syncthreads();
+    if (grad_bias != nullptr && bias_lane == 0 && o < out) {
+      double total = bias_lanes[0][o];
+      for (int l = 1; l < kBiasLanes; ++l) total += bias_lanes[l][o];
+      grad_bias[o] = static_cast<float>(total);
     }
     if (finish.partials != nullptr) {
       double total = 0.0;
@@ -282,13 +298,21 @@ __global__ void __launch_bounds__(kSumThreads)
   const int64_t i = int64_t{blockIdx.x} * kSumElements + element;
   float total = 0.0f;
   if (i < count) {
+#pragma unroll 8
     for (int64_t c = lane; c < chunks; c += kSumLanes) total += weight_partials[c * count + i];
   }
   lane_sums[lane][element] = total;
   __syncthreads();
   if (lane == 0 && i < count) {
-    grad_weight[i] = ((lane_sums[0][element] + lane_sums[1][element]) + lane_sums[2][element]) +
-                     lane_sums[3][element];
+    float level[kSumLanes];
+#pragma unroll
+    for (int l = 0; l < kSumLanes; ++l) level[l] = lane_sums[l][element];
+#pragma unroll
+    for (int width = kSumLanes / 2; width > 0; width /= 2) {
+#pragma unroll
+      for (int l = 0; l < width; ++l) level[l] = level[2 * l] + level[2 * l + 1];
+    }
+    grad_weight[i] = level[0];
   }
 }
 

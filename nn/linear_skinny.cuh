@@ -1,6 +1,6 @@
 // Device helpers shared by the skinny Linear kernels (nn/linear_skinny.cu) and the
 // one-pass training-step kernel (nn/linear_skinny_step.cu): the loads of x and W, the
-// forward's lane layout and its butterfly over the 8 lanes of a row. Both kernels
+// forward's lane layout and its butterfly over the 16 lanes of a row. Both kernels
 // sum in exactly this order, so their y (and thus the sign the loss gradient takes)
 // are the same bits.
 #pragma once
@@ -55,30 +55,39 @@ __device__ __forceinline__ void fma4(float& sum, float4 a, float4 b) {
 // sign(d), sign(0) = 0, NaN stays NaN: as the L1 backward.
 __device__ __forceinline__ float sign_of(float d) { return d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : d; }
 
-// The forward's warp layout: 8 lanes share a row (lane c reads columns 4c .. 4c+3 of
-// every 32), 4 row groups, each lane two rows (g and g + 4): 8 rows per warp.
-constexpr int kLanesPerRow = 8;                      // 8 lanes x 4 floats = 32 columns
+// The forward's warp layout: 16 lanes share a row (lane c reads columns 4c .. 4c+3 of
+// every 64), 2 row groups, each lane four rows (g, g + 2, g + 4, g + 6): 8 rows per
+// warp. Each W value a lane loads feeds 4 rows x 4 FMAs: shared memory serves a
+// 16-byte load one quarter-warp per cycle even when the lanes share the address, so
+// rows per lane, not unique bytes, set the forward's shared-memory traffic.
+constexpr int kLanesPerRow = 16;                     // 16 lanes x 4 floats = 64 columns
+constexpr int kColumnsPerStep = 4 * kLanesPerRow;
 constexpr int kRowGroups = 32 / kLanesPerRow;        // rows a warp reads per load
-constexpr int kRowsPerWarp = 2 * kRowGroups;         // each lane: rows g and g + 4
+constexpr int kRowsPerLane = 4;
+constexpr int kRowsPerWarp = kRowGroups * kRowsPerLane;
+// A lane's i-th row of an 8-row item.
+__device__ __forceinline__ int lane_row(int row_group, int i) { return row_group + kRowGroups * i; }
 
-// 16 partial sums per lane -> lane c (of 8) holds outputs 2c and 2c+1 in a[0], a[1].
+// One butterfly level: lanes whose bit kHalf is set keep the upper kHalf of their
+// 2 kHalf values, the others the lower; each adds its partner's copy of what it keeps.
+template <int kHalf>
+__device__ __forceinline__ void butterfly_level(float (&a)[kOutGroup], int column_lane) {
+  const bool upper = column_lane & kHalf;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float keep = upper ? a[i + kHalf] : a[i], give = upper ? a[i] : a[i + kHalf];
+    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, kHalf);
+  }
+}
+
+// 16 partial sums per lane -> lane c (of 16) holds output c in a[0]: four levels
+// (xor 8, 4, 2, 1). Every output is the same fixed tree over its 16 lane sums.
 __device__ __forceinline__ void reduce_over_row_lanes(float (&a)[kOutGroup], int column_lane) {
-  const bool upper4 = column_lane & 4, upper2 = column_lane & 2, upper1 = column_lane & 1;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float keep = upper4 ? a[i + 8] : a[i], give = upper4 ? a[i] : a[i + 8];
-    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 4);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float keep = upper2 ? a[i + 4] : a[i], give = upper2 ? a[i] : a[i + 4];
-    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 2);
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float keep = upper1 ? a[i + 2] : a[i], give = upper1 ? a[i] : a[i + 2];
-    a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
-  }
+  static_assert(kLanesPerRow == 16 && kOutGroup == 16, "four levels: 16 sums over 16 lanes");
+  butterfly_level<8>(a, column_lane);
+  butterfly_level<4>(a, column_lane);
+  butterfly_level<2>(a, column_lane);
+  butterfly_level<1>(a, column_lane);
 }
 
 inline bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }

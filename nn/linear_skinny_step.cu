@@ -1,27 +1,36 @@
 // The one-pass kernel of an L1 training step with a skinny Linear (nn/linear_skinny.h):
 // forward, loss, loss gradient, dW and db from a single read of x.
 //
-// Design note. The two-launch route reads x twice (forward, then dW) and each of its
-// kernels waits on global memory with few loads in flight. Here a block owns one
-// chunk of rows (skinny_grad_scratch's chunks, so that the partials are the ones the
-// two-launch route writes) and walks it in tiles of rows staged in shared memory by
-// cp.async, double-buffered: while tile t is used, tile t+1 is on its way. Per tile:
-//   1. forward: warp w takes rows 8w .. 8w+7 in the forward kernel's lane layout
-//      (8 lanes per row, two rows per lane; W staged once per block in shared memory:
-//      next to ~200 KB of tiles L1 cannot hold it, and from L2 the first version of
-//      this kernel took 70 us instead of ~12) and
-//      the same butterfly, so y has the forward kernel's bits; each lane then forms
-//      |y - t| (double, per thread) and dy = scale * sign(y - t) into shared memory;
-//   2. dW: thread q owns columns 4q .. 4q+3 and 16 outputs (64 registers) and adds
-//      dy[r] ⊗ x[r] row after row, in row order as the dW kernel does; 16 threads add
-//      the dy columns for db (double; dy is ± scale, so those sums are exact).
+// Design note. A block owns one chunk of rows (skinny_grad_scratch's chunks, so that
+// its dW and db partials are the bits the two-launch route writes) and walks it in
+// tiles of 8 rows held in a ring of shared-memory slots (tile t in slot t % slots).
+// Its warps have two jobs, run side by side on different tiles:
+//   - "forward" warps (up to 6). Forward warp f takes tiles f, f + F, f + 2F, ...: it
+//     waits until the tile's x has landed, computes y for its 8 rows in the forward
+//     kernel's lane layout and butterfly (so y has that kernel's bits), |y - t| for
+//     the loss and dy = scale * sign(y - t) into the slot's dy buffer, and marks the
+//     slot "full".
+//   - "weight-gradient" warps, one thread per 4-column quad of x with 16 outputs (64
+//     accumulators). They walk the tiles in order: wait for the slot to be full, add
+//     dy[r] ⊗ x[r] row after row (the dW kernel's order), sum dy's columns for db
+//     (double; dy is ± scale, so those sums are exact), then copy tile t + slots into
+//     the slot they just finished (cp.async, each thread its own quad of the 8 rows)
+//     and let the slot's "landed" barrier complete when those copies arrive.
+// So x is copied by the warps that have time to spare, the forward warps (the
+// critical path) only compute, and the two sides meet only at each slot's two
+// mbarriers (core/async_copy.cuh): no block-wide barrier inside the loop.
+// W (16 x in) is staged once per block: every forward row reads all of it.
 // At the end the block writes its chunk's dW, db and loss partials; stage 2
 // (skinny_sum_partials_cuda) adds them in chunk order. No atomics anywhere.
-// One block per SM (W and two tiles take ~200 KB at in = 640): the copies of the next
-// tile, not other warps, are what hide memory latency.
+//
+// Counts at the seed's shape (12000 x 640 -> 16, 128 chunks of 94 rows, one block per
+// SM): per SM 1.9 M FMAs, half each side; shared memory serves the forward's 16-byte
+// loads a quarter-warp per cycle, which is why a forward lane takes 4 rows (each W
+// value it loads feeds 16 FMAs).
 #include <algorithm>
 #include <cstdint>
 
+#include "core/async_copy.cuh"
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "nn/linear_skinny.cuh"
@@ -30,152 +39,281 @@ namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int64_t kStepMaxIn = 1024;  // a thread owns one 4-column quad in the dW pass
-constexpr int kStepMaxThreads = 256;
+constexpr int64_t kStepMaxIn = 1024;  // a weight-gradient thread owns one 4-column quad
+constexpr int kTileRows = kRowsPerWarp;  // one forward item (8 rows) per tile
+constexpr int kStepMaxThreads = 384;      // a cap that leaves 170 registers per thread
+constexpr int kMaxForwardWarps = 6, kMaxSlots = 12;
 
 struct SkinnyStep {
   RowsView x, target;
   const float* weight;
   const float* bias;
   int64_t rows, in, out, rows_per_chunk, in_padded;
-  int tile_rows;
   float scale;
   float* weight_partials;  // [chunks][out][in]
   double* bias_partials;   // [chunks][out]
   double* loss_partials;   // [out groups][chunks]
 };
 
-__device__ __forceinline__ void copy_async16(float* shared, const float* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void copy_async4(float* shared, const float* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+// The block's shared memory: the slots' x tiles, W, the slots' dy and the barriers.
+struct StepShared {
+  cuda::Barrier* landed;  // [slots]: the tile's x is in the slot
+  cuda::Barrier* full;    // [slots]: the forward warp has written the tile's dy
+  float* tiles;           // [slots][kTileRows][in_padded]
+  float* weight;          // [kOutGroup][in_padded]
+  float (*dy)[kTileRows][kOutGroup];  // [slots]
+
+  __device__ float* tile(int slot, int64_t in_padded) const {
+    return tiles + int64_t{slot} * kTileRows * in_padded;
+  }
+};
+
+__host__ __device__ inline size_t barrier_bytes(int slots) { return (2 * slots * sizeof(cuda::Barrier) + 15) / 16 * 16; }
+
+size_t step_shared_bytes(int slots, int64_t in_padded) {
+  return barrier_bytes(slots) +
+         sizeof(float) * ((static_cast<size_t>(slots) * kTileRows + kOutGroup) * in_padded +
+                          static_cast<size_t>(slots) * kTileRows * kOutGroup);
 }
 
-// Rows [first, first + count) of x into a tile (row stride in_padded), as one group.
+__device__ StepShared carve_shared(void* base, int slots, int64_t in_padded) {
+  StepShared s;
+  char* bytes = static_cast<char*>(base);
+  s.landed = reinterpret_cast<cuda::Barrier*>(bytes);
+  s.full = s.landed + slots;
+  s.tiles = reinterpret_cast<float*>(bytes + barrier_bytes(slots));
+  s.weight = s.tiles + int64_t{slots} * kTileRows * in_padded;
+  s.dy = reinterpret_cast<float(*)[kTileRows][kOutGroup]>(s.weight + kOutGroup * in_padded);
+  return s;
+}
+
+// One weight-gradient thread's share of a tile copy: its 4-column quad of each row.
 template <bool kVector>
-__device__ void stage_tile(const SkinnyStep& p, float* tile, int64_t first, int count) {
-  const int width = kVector ? static_cast<int>(p.in / 4) : static_cast<int>(p.in);
-  for (int i = threadIdx.x; i < count * width; i += blockDim.x) {
-    const int r = i / width, column = i % width;
-    const float* source = p.x.data + (first + r) * p.x.row_stride;
+__device__ void copy_quad(const SkinnyStep& p, float* tile, int64_t first, int count, int quad) {
+  const int64_t k = 4 * int64_t{quad};
+  if (k >= p.in) return;
+  const float* source = p.x.data + first * p.x.row_stride + k;
+  float* row = tile + k;
+  for (int r = 0; r < count; ++r, source += p.x.row_stride, row += p.in_padded) {
     if (kVector) {
-      copy_async16(tile + r * p.in_padded + 4 * column, source + 4 * column);
+      cuda::copy_async16(row, source);
     } else {
-      copy_async4(tile + r * p.in_padded + column, source + column);
+      for (int c = 0; c < 4 && k + c < p.in; ++c) cuda::copy_async4(row + c, source + c);
     }
   }
-  commit_copies();
 }
 
-// Columns in .. in_padded of every staged row of x are zero for the whole kernel
-// (a stale NaN there would leak into y through W's zeros).
-__device__ void zero_padding(const SkinnyStep& p, float* tiles) {
+// Columns in .. in_padded of every tile row are zero for the whole kernel (cp.async
+// never writes there, and a stale NaN would leak into y through W's zeros).
+__device__ void zero_padding(const SkinnyStep& p, float* tiles, int slots) {
   const int pad = static_cast<int>(p.in_padded - p.in);
-  for (int i = threadIdx.x; i < 2 * p.tile_rows * pad; i += blockDim.x) {
+  for (int i = threadIdx.x; i < slots * kTileRows * pad; i += blockDim.x) {
     tiles[(i / pad) * p.in_padded + p.in + i % pad] = 0.0f;
   }
 }
 
-// This block's 16 rows of W into shared memory (zeros past `in` and past `out`):
-// every forward item reads all of W, and L1 is too small to keep it next to the tiles.
+// This block's 16 rows of W into shared memory (zeros past `in` and past `out`), one
+// 4-column quad per iteration.
 template <bool kVector>
 __device__ void stage_weight(const SkinnyStep& p, float* w_tile, int64_t out0) {
-  const int width = static_cast<int>(p.in_padded);
-  for (int i = threadIdx.x; i < kOutGroup * width; i += blockDim.x) {
-    const int o = i / width, k = i % width;
-    const bool inside = out0 + o < p.out && k < p.in;
+  const int quads = static_cast<int>(p.in_padded / 4);
+  for (int i = threadIdx.x; i < kOutGroup * quads; i += blockDim.x) {
+    const int o = i / quads, k = 4 * (i % quads);
+    float* staged = w_tile + o * p.in_padded + k;
     const float* source = p.weight + (out0 + o) * p.in + k;
-    if (!inside) {
-      w_tile[i] = 0.0f;
-    } else if (!kVector) {
-      copy_async4(w_tile + i, source);
-    } else if (k % 4 == 0) {
-      copy_async16(w_tile + i, source);
+    const bool row_inside = out0 + o < p.out;
+    if (kVector && row_inside && k < p.in) {  // in % 4 == 0: the whole quad is inside
+      cuda::copy_async16(staged, source);
+      continue;
+    }
+    for (int c = 0; c < 4; ++c) {
+      if (row_inside && k + c < p.in) {
+        cuda::copy_async4(staged + c, source + c);
+      } else {
+        staged[c] = 0.0f;
+      }
     }
   }
 }
 
-// One row's output o: the loss term and dy (zero for outputs past out).
-__device__ __forceinline__ float row_gradient(const SkinnyStep& p, int64_t row, int64_t o,
-                                              float sum, double& abs_sum) {
-  if (o >= p.out) return 0.0f;
-  const float value = p.bias != nullptr ? sum + p.bias[o] : sum;
-  const float difference = __fsub_rn(value, p.target.data[row * p.target.row_stride + o]);
+// One row's output: the loss term and dy.
+__device__ __forceinline__ float row_gradient(const SkinnyStep& p, float sum, float bias,
+                                              float target, double& abs_sum) {
+  const float value = p.bias != nullptr ? sum + bias : sum;
+  const float difference = __fsub_rn(value, target);
   abs_sum += fabsf(difference);
   return __fmul_rn(p.scale, sign_of(difference));
 }
 
-// Phase 1 on a staged tile: dy[r][0..15] for its `count` rows.
+// A forward warp on one staged tile: dy[r][0..15] for its `count` rows, in the forward
+// kernel's layout (16 lanes per row, lane c reading columns 4c .. 4c+3 of every 64;
+// rows g, g + 2, g + 4, g + 6 per lane) and its butterfly, so y has that kernel's
+// bits. Each step loads 4 float4 of x and 16 of W, then runs 256 FMAs: each sum adds
+// its 4 products in fma4's order, the 64 sums side by side.
 __device__ void forward_tile(const SkinnyStep& p, const float* tile, const float* w_tile,
                              float (*dy)[kOutGroup], int64_t first, int count, int64_t out0,
-                             double& abs_sum) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+                             int lane, double& abs_sum) {
   const int column_lane = lane % kLanesPerRow, row_group = lane / kLanesPerRow;
-  for (int item = warp; item * kRowsPerWarp < count; item += warps) {  // warp-uniform
-    const int row_a = item * kRowsPerWarp + row_group, row_b = row_a + kRowGroups;
-    const float* x_a = tile + row_a * p.in_padded;
-    const float* x_b = tile + row_b * p.in_padded;
-    float sum_a[kOutGroup] = {}, sum_b[kOutGroup] = {};
-#pragma unroll 2
-    for (int k = 4 * column_lane; k < p.in_padded; k += 32) {
-      const float4 xa = *reinterpret_cast<const float4*>(x_a + k);
-      const float4 xb = *reinterpret_cast<const float4*>(x_b + k);
+  const int64_t o = out0 + column_lane;  // this lane's output after the butterfly
+  // The bias and targets first: their global-memory latency hides behind the FMAs.
+  float bias = 0.0f, target[kRowsPerLane] = {};
+  if (o < p.out) {
+    if (p.bias != nullptr) bias = p.bias[o];
 #pragma unroll
-      for (int o = 0; o < kOutGroup; ++o) {  // rows past `out` are zeros; their sums are dropped
-        const float4 w = *reinterpret_cast<const float4*>(w_tile + o * p.in_padded + k);
-        fma4(sum_a[o], xa, w);
-        fma4(sum_b[o], xb, w);
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      const int r = lane_row(row_group, i);
+      if (r < count) target[i] = p.target.data[(first + r) * p.target.row_stride + o];
+    }
+  }
+  const float* x = tile + row_group * p.in_padded + 4 * column_lane;
+  const float* w_lane = w_tile + 4 * column_lane;
+  float sum[kRowsPerLane][kOutGroup] = {};
+  for (int k = 0; k < p.in_padded; k += kColumnsPerStep) {
+    float4 xs[kRowsPerLane], w[kOutGroup];
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) xs[i] = *reinterpret_cast<const float4*>(x + i * kRowGroups * p.in_padded + k);
+#pragma unroll
+    for (int j = 0; j < kOutGroup; ++j) w[j] = *reinterpret_cast<const float4*>(w_lane + j * p.in_padded + k);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int j = 0; j < kOutGroup; ++j) {  // rows past `out` are zeros; their sums are dropped
+        const float wc = c == 0 ? w[j].x : c == 1 ? w[j].y : c == 2 ? w[j].z : w[j].w;
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i) {
+          const float xc = c == 0 ? xs[i].x : c == 1 ? xs[i].y : c == 2 ? xs[i].z : xs[i].w;
+          sum[i][j] = fmaf(xc, wc, sum[i][j]);
+        }
       }
     }
-    reduce_over_row_lanes(sum_a, column_lane);
-    reduce_over_row_lanes(sum_b, column_lane);
+  }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int column = 2 * column_lane + i;
-      if (row_a < count) dy[row_a][column] = row_gradient(p, first + row_a, out0 + column, sum_a[i], abs_sum);
-      if (row_b < count) dy[row_b][column] = row_gradient(p, first + row_b, out0 + column, sum_b[i], abs_sum);
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    reduce_over_row_lanes(sum[i], column_lane);
+    const int r = lane_row(row_group, i);
+    if (r < count) dy[r][column_lane] = o < p.out ? row_gradient(p, sum[i][0], bias, target[i], abs_sum) : 0.0f;
+  }
+}
+
+// sum[o][c] += dy[r][o] * x[r][4q + c] for one row.
+__device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOutGroup / 4],
+                                                float (&sum)[kOutGroup][4]) {
+#pragma unroll
+  for (int q = 0; q < kOutGroup / 4; ++q) {
+    const float gs[4] = {g[q].x, g[q].y, g[q].z, g[q].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      sum[4 * q + c][0] = fmaf(gs[c], x.x, sum[4 * q + c][0]);
+      sum[4 * q + c][1] = fmaf(gs[c], x.y, sum[4 * q + c][1]);
+      sum[4 * q + c][2] = fmaf(gs[c], x.z, sum[4 * q + c][2]);
+      sum[4 * q + c][3] = fmaf(gs[c], x.w, sum[4 * q + c][3]);
     }
   }
 }
 
-// Phase 2: sum[o][c] += dy[r][o] * x[r][4q + c] for the tile's rows, in row order.
+// The tile's rows in order. A full tile goes 4 rows at a time, each group's loads
+// issued before its FMAs (the dy reads are broadcasts: one address for the warp).
 __device__ __forceinline__ void weight_grad_tile(const float* tile, const float (*dy)[kOutGroup],
                                                  int count, int64_t in_padded, int quad,
                                                  float (&sum)[kOutGroup][4]) {
+  const float* column = tile + 4 * quad;
+  auto load = [&](int r, float4& x, float4 (&g)[kOutGroup / 4]) {
+    x = *reinterpret_cast<const float4*>(column + r * in_padded);
+#pragma unroll
+    for (int q = 0; q < kOutGroup / 4; ++q) g[q] = reinterpret_cast<const float4*>(dy[r])[q];
+  };
+  constexpr int kGroup = 4;
+  if (count == kTileRows) {
+#pragma unroll
+    for (int r0 = 0; r0 < kTileRows; r0 += kGroup) {
+      float4 x[kGroup], g[kGroup][kOutGroup / 4];
+#pragma unroll
+      for (int r = 0; r < kGroup; ++r) load(r0 + r, x[r], g[r]);
+#pragma unroll
+      for (int r = 0; r < kGroup; ++r) weight_grad_row(x[r], g[r], sum);
+    }
+    return;
+  }
   for (int r = 0; r < count; ++r) {
-    const float4 x = *reinterpret_cast<const float4*>(tile + r * in_padded + 4 * quad);
-    const float4* grads = reinterpret_cast<const float4*>(dy[r]);
-#pragma unroll
-    for (int q = 0; q < kOutGroup / 4; ++q) {
-      const float4 g = grads[q];  // the same address for the whole warp: a broadcast
-      const float gs[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        sum[4 * q + c][0] = fmaf(gs[c], x.x, sum[4 * q + c][0]);
-        sum[4 * q + c][1] = fmaf(gs[c], x.y, sum[4 * q + c][1]);
-        sum[4 * q + c][2] = fmaf(gs[c], x.z, sum[4 * q + c][2]);
-        sum[4 * q + c][3] = fmaf(gs[c], x.w, sum[4 * q + c][3]);
-      }
+    float4 x, g[kOutGroup / 4];
+    load(r, x, g);
+    weight_grad_row(x, g, sum);
+  }
+}
+
+// The tiles of a chunk: tile t lives in slot t % slots, as that slot's (t / slots)-th
+// use, so its barriers' phase parity is (t / slots) % 2.
+struct ChunkTiles {
+  int64_t row_begin, rows;
+  int slots;
+
+  __device__ int count() const { return static_cast<int>(cuda::ceil_div(rows, kTileRows)); }
+  __device__ int64_t first_row(int t) const { return row_begin + int64_t{t} * kTileRows; }
+  __device__ int rows_in(int t) const {
+    return static_cast<int>(std::min<int64_t>(kTileRows, rows - int64_t{t} * kTileRows));
+  }
+  __device__ int slot(int t) const { return t % slots; }
+  __device__ unsigned parity(int t) const { return static_cast<unsigned>((t / slots) % 2); }
+};
+
+// A forward warp: tiles warp, warp + forward_warps, ... in order.
+__device__ void forward_warp(const SkinnyStep& p, const StepShared& s, const ChunkTiles& tiles,
+                             int warp, int forward_warps, int64_t out0, double& abs_sum) {
+  const int lane = threadIdx.x % 32;
+  for (int t = warp; t < tiles.count(); t += forward_warps) {
+    const int slot = tiles.slot(t);
+    s.landed[slot].wait(tiles.parity(t));
+    forward_tile(p, s.tile(slot, p.in_padded), s.weight, s.dy[slot], tiles.first_row(t),
+                 tiles.rows_in(t), out0, lane, abs_sum);
+    s.full[slot].arrive();
+  }
+}
+
+// The first tiles into their slots (tiles.slots of them, or all).
+template <bool kVector>
+__device__ void copy_first_tiles(const SkinnyStep& p, const StepShared& s, const ChunkTiles& tiles,
+                                 int quad) {
+  for (int t = 0; t < tiles.count() && t < tiles.slots; ++t) {
+    copy_quad<kVector>(p, s.tile(t, p.in_padded), tiles.first_row(t), tiles.rows_in(t), quad);
+    s.landed[t].arrive_when_copied();
+  }
+}
+
+// The weight-gradient threads: every tile in order (the dW kernel's row order), each
+// slot refilled with tile t + slots as soon as it is done with.
+template <bool kVector>
+__device__ void weight_grad_warps(const SkinnyStep& p, const StepShared& s,
+                                  const ChunkTiles& tiles, int quad, float (&sum)[kOutGroup][4],
+                                  double& bias_sum) {
+  const bool owns_quad = 4 * int64_t{quad} < p.in;
+  const int count = tiles.count();
+  for (int t = 0; t < count; ++t) {
+    const int slot = tiles.slot(t);
+    s.full[slot].wait(tiles.parity(t));
+    const int rows = tiles.rows_in(t);
+    float* tile = s.tile(slot, p.in_padded);
+    if (owns_quad) weight_grad_tile(tile, s.dy[slot], rows, p.in_padded, quad, sum);
+    if (quad < kOutGroup) {
+      for (int r = 0; r < rows; ++r) bias_sum += s.dy[slot][r][quad];
+    }
+    const int next = t + tiles.slots;
+    if (next < count) {  // this thread's reads of the slot are done: its values are summed
+      copy_quad<kVector>(p, tile, tiles.first_row(next), tiles.rows_in(next), quad);
+      s.landed[slot].arrive_when_copied();
     }
   }
 }
 
 template <bool kVector>
 __device__ void write_partials(const SkinnyStep& p, int64_t chunk, int64_t out0, int quad,
-                               const float (&sum)[kOutGroup][4], double bias_sum, double abs_sum) {
+                               const float (&sum)[kOutGroup][4], double bias_sum) {
+  if (quad < kOutGroup && out0 + quad < p.out) p.bias_partials[chunk * p.out + out0 + quad] = bias_sum;
   const int64_t k = 4 * int64_t{quad};
+  if (k >= p.in) return;  // (fewer quads than outputs: the bias threads above still write)
   float* partial = p.weight_partials + chunk * p.out * p.in;
 #pragma unroll
   for (int o = 0; o < kOutGroup; ++o) {
-    if (out0 + o >= p.out || k >= p.in) break;
+    if (out0 + o >= p.out) break;
     float* row = partial + (out0 + o) * p.in;
     if (kVector) {
       *reinterpret_cast<float4*>(row + k) = make_float4(sum[o][0], sum[o][1], sum[o][2], sum[o][3]);
@@ -183,60 +321,53 @@ __device__ void write_partials(const SkinnyStep& p, int64_t chunk, int64_t out0,
       for (int c = 0; c < 4 && k + c < p.in; ++c) row[k + c] = sum[o][c];
     }
   }
-  if (threadIdx.x < kOutGroup && out0 + threadIdx.x < p.out) {
-    p.bias_partials[chunk * p.out + out0 + threadIdx.x] = bias_sum;
+}
+
+// grid (chunks, output groups); block: forward_warps forward warps, then one
+// weight-gradient thread per 4-column quad (whole warps).
+template <bool kVector>
+__global__ void __launch_bounds__(kStepMaxThreads, 1)
+    skinny_step_kernel(SkinnyStep p, int forward_warps, int slots) {
+  extern __shared__ float4 shared_words[];
+  const StepShared s = carve_shared(shared_words, slots, p.in_padded);
+  const int64_t chunk = blockIdx.x, out0 = int64_t{blockIdx.y} * kOutGroup;
+  const int64_t row_begin = chunk * p.rows_per_chunk;
+  const ChunkTiles tiles{row_begin, std::min(p.rows, row_begin + p.rows_per_chunk) - row_begin, slots};
+  const int forward_threads = 32 * forward_warps;
+  const int weight_threads = static_cast<int>(blockDim.x) - forward_threads;
+  const bool forward = static_cast<int>(threadIdx.x) < forward_threads;
+  const int quad = static_cast<int>(threadIdx.x) - forward_threads;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) {
+      s.landed[i].init(static_cast<unsigned>(weight_threads));
+      s.full[i].init(32);
+    }
+  }
+  zero_padding(p, s.tiles, slots);
+  stage_weight<kVector>(p, s.weight, out0);
+  cuda::commit_copies();
+  __syncthreads();  // the barriers are initialised
+  if (forward) {
+    cuda::wait_copies<0>();
+  } else {
+    copy_first_tiles<kVector>(p, s, tiles, quad);
+    cuda::commit_copies();
+    cuda::wait_copies<1>();  // this thread's part of W (the tiles may still be in flight)
+  }
+  __syncthreads();  // W and the zeros visible to every thread
+
+  double abs_sum = 0.0;
+  if (forward) {
+    forward_warp(p, s, tiles, static_cast<int>(threadIdx.x) / 32, forward_warps, out0, abs_sum);
+  } else {
+    float sum[kOutGroup][4] = {};
+    double bias_sum = 0.0;
+    weight_grad_warps<kVector>(p, s, tiles, quad, sum, bias_sum);
+    write_partials<kVector>(p, chunk, out0, quad, sum, bias_sum);
   }
   abs_sum = cuda::block_sum(abs_sum);
   if (threadIdx.x == 0) p.loss_partials[int64_t{blockIdx.y} * gridDim.x + chunk] = abs_sum;
-}
-
-// grid (chunks, output groups); block: one thread per 4-column quad, whole warps.
-template <bool kVector>
-__global__ void __launch_bounds__(kStepMaxThreads, 1) skinny_step_kernel(SkinnyStep p) {
-  extern __shared__ float4 shared_words[];
-  float* tiles = reinterpret_cast<float*>(shared_words);
-  const int64_t tile_floats = int64_t{p.tile_rows} * p.in_padded;
-  float* w_tile = tiles + 2 * tile_floats;
-  auto dy = reinterpret_cast<float(*)[kOutGroup]>(w_tile + kOutGroup * p.in_padded);
-  const int64_t chunk = blockIdx.x, out0 = int64_t{blockIdx.y} * kOutGroup;
-  const int64_t row_begin = chunk * p.rows_per_chunk;
-  const int64_t chunk_rows = std::min(p.rows, row_begin + p.rows_per_chunk) - row_begin;
-  const int tile_count = static_cast<int>(cuda::ceil_div(chunk_rows, p.tile_rows));
-  const int quad = threadIdx.x;
-  const bool owns_quad = 4 * int64_t{quad} < p.in;
-
-  zero_padding(p, tiles);
-  stage_weight<kVector>(p, w_tile, out0);  // in tile 0's group of copies
-  stage_tile<kVector>(p, tiles, row_begin, static_cast<int>(std::min<int64_t>(p.tile_rows, chunk_rows)));
-  double abs_sum = 0.0, bias_sum = 0.0;
-  float sum[kOutGroup][4] = {};
-  for (int t = 0; t < tile_count; ++t) {
-    const int64_t first = row_begin + int64_t{t} * p.tile_rows;
-    const int count = static_cast<int>(std::min<int64_t>(p.tile_rows, row_begin + chunk_rows - first));
-    const float* tile = tiles + (t % 2) * tile_floats;
-    if (t + 1 < tile_count) {  // the other buffer was released by the last barrier below
-      const int64_t next = first + p.tile_rows;
-      stage_tile<kVector>(p, tiles + ((t + 1) % 2) * tile_floats, next,
-                          static_cast<int>(std::min<int64_t>(p.tile_rows, row_begin + chunk_rows - next)));
-      wait_copies<1>();
-    } else {
-      wait_copies<0>();
-    }
-    __syncthreads();  // tile t (and the zeroed padding) visible to every thread
-    forward_tile(p, tile, w_tile, dy, first, count, out0, abs_sum);
-    __syncthreads();  // dy of tile t complete
-    if (owns_quad) weight_grad_tile(tile, dy, count, p.in_padded, quad, sum);
-    if (threadIdx.x < kOutGroup) {
-      for (int r = 0; r < count; ++r) bias_sum += dy[r][threadIdx.x];
-    }
-    __syncthreads();  // tile t and dy free for reuse
-  }
-  write_partials<kVector>(p, chunk, out0, quad, sum, bias_sum, abs_sum);
-}
-
-size_t step_shared_bytes(int tile_rows, int64_t in_padded) {
-  return sizeof(float) * ((2 * static_cast<size_t>(tile_rows) + kOutGroup) * in_padded +
-                          static_cast<size_t>(tile_rows) * kOutGroup);
 }
 
 }  // namespace
@@ -244,19 +375,24 @@ size_t step_shared_bytes(int tile_rows, int64_t in_padded) {
 SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out) {
   SkinnyStepPlan plan;
   if (in < 1 || in > kStepMaxIn || !is_skinny(out)) return plan;
-  const int64_t quads = cuda::ceil_div(in, 4);
-  plan.threads = static_cast<int>(cuda::ceil_div(quads, 32) * 32);
-  plan.in_padded = cuda::ceil_div(in, 32) * 32;
+  plan.in_padded = cuda::ceil_div(in, kColumnsPerStep) * kColumnsPerStep;
+  plan.tile_rows = kTileRows;
   int device = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  // One 8-row forward item per warp per tile; fewer rows where shared memory is short.
-  plan.tile_rows = plan.threads / 32 * kRowsPerWarp;
-  while (plan.tile_rows > kRowsPerWarp && step_shared_bytes(plan.tile_rows, plan.in_padded) > size_t(limit)) {
-    plan.tile_rows -= kRowsPerWarp;
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, skinny_step_kernel<true>));
+  const size_t available = size_t(limit) - attributes.sharedSizeBytes;  // block_sum's words
+  // As many slots as fit (at most kMaxSlots), and up to 6 forward warps with at least
+  // two slots more than forward warps, so that copies run ahead of every forward warp.
+  for (plan.slots = kMaxSlots; plan.slots >= 2; --plan.slots) {
+    if (step_shared_bytes(plan.slots, plan.in_padded) <= available) break;
   }
-  plan.shared_bytes = step_shared_bytes(plan.tile_rows, plan.in_padded);
-  if (plan.shared_bytes > size_t(limit)) return plan;
+  const int weight_warps = static_cast<int>(cuda::ceil_div(cuda::ceil_div(in, 4), 32));
+  plan.forward_warps = std::min({kMaxForwardWarps, plan.slots - 2, kStepMaxThreads / 32 - weight_warps});
+  if (plan.slots < 3 || plan.forward_warps < 1) return plan;
+  plan.threads = 32 * (plan.forward_warps + weight_warps);
+  plan.shared_bytes = step_shared_bytes(plan.slots, plan.in_padded);
   const int bytes = static_cast<int>(plan.shared_bytes);
   CUDA_CHECK(cudaFuncSetAttribute(skinny_step_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   CUDA_CHECK(cudaFuncSetAttribute(skinny_step_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -275,15 +411,14 @@ void skinny_step_partials_cuda(const SkinnyStepPlan& plan, RowsView x, RowsView 
   if (rows == 0) return;
   const SkinnyGradScratch scratch = skinny_grad_scratch(rows, in, out);
   const SkinnyStep p{x, target, weight, bias, rows, in, out, scratch.rows_per_chunk,
-                     plan.in_padded, plan.tile_rows, scale, weight_partials, bias_partials,
-                     loss_partials};
+                     plan.in_padded, scale, weight_partials, bias_partials, loss_partials};
   const dim3 grid(static_cast<unsigned>(scratch.chunks), static_cast<unsigned>(cuda::ceil_div(out, kOutGroup)));
   const bool vector = in % 4 == 0 && x.row_stride % 4 == 0 && aligned16(x.data) &&
                       aligned16(weight) && aligned16(weight_partials);
   if (vector) {
-    skinny_step_kernel<true><<<grid, plan.threads, plan.shared_bytes, stream>>>(p);
+    skinny_step_kernel<true><<<grid, plan.threads, plan.shared_bytes, stream>>>(p, plan.forward_warps, plan.slots);
   } else {
-    skinny_step_kernel<false><<<grid, plan.threads, plan.shared_bytes, stream>>>(p);
+    skinny_step_kernel<false><<<grid, plan.threads, plan.shared_bytes, stream>>>(p, plan.forward_warps, plan.slots);
   }
   CUDA_LAUNCH_CHECK();
 }

@@ -42,11 +42,13 @@ struct BlockWork {
   int slot;
   int64_t begin, end;
 };
+// chunk_elements: the launcher's chunk size (kChunkElements unless it chose another).
 template <typename Table>
-__device__ __forceinline__ BlockWork block_work(const Table& table, int block) {
+__device__ __forceinline__ BlockWork block_work(const Table& table, int block,
+                                                int64_t chunk_elements = kChunkElements) {
   const int slot = table.block_tensor[block];
-  const int64_t begin = int64_t{table.block_chunk[block]} * kChunkElements;
-  const int64_t end = begin + kChunkElements < table.sizes[slot] ? begin + kChunkElements
+  const int64_t begin = int64_t{table.block_chunk[block]} * chunk_elements;
+  const int64_t end = begin + chunk_elements < table.sizes[slot] ? begin + chunk_elements
                                                                  : table.sizes[slot];
   return {slot, begin, end};
 }
@@ -56,7 +58,8 @@ __device__ __forceinline__ BlockWork block_work(const Table& table, int block) {
 // blocks of earlier launches, so block b of a launch is block first_block + b overall.
 template <int kLists, typename Pointer, typename Launch>
 void for_each_tensor_table(const std::array<std::vector<Pointer>, kLists>& lists,
-                           const std::vector<int64_t>& sizes, Launch&& launch) {
+                           const std::vector<int64_t>& sizes, Launch&& launch,
+                           int64_t chunk_elements = kChunkElements) {
   using Table = TensorTable<kLists, Pointer>;
   Table table{};
   int tensors = 0, blocks = 0;
@@ -69,7 +72,7 @@ void for_each_tensor_table(const std::array<std::vector<Pointer>, kLists>& lists
     blocks = 0;
   };
   for (size_t t = 0; t < sizes.size(); ++t) {
-    const int64_t chunks = cuda::ceil_div(sizes[t], kChunkElements);
+    const int64_t chunks = cuda::ceil_div(sizes[t], chunk_elements);
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       if (blocks == Table::kMaxBlocks) flush();
       if (tensors == 0 || last_added != t) {

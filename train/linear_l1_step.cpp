@@ -49,7 +49,7 @@ double* as_double(const Tensor& tensor) { return reinterpret_cast<double*>(tenso
 
 LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
                            nn::Reduction reduction, const optim::AdamWOptions& adamw,
-                           double max_norm, SynchronizeHook synchronize)
+                           double max_norm, GradientSync sync)
     : weight_(model.weight().data()),
       bias_(model.bias().data()),
       batches_(std::move(batches)),
@@ -59,7 +59,7 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
       loss_scale_(0.0f),
       adamw_(adamw),
       max_norm_(static_cast<float>(max_norm)),
-      synchronize_(std::move(synchronize)),
+      sync_(std::move(sync)),
       device_(weight_.device().index) {
   const Device device = weight_.device();
   SEQPAR_CHECK(device.is_cuda(), "LinearL1Step: the model must be on a GPU, it is on ", device);
@@ -156,7 +156,7 @@ void LinearL1Step::enqueue_gradients(size_t batch) {
 void LinearL1Step::enqueue(size_t batch) {
   cuda::Stream stream = cuda::current_stream(device_);
   enqueue_gradients(batch);
-  if (synchronize_) synchronize_(grad_weight_, grad_bias_);
+  if (sync_.hook) sync_.hook(grad_weight_, grad_bias_);
   optim::detail::AdamWTensors tensors;
   tensors.params = {weight_.data(), bias_.data()};
   tensors.grads = {grad_weight_.data(), grad_bias_.data()};
@@ -178,8 +178,11 @@ void LinearL1Step::run(size_t batch) {
 }
 
 void LinearL1Step::capture() {
-  SEQPAR_CHECK(!synchronize_, "LinearL1Step::capture: a step with a synchronize hook meets "
-                              "its peers on the host and cannot be captured; use run()");
+  SEQPAR_CHECK(sync_.capturable(),
+               "LinearL1Step::capture: a step with a synchronize hook meets its peers on the "
+               "host and cannot be captured; use run(), or a hook that only enqueues "
+               "stream-ordered work (GradientSync::stream_ordered, e.g. "
+               "NcclProcessGroup::all_reduce_enqueue)");
   SEQPAR_CHECK(graphs_.empty(), "LinearL1Step::capture: already captured");
   cuda::set_device(device_);
   cudaStream_t stream = cuda::current_stream(device_);
@@ -218,7 +221,7 @@ void LinearL1Step::replay(size_t batch) {
               "(nn::linear, nn::l1_loss, optim::clip_grad_norm, optim::AdamW) on the CPU");
 }
 LinearL1Step::LinearL1Step(const nn::Linear&, std::vector<Batch>, nn::Reduction,
-                           const optim::AdamWOptions&, double, SynchronizeHook) {
+                           const optim::AdamWOptions&, double, GradientSync) {
   no_cuda();
 }
 LinearL1Step::~LinearL1Step() = default;

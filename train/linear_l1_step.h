@@ -2,15 +2,19 @@
 // gradient synchronization, clip_grad_norm, AdamW -- as three kernel launches over
 // buffers allocated once, run eagerly or captured into one CUDA graph per batch and
 // replayed. It is the fast path of issue 7 for a skinny Linear (out_features <= 64)
-// on one GPU; the public API (autograd, nn::linear, nn::l1_loss, optim::AdamW) stays
-// the readable reference, and the tests hold the two to the same numbers.
+// on one GPU, or on one GPU per rank with the all-reduce of the gradients captured
+// in the same graph (GradientSync::stream_ordered, NcclProcessGroup::all_reduce_enqueue;
+// seqpar-bench --nproc 2); the public API (autograd, nn::linear, nn::l1_loss,
+// optim::AdamW) stays the readable reference, and the tests hold the two to the same
+// numbers.
 //
 // The launches (nn/linear_skinny.h, optim/clip_adamw.h):
 //   1. one pass over x (in_features <= 1024): forward, |y - target|, dy = scale *
 //      sign(y - target) and the dW and db partials of each chunk of rows, with x
 //      staged through shared memory (y and dy never reach global memory);
 //   2. the partials added in chunk order; the loss finished;
-//   -  the synchronize hook, if any (an all-reduce of the gradients across ranks);
+//   -  the gradient synchronization, if any (an all-reduce of the gradients across
+//      ranks: see GradientSync);
 //   3. norm, clip coefficient and AdamW in one launch.
 // Wider inputs take the two-pass route, one launch more: the forward fused with the
 // loss (writing sign), then dW and db over x again. Both routes give the same bits.
@@ -27,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -45,22 +50,55 @@ struct Batch {
   Tensor x, target;
 };
 
+// How a step makes its gradients the same on every rank: a hook called between the
+// backward and the clip with grad_weight and grad_bias (reduced in place), and what
+// kind of work it does, which decides whether the step can be captured:
+//
+//   GradientSync{}                  no hook: one rank, nothing to synchronize.
+//   GradientSync::on_host(hook)     the hook may meet its peers on the host (a threads
+//                                   group's all_reduce, NcclProcessGroup::all_reduce,
+//                                   which waits for the device): run() only, since a
+//                                   graph cannot replay a host rendezvous.
+//   GradientSync::stream_ordered(hook)
+//                                   the hook only enqueues device work on the device's
+//                                   current stream (cuda::current_stream) and never
+//                                   waits for it or reads anything back, e.g.
+//                                   NcclProcessGroup::all_reduce_enqueue: capture()
+//                                   records that work into the step's graph.
+// run() calls the hook once per step; capture() calls it once per batch, inside the
+// capture, and replay() repeats the device work it enqueued, not its host code.
+//
+// Stream-ordered with NCCL, each rank:
+//   auto sync = train::GradientSync::stream_ordered([&](Tensor& dw, Tensor& db) {
+//     group.all_reduce_enqueue({dw, db}, dist::ReduceOp::Sum, cuda::current_stream(device));
+//   });
+struct GradientSync {
+  using Hook = std::function<void(Tensor& grad_weight, Tensor& grad_bias)>;
+  static GradientSync on_host(Hook hook) { return {std::move(hook), false}; }
+  static GradientSync stream_ordered(Hook hook) { return {std::move(hook), true}; }
+
+  Hook hook;                   // empty: no synchronization
+  bool only_enqueues = false;  // the hook only enqueues stream-ordered work
+
+  // Whether a step with this synchronization can be captured into a CUDA graph.
+  bool capturable() const { return !hook || only_enqueues; }
+};
+
 class LinearL1Step {
  public:
-  // Called between the backward and the clip with the step's gradients (in place).
-  using SynchronizeHook = std::function<void(Tensor& grad_weight, Tensor& grad_bias)>;
-
   LinearL1Step(const nn::Linear& model, std::vector<Batch> batches, nn::Reduction reduction,
-               const optim::AdamWOptions& adamw, double max_norm,
-               SynchronizeHook synchronize = nullptr);
+               const optim::AdamWOptions& adamw, double max_norm, GradientSync sync = {});
   ~LinearL1Step();
   LinearL1Step(const LinearL1Step&) = delete;
   LinearL1Step& operator=(const LinearL1Step&) = delete;
 
   // One step on batch `batch`, its kernels queued on the device's stream.
   void run(size_t batch = 0);
-  // Captures one graph per batch (nothing runs). Not with a synchronize hook: a
-  // threads group meets its peers on the host, which a graph cannot replay.
+  // Captures one graph per batch (nothing runs), the synchronization included when
+  // it is stream-ordered. Refused for GradientSync::on_host: a threads group meets
+  // its peers on the host, which a graph cannot replay. With NCCL every rank
+  // captures, and later replays, together; capture after a run() or two, so that
+  // NCCL has connected to its peers before the capture (as PyTorch warms up).
   void capture();
   bool captured() const { return !graphs_.empty(); }
   // One step by launching the captured graph of `batch`.
@@ -87,7 +125,7 @@ class LinearL1Step {
   float loss_scale_;
   optim::AdamWOptions adamw_;
   float max_norm_;
-  SynchronizeHook synchronize_;
+  GradientSync sync_;
   int device_;
   nn::detail::SkinnyStepPlan one_pass_;  // .supported: the one-pass route
 

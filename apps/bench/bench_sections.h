@@ -4,6 +4,7 @@
 #include <string>
 
 #include "apps/bench/bench_util.h"
+#include "dist/environment.h"
 
 namespace seqpar::bench {
 
@@ -17,5 +18,11 @@ struct Settings {
 void bench_kernels(Report& report, const Settings& settings);
 // The stress shape and the square GEMM (seqpar_bench_kernels.cpp).
 void bench_stress(Report& report, const Settings& settings);
+
+// The seed step over NCCL, this process being one rank of `environment`'s world
+// (seqpar-bench --nproc 2; seqpar_bench_nccl.cpp, built with NCCL only). Rank 0
+// prints the figures and writes settings.json. Returns the exit status: 1 when a
+// correctness check failed on any rank.
+int bench_nccl_world(const Settings& settings, const dist::LaunchEnvironment& environment);
 
 }  // namespace seqpar::bench

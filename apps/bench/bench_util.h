@@ -22,25 +22,28 @@ struct Timing {
 
 // Each call bracketed by its own pair of events: what one call costs in a stream of
 // work, its launch latency included.
+// Back to back: every call is bracketed by events recorded on the stream without a
+// host wait in between, so the GPU never idles (clocks stay up, the next launch is
+// already queued) and each interval is one call's device time as a steady stream of
+// steps sees it. Work that launches slower than the GPU runs it shows its host time.
 inline Timing time_calls(const std::function<void()>& work, int warmup, int repeats) {
   cudaStream_t stream = cuda::current_stream(0);
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<cudaEvent_t> events(static_cast<size_t>(repeats) + 1);
+  for (cudaEvent_t& event : events) CUDA_CHECK(cudaEventCreate(&event));
   for (int i = 0; i < warmup; ++i) work();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaEventRecord(events[0], stream));
+  for (int i = 0; i < repeats; ++i) {
+    work();
+    CUDA_CHECK(cudaEventRecord(events[static_cast<size_t>(i) + 1], stream));
+  }
+  CUDA_CHECK(cudaEventSynchronize(events.back()));
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    work();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
     float milliseconds = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, events[i], events[i + 1]));
     times.push_back(1000.0 * milliseconds);
   }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
+  for (cudaEvent_t& event : events) CUDA_CHECK(cudaEventDestroy(event));
   std::sort(times.begin(), times.end());
   return {times[times.size() / 2], times.front(), repeats};
 }

@@ -3,6 +3,11 @@
 // JSON for bench/run.sh, which sets them beside bench/torch_reference.py's figures.
 //
 //   seqpar-bench [--repeats N] [--warmup N] [--json PATH] [--no-stress]
+//   seqpar-bench --nproc 2 [--repeats N] [--warmup N] [--json PATH]
+//
+// With --nproc N (or under torchrun, mpirun, srun) each process is one rank on its
+// own GPU and only the step over NCCL runs (seqpar_bench_nccl.cpp): the figures
+// step/Ngpu_nccl/... and allreduce/Ngpu_nccl/..., written by rank 0.
 //
 // Steps (forward, L1 loss, backward, gradient sync, clip 1.0, AdamW lr 1e-4 wd 0.01;
 // the "exact" policy): the fused step (train::LinearL1Step) replayed from a CUDA graph
@@ -21,6 +26,8 @@
 #include "apps/bench/bench_sections.h"
 #include "autograd/variable.h"
 #include "core/generator.h"
+#include "dist/environment.h"
+#include "dist/launcher.h"
 #include "dist/local_process_group.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
@@ -153,10 +160,10 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
     if (fused) {
       fused_step = std::make_unique<train::LinearL1Step>(
           model, std::vector<train::Batch>{{shard, shard.narrow(1, 0, kOut)}}, exact, seed_adamw(),
-          1.0, [&](Tensor& grad_weight, Tensor& grad_bias) {
+          1.0, train::GradientSync::on_host([&](Tensor& grad_weight, Tensor& grad_bias) {
             world->all_reduce(grad_weight, dist::ReduceOp::Sum);
             world->all_reduce(grad_bias, dist::ReduceOp::Sum);
-          });
+          }));
       one_step = [&] { fused_step->run(); };
     } else {
       api_step.reset(new ApiStep{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
@@ -199,6 +206,7 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
 
 
 int main(int argc, char** argv) {
+  if (auto status = dist::maybe_launch(argc, argv)) return *status;
   Settings settings;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -207,12 +215,27 @@ int main(int argc, char** argv) {
     else if (arg == "--json" && i + 1 < argc) settings.json = argv[++i];
     else if (arg == "--no-stress") settings.stress = false;
     else {
-      std::fprintf(stderr, "usage: seqpar-bench [--repeats N] [--warmup N] [--json PATH] [--no-stress]\n");
+      std::fprintf(stderr, "usage: seqpar-bench [--nproc N] [--repeats N] [--warmup N] [--json PATH] "
+                           "[--no-stress]\n");
       return 2;
     }
   }
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "seqpar-bench: no CUDA device\n");
+    return 1;
+  }
+  try {
+    if (const auto environment = dist::launch_environment_from_process()) {
+#ifdef SEQPAR_WITH_NCCL
+      return bench::bench_nccl_world(settings, *environment);
+#else
+      std::fprintf(stderr, "seqpar-bench: started as rank %d of %d, but this build has no NCCL\n",
+                   environment->rank, environment->world_size);
+      return 1;
+#endif
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "seqpar-bench: %s\n", error.what());
     return 1;
   }
   cudaDeviceProp properties;

@@ -3,6 +3,8 @@
 // inactive (the same kernels' arithmetic, reached another way), graph replay bit for
 // bit equal to eager runs, across AdamW's scalar-table refresh, at odd shapes, and
 // split over 4 ranks of a threads group with the "exact" loss and a sum all-reduce.
+// Which gradient synchronizations capture() accepts; a stream-ordered one captured
+// into the graph. (The same over NCCL on 2 GPUs: seqpar-bench --nproc 2.)
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -208,10 +210,11 @@ TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cu
     const Tensor shard = x.tensor_split(4)[static_cast<size_t>(rank)];
     train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, p.out)}},
                              nn::Reduction::sum_divided_by(p.rows * p.out), seed_adamw(),
-                             p.max_norm, [&](Tensor& grad_weight, Tensor& grad_bias) {
+                             p.max_norm,
+                             train::GradientSync::on_host([&](Tensor& grad_weight, Tensor& grad_bias) {
                                world->all_reduce(grad_weight, dist::ReduceOp::Sum);
                                world->all_reduce(grad_bias, dist::ReduceOp::Sum);
-                             });
+                             }));
     step.run();
     step.run();
     const Tensor weight = model.weight().data().clone();
@@ -220,4 +223,73 @@ TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cu
   });
   for (int rank = 1; rank < 4; ++rank) CHECK(test::bitwise_equal(weights[rank], weights[0]));
   CHECK(relative_error(weights[0], one_rank.weight) < 1e-5);
+}
+
+TEST_CASE("a step can be captured unless its gradient synchronization meets on the host", "[train]") {
+  const train::GradientSync::Hook hook = [](Tensor&, Tensor&) {};
+  CHECK(train::GradientSync{}.capturable());                          // one rank, no hook
+  CHECK_FALSE(train::GradientSync::on_host(hook).capturable());       // a threads group
+  CHECK(train::GradientSync::stream_ordered(hook).capturable());      // all_reduce_enqueue
+  CHECK(train::GradientSync::on_host(nullptr).capturable());          // no hook after all
+  CHECK(train::GradientSync::stream_ordered(hook).only_enqueues);
+}
+
+TEST_CASE("a stream-ordered gradient synchronization is captured into the step's graph", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // Two ranks holding the same rows, summing their gradients, stand in for the
+  // all-reduce: each rank's loss is its sum over 2 x (rows x out), and the hook
+  // doubles the gradients on the stream (exact: a power of two), which is the sum
+  // of the two identical partial gradients. That equals the one-rank mean-loss step
+  // bit for bit: same gradients, norm and parameters; the loss is half.
+  const Problem p{1001, 64, 16, 0.05, false};
+  const Data data = draw(p);
+  const Outcome one_rank = fused_steps(p, data, 4, /*graph=*/false);
+  auto doubled_steps = [&](bool graph) {
+    const Device gpu = Device::cuda();
+    nn::Linear model = model_on(data, gpu);
+    const Tensor x = data.x.to(gpu);
+    int calls = 0;
+    train::LinearL1Step step(model, {{x, x.narrow(1, 0, p.out)}},
+                             nn::Reduction::sum_divided_by(2 * p.rows * p.out), seed_adamw(),
+                             p.max_norm,
+                             train::GradientSync::stream_ordered([&](Tensor& dw, Tensor& db) {
+                               ++calls;
+                               mul_(dw, 2.0f);
+                               mul_(db, 2.0f);
+                             }));
+    step.run();  // as with NCCL: one eager step before the capture
+    if (graph) {
+      step.capture();
+      CHECK(step.captured());
+    }
+    for (int s = 1; s < 4; ++s) {
+      if (graph) step.replay();
+      else step.run();
+    }
+    CHECK(calls == (graph ? 2 : 4));  // replays run the captured hook, not the host's
+    return Outcome{step.loss().clone(), step.total_norm().clone(), step.grad_weight().clone(),
+                   step.grad_bias().clone(), model.weight().data().clone(),
+                   model.bias().data().clone()};
+  };
+  {  // the same hook declared as meeting on the host: refused, nothing captured
+    const Device gpu = Device::cuda();
+    nn::Linear model = model_on(data, gpu);
+    const Tensor x = data.x.to(gpu);
+    train::LinearL1Step step(model, {{x, x.narrow(1, 0, p.out)}}, nn::Reduction::mean(),
+                             seed_adamw(), p.max_norm,
+                             train::GradientSync::on_host([](Tensor&, Tensor&) {}));
+    CHECK_THROWS_WITH(step.capture(), Catch::Contains("cannot be captured; use run()"));
+    CHECK_FALSE(step.captured());
+    step.run();
+  }
+  const Outcome eager = doubled_steps(false);
+  test::poison_pool(Device::cuda());
+  const Outcome replayed = doubled_steps(true);
+  check_bitwise(eager, replayed);
+  CHECK(test::bitwise_equal(eager.norm, one_rank.norm));
+  CHECK(test::bitwise_equal(eager.grad_weight, one_rank.grad_weight));
+  CHECK(test::bitwise_equal(eager.grad_bias, one_rank.grad_bias));
+  CHECK(test::bitwise_equal(eager.weight, one_rank.weight));
+  CHECK(test::bitwise_equal(eager.bias, one_rank.bias));
+  CHECK(eager.loss.item() == 0.5f * one_rank.loss.item());
 }

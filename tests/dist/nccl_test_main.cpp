@@ -4,16 +4,24 @@
 //                                               same bits on every rank
 //   seqpar_nccl_test --nproc 2 --die-rank 1     rank 1 vanishes before a collective;
 //                                               the others must fail within the timeout
+//   seqpar_nccl_test --nproc 2 --die-rank 1 --enqueued
+//                                               the same, the survivors' collective
+//                                               enqueued (all_reduce_enqueue), the
+//                                               failure surfacing at synchronize()
 //   options: --timeout-ms T (default 10000)
 //
 // Exits 0 when every check passed on every rank (the launcher reports the first
 // rank that did not). Not a Catch2 test: it needs several processes and GPUs.
+#include <cuda_runtime.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "dist/launcher.h"
 #include "dist/mesh.h"
@@ -97,6 +105,61 @@ void check_gather_broadcast_barrier(dist::NcclProcessGroup& world, const std::ve
   checks.expect(true, "barrier returned");
 }
 
+// The stream-ordered all-reduce: two tensors in one NCCL group, eager and then
+// captured into a CUDA graph (with a copy of the inputs in front, so that every
+// replay reduces the same values); strided views refused before any NCCL call.
+void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs, Checks& checks) {
+  const int size = world.size();
+  const cudaStream_t stream = cuda::current_stream(world.device().index);
+  const Tensor mine = inputs[static_cast<size_t>(world.rank())].to(world.device());
+  const std::vector<float> expected = test::sequential_reduce(inputs, test::all_ranks(size), ReduceOp::Sum);
+  const int64_t split = 41;  // the "bias": the last 41 values, reduced as a tensor of their own
+  const int64_t head = mine.numel() - split;
+  Tensor flat = mine.clone().view({mine.numel()});
+  auto reduced = [&] {  // the two parts, reduced through one all_reduce_enqueue call
+    world.all_reduce_enqueue({flat.narrow(0, 0, head), flat.narrow(0, head, split)}, ReduceOp::Sum, stream);
+  };
+  reduced();
+  world.synchronize(stream);
+  checks.expect(matches_reference(flat.to_vector(), expected, size),
+                "all_reduce_enqueue of two tensors in one group equals the rank-order loop");
+  checks.expect(identical_on_every_rank(world, flat), "all_reduce_enqueue: same bits on every rank");
+
+  const Tensor source = mine.contiguous().view({mine.numel()});
+  flat.fill_(-1.0f);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t executable = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CUDA_CHECK(cudaMemcpyAsync(flat.data(), source.data(), sizeof(float) * static_cast<size_t>(flat.numel()),
+                             cudaMemcpyDeviceToDevice, stream));
+  reduced();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&executable, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  checks.expect(flat.at({0}) == -1.0f, "capturing all_reduce_enqueue runs nothing");
+  bool all_equal = true;
+  for (int replay = 0; replay < 3; ++replay) {
+    CUDA_CHECK(cudaGraphLaunch(executable, stream));
+    world.synchronize(stream);
+    all_equal = all_equal && matches_reference(flat.to_vector(), expected, size);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(executable));
+  checks.expect(all_equal, "all_reduce_enqueue captured in a graph: 3 replays equal the rank-order loop");
+  checks.expect(identical_on_every_rank(world, flat), "replayed all-reduce: same bits on every rank");
+
+  Tensor grid = Tensor::zeros({4, 6}, world.device());
+  Tensor columns = grid.narrow(1, 2, 3);
+  bool refused = false;
+  try {
+    world.all_reduce_enqueue(columns, ReduceOp::Sum, stream);
+  } catch (const Error& error) {
+    refused = std::string(error.what()).find("must be contiguous") != std::string::npos;
+  }
+  checks.expect(refused, "all_reduce_enqueue refuses a strided view, naming the reason");
+  world.barrier();
+  checks.expect(true, "the group still works after the refusal");
+}
+
 // Both extreme layouts of a world: all ranks in one sp group, or all in one dp group.
 void check_mesh_groups(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs, Checks& checks) {
   const int size = world.size();
@@ -125,7 +188,8 @@ void check_mesh_groups(dist::NcclProcessGroup& world, const std::vector<Tensor>&
 
 // Rank `die_rank` leaves without a word after one good collective; every other rank
 // must get an error from the next one, within the timeout, not hang.
-int run_die_test(dist::NcclProcessGroup& world, int die_rank, std::chrono::milliseconds timeout) {
+int run_die_test(dist::NcclProcessGroup& world, int die_rank, std::chrono::milliseconds timeout,
+                 bool enqueued) {
   Tensor values = Tensor::ones({1024}, world.device());
   world.all_reduce(values);
   if (world.rank() == die_rank) {
@@ -135,7 +199,13 @@ int run_die_test(dist::NcclProcessGroup& world, int die_rank, std::chrono::milli
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    world.all_reduce(values);
+    if (enqueued) {
+      const cudaStream_t stream = cuda::current_stream(world.device().index);
+      world.all_reduce_enqueue(values, ReduceOp::Sum, stream);  // returns: nothing waits yet
+      world.synchronize(stream);
+    } else {
+      world.all_reduce(values);
+    }
   } catch (const Error& error) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double limit = std::chrono::duration<double>(timeout).count() + 5.0;
@@ -152,10 +222,17 @@ int run_die_test(dist::NcclProcessGroup& world, int die_rank, std::chrono::milli
 int main(int argc, char** argv) {
   if (auto status = dist::maybe_launch(argc, argv)) return *status;
   int die_rank = -1;
+  bool enqueued = false;
   std::chrono::milliseconds timeout(10000);
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--die-rank") {
+    if (flag == "--enqueued") {
+      enqueued = true;
+      --i;  // takes no value
+    } else if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", flag.c_str());
+      return 2;
+    } else if (flag == "--die-rank") {
       die_rank = std::atoi(argv[i + 1]);
     } else if (flag == "--timeout-ms") {
       timeout = std::chrono::milliseconds(std::atoi(argv[i + 1]));
@@ -176,11 +253,12 @@ int main(int argc, char** argv) {
     std::printf("world of %d on %s, NCCL_ALGO=%s NCCL_PROTO=%s NCCL_NVLS_ENABLE=%s\n", world->size(),
                 world->device().str().c_str(), std::getenv("NCCL_ALGO"), std::getenv("NCCL_PROTO"),
                 std::getenv("NCCL_NVLS_ENABLE"));
-    if (die_rank >= 0) return run_die_test(*world, die_rank, timeout);
+    if (die_rank >= 0) return run_die_test(*world, die_rank, timeout, enqueued);
     const auto inputs = test::rank_inputs(world->size(), {1000, 41}, 1000);
     Checks checks;
     check_reductions(*world, inputs, checks);
     check_gather_broadcast_barrier(*world, inputs, checks);
+    check_enqueued(*world, inputs, checks);
     check_mesh_groups(*world, inputs, checks);
     std::printf("%s: %d check(s) failed\n", checks.failures ? "FAILED" : "ALL PASSED", checks.failures);
     return checks.failures ? 1 : 0;

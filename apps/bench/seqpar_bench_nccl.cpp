@@ -1,0 +1,367 @@
+// seqpar-bench --nproc 2: the seed step on 2 GPUs over NCCL (issue 7), one process per
+// GPU, rank 0 reporting. Each rank draws the seed's model and x exactly as the
+// one-GPU figures do (Generator(12345): the Linear, then x), keeps its rows of
+// x.tensor_split(world) (6000 of 12000 for 2 ranks) and takes the "exact" policy's
+// step: loss = its sum over (12000 x 16), backward, the gradients summed over the
+// ranks (NcclProcessGroup::all_reduce_enqueue, stream-ordered), clip 1.0, AdamW.
+//
+// Timing: before each call a barrier (a blocking one-float all-reduce) lines the
+// ranks up; each rank then brackets its call with CUDA events on its stream and waits
+// for it through the group (never a hang). The figure is rank 0's median; every
+// rank's median is printed beside it. A back-to-back figure runs the replays one
+// after another with no barrier and reports the time per step.
+//
+// Checks, printed and reflected in the exit status: the ranks start from identical
+// parameters, end every figure's steps with bitwise-identical parameters, and a short
+// run agrees with one rank training on all 12000 rows to float32 rounding.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/bench/bench_sections.h"
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "core/generator.h"
+#include "dist/nccl_check.h"
+#include "dist/nccl_process_group.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "optim/adamw.h"
+#include "train/linear_l1_step.h"
+
+namespace seqpar::bench {
+
+namespace {
+
+constexpr int64_t kRows = 12000, kIn = 640, kOut = 16;
+constexpr double kF = sizeof(float);
+
+optim::AdamWOptions seed_adamw() {
+  optim::AdamWOptions options;
+  options.lr = 1e-4;
+  options.weight_decay = 0.01;
+  return options;
+}
+
+// The seed's model, drawn first from Generator(12345) as in the one-GPU figures.
+std::unique_ptr<nn::Linear> seed_model(Device gpu) {
+  Generator generator(12345);
+  return std::make_unique<nn::Linear>(kIn, kOut, generator, gpu);
+}
+
+// [weight, bias] flattened: the 10256 values the ranks must agree on.
+Tensor flat_parameters(const nn::Linear& model) {
+  const Tensor weight = model.weight().data(), bias = model.bias().data();
+  Tensor flat = Tensor::empty({weight.numel() + bias.numel()}, weight.device());
+  flat.narrow(0, 0, weight.numel()).copy_(weight.contiguous().view({weight.numel()}));
+  flat.narrow(0, weight.numel(), bias.numel()).copy_(bias);
+  return flat;
+}
+
+// Every rank's copy of `values` (collective), as host vectors in rank order.
+std::vector<std::vector<float>> gather(dist::NcclProcessGroup& group, const Tensor& values) {
+  const Tensor flat = values.contiguous().view({values.numel()});
+  Tensor all = Tensor::empty({flat.numel() * group.size()}, flat.device());
+  group.all_gather(all, flat);
+  std::vector<std::vector<float>> per_rank;
+  for (int r = 0; r < group.size(); ++r) {
+    per_rank.push_back(all.narrow(0, r * flat.numel(), flat.numel()).to_vector());
+  }
+  return per_rank;
+}
+
+struct Agreement {
+  int64_t differing = 0;  // values that differ from rank 0's in any bit
+  double max_abs = 0.0;   // the largest |difference| from rank 0's
+};
+
+// Collective: how far every rank's `values` are from rank 0's.
+Agreement agreement(dist::NcclProcessGroup& group, const Tensor& values) {
+  const auto per_rank = gather(group, values);
+  Agreement result;
+  for (size_t r = 1; r < per_rank.size(); ++r) {
+    for (size_t i = 0; i < per_rank[0].size(); ++i) {
+      const float a = per_rank[0][i], b = per_rank[r][i];
+      if (std::memcmp(&a, &b, sizeof a) != 0) ++result.differing;
+      result.max_abs = std::max(result.max_abs, std::fabs(double(a) - double(b)));
+    }
+  }
+  return result;
+}
+
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  const auto a = actual.to_vector(), e = expected.to_vector();
+  double difference = 0.0, scale = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    difference = std::max(difference, std::fabs(double(a[i]) - double(e[i])));
+    scale = std::max(scale, std::fabs(double(e[i])));
+  }
+  return difference / std::max(scale, 1e-30);
+}
+
+class CudaEvents {
+ public:
+  CudaEvents() {
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~CudaEvents() {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+  }
+  CudaEvents(const CudaEvents&) = delete;
+  CudaEvents& operator=(const CudaEvents&) = delete;
+  double microseconds() const {
+    float milliseconds = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+    return 1000.0 * milliseconds;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+};
+
+Timing summarize(std::vector<double> times, int repeats) {
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.front(), repeats};
+}
+
+// Each call alone: a barrier, then the call between two events on this rank's stream.
+Timing time_aligned(dist::NcclProcessGroup& group, const std::function<void()>& call,
+                    const Settings& s) {
+  const cudaStream_t stream = cuda::current_stream(group.device().index);
+  CudaEvents events;
+  std::vector<double> times;
+  for (int i = 0; i < s.warmup + s.repeats; ++i) {
+    group.barrier();
+    CUDA_CHECK(cudaEventRecord(events.start, stream));
+    call();
+    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    group.synchronize(stream);
+    if (i >= s.warmup) times.push_back(events.microseconds());
+  }
+  return summarize(times, s.repeats);
+}
+
+// `s.repeats` calls in a row between one pair of events, five rounds: the median
+// round's time per call (launch latency hidden behind the previous call's work).
+Timing time_back_to_back(dist::NcclProcessGroup& group, const std::function<void()>& call,
+                         const Settings& s) {
+  const cudaStream_t stream = cuda::current_stream(group.device().index);
+  CudaEvents events;
+  for (int i = 0; i < s.warmup; ++i) call();
+  std::vector<double> per_call;
+  constexpr int kRounds = 5;
+  for (int round = 0; round < kRounds; ++round) {
+    group.barrier();
+    CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int i = 0; i < s.repeats; ++i) call();
+    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    group.synchronize(stream);
+    per_call.push_back(events.microseconds() / s.repeats);
+  }
+  return summarize(per_call, kRounds * s.repeats);
+}
+
+// Graph-captures `work` (stream-ordered calls on `stream`) and returns the executable.
+cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& work) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    work();
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t executable = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&executable, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  CUDA_CHECK(status);
+  return executable;
+}
+
+// Adds a figure on rank 0, with every rank's median in its description (collective).
+struct WorldReport {
+  dist::NcclProcessGroup& group;
+  Report report;
+  void add(const std::string& name, const std::string& what, const Timing& timing,
+           double bytes = 0.0, double flops = 0.0) {
+    const Tensor mine = Tensor::full({1}, static_cast<float>(timing.median_us), group.device());
+    const auto medians = gather(group, mine);
+    if (group.rank() != 0) return;
+    std::string text = what + " (rank medians";
+    for (size_t r = 0; r < medians.size(); ++r) {
+      char value[32];
+      std::snprintf(value, sizeof value, "%s %.2f", r ? "," : ":", medians[r][0]);
+      text += value;
+    }
+    report.add(name, text + " us)", timing, bytes, flops);
+  }
+};
+
+struct Checks {
+  dist::NcclProcessGroup& group;
+  int failures = 0;
+  void expect(bool ok, const std::string& what) {
+    failures += ok ? 0 : 1;
+    if (group.rank() == 0) std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
+    std::fflush(stdout);
+  }
+  // The ranks' parameters after a figure's steps: bitwise equal, or how far apart.
+  void same_parameters(const nn::Linear& model, int64_t steps, const std::string& after) {
+    const Agreement a = agreement(group, flat_parameters(model));
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "after %lld steps (%s): parameters on all %d ranks %s (%lld of %d values "
+                  "differ from rank 0's, max |diff| %.3g)",
+                  static_cast<long long>(steps), after.c_str(), group.size(),
+                  a.differing == 0 ? "bitwise equal" : "DIFFER", static_cast<long long>(a.differing),
+                  static_cast<int>(kOut * kIn + kOut), a.max_abs);
+    expect(a.differing == 0, text);
+  }
+};
+
+void print_header(const dist::NcclProcessGroup& group, const Settings& s) {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, group.device().index));
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value ? value : "(unset)";
+  };
+  std::printf("seqpar-bench over NCCL: world of %d, one process per GPU, %s; NCCL %s, NCCL_ALGO=%s "
+              "NCCL_PROTO=%s NCCL_NVLS_ENABLE=%s\n",
+              group.size(), properties.name, dist::detail::nccl_version_string().c_str(),
+              env("NCCL_ALGO"), env("NCCL_PROTO"), env("NCCL_NVLS_ENABLE"));
+  std::printf("each call timed alone after a barrier (median of %d after %d warm-up calls), "
+              "figures from rank 0\n",
+              s.repeats, s.warmup);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environment) {
+  const auto world = dist::NcclProcessGroup::create_world(environment);
+  dist::NcclProcessGroup& group = *world;
+  const int rank = group.rank(), size = group.size();
+  const Device gpu = group.device();
+  const cudaStream_t stream = cuda::current_stream(gpu.index);
+  if (rank == 0) print_header(group, s);
+
+  Generator generator(12345);  // the model first, then x: as the one-GPU figures draw them
+  const nn::Linear drawn(kIn, kOut, generator, gpu);
+  const Tensor x = generator.randn({kRows, kIn}, gpu);
+  const Tensor shard = x.tensor_split(size)[static_cast<size_t>(rank)];
+  const std::vector<train::Batch> batch{{shard, shard.narrow(1, 0, kOut)}};
+  const int64_t rows = shard.size(0);
+  const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
+  const double bytes = kF * rows * kIn, flops = 4.0 * rows * kIn * kOut;  // per rank
+  const std::string world_name = std::to_string(size) + "gpu_nccl";
+  // The exact policy's synchronization: both gradients summed in one NCCL group,
+  // enqueued on the step's stream (so the step can be captured).
+  const train::GradientSync sum_gradients =
+      train::GradientSync::stream_ordered([&group, stream](Tensor& grad_weight, Tensor& grad_bias) {
+        group.all_reduce_enqueue({grad_weight, grad_bias}, dist::ReduceOp::Sum, stream);
+      });
+
+  Checks checks{group};
+  WorldReport out{group, {}};
+  const Agreement initial = agreement(group, flat_parameters(drawn));  // collective: every
+  const Agreement first_rows = agreement(group, x.narrow(0, 0, 64));   // rank calls both
+  checks.expect(initial.differing == 0 && first_rows.differing == 0,
+                "every rank drew the same initial parameters and x (Generator(12345))");
+  {  // this rank's shard alone, no peers: what the step costs before communication
+    const auto model = seed_model(gpu);
+    train::LinearL1Step step(*model, batch, exact, seed_adamw(), 1.0);
+    step.capture();
+    out.add("step/shard" + std::to_string(rows) + "/fused_graph",
+            "one rank's shard, no gradient sync, replayed (every rank at once)",
+            time_aligned(group, [&] { step.replay(); }, s), bytes, flops);
+  }
+  {  // the all-reduce alone: the step's two gradients (41 KB), zeros so sums stay zero
+    Tensor grad_weight = Tensor::zeros({kOut, kIn}, gpu), grad_bias = Tensor::zeros({kOut}, gpu);
+    auto enqueue = [&] {
+      group.all_reduce_enqueue({grad_weight, grad_bias}, dist::ReduceOp::Sum, stream);
+    };
+    out.add("allreduce/" + world_name + "/41KB_grads/seqpar_eager",
+            "all_reduce_enqueue of dW + db (one NCCL group), eager",
+            time_aligned(group, enqueue, s));
+    const cudaGraphExec_t graph = capture(stream, enqueue);
+    out.add("allreduce/" + world_name + "/41KB_grads/seqpar_graph",
+            "the same all-reduce replayed from a CUDA graph",
+            time_aligned(group, [&] { CUDA_CHECK(cudaGraphLaunch(graph, stream)); }, s));
+    // The same 10256 floats as one tensor (as PyTorch's flat gradient buffer): what
+    // packing dW and db into one allocation would buy.
+    Tensor flat = Tensor::zeros({kOut * kIn + kOut}, gpu);
+    const cudaGraphExec_t flat_graph =
+        capture(stream, [&] { group.all_reduce_enqueue(flat, dist::ReduceOp::Sum, stream); });
+    out.add("allreduce/" + world_name + "/41KB_flat/seqpar_graph",
+            "one tensor of 10256 floats, replayed from a CUDA graph",
+            time_aligned(group, [&] { CUDA_CHECK(cudaGraphLaunch(flat_graph, stream)); }, s));
+    group.synchronize(stream);
+    CUDA_CHECK(cudaGraphExecDestroy(graph));
+    CUDA_CHECK(cudaGraphExecDestroy(flat_graph));
+  }
+  {  // the step, eager, then captured and replayed; the ranks must stay bitwise equal
+    const auto model = seed_model(gpu);
+    train::LinearL1Step step(*model, batch, exact, seed_adamw(), 1.0, sum_gradients);
+    out.add("step/" + world_name + "/seqpar_eager",
+            "LinearL1Step::run, all_reduce_enqueue between backward and clip",
+            time_aligned(group, [&] { step.run(); }, s), bytes, flops);
+    checks.same_parameters(*model, step.step_count(), "eager");
+    step.capture();
+    out.add("step/" + world_name + "/seqpar_graph",
+            "LinearL1Step::replay, the all-reduce inside the graph",
+            time_aligned(group, [&] { step.replay(); }, s), bytes, flops);
+    out.add("step/" + world_name + "/seqpar_graph_back_to_back",
+            "replays back to back, no barrier, time per step",
+            time_back_to_back(group, [&] { step.replay(); }, s), bytes, flops);
+    checks.same_parameters(*model, step.step_count(), "eager, then replayed");
+  }
+  {  // 5 steps over the world (2 eager, 3 replayed) against one rank on all rows
+    const auto split_model = seed_model(gpu), whole_model = seed_model(gpu);
+    train::LinearL1Step split(*split_model, batch, exact, seed_adamw(), 1.0, sum_gradients);
+    train::LinearL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+                              seed_adamw(), 1.0);
+    split.run();
+    split.run();
+    split.capture();
+    for (int i = 0; i < 3; ++i) split.replay();
+    for (int i = 0; i < 5; ++i) whole.run();
+    Tensor loss = split.loss().clone();  // this rank's part of the global loss
+    group.all_reduce(loss);
+    const double gradient_error = std::max(relative_error(split.grad_weight(), whole.grad_weight()),
+                                           relative_error(split.grad_bias(), whole.grad_bias()));
+    const double parameter_error = relative_error(flat_parameters(*split_model),
+                                                  flat_parameters(*whole_model));
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "5 steps over %d ranks (2 eager, 3 replayed) vs one rank on all %lld rows: "
+                  "loss %.6f vs %.6f, gradient norm %.6f vs %.6f, gradient relative error %.2g, "
+                  "parameters relative error %.2g (allowed 1e-5)",
+                  size, static_cast<long long>(kRows), loss.item(), whole.loss().item(),
+                  split.total_norm().item(), whole.total_norm().item(), gradient_error,
+                  parameter_error);
+    checks.expect(gradient_error < 1e-5 && parameter_error < 1e-5, text);
+    checks.same_parameters(*split_model, split.step_count(), "2 eager, 3 replayed");
+  }
+  group.barrier();
+  if (rank == 0) {
+    cudaDeviceProp properties{};
+    CUDA_CHECK(cudaGetDeviceProperties(&properties, gpu.index));
+    out.report.write_json(s.json, properties.name);
+    std::printf("%s: %d check(s) failed; figures in %s\n",
+                checks.failures ? "FAILED" : "ALL CHECKS PASSED", checks.failures, s.json.c_str());
+  }
+  return checks.failures ? 1 : 0;
+}
+
+}  // namespace seqpar::bench
