@@ -32,7 +32,6 @@ struct SkinnyStepPlan {
   bool supported = false;  // in <= 1024 and the tiles fit in shared memory
   int threads = 0, tile_rows = 0;
   int forward_warps = 0;   // warps computing y and dy; the others accumulate dW and db
-  int weight_split = 0;    // weight-gradient threads per 4-column quad (1: 16 outputs each, 2: 8)
   int slots = 0;           // tiles of x held in shared memory at once
   int64_t in_padded = 0;   // the staged rows' stride, a multiple of 64
   size_t shared_bytes = 0;
@@ -108,12 +107,7 @@ void skinny_sum_partials_cuda(const float* weight_partials, const double* bias_p
 // the same bits. Partials: skinny_grad_scratch's sizes; loss_partials: plan's count.
 // Host side, outside any graph capture: reads the device's shared-memory limit and
 // raises the kernel's.
-// shape: forward warps and weight split to use (0: the default choice); for
-// benchmarks and tests that compare launch shapes. Every shape gives the same bits.
-struct SkinnyStepShape {
-  int forward_warps = 0, weight_split = 0;
-};
-SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out, SkinnyStepShape shape = {});
+SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out);
 void skinny_step_partials_cuda(const SkinnyStepPlan& plan, RowsView x, RowsView target,
                                const float* weight, const float* bias, int64_t rows,
                                int64_t in, int64_t out, float scale, float* weight_partials,

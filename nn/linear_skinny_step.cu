@@ -41,9 +41,8 @@ namespace {
 
 constexpr int64_t kStepMaxIn = 1024;  // a weight-gradient thread owns one 4-column quad
 constexpr int kTileRows = kRowsPerWarp;  // one forward item (8 rows) per tile
-constexpr int kStepMaxThreads = 512;      // 16 warps; the registers decide what fits
-constexpr int kMaxSlots = 12;
-constexpr int kDefaultForwardWarps = 6;
+constexpr int kStepMaxThreads = 384;      // a cap that leaves 170 registers per thread
+constexpr int kMaxForwardWarps = 6, kMaxSlots = 12;
 
 struct SkinnyStep {
   RowsView x, target;
@@ -88,16 +87,14 @@ __device__ StepShared carve_shared(void* base, int slots, int64_t in_padded) {
   return s;
 }
 
-// One weight-gradient thread's share of a tile copy: its 4-column quad of rows part,
-// part + parts, ... (the threads sharing a quad take turns).
+// One weight-gradient thread's share of a tile copy: its 4-column quad of each row.
 template <bool kVector>
-__device__ void copy_quad(const SkinnyStep& p, float* tile, int64_t first, int count, int quad,
-                          int part, int parts) {
+__device__ void copy_quad(const SkinnyStep& p, float* tile, int64_t first, int count, int quad) {
   const int64_t k = 4 * int64_t{quad};
   if (k >= p.in) return;
-  const float* source = p.x.data + (first + part) * p.x.row_stride + k;
-  float* row = tile + part * p.in_padded + k;
-  for (int r = part; r < count; r += parts, source += parts * p.x.row_stride, row += parts * p.in_padded) {
+  const float* source = p.x.data + first * p.x.row_stride + k;
+  float* row = tile + k;
+  for (int r = 0; r < count; ++r, source += p.x.row_stride, row += p.in_padded) {
     if (kVector) {
       cuda::copy_async16(row, source);
     } else {
@@ -198,12 +195,11 @@ __device__ void forward_tile(const SkinnyStep& p, const float* tile, const float
   }
 }
 
-// sum[o][c] += dy[r][first + o] * x[r][4q + c] for one row and kOuts outputs.
-template <int kOuts>
-__device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOuts / 4],
-                                                float (&sum)[kOuts][4]) {
+// sum[o][c] += dy[r][o] * x[r][4q + c] for one row.
+__device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOutGroup / 4],
+                                                float (&sum)[kOutGroup][4]) {
 #pragma unroll
-  for (int q = 0; q < kOuts / 4; ++q) {
+  for (int q = 0; q < kOutGroup / 4; ++q) {
     const float gs[4] = {g[q].x, g[q].y, g[q].z, g[q].w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -217,32 +213,31 @@ __device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOut
 
 // The tile's rows in order. A full tile goes 4 rows at a time, each group's loads
 // issued before its FMAs (the dy reads are broadcasts: one address for the warp).
-template <int kOuts>
 __device__ __forceinline__ void weight_grad_tile(const float* tile, const float (*dy)[kOutGroup],
                                                  int count, int64_t in_padded, int quad,
-                                                 int first_out, float (&sum)[kOuts][4]) {
+                                                 float (&sum)[kOutGroup][4]) {
   const float* column = tile + 4 * quad;
-  auto load = [&](int r, float4& x, float4 (&g)[kOuts / 4]) {
+  auto load = [&](int r, float4& x, float4 (&g)[kOutGroup / 4]) {
     x = *reinterpret_cast<const float4*>(column + r * in_padded);
 #pragma unroll
-    for (int q = 0; q < kOuts / 4; ++q) g[q] = reinterpret_cast<const float4*>(dy[r] + first_out)[q];
+    for (int q = 0; q < kOutGroup / 4; ++q) g[q] = reinterpret_cast<const float4*>(dy[r])[q];
   };
   constexpr int kGroup = 4;
   if (count == kTileRows) {
 #pragma unroll
     for (int r0 = 0; r0 < kTileRows; r0 += kGroup) {
-      float4 x[kGroup], g[kGroup][kOuts / 4];
+      float4 x[kGroup], g[kGroup][kOutGroup / 4];
 #pragma unroll
       for (int r = 0; r < kGroup; ++r) load(r0 + r, x[r], g[r]);
 #pragma unroll
-      for (int r = 0; r < kGroup; ++r) weight_grad_row<kOuts>(x[r], g[r], sum);
+      for (int r = 0; r < kGroup; ++r) weight_grad_row(x[r], g[r], sum);
     }
     return;
   }
   for (int r = 0; r < count; ++r) {
-    float4 x, g[kOuts / 4];
+    float4 x, g[kOutGroup / 4];
     load(r, x, g);
-    weight_grad_row<kOuts>(x, g, sum);
+    weight_grad_row(x, g, sum);
   }
 }
 
@@ -274,80 +269,63 @@ __device__ void forward_warp(const SkinnyStep& p, const StepShared& s, const Chu
   }
 }
 
-// A weight-gradient thread: its 4-column quad of x and kOuts of the 16 outputs
-// (part p of the kSplit threads sharing the quad takes outputs p * kOuts ..).
-template <int kSplit>
-struct WeightThread {
-  static constexpr int kOuts = kOutGroup / kSplit;
-  int quad, part;
-  float sum[kOuts][4] = {};
-  double bias_sum = 0.0;  // part 0's threads 0 .. 15: db of output `quad`
-
-  __device__ bool sums_bias() const { return part == 0 && quad < kOutGroup; }
-};
-
 // The first tiles into their slots (tiles.slots of them, or all).
-template <bool kVector, int kSplit>
+template <bool kVector>
 __device__ void copy_first_tiles(const SkinnyStep& p, const StepShared& s, const ChunkTiles& tiles,
-                                 const WeightThread<kSplit>& w) {
+                                 int quad) {
   for (int t = 0; t < tiles.count() && t < tiles.slots; ++t) {
-    copy_quad<kVector>(p, s.tile(t, p.in_padded), tiles.first_row(t), tiles.rows_in(t), w.quad, w.part, kSplit);
+    copy_quad<kVector>(p, s.tile(t, p.in_padded), tiles.first_row(t), tiles.rows_in(t), quad);
     s.landed[t].arrive_when_copied();
   }
 }
 
 // The weight-gradient threads: every tile in order (the dW kernel's row order), each
 // slot refilled with tile t + slots as soon as it is done with.
-template <bool kVector, int kSplit>
+template <bool kVector>
 __device__ void weight_grad_warps(const SkinnyStep& p, const StepShared& s,
-                                  const ChunkTiles& tiles, WeightThread<kSplit>& w) {
-  const bool owns_quad = 4 * int64_t{w.quad} < p.in;
+                                  const ChunkTiles& tiles, int quad, float (&sum)[kOutGroup][4],
+                                  double& bias_sum) {
+  const bool owns_quad = 4 * int64_t{quad} < p.in;
   const int count = tiles.count();
   for (int t = 0; t < count; ++t) {
     const int slot = tiles.slot(t);
     s.full[slot].wait(tiles.parity(t));
     const int rows = tiles.rows_in(t);
     float* tile = s.tile(slot, p.in_padded);
-    if (owns_quad) {
-      weight_grad_tile<WeightThread<kSplit>::kOuts>(tile, s.dy[slot], rows, p.in_padded, w.quad,
-                                                    w.part * WeightThread<kSplit>::kOuts, w.sum);
-    }
-    if (w.sums_bias()) {
-      for (int r = 0; r < rows; ++r) w.bias_sum += s.dy[slot][r][w.quad];
+    if (owns_quad) weight_grad_tile(tile, s.dy[slot], rows, p.in_padded, quad, sum);
+    if (quad < kOutGroup) {
+      for (int r = 0; r < rows; ++r) bias_sum += s.dy[slot][r][quad];
     }
     const int next = t + tiles.slots;
     if (next < count) {  // this thread's reads of the slot are done: its values are summed
-      copy_quad<kVector>(p, tile, tiles.first_row(next), tiles.rows_in(next), w.quad, w.part, kSplit);
+      copy_quad<kVector>(p, tile, tiles.first_row(next), tiles.rows_in(next), quad);
       s.landed[slot].arrive_when_copied();
     }
   }
 }
 
-template <bool kVector, int kSplit>
-__device__ void write_partials(const SkinnyStep& p, int64_t chunk, int64_t out0,
-                               const WeightThread<kSplit>& w) {
-  if (w.sums_bias() && out0 + w.quad < p.out) {
-    p.bias_partials[chunk * p.out + out0 + w.quad] = w.bias_sum;
-  }
-  const int64_t k = 4 * int64_t{w.quad};
+template <bool kVector>
+__device__ void write_partials(const SkinnyStep& p, int64_t chunk, int64_t out0, int quad,
+                               const float (&sum)[kOutGroup][4], double bias_sum) {
+  if (quad < kOutGroup && out0 + quad < p.out) p.bias_partials[chunk * p.out + out0 + quad] = bias_sum;
+  const int64_t k = 4 * int64_t{quad};
   if (k >= p.in) return;  // (fewer quads than outputs: the bias threads above still write)
   float* partial = p.weight_partials + chunk * p.out * p.in;
-  const int64_t first_out = out0 + w.part * WeightThread<kSplit>::kOuts;
 #pragma unroll
-  for (int o = 0; o < WeightThread<kSplit>::kOuts; ++o) {
-    if (first_out + o >= p.out) break;
-    float* row = partial + (first_out + o) * p.in;
+  for (int o = 0; o < kOutGroup; ++o) {
+    if (out0 + o >= p.out) break;
+    float* row = partial + (out0 + o) * p.in;
     if (kVector) {
-      *reinterpret_cast<float4*>(row + k) = make_float4(w.sum[o][0], w.sum[o][1], w.sum[o][2], w.sum[o][3]);
+      *reinterpret_cast<float4*>(row + k) = make_float4(sum[o][0], sum[o][1], sum[o][2], sum[o][3]);
     } else {
-      for (int c = 0; c < 4 && k + c < p.in; ++c) row[k + c] = w.sum[o][c];
+      for (int c = 0; c < 4 && k + c < p.in; ++c) row[k + c] = sum[o][c];
     }
   }
 }
 
-// grid (chunks, output groups); block: forward_warps forward warps, then kSplit
-// weight-gradient threads per 4-column quad (whole warps for each part).
-template <bool kVector, int kSplit>
+// grid (chunks, output groups); block: forward_warps forward warps, then one
+// weight-gradient thread per 4-column quad (whole warps).
+template <bool kVector>
 __global__ void __launch_bounds__(kStepMaxThreads, 1)
     skinny_step_kernel(SkinnyStep p, int forward_warps, int slots) {
   extern __shared__ float4 shared_words[];
@@ -358,10 +336,7 @@ __global__ void __launch_bounds__(kStepMaxThreads, 1)
   const int forward_threads = 32 * forward_warps;
   const int weight_threads = static_cast<int>(blockDim.x) - forward_threads;
   const bool forward = static_cast<int>(threadIdx.x) < forward_threads;
-  WeightThread<kSplit> w;
-  const int part_threads = weight_threads / kSplit;
-  w.quad = (static_cast<int>(threadIdx.x) - forward_threads) % part_threads;
-  w.part = (static_cast<int>(threadIdx.x) - forward_threads) / part_threads;
+  const int quad = static_cast<int>(threadIdx.x) - forward_threads;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < slots; ++i) {
@@ -376,7 +351,7 @@ __global__ void __launch_bounds__(kStepMaxThreads, 1)
   if (forward) {
     cuda::wait_copies<0>();
   } else {
-    copy_first_tiles<kVector>(p, s, tiles, w);
+    copy_first_tiles<kVector>(p, s, tiles, quad);
     cuda::commit_copies();
     cuda::wait_copies<1>();  // this thread's part of W (the tiles may still be in flight)
   }
@@ -386,55 +361,41 @@ __global__ void __launch_bounds__(kStepMaxThreads, 1)
   if (forward) {
     forward_warp(p, s, tiles, static_cast<int>(threadIdx.x) / 32, forward_warps, out0, abs_sum);
   } else {
-    weight_grad_warps<kVector>(p, s, tiles, w);
-    write_partials<kVector>(p, chunk, out0, w);
+    float sum[kOutGroup][4] = {};
+    double bias_sum = 0.0;
+    weight_grad_warps<kVector>(p, s, tiles, quad, sum, bias_sum);
+    write_partials<kVector>(p, chunk, out0, quad, sum, bias_sum);
   }
   abs_sum = cuda::block_sum(abs_sum);
   if (threadIdx.x == 0) p.loss_partials[int64_t{blockIdx.y} * gridDim.x + chunk] = abs_sum;
 }
 
-template <int kSplit>
-void set_shared_limit(int bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(skinny_step_kernel<true, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  CUDA_CHECK(cudaFuncSetAttribute(skinny_step_kernel<false, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 }  // namespace
 
-SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out, SkinnyStepShape shape) {
+SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out) {
   SkinnyStepPlan plan;
   if (in < 1 || in > kStepMaxIn || !is_skinny(out)) return plan;
-  SEQPAR_CHECK(shape.weight_split >= 0 && shape.weight_split <= 2 && shape.forward_warps >= 0,
-               "skinny step: weight_split must be 1 or 2 and forward_warps positive (0: default)");
   plan.in_padded = cuda::ceil_div(in, kColumnsPerStep) * kColumnsPerStep;
   plan.tile_rows = kTileRows;
   int device = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   cudaFuncAttributes attributes{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attributes, skinny_step_kernel<true, 1>));
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, skinny_step_kernel<true>));
   const size_t available = size_t(limit) - attributes.sharedSizeBytes;  // block_sum's words
-  // As many slots as fit (at most kMaxSlots); forward warps at most slots - 2, so that
-  // copies run ahead of every forward warp.
+  // As many slots as fit (at most kMaxSlots), and up to 6 forward warps with at least
+  // two slots more than forward warps, so that copies run ahead of every forward warp.
   for (plan.slots = kMaxSlots; plan.slots >= 2; --plan.slots) {
     if (step_shared_bytes(plan.slots, plan.in_padded) <= available) break;
   }
-  // Two weight-gradient threads per quad (8 outputs each) where that leaves room for
-  // 3 or more forward warps: the weight-gradient side walks the tiles one after the
-  // other, so more of its warps shorten the chain (31 vs 33 us at the seed's shape,
-  // bench/RESULTS.md round 3).
-  const int quad_warps = static_cast<int>(cuda::ceil_div(cuda::ceil_div(in, 4), 32));
-  plan.weight_split = shape.weight_split > 0 ? shape.weight_split
-                      : kStepMaxThreads / 32 - 2 * quad_warps >= 3 ? 2 : 1;
-  const int weight_warps = plan.weight_split * quad_warps;
-  plan.forward_warps = std::min({shape.forward_warps > 0 ? shape.forward_warps : kDefaultForwardWarps,
-                                 plan.slots - 2, kStepMaxThreads / 32 - weight_warps});
+  const int weight_warps = static_cast<int>(cuda::ceil_div(cuda::ceil_div(in, 4), 32));
+  plan.forward_warps = std::min({kMaxForwardWarps, plan.slots - 2, kStepMaxThreads / 32 - weight_warps});
   if (plan.slots < 3 || plan.forward_warps < 1) return plan;
   plan.threads = 32 * (plan.forward_warps + weight_warps);
   plan.shared_bytes = step_shared_bytes(plan.slots, plan.in_padded);
   const int bytes = static_cast<int>(plan.shared_bytes);
-  if (plan.weight_split == 1) set_shared_limit<1>(bytes);
-  else set_shared_limit<2>(bytes);
+  CUDA_CHECK(cudaFuncSetAttribute(skinny_step_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  CUDA_CHECK(cudaFuncSetAttribute(skinny_step_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   plan.loss_partials = skinny_grad_scratch(rows, in, out).chunks * cuda::ceil_div(out, kOutGroup);
   plan.supported = true;
   return plan;
@@ -454,15 +415,10 @@ void skinny_step_partials_cuda(const SkinnyStepPlan& plan, RowsView x, RowsView 
   const dim3 grid(static_cast<unsigned>(scratch.chunks), static_cast<unsigned>(cuda::ceil_div(out, kOutGroup)));
   const bool vector = in % 4 == 0 && x.row_stride % 4 == 0 && aligned16(x.data) &&
                       aligned16(weight) && aligned16(weight_partials);
-  auto launch = [&](auto kernel) {
-    kernel<<<grid, plan.threads, plan.shared_bytes, stream>>>(p, plan.forward_warps, plan.slots);
-  };
-  if (plan.weight_split == 1) {
-    if (vector) launch(skinny_step_kernel<true, 1>);
-    else launch(skinny_step_kernel<false, 1>);
+  if (vector) {
+    skinny_step_kernel<true><<<grid, plan.threads, plan.shared_bytes, stream>>>(p, plan.forward_warps, plan.slots);
   } else {
-    if (vector) launch(skinny_step_kernel<true, 2>);
-    else launch(skinny_step_kernel<false, 2>);
+    skinny_step_kernel<false><<<grid, plan.threads, plan.shared_bytes, stream>>>(p, plan.forward_warps, plan.slots);
   }
   CUDA_LAUNCH_CHECK();
 }

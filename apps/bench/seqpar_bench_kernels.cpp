@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <string>
 #include <vector>
 
 #include "apps/bench/bench_sections.h"
@@ -113,23 +112,6 @@ void bench_kernels(Report& report, const Settings& s) {
     report.add("kernel/one_pass_step/12000x640x16", "fwd + L1 + dy + dW/db partials, one read of x",
                time_calls(partials, s.warmup, s.repeats), kF * (n * in + out * in),
                4.0 * n * in * out);
-    // Other launch shapes of the same kernel (same bits; tests/cuda/skinny_step_test.cpp):
-    // how the split between forward and weight-gradient warps moves the time.
-    for (const nd::SkinnyStepShape shape : {nd::SkinnyStepShape{3, 1}, nd::SkinnyStepShape{6, 1},
-                                            nd::SkinnyStepShape{7, 1}, nd::SkinnyStepShape{4, 2}}) {
-      const nd::SkinnyStepPlan other = nd::skinny_step_plan(n, in, out, shape);
-      const std::string name = "kernel/one_pass_shape/fw" + std::to_string(other.forward_warps) +
-                               "_split" + std::to_string(other.weight_split);
-      report.add(name, "the one pass with " + std::to_string(other.forward_warps) +
-                           " forward warps, " + std::to_string(other.threads / 32) + " warps",
-                 time_calls([&] {
-                   nd::skinny_step_partials_cuda(other, nd::RowsView{x.data(), x.stride(0)},
-                                                 nd::RowsView{target.data(), target.stride(0)},
-                                                 weight.data(), bias.data(), n, in, out, scale,
-                                                 weight_partials.data(), doubles(bias_partials),
-                                                 doubles(loss_partials), stream);
-                 }, s.warmup, s.repeats), kF * (n * in + out * in), 4.0 * n * in * out);
-    }
     report.add("kernel/one_pass_step_sum/12000x640x16", "the same + chunk sums (2 launches)",
                time_calls([&] {
                  partials();
