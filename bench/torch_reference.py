@@ -196,9 +196,13 @@ def _nccl_worker(rank, world, port, warmup, repeats, out_path):
     it: a barrier (a one-float all-reduce, then a stream sync), then the call between
     CUDA events; rank 0 writes the records to out_path."""
     import torch.distributed as dist
-    # seqpar's deterministic mode sets these unless the user exported them; so here.
-    for name, value in (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "Simple"), ("NCCL_NVLS_ENABLE", "0")):
-        os.environ.setdefault(name, value)
+    # seqpar's deterministic NCCL defaults (dist/nccl_process_group.cpp): NVLS off, and
+    # Ring + Simple only for worlds above two ranks (with two, every element is one
+    # a + b whatever NCCL picks).
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if world > 2:
+        os.environ.setdefault("NCCL_ALGO", "Ring")
+        os.environ.setdefault("NCCL_PROTO", "Simple")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.cuda.set_device(rank)
@@ -279,8 +283,8 @@ def _nccl_worker(rank, world, port, warmup, repeats, out_path):
 
     try:
         say(f"torch {torch.__version__} over NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}: "
-            f"world of {world} on {torch.cuda.get_device_name(device)}; NCCL_ALGO={os.environ['NCCL_ALGO']} "
-            f"NCCL_PROTO={os.environ['NCCL_PROTO']} NCCL_NVLS_ENABLE={os.environ['NCCL_NVLS_ENABLE']}")
+            f"world of {world} on {torch.cuda.get_device_name(device)}; NCCL_ALGO={os.environ.get('NCCL_ALGO', '(NCCL picks)')} "
+            f"NCCL_PROTO={os.environ.get('NCCL_PROTO', '(NCCL picks)')} NCCL_NVLS_ENABLE={os.environ['NCCL_NVLS_ENABLE']}")
         torch.manual_seed(12345)  # the model, then x: the same on every rank
         x = torch.randn(ROWS, IN, device=device)
         shard = x.tensor_split(world)[rank]
