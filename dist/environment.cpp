@@ -43,6 +43,8 @@ int required_count(const EnvironmentLookup& lookup, const char* launcher, const 
 LaunchEnvironment read_ranks(const EnvironmentLookup& lookup, const LauncherVariables& names) {
   LaunchEnvironment env;
   env.launcher = names.launcher;
+  // seqpar's own launcher (dist/launcher.h) sets torchrun's variables and says so.
+  if (env.launcher == "torchrun" && lookup(kSeqparLauncherVariable)) env.launcher = "seqpar --nproc";
   env.rank = parse_count(names.rank, *lookup(names.rank));
   env.world_size = required_count(lookup, names.launcher, names.size, names.rank);
   env.local_rank = required_count(lookup, names.launcher, names.local_rank, names.rank);

@@ -20,8 +20,13 @@
 
 namespace seqpar::dist {
 
+// Set (to "1") in every rank that seqpar's --nproc launcher starts.
+inline constexpr const char* kSeqparLauncherVariable = "SEQPAR_NPROC_LAUNCHER";
+
 struct LaunchEnvironment {
-  std::string launcher;       // "torchrun", "mpirun" or "slurm": whose variables were read
+  // Whose variables were read: "torchrun", "seqpar --nproc" (torchrun's names, set by
+  // dist/launcher.h, which also sets kSeqparLauncherVariable), "mpirun" or "slurm".
+  std::string launcher;
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;         // this rank's GPU on its node

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "dist/environment.h"
 
 extern char** environ;
 
@@ -97,7 +98,7 @@ int pick_free_port() {
 std::vector<std::string> child_environment(int rank, int nproc, int port) {
   static const char* const kReplaced[] = {"RANK=",        "WORLD_SIZE=",  "LOCAL_RANK=",
                                           "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
-                                          "TORCHELASTIC_RUN_ID="};
+                                          "TORCHELASTIC_RUN_ID=", "SEQPAR_NPROC_LAUNCHER="};
   std::vector<std::string> environment;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     bool replaced = false;
@@ -110,6 +111,7 @@ std::vector<std::string> child_environment(int rank, int nproc, int port) {
   environment.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
   environment.push_back("MASTER_ADDR=127.0.0.1");
   environment.push_back("MASTER_PORT=" + std::to_string(port));
+  environment.push_back(std::string(kSeqparLauncherVariable) + "=1");
   return environment;
 }
 

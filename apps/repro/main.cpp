@@ -51,8 +51,7 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
                  " processes, but the scenario needs sp ", config.sequence_parallel_size, " x dp ",
                  config.data_parallel_size, " = ", world, " ranks");
     return {Backend::Nccl, Device::cuda(launched->local_rank),
-            ranks + ", one process per GPU over NCCL (rendezvous from " + launched->launcher +
-                " variables)"};
+            ranks + ", one process per GPU over NCCL (started by " + launched->launcher + ")"};
   }
   const bool nccl_built = kNcclBuilt;
   const bool want_nccl = options.backend == std::string("nccl") ||

@@ -28,6 +28,16 @@ TEST_CASE("environment: torchrun and --nproc variables", "[dist]") {
   CHECK(env->nccl_comm_id == "10.0.0.7:29500");
 }
 
+TEST_CASE("environment: seqpar's --nproc launcher is named as itself", "[dist]") {
+  Variables variables = torchrun("2");
+  variables[dist::kSeqparLauncherVariable] = "1";
+  const auto env = dist::parse_launch_environment(variables);
+  REQUIRE(env.has_value());
+  CHECK(env->launcher == "seqpar --nproc");
+  CHECK(env->rank == 2);
+  CHECK(env->nccl_comm_id == "10.0.0.7:29500");  // its own port: no torchrun agent there
+}
+
 TEST_CASE("environment: under torchrun's agent NCCL takes the next port", "[dist]") {
   Variables variables = torchrun("0");
   variables["TORCHELASTIC_RUN_ID"] = "none";
