@@ -30,7 +30,7 @@ inline bool is_skinny(int64_t out_features) { return out_features <= kSkinnyMaxO
 // fused step can hold one in a CPU-only build too).
 struct SkinnyStepPlan {
   bool supported = false;  // in <= 1024 and the tiles fit in shared memory
-  int threads = 0, tile_rows = 0;
+  int threads = 0;
   int forward_warps = 0;   // warps computing y and dy; the others accumulate dW and db
   int slots = 0;           // tiles of x held in shared memory at once
   int64_t in_padded = 0;   // the staged rows' stride, a multiple of 64

@@ -376,7 +376,6 @@ SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out) {
   SkinnyStepPlan plan;
   if (in < 1 || in > kStepMaxIn || !is_skinny(out)) return plan;
   plan.in_padded = cuda::ceil_div(in, kColumnsPerStep) * kColumnsPerStep;
-  plan.tile_rows = kTileRows;
   int device = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
