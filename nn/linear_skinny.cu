@@ -26,6 +26,7 @@
 
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
+#include "core/dependent_launch.cuh"
 #include "nn/linear_skinny.h"
 #include "nn/linear_skinny.cuh"
 
@@ -267,6 +268,10 @@ __global__ void __launch_bounds__(kSumThreads)
     sum_grad_partials_kernel(const float* weight_partials, const double* bias_partials,
                              int64_t chunks, int64_t out, int64_t in, float* grad_weight,
                              float* grad_bias, LossFinish finish) {
+  // Launched as a dependent of the kernel that writes the partials: the next kernel
+  // (the optimizer) may be scheduled now; nothing is read before the partials are done.
+  cuda::allow_dependent_grids();
+  cuda::wait_for_prior_grids();
   if (blockIdx.x == gridDim.x - 1) {
     // db: output o summed by kBiasLanes chunk lanes (lane l: chunks l, l + 8, ...), then
     // the lanes in order; threads past out * kBiasLanes idle. out <= 64 by contract.
@@ -379,9 +384,9 @@ void skinny_sum_partials_cuda(const float* weight_partials, const double* bias_p
   // With no rows the sums are zero: stage 2 over zero chunks writes exact zeros.
   const int64_t chunks = rows > 0 ? skinny_grad_scratch(rows, in, out).chunks : 0;
   const int64_t weight_blocks = grad_weight != nullptr ? cuda::ceil_div(out * in, kSumElements) : 0;
-  sum_grad_partials_kernel<<<static_cast<unsigned>(weight_blocks + 1), kSumThreads, 0, stream>>>(
-      weight_partials, bias_partials, chunks, out, in, grad_weight, grad_bias, finish);
-  CUDA_LAUNCH_CHECK();
+  cuda::launch_dependent(sum_grad_partials_kernel, dim3(static_cast<unsigned>(weight_blocks + 1)),
+                         dim3(kSumThreads), 0, stream, weight_partials, bias_partials, chunks, out,
+                         in, grad_weight, grad_bias, finish);
 }
 
 }  // namespace seqpar::nn::detail

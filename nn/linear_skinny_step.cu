@@ -33,6 +33,7 @@
 #include "core/async_copy.cuh"
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
+#include "core/dependent_launch.cuh"
 #include "nn/linear_skinny.cuh"
 
 namespace seqpar::nn::detail {
@@ -328,6 +329,9 @@ __device__ void write_partials(const SkinnyStep& p, int64_t chunk, int64_t out0,
 template <bool kVector>
 __global__ void __launch_bounds__(kStepMaxThreads, 1)
     skinny_step_kernel(SkinnyStep p, int forward_warps, int slots) {
+  // Stage 2 (skinny_sum_partials_cuda, a dependent launch) may be scheduled onto the
+  // SMs this grid leaves free; it waits for this grid's partials before reading them.
+  cuda::allow_dependent_grids();
   extern __shared__ float4 shared_words[];
   const StepShared s = carve_shared(shared_words, slots, p.in_padded);
   const int64_t chunk = blockIdx.x, out0 = int64_t{blockIdx.y} * kOutGroup;

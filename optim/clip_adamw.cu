@@ -6,6 +6,7 @@
 
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
+#include "core/dependent_launch.cuh"
 #include "optim/adamw_update.cuh"
 #include "optim/multi_tensor.cuh"
 
@@ -23,17 +24,34 @@ constexpr int64_t kMaxElements = TensorTable<kListCount>::kMaxBlocks * kClipChun
 __global__ void __launch_bounds__(kThreads)
     clip_adamw_kernel(TensorTable<kListCount> table, int tensors, float max_norm,
                       ClipAdamWState state) {
+  static_assert(kClipChunk == kThreads, "one element per thread");
   __shared__ float coefficient_shared;
-  // The step's scalars are read first: their two dependent loads overlap the norm.
+  // 0. Before the wait for the kernels ahead in the stream (core/dependent_launch.cuh):
+  // what they do not write, so these loads overlap their tail. The step's scalars
+  // (written by the previous step's launch of this kernel) and this thread's element.
   const AdamWStepScalars s = state.table[*state.step_slot];
+  const BlockWork work = block_work(table, blockIdx.x, kClipChunk);
+  const int64_t i = work.begin + threadIdx.x;
+  const bool owns_element = i < work.end;
+  float* param = table.pointers[kParams][work.slot] + i;
+  float* exp_avg = table.pointers[kExpAvgs][work.slot] + i;
+  float* exp_avg_sq = table.pointers[kExpAvgSqs][work.slot] + i;
+  float param_value = 0.0f, exp_avg_value = 0.0f, exp_avg_sq_value = 0.0f;
+  if (owns_element) {
+    param_value = *param;
+    exp_avg_value = *exp_avg;
+    exp_avg_sq_value = *exp_avg_sq;
+  }
+  cuda::wait_for_prior_grids();  // the gradients are final from here on
+
   // 1. The total norm, in the same order in every block (the result is in thread 0).
   double squared_norms = 0.0;
   for (int t = 0; t < tensors; ++t) {
     const float* grad = table.pointers[kGrads][t];
     double sum = 0.0;
 #pragma unroll 8  // independent loads in flight; the sum still runs in index order
-    for (int64_t i = threadIdx.x; i < table.sizes[t]; i += blockDim.x) {
-      const double value = grad[i];
+    for (int64_t j = threadIdx.x; j < table.sizes[t]; j += blockDim.x) {
+      const double value = grad[j];
       sum += value * value;  // exact in double, as clip.cu squares
     }
     sum = cuda::block_sum(sum);
@@ -50,14 +68,13 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const float coefficient = coefficient_shared;
 
-  // 2. This block's chunk: the clipped gradient goes straight into the update.
-  const BlockWork work = block_work(table, blockIdx.x, kClipChunk);
-  float* params = table.pointers[kParams][work.slot];
-  const float* grads = table.pointers[kGrads][work.slot];
-  float* exp_avgs = table.pointers[kExpAvgs][work.slot];
-  float* exp_avg_sqs = table.pointers[kExpAvgSqs][work.slot];
-  for (int64_t i = work.begin + threadIdx.x; i < work.end; i += blockDim.x) {
-    adamw_update(params[i], __fmul_rn(grads[i], coefficient), exp_avgs[i], exp_avg_sqs[i], s);
+  // 2. This thread's element: the clipped gradient goes straight into the update.
+  if (owns_element) {
+    const float grad = table.pointers[kGrads][work.slot][i];
+    adamw_update(param_value, __fmul_rn(grad, coefficient), exp_avg_value, exp_avg_sq_value, s);
+    *param = param_value;
+    *exp_avg = exp_avg_value;
+    *exp_avg_sq = exp_avg_sq_value;
   }
 
   // 3. Every block has read the step slot before it counts itself done; the last one
@@ -103,8 +120,9 @@ void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
   for_each_tensor_table<kListCount>(
       lists, tensors.sizes,
       [&](const TensorTable<kListCount>& table, int blocks, int64_t /*first_block*/) {
-        clip_adamw_kernel<<<blocks, kThreads, 0, stream>>>(table, non_empty, max_norm, state);
-        CUDA_LAUNCH_CHECK();
+        // A dependent launch: the loads before its wait overlap the gradients' kernels.
+        cuda::launch_dependent(clip_adamw_kernel, dim3(blocks), dim3(kThreads), 0, stream, table,
+                               non_empty, max_norm, state);
       },
       kClipChunk);
 }

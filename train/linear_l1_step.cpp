@@ -87,8 +87,9 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
   loss_partials_ = double_buffer(loss_partial_count_, device);
   weight_partials_ = Tensor::empty({std::max<int64_t>(scratch.weight_floats, 1)}, device);
   bias_partials_ = double_buffer(scratch.bias_doubles, device);
-  grad_weight_ = Tensor::zeros({out_, in_}, device);
-  grad_bias_ = Tensor::zeros({out_}, device);
+  gradients_ = Tensor::zeros({out_ * in_ + out_}, device);
+  grad_weight_ = gradients_.narrow(0, 0, out_ * in_).view({out_, in_});
+  grad_bias_ = gradients_.narrow(0, out_ * in_, out_);
   loss_ = Tensor::zeros({}, device);
   total_norm_ = Tensor::zeros({}, device);
   exp_avg_ = Tensor::zeros({out_ * in_ + out_}, device);
@@ -156,7 +157,7 @@ void LinearL1Step::enqueue_gradients(size_t batch) {
 void LinearL1Step::enqueue(size_t batch) {
   cuda::Stream stream = cuda::current_stream(device_);
   enqueue_gradients(batch);
-  if (sync_.hook) sync_.hook(grad_weight_, grad_bias_);
+  if (sync_.hook) sync_.hook(gradients_);
   optim::detail::AdamWTensors tensors;
   tensors.params = {weight_.data(), bias_.data()};
   tensors.grads = {grad_weight_.data(), grad_bias_.data()};

@@ -26,7 +26,8 @@
 //
 // What the step leaves: the parameters (updated in place, so the model sees them),
 // loss() and total_norm() as device scalars, and the gradients before clipping in
-// grad_weight() / grad_bias(), which are also the parameters' .grad().
+// grad_weight() / grad_bias() (views of one buffer, gradients()), which are also the
+// parameters' .grad().
 #pragma once
 
 #include <cstdint>
@@ -51,8 +52,10 @@ struct Batch {
 };
 
 // How a step makes its gradients the same on every rank: a hook called between the
-// backward and the clip with grad_weight and grad_bias (reduced in place), and what
-// kind of work it does, which decides whether the step can be captured:
+// backward and the clip with the step's gradients, dW and db flattened into one
+// buffer of out * in + out floats (grad_weight() and grad_bias() are views of it, so
+// one all-reduce synchronizes both, as a DDP gradient bucket does), reduced in place;
+// and what kind of work the hook does, which decides whether the step can be captured:
 //
 //   GradientSync{}                  no hook: one rank, nothing to synchronize.
 //   GradientSync::on_host(hook)     the hook may meet its peers on the host (a threads
@@ -69,11 +72,11 @@ struct Batch {
 // capture, and replay() repeats the device work it enqueued, not its host code.
 //
 // Stream-ordered with NCCL, each rank:
-//   auto sync = train::GradientSync::stream_ordered([&](Tensor& dw, Tensor& db) {
-//     group.all_reduce_enqueue({dw, db}, dist::ReduceOp::Sum, cuda::current_stream(device));
+//   auto sync = train::GradientSync::stream_ordered([&](Tensor& gradients) {
+//     group.all_reduce_enqueue({gradients}, dist::ReduceOp::Sum, cuda::current_stream(device));
 //   });
 struct GradientSync {
-  using Hook = std::function<void(Tensor& grad_weight, Tensor& grad_bias)>;
+  using Hook = std::function<void(Tensor& gradients)>;
   static GradientSync on_host(Hook hook) { return {std::move(hook), false}; }
   static GradientSync stream_ordered(Hook hook) { return {std::move(hook), true}; }
 
@@ -109,6 +112,8 @@ class LinearL1Step {
   const Tensor& total_norm() const { return total_norm_; }
   const Tensor& grad_weight() const { return grad_weight_; }
   const Tensor& grad_bias() const { return grad_bias_; }
+  // Both gradients in one buffer: grad_weight() flattened, then grad_bias().
+  const Tensor& gradients() const { return gradients_; }
 
   // Steps whose AdamW scalars one upload of the table covers.
   static constexpr int64_t kTableSteps = 1024;
@@ -130,7 +135,7 @@ class LinearL1Step {
   nn::detail::SkinnyStepPlan one_pass_;  // .supported: the one-pass route
 
   Tensor sign_, loss_partials_, weight_partials_, bias_partials_;
-  Tensor grad_weight_, grad_bias_, loss_, total_norm_;
+  Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
   Tensor exp_avg_, exp_avg_sq_;
   Tensor table_, step_slot_, blocks_done_;  // AdamW's scalars and step counter, on the device
   int64_t loss_partial_count_ = 0;

@@ -160,9 +160,8 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
     if (fused) {
       fused_step = std::make_unique<train::LinearL1Step>(
           model, std::vector<train::Batch>{{shard, shard.narrow(1, 0, kOut)}}, exact, seed_adamw(),
-          1.0, train::GradientSync::on_host([&](Tensor& grad_weight, Tensor& grad_bias) {
-            world->all_reduce(grad_weight, dist::ReduceOp::Sum);
-            world->all_reduce(grad_bias, dist::ReduceOp::Sum);
+          1.0, train::GradientSync::on_host([&](Tensor& gradients) {
+            world->all_reduce(gradients, dist::ReduceOp::Sum);
           }));
       one_step = [&] { fused_step->run(); };
     } else {

@@ -265,11 +265,11 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
   const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
   const double bytes = kF * rows * kIn, flops = 4.0 * rows * kIn * kOut;  // per rank
   const std::string world_name = std::to_string(size) + "gpu_nccl";
-  // The exact policy's synchronization: both gradients summed in one NCCL group,
-  // enqueued on the step's stream (so the step can be captured).
+  // The exact policy's synchronization: dW and db summed by one all-reduce of the
+  // step's gradient buffer, enqueued on the step's stream (so the step can be captured).
   const train::GradientSync sum_gradients =
-      train::GradientSync::stream_ordered([&group, stream](Tensor& grad_weight, Tensor& grad_bias) {
-        group.all_reduce_enqueue({grad_weight, grad_bias}, dist::ReduceOp::Sum, stream);
+      train::GradientSync::stream_ordered([&group, stream](Tensor& gradients) {
+        group.all_reduce_enqueue({gradients}, dist::ReduceOp::Sum, stream);
       });
 
   Checks checks{group};

@@ -211,9 +211,8 @@ TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cu
     train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, p.out)}},
                              nn::Reduction::sum_divided_by(p.rows * p.out), seed_adamw(),
                              p.max_norm,
-                             train::GradientSync::on_host([&](Tensor& grad_weight, Tensor& grad_bias) {
-                               world->all_reduce(grad_weight, dist::ReduceOp::Sum);
-                               world->all_reduce(grad_bias, dist::ReduceOp::Sum);
+                             train::GradientSync::on_host([&](Tensor& gradients) {
+                               world->all_reduce(gradients, dist::ReduceOp::Sum);
                              }));
     step.run();
     step.run();
@@ -226,7 +225,7 @@ TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cu
 }
 
 TEST_CASE("a step can be captured unless its gradient synchronization meets on the host", "[train]") {
-  const train::GradientSync::Hook hook = [](Tensor&, Tensor&) {};
+  const train::GradientSync::Hook hook = [](Tensor&) {};
   CHECK(train::GradientSync{}.capturable());                          // one rank, no hook
   CHECK_FALSE(train::GradientSync::on_host(hook).capturable());       // a threads group
   CHECK(train::GradientSync::stream_ordered(hook).capturable());      // all_reduce_enqueue
@@ -252,10 +251,9 @@ TEST_CASE("a stream-ordered gradient synchronization is captured into the step's
     train::LinearL1Step step(model, {{x, x.narrow(1, 0, p.out)}},
                              nn::Reduction::sum_divided_by(2 * p.rows * p.out), seed_adamw(),
                              p.max_norm,
-                             train::GradientSync::stream_ordered([&](Tensor& dw, Tensor& db) {
+                             train::GradientSync::stream_ordered([&](Tensor& gradients) {
                                ++calls;
-                               mul_(dw, 2.0f);
-                               mul_(db, 2.0f);
+                               mul_(gradients, 2.0f);
                              }));
     step.run();  // as with NCCL: one eager step before the capture
     if (graph) {
@@ -277,7 +275,7 @@ TEST_CASE("a stream-ordered gradient synchronization is captured into the step's
     const Tensor x = data.x.to(gpu);
     train::LinearL1Step step(model, {{x, x.narrow(1, 0, p.out)}}, nn::Reduction::mean(),
                              seed_adamw(), p.max_norm,
-                             train::GradientSync::on_host([](Tensor&, Tensor&) {}));
+                             train::GradientSync::on_host([](Tensor&) {}));
     CHECK_THROWS_WITH(step.capture(), Catch::Contains("cannot be captured; use run()"));
     CHECK_FALSE(step.captured());
     step.run();

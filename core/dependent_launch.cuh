@@ -1,0 +1,60 @@
+// Programmatic dependent launch (sm_90+): a chain of kernels in one stream whose
+// launches overlap. A kernel launched with launch_dependent() may be scheduled while
+// the kernel before it in the stream is still running, once every block of that
+// kernel has called allow_dependent_grids() (or exited); it must call
+// wait_for_prior_grids() before it touches anything the earlier kernel writes, and
+// that call returns once the earlier kernel has finished and its writes are visible.
+// Work before the wait (reading inputs the earlier kernel does not write, staging
+// constants) then overlaps the earlier kernel's tail and the launch itself.
+//
+// Inside a CUDA graph capture the dependency becomes a programmatic edge. Without a
+// dependent launch (an ordinary <<<...>>>, an older GPU) the wait returns at once and
+// the trigger does nothing, so a kernel written for a chain is correct either way.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "core/cuda_check.h"
+
+namespace seqpar::cuda {
+
+// In the dependent kernel: wait for the kernels before it in the stream, memory
+// included. Everything after this call sees their writes.
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// In the earlier kernel: this block no longer holds back the next kernel's launch.
+// It says nothing about this block's writes: the next kernel still waits for them.
+__device__ __forceinline__ void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...) as a dependent launch where
+// the device supports it (compute capability 9.0 or newer), an ordinary one otherwise.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                      cudaStream_t stream, Args&&... args) {
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = major >= 9 ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace seqpar::cuda
