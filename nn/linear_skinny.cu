@@ -9,7 +9,8 @@
 // about 3.7 us on an H200 at 33 TFMA/s, against 7.4 us to read x from memory once.
 //
 // Forward. A warp owns 8 rows (four per lane), and 16 lanes share a row: lane c reads
-// columns 4c .. 4c+3 of every 64, so a warp's load is 2 rows x 256 contiguous bytes.
+// columns 4c .. 4c+3 of every 64, so a warp's load is 2 rows x 256 contiguous bytes,
+// issued one 64-column step ahead of the FMAs that use it.
 // Each lane keeps 16 partial dot products per row, then 4 butterfly exchanges
 // (xor 8, 4, 2, 1) halve the 16 sums each time until lane c holds output c, each
 // summed in a fixed tree. W is read through L1 (40 KB, shared by all rows); each W
@@ -17,10 +18,11 @@
 //
 // Weight gradient. A thread owns 4 columns of x and all 16 outputs: 64 accumulators,
 // dW[o][k..k+3] += dy[r][o] * x[r][k..k+3] row by row, with dy staged in shared
-// memory (one broadcast read per 4 outputs) and the next 8 rows of x in flight while
-// the current 8 are multiplied. Blocks own chunks of rows (stage 1: one partial dW
-// each); stage 2 adds the partials in chunk order. db rides along: column sums of
-// the staged dy in double, as the CPU path sums it.
+// memory (one broadcast read per 4 outputs) and the next 16 rows of x in flight while
+// the current 16 are multiplied: one block per SM holds only 5 warps at the seed's
+// shape, so the bytes in flight per thread set the read rate. Blocks own chunks of
+// rows (stage 1: one partial dW each); stage 2 adds the partials in chunk order. db
+// rides along: column sums of the staged dy in double, as the CPU path sums it.
 #include <algorithm>
 #include <cstdint>
 
@@ -38,10 +40,9 @@ namespace {
 
 constexpr int kForwardWarps = 4;
 constexpr int kForwardThreads = 32 * kForwardWarps;
-// 64-column steps loaded together: 1 (4 loads of x in flight per lane), so that 64
-// accumulators fit the 170 registers of 3 blocks per SM (__launch_bounds__ below:
-// all of the seed's 375 blocks resident); the sums run in the same order for any value.
-constexpr int kStepsPerLoad = 1;
+// 64 accumulators, this step's x and the next step's (4 float4 each) fit the 168
+// registers of 3 blocks per SM (__launch_bounds__ below: all of the seed's 375 blocks
+// resident).
 constexpr int64_t kForwardMaxBlocks = 1024;          // a constant: partials depend on shape only
 
 struct SkinnyForward {
@@ -87,25 +88,26 @@ __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(Skin
       x_rows[i] = p.x.data + rows[i] * p.x.row_stride;
     }
     float sum[kRowsPerLane][kOutGroup] = {};
-    for (int64_t k0 = 0; k0 < p.in; k0 += kColumnsPerStep * kStepsPerLoad) {
-      float4 x[kStepsPerLoad][kRowsPerLane];
+    // x is software-pipelined: the next step's 4 loads are issued before this step's
+    // 256 FMAs, so a lane always has a step of x in flight while it multiplies.
+    float4 next[kRowsPerLane];
 #pragma unroll
-      for (int s = 0; s < kStepsPerLoad; ++s) {  // every load first
-        const int64_t k = k0 + kColumnsPerStep * s + 4 * column_lane;
+    for (int i = 0; i < kRowsPerLane; ++i) next[i] = load_columns<kVector, true>(x_rows[i], 4 * column_lane, p.in, valid[i]);
+    for (int64_t k0 = 0; k0 < p.in; k0 += kColumnsPerStep) {
+      const int64_t k = k0 + 4 * column_lane;
+      float4 x[kRowsPerLane];
 #pragma unroll
-        for (int i = 0; i < kRowsPerLane; ++i) x[s][i] = load_columns<kVector, true>(x_rows[i], k, p.in, valid[i]);
+      for (int i = 0; i < kRowsPerLane; ++i) {
+        x[i] = next[i];
+        next[i] = load_columns<kVector, true>(x_rows[i], k + kColumnsPerStep, p.in, valid[i]);
       }
 #pragma unroll
-      for (int s = 0; s < kStepsPerLoad; ++s) {
-        const int64_t k = k0 + kColumnsPerStep * s + 4 * column_lane;
+      for (int o = 0; o < kOutGroup; ++o) {
+        // Rows past `out` repeat the last row (valid memory); their sums are dropped.
+        const float* w_row = p.weight + min(out0 + o, p.out - 1) * p.in;
+        const float4 w = load_columns<kVector, false>(w_row, k, p.in, true);
 #pragma unroll
-        for (int o = 0; o < kOutGroup; ++o) {
-          // Rows past `out` repeat the last row (valid memory); their sums are dropped.
-          const float* w_row = p.weight + min(out0 + o, p.out - 1) * p.in;
-          const float4 w = load_columns<kVector, false>(w_row, k, p.in, true);
-#pragma unroll
-          for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[s][i], w);
-        }
+        for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[i], w);
       }
     }
     const int64_t o = out0 + column_lane;
@@ -147,7 +149,7 @@ void launch_forward(const SkinnyForward& p, cuda::Stream stream) {
 
 constexpr int kGradMaxThreads = 256;
 constexpr int kGradRowsStaged = 256;  // rows of dy in shared memory at once (16 KB)
-constexpr int kGradBatch = 8;         // rows of x in flight together
+constexpr int kGradBatch = 16;        // rows of x in flight together
 constexpr int kBiasLanes = 8;         // row lanes of the db column sums
 constexpr int64_t kGradMaxChunks = 128, kGradMinRowsPerChunk = 32;
 
@@ -192,27 +194,40 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
   double bias_sum = 0.0;
 
   float sum[kOutGroup][4] = {};
+  // x does not depend on dy: the first rows' loads go out before dy is staged, and
+  // every batch's loads are issued before the previous batch's FMAs, across stagings.
+  float4 next[kGradBatch];
+  load_batch<kVector>(next, p.x, row_begin, static_cast<int>(std::min<int64_t>(kGradBatch, row_end - row_begin)), k, p.in);
   for (int64_t staged = row_begin; staged < row_end; staged += kGradRowsStaged) {
     const int count = static_cast<int>(std::min<int64_t>(kGradRowsStaged, row_end - staged));
     const int filled = static_cast<int>(cuda::ceil_div(count, kGradBatch)) * kGradBatch;
     __syncthreads();  // the previous rows' tile is no longer read
-    for (int i = threadIdx.x; i < filled * kOutGroup; i += blockDim.x) {
-      const int r = i / kOutGroup, o = i % kOutGroup;
-      grad_tile[r][o] =
-          (r < count && out0 + o < p.out) ? grad_value<kSign>(p.grad, staged + r, out0 + o, p.out) : 0.0f;
+    // dy into shared memory, kStageLoads loads in flight per thread before any store.
+    constexpr int kStageLoads = 8;
+    for (int base = threadIdx.x; base < filled * kOutGroup; base += kStageLoads * blockDim.x) {
+      float values[kStageLoads];
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = base + u * static_cast<int>(blockDim.x), r = i / kOutGroup, o = i % kOutGroup;
+        values[u] = (r < count && out0 + o < p.out) ? grad_value<kSign>(p.grad, staged + r, out0 + o, p.out) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = base + u * static_cast<int>(blockDim.x);
+        if (i < filled * kOutGroup) grad_tile[i / kOutGroup][i % kOutGroup] = values[u];
+      }
     }
     __syncthreads();
     if (bias_lane < bias_lanes) {
       for (int r = bias_lane; r < count; r += bias_lanes) bias_sum += grad_tile[r][bias_column];
     }
-    float4 next[kGradBatch];
-    load_batch<kVector>(next, p.x, staged, count, k, p.in);
     for (int r = 0; r < count; r += kGradBatch) {
       float4 current[kGradBatch];
 #pragma unroll
       for (int u = 0; u < kGradBatch; ++u) current[u] = next[u];
-      if (r + kGradBatch < count) {  // the next 8 rows' loads overlap these 8 rows' FMAs
-        load_batch<kVector>(next, p.x, staged + r + kGradBatch, count - r - kGradBatch, k, p.in);
+      const int64_t following = staged + r + kGradBatch;
+      if (following < row_end) {  // the next batch's loads overlap this batch's FMAs
+        load_batch<kVector>(next, p.x, following, static_cast<int>(std::min<int64_t>(kGradBatch, row_end - following)), k, p.in);
       }
 #pragma unroll
       for (int u = 0; u < kGradBatch; ++u) {

@@ -121,6 +121,24 @@ void bench_kernels(Report& report, const Settings& s) {
                                                              scale, loss.data()},
                                               stream);
                }, s.warmup, s.repeats), kF * (n * in + out * in), 4.0 * n * in * out);
+    // The route LinearL1Step takes when the one pass does not apply (same bits): the
+    // forward fused with the loss writes sign, then dW and db read x again.
+    const Tensor sign = Tensor::empty({n, out}, kGpu);
+    const Tensor forward_partials = Tensor::empty({2 * nd::skinny_forward_partial_count(n, out)}, kGpu);
+    const nd::L1Outputs l1{nd::RowsView{target.data(), target.stride(0)}, sign.data(),
+                           doubles(forward_partials)};
+    report.add("kernel/two_pass_step_sum/12000x640x16", "fwd + L1 + sign, then dW/db + chunk sums (3 launches)",
+               time_calls([&] {
+                 nd::skinny_forward_l1_cuda(nd::RowsView{x.data(), x.stride(0)}, weight.data(),
+                                            bias.data(), n, in, out, l1, stream);
+                 nd::skinny_weight_grad_cuda(
+                     nd::GradSource{nd::RowsView{nullptr, 0}, sign.data(), scale},
+                     nd::RowsView{x.data(), x.stride(0)}, n, in, out, grad_weight.data(),
+                     grad_bias.data(), weight_partials.data(), doubles(bias_partials),
+                     nd::LossFinish{doubles(forward_partials), nd::skinny_forward_partial_count(n, out),
+                                    scale, loss.data()},
+                     stream);
+               }, s.warmup, s.repeats), kF * 2 * (n * in + out * in), 4.0 * n * in * out);
   }
   {
     const Tensor y = nn::linear_forward(x, weight, bias), loss = Tensor::empty({}, kGpu);
