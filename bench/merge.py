@@ -63,6 +63,10 @@ ROWS = [
     ("  64x64 tiles (before)", "gemm/4096^3_tiled64", ["gemm/4096^3/cublas"]),
     ("Stress GEMM 1048576x1024x1024", "gemm/stress_fwd/1048576x1024x1024",
      ["gemm/stress_fwd/1048576x1024x1024/cublas"]),
+    ("Stress dW = dy^T x, 1024x1024 over K = 1048576 rows", "gemm/stress_dw/1024x1024x1048576",
+     ["gemm/stress_dw/1024x1024x1048576/cublas"]),
+    ("Stress dx = dy W, 1048576x1024x1024", "gemm/stress_dx/1048576x1024x1024",
+     ["gemm/stress_dx/1048576x1024x1024/cublas"]),
     ("Stress step, x 1048576x1024, Linear 1024->1024", "step/stress/public_api", ["step/stress/torch_eager"]),
     ("Device copy 1 GiB", "copy/1GiB", ["copy/1GiB/torch"]),
 ]

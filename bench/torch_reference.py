@@ -169,6 +169,13 @@ def bench_stress(args):
     with torch.no_grad():
         add("gemm/stress_fwd/1048576x1024x1024/cublas", "F.linear (cuBLAS fp32)",
             time_calls(lambda: F.linear(x, model.weight, model.bias), 1, 3), 4.0 * 2 * rows * features, flops)
+        dy = torch.randn(rows, features, device="cuda")
+        add("gemm/stress_dw/1024x1024x1048576/cublas", "dy^T @ x (cuBLAS fp32)",
+            time_calls(lambda: torch.matmul(dy.t(), x), 1, 3),
+            4.0 * (2 * rows * features + features * features), flops)
+        add("gemm/stress_dx/1048576x1024x1024/cublas", "dy @ W (cuBLAS fp32)",
+            time_calls(lambda: torch.matmul(dy, model.weight), 1, 3), 4.0 * 2 * rows * features, flops)
+        del dy
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     add("step/stress/torch_eager", "x 1048576x1024, Linear 1024->1024, fp32, one step",
         time_calls(step_fn(model, opt, [(x, x, None)]), 1, 3), 4.0 * 2 * rows * features, 2.0 * flops)

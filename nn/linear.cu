@@ -1,14 +1,15 @@
 // CUDA path of nn/linear.h: y = x Wᵀ + b, dx = dy W, dW = dyᵀ x, db = Σ_rows dy.
 //
 // Design note. All three products are one fp32 GEMM, C[M, N] = Σ_k A(m, k) · Bᵀ(n, k),
-// whose operands are described by two strides each (Operand below), so a transposed
-// or row-strided view costs nothing but a different stride:
+// whose operands are described by two strides each (Operand; it and Gemm, the problem
+// both GEMM kernels take, are in nn/linear_large.h), so a transposed or row-strided
+// view costs nothing but a different stride:
 //
 //   forward  C = y  [n, out]   A = x  (m=row, k=in)     Bᵀ = W (n=out, k=in)
 //   dx       C = dx [n, in]    A = dy (m=row, k=out)    Bᵀ = W (n=in, k=out), read down columns
 //   dW       C = dW [out, in]  A = dy (m=out, k=row)    Bᵀ = x (n=in, k=row), both read down columns
 //
-// The kernel is the classic tiled GEMM with register blocking: a block of 256 threads
+// The kernel here is the classic tiled GEMM with register blocking: a block of 256 threads
 // owns a 64 x 64 tile of C, stages 64 x 16 slices of A and Bᵀ in shared memory, and each
 // thread accumulates a 4 x 4 sub-tile in registers (rows ty + 16 i, columns tx + 16 j,
 // so that a warp's shared-memory reads are broadcasts or consecutive words, and its
@@ -23,9 +24,15 @@
 // bitwise-reproducible. db uses the same two stages: per-chunk column sums, then the
 // same fixed-order partial sum, in double as the CPU path sums it.
 //
+// Large products go to the 128 x 128 kernel of nn/linear_large.cu, which reads both
+// layouts too and splits K the same way: when its tiles alone, or its tiles times a K
+// split into ranges of at least 1024, make at least 128 blocks (about one per SM), and
+// the operands allow its 16-byte loads. The stress shape's dW (1024 x 1024 over 2^20
+// rows) is 64 tiles x 4 splits. choose_gemm below is the one place that picks the
+// kernel and the split, from the shape (and the layouts' alignment) alone.
+//
 // Skinny shapes (out_features <= 64, the seed's 16) go to nn/linear_skinny.cu instead:
-// one pass over x for the forward, and one for dW and db together. Large forward
-// products (enough 128 x 128 tiles to fill the GPU) go to nn/linear_large.cu.
+// one pass over x for the forward, and one for dW and db together.
 #include <algorithm>
 #include <cstdint>
 
@@ -47,29 +54,13 @@ constexpr int kPerThreadM = kTileM / kThreadsM, kPerThreadN = kTileN / kThreadsN
 constexpr int kPad = 1;  // spreads the column-walking tile stores over the banks
 
 // Split K until about this many blocks are in flight (two per SM on an H200), but
-// never into ranges shorter than kMinSplitK. Constants, so the split (and therefore
-// the rounding) is the same on every GPU.
+// never into ranges shorter than kMinSplitK (64 x 64 kernel) or kLargeMinSplitK
+// (128 x 128 kernel). The 128 x 128 kernel runs only with at least kLargeMinBlocks
+// blocks. Constants, so the kernel and the split (and therefore the rounding) are the
+// same on every GPU.
 constexpr int64_t kTargetBlocks = 256;
 constexpr int64_t kMinSplitK = 256;
-
-// Element (row, k) of a matrix operand is data[row * row_stride + k * k_stride].
-struct Operand {
-  const float* data;
-  int64_t row_stride, k_stride;
-};
-
-struct Gemm {
-  int64_t m, n, k;
-  Operand a;        // M x K
-  Operand b;        // Bᵀ: N x K
-  int64_t k_per_split;
-  // gridDim.z == 1: c[row * c_row_stride + col] = sum (+ bias[col]).
-  // gridDim.z > 1: partials[split][row][col] = sum over the split's K range.
-  float* c;
-  int64_t c_row_stride;
-  const float* bias;  // may be null
-  float* partials;
-};
+constexpr int64_t kLargeMinBlocks = 128, kLargeMinSplitK = 1024;
 
 // Stages rows [row0, row0 + kRows) x k [k0, k0 + kTileK) of `op` into tile[k][row],
 // zero outside the matrix or the split's K range. kAlongK: the operand is contiguous
@@ -186,35 +177,85 @@ void launch_sum_partials(const Partial* partials, int64_t splits, int64_t m, int
   CUDA_LAUNCH_CHECK();
 }
 
-// Runs C = A Bᵀ (+ bias) with split-K when the tiles alone would leave the GPU idle.
-template <bool kAAlongK, bool kBAlongK>
-void gemm(int64_t m, int64_t n, int64_t k, Operand a, Operand b, const float* bias, float* c,
-          int64_t c_row_stride, int device) {
-  if (m == 0 || n == 0) return;
-  const int64_t tiles_m = cuda::ceil_div(m, kTileM), tiles_n = cuda::ceil_div(n, kTileN);
-  int64_t splits = 1;
-  if (tiles_m * tiles_n < kTargetBlocks && k > kMinSplitK) {
-    splits = std::min(cuda::ceil_div(kTargetBlocks, tiles_m * tiles_n),
-                      cuda::ceil_div(k, kMinSplitK));
-  }
-  // Whole K tiles per split; rounding up can leave fewer splits than asked for.
-  const int64_t k_per_split =
-      std::max<int64_t>(kTileK, cuda::ceil_div(cuda::ceil_div(k, splits), kTileK) * kTileK);
-  splits = std::max<int64_t>(1, cuda::ceil_div(k, k_per_split));
-  SEQPAR_CHECK(tiles_n <= 65535, "linear: ", n, " output columns exceed the kernel's grid");
+// K cut into about `wanted` ranges of whole slices of `depth`; rounding a range up to
+// whole slices can leave fewer ranges than wanted.
+GemmChoice split_k(bool large, int64_t k, int64_t wanted, int64_t depth) {
+  const int64_t range = cuda::ceil_div(k, std::max<int64_t>(wanted, 1));
+  const int64_t k_per_split = std::max(depth, cuda::ceil_div(range, depth) * depth);
+  return {large, std::max<int64_t>(1, cuda::ceil_div(k, k_per_split)), k_per_split};
+}
 
-  cudaStream_t stream = cuda::current_stream(device);
-  Tensor partials;  // stream-ordered scratch: freed after the kernels queued below
-  if (splits > 1) partials = Tensor::empty({splits, m, n}, Device::cuda(device));
-  const Gemm problem{m, n, k, a, b, k_per_split, c, c_row_stride, bias,
-                     splits > 1 ? partials.data() : nullptr};
-  const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
-                  static_cast<unsigned>(splits));
-  gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(problem);
-  CUDA_LAUNCH_CHECK();
-  if (splits > 1) {
-    launch_sum_partials(partials.data(), splits, m, n, bias, c, c_row_stride, stream);
+// The kernel and the K split for C = A Bᵀ: the 128 x 128 kernel when it fits and has
+// enough blocks, with or without splitting K; else the 64 x 64 kernel, split until the
+// GPU is busy. Shape (and alignment) only, never the GPU.
+template <bool kAAlongK, bool kBAlongK>
+GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel) {
+  const int64_t large_tiles = cuda::ceil_div(g.m, kLargeTile) * cuda::ceil_div(g.n, kLargeTile);
+  if (kernel != LinearKernel::Tiled64 && large_tiles > 0 &&
+      large_gemm_fits<kAAlongK, kBAlongK>(g)) {
+    const int64_t wanted = large_tiles >= kLargeMinBlocks
+                               ? 1
+                               : std::min(cuda::ceil_div(kTargetBlocks, large_tiles),
+                                          g.k / kLargeMinSplitK);
+    const GemmChoice large = split_k(true, g.k, wanted, kLargeSlice);
+    if (large_tiles * large.splits >= kLargeMinBlocks) return large;
   }
+  const int64_t tiles = cuda::ceil_div(g.m, kTileM) * cuda::ceil_div(g.n, kTileN);
+  int64_t wanted = 1;
+  if (tiles > 0 && tiles < kTargetBlocks && g.k > kMinSplitK) {
+    wanted = std::min(cuda::ceil_div(kTargetBlocks, tiles), cuda::ceil_div(g.k, kMinSplitK));
+  }
+  return split_k(false, g.k, wanted, kTileK);
+}
+
+// Runs C = A Bᵀ (+ bias) with the kernel and split that choose_gemm picks; with several
+// splits, their partials go to stream-ordered scratch and are added in split order.
+template <bool kAAlongK, bool kBAlongK>
+void gemm(Gemm g, LinearKernel kernel, int device) {
+  if (g.m == 0 || g.n == 0) return;
+  const GemmChoice choice = choose_gemm<kAAlongK, kBAlongK>(g, kernel);
+  g.k_per_split = choice.k_per_split;
+  cudaStream_t stream = cuda::current_stream(device);
+  Tensor partials;  // freed after the kernels queued below
+  if (choice.splits > 1) {
+    partials = Tensor::empty({choice.splits, g.m, g.n}, Device::cuda(device));
+    g.partials = partials.data();
+  }
+  if (choice.large) {
+    large_gemm_cuda<kAAlongK, kBAlongK>(g, choice.splits, stream);
+  } else {
+    const int64_t tiles_m = cuda::ceil_div(g.m, kTileM), tiles_n = cuda::ceil_div(g.n, kTileN);
+    SEQPAR_CHECK(tiles_n <= 65535, "linear: ", g.n, " output columns exceed the kernel's grid");
+    const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
+                    static_cast<unsigned>(choice.splits));
+    gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g);
+    CUDA_LAUNCH_CHECK();
+  }
+  if (choice.splits > 1) {
+    launch_sum_partials(partials.data(), choice.splits, g.m, g.n, g.bias, g.c, g.c_row_stride,
+                        stream);
+  }
+}
+
+// The three products as GEMMs (the table in the design note). Outputs as the launchers
+// take them: y and dx with unit column stride, dW contiguous.
+Gemm output_gemm(const Tensor& x, const Tensor& weight, const float* bias, const Tensor& y) {
+  return Gemm{x.size(0), weight.size(0), x.size(1),
+              Operand{x.data(), x.stride(0), x.stride(1)},
+              Operand{weight.data(), weight.stride(0), weight.stride(1)},
+              0, y.data(), y.stride(0), bias, nullptr};
+}
+Gemm grad_input_gemm(const Tensor& grad_y, const Tensor& weight, const Tensor& grad_x) {
+  return Gemm{grad_y.size(0), weight.size(1), weight.size(0),
+              Operand{grad_y.data(), grad_y.stride(0), grad_y.stride(1)},
+              Operand{weight.data(), weight.stride(1), weight.stride(0)},
+              0, grad_x.data(), grad_x.stride(0), nullptr, nullptr};
+}
+Gemm grad_weight_gemm(const Tensor& grad_y, const Tensor& x, const Tensor& grad_weight) {
+  return Gemm{grad_y.size(1), x.size(1), x.size(0),
+              Operand{grad_y.data(), grad_y.stride(1), grad_y.stride(0)},
+              Operand{x.data(), x.stride(1), x.stride(0)},
+              0, grad_weight.data(), x.size(1), nullptr, nullptr};
 }
 
 // out[col] = Σ_row x[row, col], in two fixed-order stages.
@@ -262,17 +303,8 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
                         y.stride(0), cuda::current_stream(device));
     return;
   }
-  const LargeGemm large{x.data(), x.stride(0), weight.data(), weight.stride(0),
-                       bias.defined() ? bias.data() : nullptr, y.data(), y.stride(0), rows, out, in};
-  if (kernel != LinearKernel::Tiled64 && (in <= 1 || (x.stride(1) == 1 && weight.stride(1) == 1)) &&
-      large_gemm_applies(large)) {
-    large_gemm_cuda(large, cuda::current_stream(device));
-    return;
-  }
   gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(
-      rows, out, in, Operand{x.data(), x.stride(0), x.stride(1)},
-      Operand{weight.data(), weight.stride(0), weight.stride(1)},
-      bias.defined() ? bias.data() : nullptr, y.data(), y.stride(0), device);
+      output_gemm(x, weight, bias.defined() ? bias.data() : nullptr, y), kernel, device);
 }
 
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
@@ -291,10 +323,8 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
   if (grad_x.defined()) {  // dx[row, i] = Σ_o dy[row, o] W[o, i]
     check_on_device(grad_x, "grad_x", device);
     SEQPAR_CHECK(grad_x.stride(1) == 1, "linear_backward_cuda: grad_x needs unit column stride");
-    gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(
-        rows, in, out, Operand{grad_y.data(), grad_y.stride(0), grad_y.stride(1)},
-        Operand{weight.data(), weight.stride(1), weight.stride(0)}, nullptr, grad_x.data(),
-        grad_x.stride(0), device);
+    gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), kernel,
+                                                device);
   }
   if (grad_weight.defined() && kernel == LinearKernel::Auto && is_skinny(out) &&
       (out <= 1 || grad_y.stride(1) == 1) && (in <= 1 || x.stride(1) == 1)) {
@@ -316,15 +346,28 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
   if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
     check_on_device(grad_weight, "grad_weight", device);
     SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
-    gemm</*kAAlongK=*/false, /*kBAlongK=*/false>(
-        out, in, rows, Operand{grad_y.data(), grad_y.stride(1), grad_y.stride(0)},
-        Operand{x.data(), x.stride(1), x.stride(0)}, nullptr, grad_weight.data(), in, device);
+    gemm</*kAAlongK=*/false, /*kBAlongK=*/false>(grad_weight_gemm(grad_y, x, grad_weight),
+                                                 kernel, device);
   }
   if (grad_bias.defined()) {  // db[o] = Σ_row dy[row, o]
     check_on_device(grad_bias, "grad_bias", device);
     SEQPAR_CHECK(grad_y.stride(1) == 1, "linear_backward_cuda: grad_y needs unit column stride");
     column_sums(grad_y.data(), rows, out, grad_y.stride(0), grad_bias.data(), device);
   }
+}
+
+GemmChoice linear_gemm_choice(LinearProduct product, const Tensor& left, const Tensor& right,
+                              const Tensor& result, LinearKernel kernel) {
+  switch (product) {
+    case LinearProduct::Output:
+      return choose_gemm<true, true>(output_gemm(left, right, nullptr, result), kernel);
+    case LinearProduct::GradInput:
+      return choose_gemm<true, false>(grad_input_gemm(left, right, result), kernel);
+    case LinearProduct::GradWeight:
+      return choose_gemm<false, false>(grad_weight_gemm(left, right, result), kernel);
+  }
+  SEQPAR_CHECK(false, "linear_gemm_choice: unknown product");
+  return {};
 }
 
 }  // namespace seqpar::nn::detail

@@ -50,9 +50,9 @@ class Linear : public Module {
 namespace detail {
 #ifdef SEQPAR_WITH_CUDA
 // Which kernels the CUDA launchers use. Auto: the skinny ones (nn/linear_skinny.h)
-// for out_features <= 64, the 128 x 128 forward GEMM (nn/linear_large.h) for large
-// aligned products, the 64 x 64 tiled GEMM otherwise. General: never the skinny
-// ones. Tiled64: only the 64 x 64 tiled GEMM. (The last two are for comparisons.)
+// for out_features <= 64 (the forward and dW), the 128 x 128 GEMM (nn/linear_large.h)
+// for large aligned products, the 64 x 64 tiled GEMM otherwise. General: never the
+// skinny ones. Tiled64: only the 64 x 64 tiled GEMM. (The last two are for comparisons.)
 enum class LinearKernel { Auto, General, Tiled64 };
 // CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0);
@@ -63,6 +63,21 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
                           const Tensor& grad_bias, LinearKernel kernel = LinearKernel::Auto);
+
+// The GEMM that the launchers run for one product of a Linear, for the tests, which
+// check that their shapes reach the kernel they mean to test. `left` and `right` are
+// the product's operands in the order of its formula, `result` its output, all as the
+// launchers take them: Output y = x Wᵀ (x, weight, y), GradInput dx = dy W (grad_y,
+// weight, grad_x), GradWeight dW = dyᵀ x (grad_y, x, grad_weight). The skinny kernels,
+// which Auto prefers for out_features <= 64, are not considered.
+enum class LinearProduct { Output, GradInput, GradWeight };
+struct GemmChoice {
+  bool large;           // the 128 x 128 kernel, else the 64 x 64 one
+  int64_t splits;       // K ranges, summed in order by a second kernel when more than one
+  int64_t k_per_split;  // the length of each range (the last may be shorter)
+};
+GemmChoice linear_gemm_choice(LinearProduct product, const Tensor& left, const Tensor& right,
+                              const Tensor& result, LinearKernel kernel = LinearKernel::Auto);
 #endif
 }  // namespace detail
 

@@ -1,21 +1,37 @@
 // CUDA kernel of nn/linear_large.h: the classic register-blocked SGEMM.
 //
-// A block of 256 threads owns a 128 x 128 tile of C and walks K in slices of 8:
-// each slice of A and B (128 x 8 each, one 16-byte load per thread) is stored
-// transposed in shared memory (k-major, rows padded by 4 floats so the transposing
-// stores hit 32 distinct banks), double-buffered: the next slice's global loads are
-// issued before the current slice's FMAs and stored after them, one barrier per
-// slice. Each thread accumulates an 8 x 8 sub-tile in registers: rows ty*4 + i and
-// 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, so every shared-memory read is a
-// 16-byte vector, a warp's reads of B cover 32 distinct banks, and its reads of A are
-// broadcasts. Per slice a thread does 64 FMAs for 4 vector loads. Each element of C
-// is one fma chain in k order: deterministic, no split of K.
+// A block of 256 threads owns a 128 x 128 tile of C and walks its K range in slices of
+// 8: each slice of A and Bᵀ (128 x 8 each, one 16-byte load per thread) is stored
+// k-major in shared memory, tile[k][row], rows padded by 4 floats, double-buffered: the
+// next slice's global loads are issued before the current slice's FMAs and stored after
+// them, one barrier per slice. Each thread accumulates an 8 x 8 sub-tile in registers:
+// rows ty*4 + i and 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, so every
+// shared-memory read is a 16-byte vector, a warp's reads of B cover 32 distinct banks,
+// and its reads of A are broadcasts. Per slice a thread does 64 FMAs for 4 vector loads.
+//
+// Operand layouts (template arguments, one per operand; see Operand in the header):
+//   along K     the forward's x and W: a thread loads 4 consecutive k of one row (two
+//               threads per row) and stores them transposed, tile[k..k+3][row]; the
+//               padding makes a warp's 4 scalar stores hit 32 distinct banks each.
+//   along rows  dW's dy and x, dx's W, read down their columns: a thread loads 4
+//               consecutive rows at one k (32 threads per k) and stores them as they
+//               are, one float4 at tile[k][row..row+3]; a warp's stores cover one
+//               contiguous 512-byte row of the tile, 4 conflict-free wavefronts.
+// Only the staging differs: the FMA loop and the write-out are the same for all.
+//
+// Split K. blockIdx.z takes K range [z * k_per_split, (z + 1) * k_per_split). With one
+// split the block writes C (+ bias); with several it writes its sum to its own partial
+// tile, which linear.cu's fixed-order sum adds up (+ bias). Either way each element is
+// one fma chain in k order per split, and the split count comes from the shape alone
+// (linear.cu): deterministic. With one split and both operands along K (the forward)
+// every element is summed exactly as by the forward-only kernel this one grew from.
 //
 // What it does not use: Hopper's tensor cores (wgmma) — their fp32 inputs go through
 // TF32, which the issue's fp32 comparison rules out — and the asynchronous copy
 // engine (cp.async / TMA), which would take the loads off the registers.
 #include "nn/linear_large.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -24,47 +40,68 @@ namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int kTile = 128, kSlice = 8, kThreads = 256, kPad = 4;
+constexpr int kTile = kLargeTile, kSlice = kLargeSlice, kThreads = 256, kPad = 4;
 constexpr int kHalf = kTile / 2;
-constexpr int64_t kMinTiles = 128;  // fewer tiles than about one per SM: the split-K kernel
+static_assert(kTile * kSlice == 4 * kThreads, "one float4 of each operand per thread and slice");
 
-__device__ __forceinline__ float4 load_row_slice(const float* base, int64_t ld, int64_t row,
-                                                 int64_t rows, int64_t k, int64_t depth) {
-  if (row < rows && k < depth) return *reinterpret_cast<const float4*>(base + row * ld + k);
-  return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+// Where this thread's float4 sits in every 128-row x 8-k slice of an operand.
+template <bool kAlongK>
+struct SliceSpot {
+  int row, k;
+  __device__ explicit SliceSpot(int t)
+      : row(kAlongK ? t / 2 : (t % 32) * 4), k(kAlongK ? (t % 2) * 4 : t / 32) {}
+};
+
+// The float4 at (row, k) of `op`: k .. k + 3 along K, rows row .. row + 3 along rows.
+// Zero outside the matrix or past the split's end; K % 4 == 0 along K (so k_end too)
+// and rows % 4 == 0 along rows make the first element's test cover all four.
+template <bool kAlongK>
+__device__ __forceinline__ float4 load_slice(const Operand& op, int64_t row, int64_t rows,
+                                             int64_t k, int64_t k_end) {
+  if (row >= rows || k >= k_end) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int64_t offset = kAlongK ? row * op.row_stride + k : k * op.k_stride + row;
+  return *reinterpret_cast<const float4*>(op.data + offset);
 }
 
-__device__ __forceinline__ void store_transposed(float (*tile)[kTile + kPad], int row, int k,
-                                                 float4 v) {
-  tile[k + 0][row] = v.x;
-  tile[k + 1][row] = v.y;
-  tile[k + 2][row] = v.z;
-  tile[k + 3][row] = v.w;
+template <bool kAlongK>
+__device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSpot<kAlongK> spot,
+                                            float4 v) {
+  if (kAlongK) {  // transposed: 4 k of one row
+    tile[spot.k + 0][spot.row] = v.x;
+    tile[spot.k + 1][spot.row] = v.y;
+    tile[spot.k + 2][spot.row] = v.z;
+    tile[spot.k + 3][spot.row] = v.w;
+  } else {  // as loaded: 4 rows at one k
+    *reinterpret_cast<float4*>(&tile[spot.k][spot.row]) = v;
+  }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(LargeGemm g) {
+template <bool kAAlongK, bool kBAlongK>
+__global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   __shared__ __align__(16) float a_tile[2][kSlice][kTile + kPad];
   __shared__ __align__(16) float b_tile[2][kSlice][kTile + kPad];
   const int t = threadIdx.x;
-  const int load_row = t / 2, load_k = (t % 2) * 4;  // one float4 of A and of B per slice
+  const SliceSpot<kAAlongK> a_spot(t);
+  const SliceSpot<kBAlongK> b_spot(t);
   const int ty = t / 16, tx = t % 16;
   const int64_t m0 = int64_t{blockIdx.x} * kTile, n0 = int64_t{blockIdx.y} * kTile;
+  const int64_t k_begin = int64_t{blockIdx.z} * g.k_per_split;
+  const int64_t k_end = min(g.k, k_begin + g.k_per_split);
 
-  float4 a_next = load_row_slice(g.a, g.lda, m0 + load_row, g.m, load_k, g.k);
-  float4 b_next = load_row_slice(g.b, g.ldb, n0 + load_row, g.n, load_k, g.k);
-  store_transposed(a_tile[0], load_row, load_k, a_next);
-  store_transposed(b_tile[0], load_row, load_k, b_next);
+  float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k_begin + a_spot.k, k_end);
+  float4 b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k_begin + b_spot.k, k_end);
+  store_slice(a_tile[0], a_spot, a_next);
+  store_slice(b_tile[0], b_spot, b_next);
   __syncthreads();
 
   float sum[8][8] = {};
-  const int64_t slices = cuda::ceil_div(g.k, kSlice);
-  for (int64_t s = 0; s < slices; ++s) {
-    const int current = static_cast<int>(s & 1);
-    const bool more = s + 1 < slices;
+  int current = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kSlice, current ^= 1) {
+    const int64_t k = k0 + kSlice;
+    const bool more = k < k_end;
     if (more) {
-      const int64_t k = (s + 1) * kSlice + load_k;
-      a_next = load_row_slice(g.a, g.lda, m0 + load_row, g.m, k, g.k);
-      b_next = load_row_slice(g.b, g.ldb, n0 + load_row, g.n, k, g.k);
+      a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, k_end);
+      b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, k_end);
     }
 #pragma unroll
     for (int kk = 0; kk < kSlice; ++kk) {
@@ -83,12 +120,17 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(LargeGemm g) {
       }
     }
     if (more) {  // the other buffer was last read before the previous barrier
-      store_transposed(a_tile[current ^ 1], load_row, load_k, a_next);
-      store_transposed(b_tile[current ^ 1], load_row, load_k, b_next);
+      store_slice(a_tile[current ^ 1], a_spot, a_next);
+      store_slice(b_tile[current ^ 1], b_spot, b_next);
     }
     __syncthreads();
   }
 
+  // One split: C and the bias. Several: this split's partial tile, rows of n floats.
+  const bool whole = gridDim.z == 1;
+  float* out = whole ? g.c : g.partials + int64_t{blockIdx.z} * g.m * g.n;
+  const int64_t ld = whole ? g.c_row_stride : g.n;
+  const float* bias = whole ? g.bias : nullptr;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int64_t row = m0 + (i < 4 ? ty * 4 + i : kHalf + ty * 4 + i - 4);
@@ -99,34 +141,58 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(LargeGemm g) {
       if (col >= g.n) continue;  // n % 4 == 0: col < n covers col .. col + 3
       float4 v = make_float4(sum[i][4 * half], sum[i][4 * half + 1], sum[i][4 * half + 2],
                              sum[i][4 * half + 3]);
-      if (g.bias != nullptr) {
-        v.x += g.bias[col];
-        v.y += g.bias[col + 1];
-        v.z += g.bias[col + 2];
-        v.w += g.bias[col + 3];
+      if (bias != nullptr) {
+        v.x += bias[col];
+        v.y += bias[col + 1];
+        v.z += bias[col + 2];
+        v.w += bias[col + 3];
       }
-      *reinterpret_cast<float4*>(g.c + row * g.ldc + col) = v;
+      *reinterpret_cast<float4*>(out + row * ld + col) = v;
     }
   }
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
+// float4 loads: along K, 4 k of a row (K and the row stride multiples of 4); along
+// rows, 4 rows at one k (the row count and the k stride multiples of 4).
+template <bool kAlongK>
+bool operand_fits(const Operand& op, int64_t rows, int64_t k) {
+  if (!aligned16(op.data)) return false;
+  if (kAlongK) return op.k_stride == 1 && op.row_stride % 4 == 0 && k % 4 == 0;
+  return op.row_stride == 1 && op.k_stride % 4 == 0 && rows % 4 == 0;
+}
+
 }  // namespace
 
-bool large_gemm_applies(const LargeGemm& g) {
-  const int64_t tiles = cuda::ceil_div(g.m, kTile) * cuda::ceil_div(g.n, kTile);
-  return tiles >= kMinTiles && g.k % 4 == 0 && g.n % 4 == 0 && g.lda % 4 == 0 &&
-         g.ldb % 4 == 0 && g.ldc % 4 == 0 && aligned16(g.a) && aligned16(g.b) && aligned16(g.c) &&
-         cuda::ceil_div(g.n, kTile) <= 65535;
+template <bool kAAlongK, bool kBAlongK>
+bool large_gemm_fits(const Gemm& g) {
+  return operand_fits<kAAlongK>(g.a, g.m, g.k) && operand_fits<kBAlongK>(g.b, g.n, g.k) &&
+         g.n % 4 == 0 && g.c_row_stride % 4 == 0 && aligned16(g.c) &&
+         cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 
-void large_gemm_cuda(const LargeGemm& g, cuda::Stream stream) {
-  SEQPAR_CHECK(large_gemm_applies(g), "large_gemm_cuda: shape or alignment not supported");
+template <bool kAAlongK, bool kBAlongK>
+void large_gemm_cuda(const Gemm& g, int64_t splits, cuda::Stream stream) {
+  SEQPAR_CHECK((large_gemm_fits<kAAlongK, kBAlongK>(g)),
+               "large_gemm_cuda: shape, layout or alignment not supported");
+  SEQPAR_CHECK(g.k_per_split > 0 && g.k_per_split % kSlice == 0 && splits <= 65535 &&
+                   splits == std::max<int64_t>(1, cuda::ceil_div(g.k, g.k_per_split)),
+               "large_gemm_cuda: ", splits, " splits of ", g.k_per_split, " for K = ", g.k);
+  SEQPAR_CHECK(splits == 1 || (g.partials != nullptr && aligned16(g.partials)),
+               "large_gemm_cuda: ", splits, " splits need 16-byte aligned partials");
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
-                  static_cast<unsigned>(cuda::ceil_div(g.n, kTile)));
-  large_gemm_kernel<<<grid, kThreads, 0, stream>>>(g);
+                  static_cast<unsigned>(cuda::ceil_div(g.n, kTile)), static_cast<unsigned>(splits));
+  large_gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g);
   CUDA_LAUNCH_CHECK();
 }
+
+// The layouts of the three products of a Linear (linear.cu's design note).
+template bool large_gemm_fits<true, true>(const Gemm&);    // y = x Wᵀ + b
+template bool large_gemm_fits<true, false>(const Gemm&);   // dx = dy W
+template bool large_gemm_fits<false, false>(const Gemm&);  // dW = dyᵀ x
+template void large_gemm_cuda<true, true>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<true, false>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<false, false>(const Gemm&, int64_t, cuda::Stream);
 
 }  // namespace seqpar::nn::detail

@@ -1,7 +1,7 @@
-// The large-tile fp32 GEMM for big products (nn/linear_large.cu): C = A Bᵀ (+ bias)
-// with both operands contiguous along K, as the forward y = x Wᵀ + b reads them.
-// Internal to nn/linear.cu, which picks it when the product has enough 128 x 128
-// tiles to fill the GPU without splitting K and the operands allow 16-byte loads.
+// The fp32 GEMM problem that the CUDA Linear kernels solve, and the large-tile kernel
+// for big products (nn/linear_large.cu). Internal to nn/linear.cu, which describes the
+// three products of a Linear as a Gemm, picks the kernel (this one or its own 64 x 64
+// one) and the K split, and sums split partials in order.
 #pragma once
 
 #include <cstdint>
@@ -12,19 +12,44 @@ namespace seqpar::nn::detail {
 
 #ifdef SEQPAR_WITH_CUDA
 
-struct LargeGemm {
-  const float* a;  // [m, k], row stride lda
-  int64_t lda;
-  const float* b;  // [n, k], row stride ldb
-  int64_t ldb;
-  const float* bias;  // [n] or null
-  float* c;           // [m, n], row stride ldc
-  int64_t ldc;
-  int64_t m, n, k;
+// Element (row, k) of a matrix operand is data[row * row_stride + k * k_stride]. It is
+// "along K" when k_stride == 1 (a row's k are contiguous) and "along rows" when
+// row_stride == 1 (a k's rows are contiguous, the operand is read down its columns).
+struct Operand {
+  const float* data;
+  int64_t row_stride, k_stride;
 };
 
-bool large_gemm_applies(const LargeGemm& gemm);
-void large_gemm_cuda(const LargeGemm& gemm, cuda::Stream stream);
+// C[m, n] = Σ_k A(m, k) · Bᵀ(n, k) (+ bias[n]), K cut into ranges of k_per_split, one
+// per blockIdx.z. One split: c[row * c_row_stride + col] = sum (+ bias[col]). Several:
+// partials[split][row][col] = the split's sum, no bias; linear.cu adds them in order.
+struct Gemm {
+  int64_t m, n, k;
+  Operand a;  // M x K
+  Operand b;  // Bᵀ: N x K
+  int64_t k_per_split;
+  float* c;
+  int64_t c_row_stride;
+  const float* bias;  // may be null
+  float* partials;    // [splits, m, n], null for one split
+};
+
+// The large kernel's tile of C and the depth of its K slices; k_per_split must be a
+// multiple of the slice depth.
+constexpr int64_t kLargeTile = 128, kLargeSlice = 8;
+
+// Whether the large kernel can run `gemm` with these layouts: each operand's strides are
+// what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
+// it reads or writes as float4 is 16-byte aligned (k % 4 for operands along K, their
+// row count % 4 for operands along rows, n % 4 for C). Shape only; the split is the
+// caller's.
+template <bool kAAlongK, bool kBAlongK>
+bool large_gemm_fits(const Gemm& gemm);
+
+// Runs `gemm` over grid (m tiles, n tiles, splits); gemm.k_per_split covers K in
+// `splits` ranges and gemm.partials holds splits x m x n floats when splits > 1.
+template <bool kAAlongK, bool kBAlongK>
+void large_gemm_cuda(const Gemm& gemm, int64_t splits, cuda::Stream stream);
 
 #endif
 

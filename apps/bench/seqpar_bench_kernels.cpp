@@ -217,6 +217,22 @@ void bench_stress(Report& report, const Settings& s) {
                  nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y);
                }, 1, 3), kF * 2 * rows * features, flops);
   }
+  {  // the backward products: dW = dyᵀ x (both read down their columns, K = 2^20 rows
+     // split 4 ways) and dx = dy W (W read down its columns)
+    const Tensor grad_y = randn_on_device(7, 0, {rows, features}, 0);
+    const Tensor grad_weight = Tensor::empty({features, features}, kGpu);
+    report.add("gemm/stress_dw/1024x1024x1048576", "128x128 tiled GEMM, 4 K splits + ordered sum",
+               time_calls([&] {
+                 nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), Tensor(),
+                                                  grad_weight, Tensor());
+               }, 1, 3), kF * (2 * rows * features + features * features), flops);
+    const Tensor grad_x = Tensor::empty({rows, features}, kGpu);
+    report.add("gemm/stress_dx/1048576x1024x1024", "128x128 tiled GEMM, W read down its columns",
+               time_calls([&] {
+                 nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), grad_x,
+                                                  Tensor(), Tensor());
+               }, 1, 3), kF * 2 * rows * features, flops);
+  }
   const autograd::Variable input(x), target(x);
   optim::AdamW optimizer(model.parameters(), seed_adamw());
   report.add("step/stress/public_api", "x 1048576x1024, Linear 1024->1024, fp32, one step",

@@ -110,6 +110,9 @@ TEST_CASE("the 128 x 128 forward GEMM matches the CPU and the 64 x 64 kernel", "
     CHECK(test::bitwise_equal(nn::linear_forward(x_gpu, weight_gpu, bias_gpu), y));
 #ifdef SEQPAR_WITH_CUDA
     const Tensor tiled = test::poisoned({s.rows, s.out}, gpu);
+    const nn::detail::GemmChoice choice = nn::detail::linear_gemm_choice(
+        nn::detail::LinearProduct::Output, x_gpu, weight_gpu, tiled);
+    CHECK((choice.large && choice.splits == 1));  // enough tiles alone: the kernel as before
     nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, tiled, nn::detail::LinearKernel::Tiled64);
     CHECK(relative_error(tiled, expected) < kTolerance);
 #endif
