@@ -296,8 +296,8 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (bias.defined()) check_on_device(bias, "bias", device);
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   cuda::set_device(device);
-  if (kernel == LinearKernel::Auto && is_skinny(out) && weight.is_contiguous() &&
-      (in <= 1 || x.stride(1) == 1)) {
+  if (kernel == LinearKernel::Auto && is_skinny(out) && skinny_forward_fits(in) &&
+      weight.is_contiguous() && (in <= 1 || x.stride(1) == 1)) {
     skinny_forward_cuda(RowsView{x.data(), x.stride(0)}, weight.data(),
                         bias.defined() ? bias.data() : nullptr, rows, in, out, y.data(),
                         y.stride(0), cuda::current_stream(device));

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/async_copy.cuh"
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "core/dependent_launch.cuh"
@@ -68,53 +69,93 @@ __device__ __forceinline__ void forward_epilogue(const SkinnyForward& p, int64_t
   p.l1.sign[row * p.out + o] = sign_of(difference);
 }
 
+// W of the block's 16 outputs in shared memory, quad-major: quad q (columns 4q .. 4q+3)
+// holds the 16 rows' float4s and one float4 of padding. In a step, lane c reads quad
+// 16 s + c: its 16 loads sit at fixed offsets from one address, and the 8 lanes of a
+// quarter-warp, 272 bytes apart, hit 8 different 16-byte bank groups. Rows past `out`
+// and columns past `in` are zeros (their sums are dropped or add nothing).
+constexpr int kQuadStride = kOutGroup + 1;  // float4s per quad
+
+int64_t forward_quads(int64_t in) { return cuda::ceil_div(in, kColumnsPerStep) * (kColumnsPerStep / 4); }
+size_t forward_shared_bytes(int64_t in) { return static_cast<size_t>(forward_quads(in)) * kQuadStride * sizeof(float4); }
+
+template <bool kVector>
+__device__ void stage_weight_quads(const SkinnyForward& p, float4* w_quads, int64_t out0, int quads) {
+  for (int i = threadIdx.x; i < kOutGroup * quads; i += blockDim.x) {
+    const int o = i / quads, q = i % quads;  // consecutive threads: consecutive quads of a row
+    const int64_t row = out0 + o, k = 4 * int64_t{q};
+    float4* staged = w_quads + q * kQuadStride + o;
+    if (kVector && row < p.out && k < p.in) {
+      cuda::copy_async16(staged, p.weight + row * p.in + k);
+    } else {
+      *staged = row < p.out ? load_columns<false, false>(p.weight + row * p.in, k, p.in, true) : zero4();
+    }
+  }
+  cuda::commit_copies();
+  cuda::wait_copies<0>();
+  __syncthreads();
+}
+
+// Columns k .. k + 3 of a row of x; unchecked: the whole quad is inside the row.
+template <bool kVector>
+__device__ __forceinline__ float4 load_x(const float* row, int64_t k, int64_t in, bool checked) {
+  if (kVector && !checked) return load_streaming(row + k);
+  return load_columns<kVector, true>(row, k, in, true);
+}
+
 template <bool kVector, bool kFuseL1>
 __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(SkinnyForward p) {
+  extern __shared__ float4 w_quads[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int column_lane = lane % kLanesPerRow, row_group = lane / kLanesPerRow;
   const int64_t out0 = int64_t{blockIdx.y} * kOutGroup;
   const int64_t tiles = cuda::ceil_div(p.rows, kRowsPerWarp);
   const int64_t warp_count = int64_t{gridDim.x} * kForwardWarps;
+  const int steps = static_cast<int>(cuda::ceil_div(p.in, kColumnsPerStep));
+  // Steps whose 64 columns lie inside x for every lane need no bounds checks.
+  const int full_steps = kVector ? static_cast<int>(p.in / kColumnsPerStep) : 0;
+  stage_weight_quads<kVector>(p, w_quads, out0, steps * (kColumnsPerStep / 4));
+  const float4* w_lane = w_quads + column_lane * kQuadStride;
   double abs_sum = 0.0;
   for (int64_t tile = int64_t{blockIdx.x} * kForwardWarps + warp; tile < tiles;
        tile += warp_count) {  // the same count for the whole warp: shuffles stay converged
     int64_t rows[kRowsPerLane];
-    bool valid[kRowsPerLane];
     const float* x_rows[kRowsPerLane];
 #pragma unroll
     for (int i = 0; i < kRowsPerLane; ++i) {
       rows[i] = tile * kRowsPerWarp + lane_row(row_group, i);
-      valid[i] = rows[i] < p.rows;
-      x_rows[i] = p.x.data + rows[i] * p.x.row_stride;
+      // A row past the end reads the last row instead; its sums are dropped.
+      x_rows[i] = p.x.data + min(rows[i], p.rows - 1) * p.x.row_stride;
     }
     float sum[kRowsPerLane][kOutGroup] = {};
     // x is software-pipelined: the next step's 4 loads are issued before this step's
     // 256 FMAs, so a lane always has a step of x in flight while it multiplies.
     float4 next[kRowsPerLane];
 #pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) next[i] = load_columns<kVector, true>(x_rows[i], 4 * column_lane, p.in, valid[i]);
-    for (int64_t k0 = 0; k0 < p.in; k0 += kColumnsPerStep) {
-      const int64_t k = k0 + 4 * column_lane;
+    for (int i = 0; i < kRowsPerLane; ++i) next[i] = load_x<kVector>(x_rows[i], 4 * column_lane, p.in, full_steps == 0);
+#pragma unroll 2  // x and next swap roles instead of being copied
+    for (int s = 0; s < steps; ++s) {
       float4 x[kRowsPerLane];
 #pragma unroll
-      for (int i = 0; i < kRowsPerLane; ++i) {
-        x[i] = next[i];
-        next[i] = load_columns<kVector, true>(x_rows[i], k + kColumnsPerStep, p.in, valid[i]);
+      for (int i = 0; i < kRowsPerLane; ++i) x[i] = next[i];
+      if (s + 1 < steps) {
+        const int64_t k = int64_t{s + 1} * kColumnsPerStep + 4 * column_lane;
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i) next[i] = load_x<kVector>(x_rows[i], k, p.in, s + 1 >= full_steps);
       }
+      const float4* w = w_lane + s * (kColumnsPerStep / 4) * kQuadStride;
 #pragma unroll
       for (int o = 0; o < kOutGroup; ++o) {
-        // Rows past `out` repeat the last row (valid memory); their sums are dropped.
-        const float* w_row = p.weight + min(out0 + o, p.out - 1) * p.in;
-        const float4 w = load_columns<kVector, false>(w_row, k, p.in, true);
+        const float4 w_o = w[o];
 #pragma unroll
-        for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[i], w);
+        for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[i], w_o);
       }
     }
     const int64_t o = out0 + column_lane;
 #pragma unroll
     for (int i = 0; i < kRowsPerLane; ++i) {
       reduce_over_row_lanes(sum[i], column_lane);
-      if (valid[i] && o < p.out) forward_epilogue<kFuseL1>(p, rows[i], o, sum[i][0], abs_sum);
+      if (rows[i] < p.rows && o < p.out) forward_epilogue<kFuseL1>(p, rows[i], o, sum[i][0], abs_sum);
     }
   }
   if (kFuseL1) {
@@ -133,16 +174,29 @@ template <bool kFuseL1>
 void launch_forward(const SkinnyForward& p, cuda::Stream stream) {
   SEQPAR_CHECK(p.out >= 1 && p.out <= kSkinnyMaxOut, "skinny linear: out_features ", p.out,
                " is not in [1, ", kSkinnyMaxOut, "]");
+  SEQPAR_CHECK(skinny_forward_fits(p.in), "skinny linear forward: in_features ", p.in,
+               " is above its limit ", kSkinnyForwardMaxIn, " (W is staged in shared memory)");
   if (p.rows == 0) return;
   const bool vector = p.in % 4 == 0 && p.x.row_stride % 4 == 0 && aligned16(p.x.data) &&
                       aligned16(p.weight);
   const dim3 grid = forward_grid(p.rows, p.out);
+  const size_t shared = forward_shared_bytes(p.in);
+  auto launch = [&](auto kernel) {
+    // Shared memory before L1 (x bypasses L1): three blocks per SM keep the seed's 375
+    // blocks in one wave. Above 48 KB a kernel must opt in. (Both legal inside a capture.)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared));
+    if (shared > 48 * 1024) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+    }
+    kernel<<<grid, kForwardThreads, shared, stream>>>(p);
+    CUDA_LAUNCH_CHECK();
+  };
   if (vector) {
-    skinny_forward_kernel<true, kFuseL1><<<grid, kForwardThreads, 0, stream>>>(p);
+    launch(skinny_forward_kernel<true, kFuseL1>);
   } else {
-    skinny_forward_kernel<false, kFuseL1><<<grid, kForwardThreads, 0, stream>>>(p);
+    launch(skinny_forward_kernel<false, kFuseL1>);
   }
-  CUDA_LAUNCH_CHECK();
 }
 
 // ------------------------------------------------------------------ weight gradient
