@@ -3,7 +3,8 @@
 // wrapped once with what it guarantees.
 //
 //   copy_async16 / copy_async4   global -> shared without a register round trip; the
-//                                copy completes in the background.
+//                                copy completes in the background (the _or_zero forms
+//                                write zeros instead when told not to copy).
 //   commit_copies / wait_copies  a thread's copies since its last commit form a group;
 //                                wait_copies<N> returns once at most N of the thread's
 //                                groups are still in flight. The data is then visible
@@ -37,6 +38,20 @@ __device__ __forceinline__ void copy_async16(void* shared, const void* global) {
 __device__ __forceinline__ void copy_async4(void* shared, const void* global) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(shared)),
                "l"(global)
+               : "memory");
+}
+
+// As copy_async16 / copy_async4, but when `copy` is false nothing is read and the
+// destination is filled with zeros (cp.async's src-size operand); `global` must still
+// be a valid address.
+__device__ __forceinline__ void copy_async16_or_zero(void* shared, const void* global, bool copy) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
+               "l"(global), "r"(copy ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async4_or_zero(void* shared, const void* global, bool copy) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)),
+               "l"(global), "r"(copy ? 4 : 0)
                : "memory");
 }
 

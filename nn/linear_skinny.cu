@@ -3,18 +3,16 @@
 // Design note. At the seed's shape (x 12000 x 640, W 16 x 640) both products are
 // thin: every row of x meets all 16 rows of W. The general GEMM's 64 x 64 tiles are
 // three-quarters empty there and it reads x at under 0.5 TB/s. These kernels read x
-// exactly once per group of 16 outputs, with 16-byte loads that bypass L1
-// (ld.global.nc.L1::no_allocate) so that L1 keeps what is reused: W in the forward.
-// Both are close to the FP32 FMA rate: 12000 x 640 x 16 FMAs = 123 M per product,
-// about 3.7 us on an H200 at 33 TFMA/s, against 7.4 us to read x from memory once.
+// exactly once per group of 16 outputs. 12000 x 640 x 16 FMAs = 123 M per product,
+// about 3.7 us on an H200 at 33 TFMA/s, against 7.4 us to read x from memory once:
+// what limits them is keeping enough of x in flight, not the arithmetic.
 //
 // Forward. A warp owns 8 rows (four per lane), and 16 lanes share a row: lane c reads
-// columns 4c .. 4c+3 of every 64, so a warp's load is 2 rows x 256 contiguous bytes,
-// issued one 64-column step ahead of the FMAs that use it.
-// Each lane keeps 16 partial dot products per row, then 4 butterfly exchanges
-// (xor 8, 4, 2, 1) halve the 16 sums each time until lane c holds output c, each
-// summed in a fixed tree. W is read through L1 (40 KB, shared by all rows); each W
-// value a lane loads serves its 4 rows.
+// columns 4c .. 4c+3 of every 64. x comes through shared memory by cp.async, three
+// 64-column steps ahead of the FMAs; W (16 rows) is staged once per block. Each lane
+// keeps 16 partial dot products per row, then 4 butterfly exchanges (xor 8, 4, 2, 1)
+// halve the 16 sums each time until lane c holds output c, each summed in a fixed
+// tree. Each W value a lane loads serves its 4 rows.
 //
 // Weight gradient. A thread owns 4 columns of x and all 16 outputs: 64 accumulators,
 // dW[o][k..k+3] += dy[r][o] * x[r][k..k+3] row by row, with dy staged in shared
@@ -81,7 +79,13 @@ size_t forward_shared_bytes(int64_t in) { return static_cast<size_t>(forward_qua
 
 template <bool kVector>
 __device__ void stage_weight_quads(const SkinnyForward& p, float4* w_quads, int64_t out0, int quads) {
-  for (int i = threadIdx.x; i < kOutGroup * quads; i += blockDim.x) {
+  // Every block reads all of W at once at its start: each begins at a different place,
+  // so that the blocks' requests spread over the L2 slices instead of queueing at the
+  // few that hold W's first lines (measured: 35 -> 30 us for the seed's forward).
+  const int total = kOutGroup * quads;
+  const int start = static_cast<int>((blockIdx.x * 613u) % static_cast<unsigned>(total));
+  for (int j = threadIdx.x; j < total; j += blockDim.x) {
+    const int i = (j + start) % total;
     const int o = i / quads, q = i % quads;  // consecutive threads: consecutive quads of a row
     const int64_t row = out0 + o, k = 4 * int64_t{q};
     float4* staged = w_quads + q * kQuadStride + o;
@@ -91,58 +95,82 @@ __device__ void stage_weight_quads(const SkinnyForward& p, float4* w_quads, int6
       *staged = row < p.out ? load_columns<false, false>(p.weight + row * p.in, k, p.in, true) : zero4();
     }
   }
-  cuda::commit_copies();
-  cuda::wait_copies<0>();
-  __syncthreads();
+  cuda::commit_copies();  // the caller waits for this group, then syncs the block
 }
 
-// Columns k .. k + 3 of a row of x; unchecked: the whole quad is inside the row.
+// x reaches shared memory through cp.async, kForwardStages 64-column steps ahead of
+// the FMAs. Each lane copies exactly the values it will read (its 4 rows' quad of the
+// step), so a lane's own wait_copies is the only synchronization the ring needs, and a
+// warp keeps 3 steps (6 KB) in flight without spending registers on them. Columns past
+// `in` arrive as zeros.
+constexpr int kForwardStages = 3;
+constexpr int kStageFloats = kRowsPerWarp * kColumnsPerStep;  // one step of a warp's 8 rows
+size_t forward_ring_bytes() { return size_t{kForwardWarps} * kForwardStages * kStageFloats * sizeof(float); }
+
+// One step's copies as one copy group; past the last step an empty group, so that
+// wait_copies counts steps (and no stage is written twice without a wait between).
 template <bool kVector>
-__device__ __forceinline__ float4 load_x(const float* row, int64_t k, int64_t in, bool checked) {
-  if (kVector && !checked) return load_streaming(row + k);
-  return load_columns<kVector, true>(row, k, in, true);
+__device__ __forceinline__ void copy_step(float* stage, const float* const (&x_rows)[kRowsPerLane],
+                                          int64_t k, int64_t in, bool active) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerLane && active; ++i) {
+    float* slot = stage + i * kRowGroups * kColumnsPerStep;
+    if (kVector) {
+      cuda::copy_async16_or_zero(slot, x_rows[i] + (k < in ? k : 0), k < in);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) cuda::copy_async4_or_zero(slot + c, x_rows[i] + (k + c < in ? k + c : 0), k + c < in);
+    }
+  }
+  cuda::commit_copies();
 }
 
 template <bool kVector, bool kFuseL1>
 __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(SkinnyForward p) {
-  extern __shared__ float4 w_quads[];
+  extern __shared__ float4 shared_words[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int column_lane = lane % kLanesPerRow, row_group = lane / kLanesPerRow;
   const int64_t out0 = int64_t{blockIdx.y} * kOutGroup;
   const int64_t tiles = cuda::ceil_div(p.rows, kRowsPerWarp);
   const int64_t warp_count = int64_t{gridDim.x} * kForwardWarps;
   const int steps = static_cast<int>(cuda::ceil_div(p.in, kColumnsPerStep));
-  // Steps whose 64 columns lie inside x for every lane need no bounds checks.
-  const int full_steps = kVector ? static_cast<int>(p.in / kColumnsPerStep) : 0;
-  stage_weight_quads<kVector>(p, w_quads, out0, steps * (kColumnsPerStep / 4));
+  const int quads = steps * (kColumnsPerStep / 4);
+  float4* w_quads = shared_words;
+  // This lane's slot in each stage of its warp's ring: row row_group, columns 4c .. 4c+3.
+  float* lane_ring = reinterpret_cast<float*>(shared_words + quads * kQuadStride) +
+                     warp * kForwardStages * kStageFloats + row_group * kColumnsPerStep + 4 * column_lane;
+  const float* x_rows[kRowsPerLane];
+  // A tile's first kForwardStages - 1 steps, each its own copy group (empty past the
+  // last step, or for a warp without a tile).
+  auto begin_tile = [&](int64_t tile) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) {  // a row past the end reads the last row; its sums are dropped
+      const int64_t row = min(tile * kRowsPerWarp + lane_row(row_group, i), p.rows - 1);
+      x_rows[i] = p.x.data + row * p.x.row_stride;
+    }
+    for (int s = 0; s < kForwardStages - 1; ++s) {
+      copy_step<kVector>(lane_ring + s * kStageFloats, x_rows, int64_t{s} * kColumnsPerStep + 4 * column_lane,
+                         p.in, s < steps && tile < tiles);
+    }
+  };
+  int64_t tile = int64_t{blockIdx.x} * kForwardWarps + warp;
+  stage_weight_quads<kVector>(p, w_quads, out0, quads);  // the oldest copy group
+  begin_tile(tile);  // x's first steps travel while W lands
+  cuda::wait_copies<kForwardStages - 1>();  // W (this thread's part) has landed
+  __syncthreads();                          // and everyone's
   const float4* w_lane = w_quads + column_lane * kQuadStride;
   double abs_sum = 0.0;
-  for (int64_t tile = int64_t{blockIdx.x} * kForwardWarps + warp; tile < tiles;
-       tile += warp_count) {  // the same count for the whole warp: shuffles stay converged
-    int64_t rows[kRowsPerLane];
-    const float* x_rows[kRowsPerLane];
-#pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) {
-      rows[i] = tile * kRowsPerWarp + lane_row(row_group, i);
-      // A row past the end reads the last row instead; its sums are dropped.
-      x_rows[i] = p.x.data + min(rows[i], p.rows - 1) * p.x.row_stride;
-    }
+  for (; tile < tiles; tile += warp_count) {  // the same count for the whole warp: shuffles stay converged
     float sum[kRowsPerLane][kOutGroup] = {};
-    // x is software-pipelined: the next step's 4 loads are issued before this step's
-    // 256 FMAs, so a lane always has a step of x in flight while it multiplies.
-    float4 next[kRowsPerLane];
-#pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) next[i] = load_x<kVector>(x_rows[i], 4 * column_lane, p.in, full_steps == 0);
-#pragma unroll 2  // x and next swap roles instead of being copied
     for (int s = 0; s < steps; ++s) {
+      const int ahead = s + kForwardStages - 1;  // refills the stage step s - 1 used
+      copy_step<kVector>(lane_ring + (ahead % kForwardStages) * kStageFloats, x_rows,
+                         int64_t{ahead} * kColumnsPerStep + 4 * column_lane, p.in, ahead < steps);
+      cuda::wait_copies<kForwardStages - 1>();  // step s has landed
+      const float* stage = lane_ring + (s % kForwardStages) * kStageFloats;
       float4 x[kRowsPerLane];
 #pragma unroll
-      for (int i = 0; i < kRowsPerLane; ++i) x[i] = next[i];
-      if (s + 1 < steps) {
-        const int64_t k = int64_t{s + 1} * kColumnsPerStep + 4 * column_lane;
-#pragma unroll
-        for (int i = 0; i < kRowsPerLane; ++i) next[i] = load_x<kVector>(x_rows[i], k, p.in, s + 1 >= full_steps);
-      }
+      for (int i = 0; i < kRowsPerLane; ++i) x[i] = *reinterpret_cast<const float4*>(stage + i * kRowGroups * kColumnsPerStep);
       const float4* w = w_lane + s * (kColumnsPerStep / 4) * kQuadStride;
 #pragma unroll
       for (int o = 0; o < kOutGroup; ++o) {
@@ -151,13 +179,17 @@ __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(Skin
         for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[i], w_o);
       }
     }
+    const int64_t first_row = tile * kRowsPerWarp;
+    if (tile + warp_count < tiles) begin_tile(tile + warp_count);  // overlaps the butterfly
     const int64_t o = out0 + column_lane;
 #pragma unroll
     for (int i = 0; i < kRowsPerLane; ++i) {
       reduce_over_row_lanes(sum[i], column_lane);
-      if (rows[i] < p.rows && o < p.out) forward_epilogue<kFuseL1>(p, rows[i], o, sum[i][0], abs_sum);
+      const int64_t row = first_row + lane_row(row_group, i);
+      if (row < p.rows && o < p.out) forward_epilogue<kFuseL1>(p, row, o, sum[i][0], abs_sum);
     }
   }
+  cuda::wait_copies<0>();  // nothing in flight when the block exits
   if (kFuseL1) {
     abs_sum = cuda::block_sum(abs_sum);
     if (threadIdx.x == 0) p.l1.loss_partials[int64_t{blockIdx.y} * gridDim.x + blockIdx.x] = abs_sum;
@@ -180,7 +212,7 @@ void launch_forward(const SkinnyForward& p, cuda::Stream stream) {
   const bool vector = p.in % 4 == 0 && p.x.row_stride % 4 == 0 && aligned16(p.x.data) &&
                       aligned16(p.weight);
   const dim3 grid = forward_grid(p.rows, p.out);
-  const size_t shared = forward_shared_bytes(p.in);
+  const size_t shared = forward_shared_bytes(p.in) + forward_ring_bytes();
   auto launch = [&](auto kernel) {
     // Shared memory before L1 (x bypasses L1): three blocks per SM keep the seed's 375
     // blocks in one wave. Above 48 KB a kernel must opt in. (Both legal inside a capture.)

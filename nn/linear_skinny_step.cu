@@ -117,8 +117,12 @@ __device__ void zero_padding(const SkinnyStep& p, float* tiles, int slots) {
 // 4-column quad per iteration.
 template <bool kVector>
 __device__ void stage_weight(const SkinnyStep& p, float* w_tile, int64_t out0) {
-  const int quads = static_cast<int>(p.in_padded / 4);
-  for (int i = threadIdx.x; i < kOutGroup * quads; i += blockDim.x) {
+  // Each block starts at a different place in W: every block reads all of it at
+  // once, and staggered starts spread those requests over the L2 slices.
+  const int quads = static_cast<int>(p.in_padded / 4), total = kOutGroup * quads;
+  const int start = static_cast<int>((blockIdx.x * 613u) % static_cast<unsigned>(total));
+  for (int j = threadIdx.x; j < total; j += blockDim.x) {
+    const int i = (j + start) % total;
     const int o = i / quads, k = 4 * (i % quads);
     float* staged = w_tile + o * p.in_padded + k;
     const float* source = p.weight + (out0 + o) * p.in + k;
