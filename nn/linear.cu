@@ -28,8 +28,11 @@
 // layouts too and splits K the same way: when its tiles alone, or its tiles times a K
 // split into ranges of at least 1024, make at least 128 blocks (about one per SM), and
 // the operands allow its 16-byte loads. The stress shape's dW (1024 x 1024 over 2^20
-// rows) is 64 tiles x 4 splits. choose_gemm below is the one place that picks the
-// kernel and the split, from the shape (and the layouts' alignment) alone.
+// rows) is 64 tiles x 4 splits. Its K slices are kLargeSlice deep (8 or 16, one
+// constant in nn/linear_large.h; LinearKernel::Slice8 / Slice16 pick either for
+// comparisons), and K is split into whole slices of that depth. choose_gemm below is
+// the one place that picks the kernel, its slice depth and the split, from the shape
+// (and the layouts' alignment) alone.
 //
 // Skinny shapes (out_features <= 64, the seed's 16) go to nn/linear_skinny.cu instead:
 // one pass over x for the forward, and one for dW and db together.
@@ -182,7 +185,17 @@ void launch_sum_partials(const Partial* partials, int64_t splits, int64_t m, int
 GemmChoice split_k(bool large, int64_t k, int64_t wanted, int64_t depth) {
   const int64_t range = cuda::ceil_div(k, std::max<int64_t>(wanted, 1));
   const int64_t k_per_split = std::max(depth, cuda::ceil_div(range, depth) * depth);
-  return {large, std::max<int64_t>(1, cuda::ceil_div(k, k_per_split)), k_per_split};
+  return {large, std::max<int64_t>(1, cuda::ceil_div(k, k_per_split)), k_per_split, depth};
+}
+
+// The 128 x 128 kernel's slice depth for `kernel`: kLargeSlice unless told.
+static_assert(kLargeSlice == 8 || kLargeSlice == 16, "the large kernel has slices of 8 or 16 k");
+int64_t large_slice(LinearKernel kernel) {
+  switch (kernel) {
+    case LinearKernel::Slice8: return 8;
+    case LinearKernel::Slice16: return 16;
+    default: return kLargeSlice;
+  }
 }
 
 // The kernel and the K split for C = A Bᵀ: the 128 x 128 kernel when it fits and has
@@ -197,7 +210,7 @@ GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel) {
                                ? 1
                                : std::min(cuda::ceil_div(kTargetBlocks, large_tiles),
                                           g.k / kLargeMinSplitK);
-    const GemmChoice large = split_k(true, g.k, wanted, kLargeSlice);
+    const GemmChoice large = split_k(true, g.k, wanted, large_slice(kernel));
     if (large_tiles * large.splits >= kLargeMinBlocks) return large;
   }
   const int64_t tiles = cuda::ceil_div(g.m, kTileM) * cuda::ceil_div(g.n, kTileN);
@@ -221,8 +234,10 @@ void gemm(Gemm g, LinearKernel kernel, int device) {
     partials = Tensor::empty({choice.splits, g.m, g.n}, Device::cuda(device));
     g.partials = partials.data();
   }
-  if (choice.large) {
-    large_gemm_cuda<kAAlongK, kBAlongK>(g, choice.splits, stream);
+  if (choice.large && choice.slice == 16) {
+    large_gemm_cuda<kAAlongK, kBAlongK, 16>(g, choice.splits, stream);
+  } else if (choice.large) {
+    large_gemm_cuda<kAAlongK, kBAlongK, 8>(g, choice.splits, stream);
   } else {
     const int64_t tiles_m = cuda::ceil_div(g.m, kTileM), tiles_n = cuda::ceil_div(g.n, kTileN);
     SEQPAR_CHECK(tiles_n <= 65535, "linear: ", g.n, " output columns exceed the kernel's grid");

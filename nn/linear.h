@@ -52,8 +52,10 @@ namespace detail {
 // Which kernels the CUDA launchers use. Auto: the skinny ones (nn/linear_skinny.h)
 // for out_features <= 64 (the forward and dW), the 128 x 128 GEMM (nn/linear_large.h)
 // for large aligned products, the 64 x 64 tiled GEMM otherwise. General: never the
-// skinny ones. Tiled64: only the 64 x 64 tiled GEMM. (The last two are for comparisons.)
-enum class LinearKernel { Auto, General, Tiled64 };
+// skinny ones. Tiled64: only the 64 x 64 tiled GEMM. Slice8, Slice16: as General, with
+// the 128 x 128 GEMM's K slices 8 or 16 deep (K split into whole slices of that depth);
+// Auto and General use kLargeSlice. (All but Auto are for comparisons.)
+enum class LinearKernel { Auto, General, Tiled64, Slice8, Slice16 };
 // CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0);
 // weight [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written
@@ -75,6 +77,7 @@ struct GemmChoice {
   bool large;           // the 128 x 128 kernel, else the 64 x 64 one
   int64_t splits;       // K ranges, summed in order by a second kernel when more than one
   int64_t k_per_split;  // the length of each range (the last may be shorter)
+  int64_t slice;        // the kernel's K slice depth, of which k_per_split is a multiple
 };
 GemmChoice linear_gemm_choice(LinearProduct product, const Tensor& left, const Tensor& right,
                               const Tensor& result, LinearKernel kernel = LinearKernel::Auto);

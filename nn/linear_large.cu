@@ -1,30 +1,41 @@
 // CUDA kernel of nn/linear_large.h: the classic register-blocked SGEMM.
 //
 // A block of 256 threads owns a 128 x 128 tile of C and walks its K range in slices of
-// 8: each slice of A and Bᵀ (128 x 8 each, one 16-byte load per thread) is stored
-// k-major in shared memory, tile[k][row], rows padded by 4 floats, double-buffered: the
-// next slice's global loads are issued before the current slice's FMAs and stored after
-// them, one barrier per slice. Each thread accumulates an 8 x 8 sub-tile in registers:
+// kSlice = 8 or 16 k (a template argument; the launchers use kLargeSlice). Each slice of
+// A and Bᵀ (128 x kSlice each) is loaded in parts of 8 k, one 16-byte load per thread,
+// operand and part, and stored k-major in shared memory, tile[k][row], rows padded by 4
+// floats, double-buffered: the next slice's global loads are issued before the current
+// slice's FMAs and stored after them, one barrier per slice. With 16-deep slices the
+// parts take turns: part 0 of the next slice is loaded before k 0..7 of this one and
+// stored after them, then part 1 is loaded and stored after k 8..15, so that one float4
+// per operand is in registers either way; the 8-deep kernel is the same code with one
+// part. Each thread accumulates an 8 x 8 sub-tile in registers:
 // rows ty*4 + i and 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, so every
 // shared-memory read is a 16-byte vector, a warp's reads of B cover 32 distinct banks,
-// and its reads of A are broadcasts. Per slice a thread does 64 FMAs for 4 vector loads.
+// and its reads of A are broadcasts. Per k a thread does 64 FMAs for 4 vector loads.
 //
 // Operand layouts (template arguments, one per operand; see Operand in the header):
 //   along K     the forward's x and W: a thread loads 4 consecutive k of one row (two
-//               threads per row) and stores them transposed, tile[k..k+3][row]; the
-//               padding makes a warp's 4 scalar stores hit 32 distinct banks each.
+//               threads per row and part: k 0..3 and 4..7 of part 0, 8..11 and 12..15
+//               of part 1, so a warp's load fills 16 whole 32-byte sectors) and stores
+//               them transposed, tile[k..k+3][row]; the padding makes a warp's 4
+//               scalar stores hit 32 distinct banks each.
 //   along rows  dW's dy and x, dx's W, read down their columns: a thread loads 4
-//               consecutive rows at one k (32 threads per k) and stores them as they
-//               are, one float4 at tile[k][row..row+3]; a warp's stores cover one
-//               contiguous 512-byte row of the tile, 4 conflict-free wavefronts.
+//               consecutive rows at one k (32 threads per k: k 0..7 in part 0, 8..15
+//               in part 1) and stores them as they are, one float4 at
+//               tile[k][row..row+3]; a warp's stores cover one contiguous 512-byte
+//               row of the tile, 4 conflict-free wavefronts.
 // Only the staging differs: the FMA loop and the write-out are the same for all.
 //
 // Split K. blockIdx.z takes K range [z * k_per_split, (z + 1) * k_per_split). With one
 // split the block writes C (+ bias); with several it writes its sum to its own partial
 // tile, which linear.cu's fixed-order sum adds up (+ bias). Either way each element is
 // one fma chain in k order per split, and the split count comes from the shape alone
-// (linear.cu): deterministic. With one split and both operands along K (the forward)
-// every element is summed exactly as by the forward-only kernel this one grew from.
+// (linear.cu): deterministic. The slice depth changes neither: the chain is the same
+// for 8 and 16 when the splits are (linear.cu cuts K into whole 16-k slices for the
+// 16-deep kernel, and with one split both take K whole). With one split and both
+// operands along K (the forward) every element is summed exactly as by the
+// forward-only kernel this one grew from.
 //
 // What it does not use: Hopper's tensor cores (wgmma) — their fp32 inputs go through
 // TF32, which the issue's fp32 comparison rules out — and the asynchronous copy
@@ -40,11 +51,14 @@ namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int kTile = kLargeTile, kSlice = kLargeSlice, kThreads = 256, kPad = 4;
+constexpr int kTile = kLargeTile, kThreads = 256, kPad = 4;
 constexpr int kHalf = kTile / 2;
-static_assert(kTile * kSlice == 4 * kThreads, "one float4 of each operand per thread and slice");
+// A slice is loaded in parts of 8 k: one float4 of each operand per thread and part.
+constexpr int kPartDepth = 8;
+static_assert(kTile * kPartDepth == 4 * kThreads, "one float4 of each operand per thread and part");
 
-// Where this thread's float4 sits in every 128-row x 8-k slice of an operand.
+// Where this thread's float4 sits in part 0 of every 128-row slice of an operand; part p
+// is the same float4 8 p further along K.
 template <bool kAlongK>
 struct SliceSpot {
   int row, k;
@@ -63,21 +77,25 @@ __device__ __forceinline__ float4 load_slice(const Operand& op, int64_t row, int
   return *reinterpret_cast<const float4*>(op.data + offset);
 }
 
+// Stores part `part` of a slice (k + 8 part) into a tile row of kTile + kPad floats.
 template <bool kAlongK>
 __device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSpot<kAlongK> spot,
-                                            float4 v) {
+                                            int part, float4 v) {
+  const int k = spot.k + part * kPartDepth;
   if (kAlongK) {  // transposed: 4 k of one row
-    tile[spot.k + 0][spot.row] = v.x;
-    tile[spot.k + 1][spot.row] = v.y;
-    tile[spot.k + 2][spot.row] = v.z;
-    tile[spot.k + 3][spot.row] = v.w;
+    tile[k + 0][spot.row] = v.x;
+    tile[k + 1][spot.row] = v.y;
+    tile[k + 2][spot.row] = v.z;
+    tile[k + 3][spot.row] = v.w;
   } else {  // as loaded: 4 rows at one k
-    *reinterpret_cast<float4*>(&tile[spot.k][spot.row]) = v;
+    *reinterpret_cast<float4*>(&tile[k][spot.row]) = v;
   }
 }
 
-template <bool kAAlongK, bool kBAlongK>
+template <bool kAAlongK, bool kBAlongK, int kSlice>
 __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
+  static_assert(kSlice == kPartDepth || kSlice == 2 * kPartDepth, "slices of 8 or 16 k");
+  constexpr int kParts = kSlice / kPartDepth;
   __shared__ __align__(16) float a_tile[2][kSlice][kTile + kPad];
   __shared__ __align__(16) float b_tile[2][kSlice][kTile + kPad];
   const int t = threadIdx.x;
@@ -88,10 +106,18 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   const int64_t k_begin = int64_t{blockIdx.z} * g.k_per_split;
   const int64_t k_end = min(g.k, k_begin + g.k_per_split);
 
+  // The first slice, all parts at once; a_next and b_next then carry one part at a time.
   float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k_begin + a_spot.k, k_end);
   float4 b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k_begin + b_spot.k, k_end);
-  store_slice(a_tile[0], a_spot, a_next);
-  store_slice(b_tile[0], b_spot, b_next);
+  if constexpr (kParts > 1) {
+    const int64_t k1 = k_begin + kPartDepth;
+    const float4 a_second = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, k_end);
+    const float4 b_second = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, k_end);
+    store_slice(a_tile[0], a_spot, 1, a_second);
+    store_slice(b_tile[0], b_spot, 1, b_second);
+  }
+  store_slice(a_tile[0], a_spot, 0, a_next);
+  store_slice(b_tile[0], b_spot, 0, b_next);
   __syncthreads();
 
   float sum[8][8] = {};
@@ -99,12 +125,27 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kSlice, current ^= 1) {
     const int64_t k = k0 + kSlice;
     const bool more = k < k_end;
+    // Part by part: the next slice's part p is loaded before this slice's part p (k 8 p
+    // .. 8 p + 7) is multiplied and stored after it, so that one float4 per operand is in
+    // flight whatever the slice depth. (With both parts of a 16-deep slice loaded up
+    // front, ptxas holds its 128 registers by sinking the loads down to the stores.)
     if (more) {
       a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, k_end);
       b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, k_end);
     }
 #pragma unroll
     for (int kk = 0; kk < kSlice; ++kk) {
+      if constexpr (kParts > 1) {
+        // Part 0 multiplied: store it (the other buffer was last read before the
+        // previous barrier) and load part 1.
+        if (kk == kPartDepth && more) {
+          store_slice(a_tile[current ^ 1], a_spot, 0, a_next);
+          store_slice(b_tile[current ^ 1], b_spot, 0, b_next);
+          const int64_t k1 = k + kPartDepth;
+          a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, k_end);
+          b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, k_end);
+        }
+      }
       const float* a_row = a_tile[current][kk];
       const float* b_row = b_tile[current][kk];
       const float4 a_low = *reinterpret_cast<const float4*>(a_row + ty * 4);
@@ -119,9 +160,9 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
         for (int j = 0; j < 8; ++j) sum[i][j] = fmaf(a[i], b[j], sum[i][j]);
       }
     }
-    if (more) {  // the other buffer was last read before the previous barrier
-      store_slice(a_tile[current ^ 1], a_spot, a_next);
-      store_slice(b_tile[current ^ 1], b_spot, b_next);
+    if (more) {  // the last part; the other buffer was last read before the previous barrier
+      store_slice(a_tile[current ^ 1], a_spot, kParts - 1, a_next);
+      store_slice(b_tile[current ^ 1], b_spot, kParts - 1, b_next);
     }
     __syncthreads();
   }
@@ -172,27 +213,32 @@ bool large_gemm_fits(const Gemm& g) {
          cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 
-template <bool kAAlongK, bool kBAlongK>
+template <bool kAAlongK, bool kBAlongK, int kSlice>
 void large_gemm_cuda(const Gemm& g, int64_t splits, cuda::Stream stream) {
   SEQPAR_CHECK((large_gemm_fits<kAAlongK, kBAlongK>(g)),
                "large_gemm_cuda: shape, layout or alignment not supported");
   SEQPAR_CHECK(g.k_per_split > 0 && g.k_per_split % kSlice == 0 && splits <= 65535 &&
                    splits == std::max<int64_t>(1, cuda::ceil_div(g.k, g.k_per_split)),
-               "large_gemm_cuda: ", splits, " splits of ", g.k_per_split, " for K = ", g.k);
+               "large_gemm_cuda: ", splits, " splits of ", g.k_per_split, " for K = ", g.k,
+               " (slices of ", kSlice, ")");
   SEQPAR_CHECK(splits == 1 || (g.partials != nullptr && aligned16(g.partials)),
                "large_gemm_cuda: ", splits, " splits need 16-byte aligned partials");
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
                   static_cast<unsigned>(cuda::ceil_div(g.n, kTile)), static_cast<unsigned>(splits));
-  large_gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g);
+  large_gemm_kernel<kAAlongK, kBAlongK, kSlice><<<grid, kThreads, 0, stream>>>(g);
   CUDA_LAUNCH_CHECK();
 }
 
-// The layouts of the three products of a Linear (linear.cu's design note).
+// The layouts of the three products of a Linear (linear.cu's design note), each with
+// both slice depths (kLargeSlice is the one the launchers use unless told otherwise).
 template bool large_gemm_fits<true, true>(const Gemm&);    // y = x Wᵀ + b
 template bool large_gemm_fits<true, false>(const Gemm&);   // dx = dy W
 template bool large_gemm_fits<false, false>(const Gemm&);  // dW = dyᵀ x
-template void large_gemm_cuda<true, true>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<true, false>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<false, false>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<true, true, 8>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<true, false, 8>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<false, false, 8>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<true, true, 16>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<true, false, 16>(const Gemm&, int64_t, cuda::Stream);
+template void large_gemm_cuda<false, false, 16>(const Gemm&, int64_t, cuda::Stream);
 
 }  // namespace seqpar::nn::detail

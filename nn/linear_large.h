@@ -34,9 +34,11 @@ struct Gemm {
   float* partials;    // [splits, m, n], null for one split
 };
 
-// The large kernel's tile of C and the depth of its K slices; k_per_split must be a
-// multiple of the slice depth.
-constexpr int64_t kLargeTile = 128, kLargeSlice = 8;
+// The large kernel's tile of C, and the depth of its K slices (8 or 16) that the
+// launchers use; k_per_split must be a multiple of the slice depth. kLargeSlice is the
+// one switch between the two: linear.cu's Auto and General dispatch and split with it.
+constexpr int64_t kLargeTile = 128;
+constexpr int kLargeSlice = 8;
 
 // Whether the large kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
@@ -46,9 +48,10 @@ constexpr int64_t kLargeTile = 128, kLargeSlice = 8;
 template <bool kAAlongK, bool kBAlongK>
 bool large_gemm_fits(const Gemm& gemm);
 
-// Runs `gemm` over grid (m tiles, n tiles, splits); gemm.k_per_split covers K in
-// `splits` ranges and gemm.partials holds splits x m x n floats when splits > 1.
-template <bool kAAlongK, bool kBAlongK>
+// Runs `gemm` over grid (m tiles, n tiles, splits) with K slices kSlice deep (8 or 16);
+// gemm.k_per_split (a multiple of kSlice) covers K in `splits` ranges and
+// gemm.partials holds splits x m x n floats when splits > 1.
+template <bool kAAlongK, bool kBAlongK, int kSlice = kLargeSlice>
 void large_gemm_cuda(const Gemm& gemm, int64_t splits, cuda::Stream stream);
 
 #endif

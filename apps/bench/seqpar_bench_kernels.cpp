@@ -204,6 +204,12 @@ void bench_stress(Report& report, const Settings& s) {
                             std::min(s.repeats, 50)),
                  kF * 3 * size * size, 2.0 * size * size * size);
     }
+    // The same with 16-deep K slices (the default's depth is nn/linear_large.h's kLargeSlice).
+    report.add("gemm/4096^3_slice16", "128x128 tiles, 16-deep K slices",
+               time_calls([&] {
+                 nn::detail::linear_forward_cuda(x, w, b, y, LinearKernel::Slice16);
+               }, 3, std::min(s.repeats, 50)),
+               kF * 3 * size * size, 2.0 * size * size * size);
   }
   const int64_t rows = int64_t{1} << 20, features = 1024;
   const Tensor x = randn_on_device(6, 0, {rows, features}, 0);
@@ -216,6 +222,11 @@ void bench_stress(Report& report, const Settings& s) {
                time_calls([&] {
                  nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y);
                }, 1, 3), kF * 2 * rows * features, flops);
+    report.add("gemm/stress_fwd_slice16/1048576x1024x1024", "128x128 tiled GEMM, 16-deep K slices",
+               time_calls([&] {
+                 nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y,
+                                                 LinearKernel::Slice16);
+               }, 1, 3), kF * 2 * rows * features, flops);
   }
   {  // the backward products: dW = dyᵀ x (both read down their columns, K = 2^20 rows
      // split 4 ways) and dx = dy W (W read down its columns)
@@ -226,11 +237,24 @@ void bench_stress(Report& report, const Settings& s) {
                  nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), Tensor(),
                                                   grad_weight, Tensor());
                }, 1, 3), kF * (2 * rows * features + features * features), flops);
+    // 16-deep K slices: the same 4 splits of 262144 rows (whole slices of 8 and of 16).
+    report.add("gemm/stress_dw_slice16/1024x1024x1048576",
+               "128x128 tiled GEMM, 16-deep K slices, 4 K splits + ordered sum",
+               time_calls([&] {
+                 nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), Tensor(),
+                                                  grad_weight, Tensor(), LinearKernel::Slice16);
+               }, 1, 3), kF * (2 * rows * features + features * features), flops);
     const Tensor grad_x = Tensor::empty({rows, features}, kGpu);
     report.add("gemm/stress_dx/1048576x1024x1024", "128x128 tiled GEMM, W read down its columns",
                time_calls([&] {
                  nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), grad_x,
                                                   Tensor(), Tensor());
+               }, 1, 3), kF * 2 * rows * features, flops);
+    report.add("gemm/stress_dx_slice16/1048576x1024x1024",
+               "128x128 tiled GEMM, W read down its columns, 16-deep K slices",
+               time_calls([&] {
+                 nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), grad_x,
+                                                  Tensor(), Tensor(), LinearKernel::Slice16);
                }, 1, 3), kF * 2 * rows * features, flops);
   }
   const autograd::Variable input(x), target(x);
