@@ -28,8 +28,8 @@
 // layouts too and splits K the same way: when its tiles alone, or its tiles times a K
 // split into ranges of at least 1024, make at least 128 blocks (about one per SM), and
 // the operands allow its 16-byte loads. The stress shape's dW (1024 x 1024 over 2^20
-// rows) is 64 tiles x 4 splits. Its K slices are kLargeSlice deep (8 or 16, one
-// constant in nn/linear_large.h; LinearKernel::Slice8 / Slice16 pick either for
+// rows) is 64 tiles x 4 splits. Its K slices are kLargeSlice deep (16 or 8 by layout,
+// in nn/linear_large.h; LinearKernel::Slice8 / Slice16 pick either for
 // comparisons), and K is split into whole slices of that depth. choose_gemm below is
 // the one place that picks the kernel, its slice depth and the split, from the shape
 // (and the layouts' alignment) alone.
@@ -188,13 +188,15 @@ GemmChoice split_k(bool large, int64_t k, int64_t wanted, int64_t depth) {
   return {large, std::max<int64_t>(1, cuda::ceil_div(k, k_per_split)), k_per_split, depth};
 }
 
-// The 128 x 128 kernel's slice depth for `kernel`: kLargeSlice unless told.
-static_assert(kLargeSlice == 8 || kLargeSlice == 16, "the large kernel has slices of 8 or 16 k");
+// The 128 x 128 kernel's slice depth for `kernel`: the layout's kLargeSlice unless told.
+template <bool kAAlongK, bool kBAlongK>
 int64_t large_slice(LinearKernel kernel) {
+  constexpr int kDefault = kLargeSlice<kAAlongK, kBAlongK>;
+  static_assert(kDefault == 8 || kDefault == 16, "the large kernel has slices of 8 or 16 k");
   switch (kernel) {
     case LinearKernel::Slice8: return 8;
     case LinearKernel::Slice16: return 16;
-    default: return kLargeSlice;
+    default: return kDefault;
   }
 }
 
@@ -210,7 +212,7 @@ GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel) {
                                ? 1
                                : std::min(cuda::ceil_div(kTargetBlocks, large_tiles),
                                           g.k / kLargeMinSplitK);
-    const GemmChoice large = split_k(true, g.k, wanted, large_slice(kernel));
+    const GemmChoice large = split_k(true, g.k, wanted, large_slice<kAAlongK, kBAlongK>(kernel));
     if (large_tiles * large.splits >= kLargeMinBlocks) return large;
   }
   const int64_t tiles = cuda::ceil_div(g.m, kTileM) * cuda::ceil_div(g.n, kTileN);
@@ -311,8 +313,8 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (bias.defined()) check_on_device(bias, "bias", device);
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   cuda::set_device(device);
-  if (kernel == LinearKernel::Auto && is_skinny(out) && skinny_forward_fits(in) &&
-      weight.is_contiguous() && (in <= 1 || x.stride(1) == 1)) {
+  if (kernel == LinearKernel::Auto && is_skinny(out) && weight.is_contiguous() &&
+      (in <= 1 || x.stride(1) == 1)) {
     skinny_forward_cuda(RowsView{x.data(), x.stride(0)}, weight.data(),
                         bias.defined() ? bias.data() : nullptr, rows, in, out, y.data(),
                         y.stride(0), cuda::current_stream(device));

@@ -35,10 +35,13 @@ struct Gemm {
 };
 
 // The large kernel's tile of C, and the depth of its K slices (8 or 16) that the
-// launchers use; k_per_split must be a multiple of the slice depth. kLargeSlice is the
-// one switch between the two: linear.cu's Auto and General dispatch and split with it.
+// launchers use, by layout; k_per_split must be a multiple of the slice depth. Measured
+// on an H200 (bench/RESULTS.md, round 4): 16 when A is read along K (the stress
+// forward 0.91x cuBLAS against 0.85x with 8, dx 0.84x against 0.81x, 4096^3 0.89x
+// against 0.84x), 8 when both operands are read along rows (dW: 0.85x against 0.82x).
 constexpr int64_t kLargeTile = 128;
-constexpr int kLargeSlice = 8;
+template <bool kAAlongK, bool kBAlongK>
+constexpr int kLargeSlice = kAAlongK ? 16 : 8;
 
 // Whether the large kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
@@ -51,7 +54,7 @@ bool large_gemm_fits(const Gemm& gemm);
 // Runs `gemm` over grid (m tiles, n tiles, splits) with K slices kSlice deep (8 or 16);
 // gemm.k_per_split (a multiple of kSlice) covers K in `splits` ranges and
 // gemm.partials holds splits x m x n floats when splits > 1.
-template <bool kAAlongK, bool kBAlongK, int kSlice = kLargeSlice>
+template <bool kAAlongK, bool kBAlongK, int kSlice = kLargeSlice<kAAlongK, kBAlongK>>
 void large_gemm_cuda(const Gemm& gemm, int64_t splits, cuda::Stream stream);
 
 #endif

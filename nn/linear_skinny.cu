@@ -9,7 +9,7 @@
 //
 // Forward. A warp owns 8 rows (four per lane), and 16 lanes share a row: lane c reads
 // columns 4c .. 4c+3 of every 64. x comes through shared memory by cp.async, three
-// 64-column steps ahead of the FMAs; W (16 rows) is staged once per block. Each lane
+// 64-column steps ahead of the FMAs; W (40 KB) is read through L1. Each lane
 // keeps 16 partial dot products per row, then 4 butterfly exchanges (xor 8, 4, 2, 1)
 // halve the 16 sums each time until lane c holds output c, each summed in a fixed
 // tree. Each W value a lane loads serves its 4 rows.
@@ -22,6 +22,7 @@
 // rows (stage 1: one partial dW each); stage 2 adds the partials in chunk order. db
 // rides along: column sums of the staged dy in double, as the CPU path sums it.
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "core/async_copy.cuh"
@@ -67,37 +68,6 @@ __device__ __forceinline__ void forward_epilogue(const SkinnyForward& p, int64_t
   p.l1.sign[row * p.out + o] = sign_of(difference);
 }
 
-// W of the block's 16 outputs in shared memory, quad-major: quad q (columns 4q .. 4q+3)
-// holds the 16 rows' float4s and one float4 of padding. In a step, lane c reads quad
-// 16 s + c: its 16 loads sit at fixed offsets from one address, and the 8 lanes of a
-// quarter-warp, 272 bytes apart, hit 8 different 16-byte bank groups. Rows past `out`
-// and columns past `in` are zeros (their sums are dropped or add nothing).
-constexpr int kQuadStride = kOutGroup + 1;  // float4s per quad
-
-int64_t forward_quads(int64_t in) { return cuda::ceil_div(in, kColumnsPerStep) * (kColumnsPerStep / 4); }
-size_t forward_shared_bytes(int64_t in) { return static_cast<size_t>(forward_quads(in)) * kQuadStride * sizeof(float4); }
-
-template <bool kVector>
-__device__ void stage_weight_quads(const SkinnyForward& p, float4* w_quads, int64_t out0, int quads) {
-  // Every block reads all of W at once at its start: each begins at a different place,
-  // so that the blocks' requests spread over the L2 slices instead of queueing at the
-  // few that hold W's first lines (measured: 35 -> 30 us for the seed's forward).
-  const int total = kOutGroup * quads;
-  const int start = static_cast<int>((blockIdx.x * 613u) % static_cast<unsigned>(total));
-  for (int j = threadIdx.x; j < total; j += blockDim.x) {
-    const int i = (j + start) % total;
-    const int o = i / quads, q = i % quads;  // consecutive threads: consecutive quads of a row
-    const int64_t row = out0 + o, k = 4 * int64_t{q};
-    float4* staged = w_quads + q * kQuadStride + o;
-    if (kVector && row < p.out && k < p.in) {
-      cuda::copy_async16(staged, p.weight + row * p.in + k);
-    } else {
-      *staged = row < p.out ? load_columns<false, false>(p.weight + row * p.in, k, p.in, true) : zero4();
-    }
-  }
-  cuda::commit_copies();  // the caller waits for this group, then syncs the block
-}
-
 // x reaches shared memory through cp.async, kForwardStages 64-column steps ahead of
 // the FMAs. Each lane copies exactly the values it will read (its 4 rows' quad of the
 // step), so a lane's own wait_copies is the only synchronization the ring needs, and a
@@ -134,11 +104,9 @@ __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(Skin
   const int64_t tiles = cuda::ceil_div(p.rows, kRowsPerWarp);
   const int64_t warp_count = int64_t{gridDim.x} * kForwardWarps;
   const int steps = static_cast<int>(cuda::ceil_div(p.in, kColumnsPerStep));
-  const int quads = steps * (kColumnsPerStep / 4);
-  float4* w_quads = shared_words;
   // This lane's slot in each stage of its warp's ring: row row_group, columns 4c .. 4c+3.
-  float* lane_ring = reinterpret_cast<float*>(shared_words + quads * kQuadStride) +
-                     warp * kForwardStages * kStageFloats + row_group * kColumnsPerStep + 4 * column_lane;
+  float* lane_ring = reinterpret_cast<float*>(shared_words) + warp * kForwardStages * kStageFloats +
+                     row_group * kColumnsPerStep + 4 * column_lane;
   const float* x_rows[kRowsPerLane];
   // A tile's first kForwardStages - 1 steps, each its own copy group (empty past the
   // last step, or for a warp without a tile).
@@ -154,11 +122,13 @@ __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(Skin
     }
   };
   int64_t tile = int64_t{blockIdx.x} * kForwardWarps + warp;
-  stage_weight_quads<kVector>(p, w_quads, out0, quads);  // the oldest copy group
-  begin_tile(tile);  // x's first steps travel while W lands
-  cuda::wait_copies<kForwardStages - 1>();  // W (this thread's part) has landed
-  __syncthreads();                          // and everyone's
-  const float4* w_lane = w_quads + column_lane * kQuadStride;
+  begin_tile(tile);
+  // W is read through L1, where the SM's blocks share its 40 KB: rows past `out` repeat
+  // the last row (valid memory; their sums are dropped), one 32-bit multiply-add per
+  // row's address.
+  const float* w_group = p.weight + out0 * p.in;
+  const int in32 = static_cast<int>(p.in);  // launch_forward: W has < 2^31 elements
+  const int last_row = static_cast<int>(min(int64_t{kOutGroup}, p.out - out0)) - 1;
   double abs_sum = 0.0;
   for (; tile < tiles; tile += warp_count) {  // the same count for the whole warp: shuffles stay converged
     float sum[kRowsPerLane][kOutGroup] = {};
@@ -171,10 +141,11 @@ __global__ void __launch_bounds__(kForwardThreads, 3) skinny_forward_kernel(Skin
       float4 x[kRowsPerLane];
 #pragma unroll
       for (int i = 0; i < kRowsPerLane; ++i) x[i] = *reinterpret_cast<const float4*>(stage + i * kRowGroups * kColumnsPerStep);
-      const float4* w = w_lane + s * (kColumnsPerStep / 4) * kQuadStride;
+      const int64_t k = int64_t{s} * kColumnsPerStep + 4 * column_lane;
+      const float* w_k = w_group + k;
 #pragma unroll
       for (int o = 0; o < kOutGroup; ++o) {
-        const float4 w_o = w[o];
+        const float4 w_o = load_columns<kVector, false>(w_k + min(o, last_row) * in32, 0, p.in - k, true);
 #pragma unroll
         for (int i = 0; i < kRowsPerLane; ++i) fma4(sum[i][o], x[i], w_o);
       }
@@ -206,29 +177,19 @@ template <bool kFuseL1>
 void launch_forward(const SkinnyForward& p, cuda::Stream stream) {
   SEQPAR_CHECK(p.out >= 1 && p.out <= kSkinnyMaxOut, "skinny linear: out_features ", p.out,
                " is not in [1, ", kSkinnyMaxOut, "]");
-  SEQPAR_CHECK(skinny_forward_fits(p.in), "skinny linear forward: in_features ", p.in,
-               " is above its limit ", kSkinnyForwardMaxIn, " (W is staged in shared memory)");
+  SEQPAR_CHECK(p.out * p.in <= INT32_MAX, "skinny linear: weight [", p.out, ", ", p.in,
+               "] has 2^31 elements or more");
   if (p.rows == 0) return;
   const bool vector = p.in % 4 == 0 && p.x.row_stride % 4 == 0 && aligned16(p.x.data) &&
                       aligned16(p.weight);
   const dim3 grid = forward_grid(p.rows, p.out);
-  const size_t shared = forward_shared_bytes(p.in) + forward_ring_bytes();
-  auto launch = [&](auto kernel) {
-    // Shared memory before L1 (x bypasses L1): three blocks per SM keep the seed's 375
-    // blocks in one wave. Above 48 KB a kernel must opt in. (Both legal inside a capture.)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared));
-    if (shared > 48 * 1024) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-    }
-    kernel<<<grid, kForwardThreads, shared, stream>>>(p);
-    CUDA_LAUNCH_CHECK();
-  };
+  const size_t shared = forward_ring_bytes();  // 24 KB
   if (vector) {
-    launch(skinny_forward_kernel<true, kFuseL1>);
+    skinny_forward_kernel<true, kFuseL1><<<grid, kForwardThreads, shared, stream>>>(p);
   } else {
-    launch(skinny_forward_kernel<false, kFuseL1>);
+    skinny_forward_kernel<false, kFuseL1><<<grid, kForwardThreads, shared, stream>>>(p);
   }
+  CUDA_LAUNCH_CHECK();
 }
 
 // ------------------------------------------------------------------ weight gradient

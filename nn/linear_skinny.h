@@ -25,9 +25,6 @@ namespace seqpar::nn::detail {
 
 constexpr int64_t kSkinnyMaxOut = 64;
 inline bool is_skinny(int64_t out_features) { return out_features <= kSkinnyMaxOut; }
-// The skinny forward stages a 16-output group of W in shared memory (139 KB at 2048).
-constexpr int64_t kSkinnyForwardMaxIn = 2048;
-inline bool skinny_forward_fits(int64_t in_features) { return in_features <= kSkinnyForwardMaxIn; }
 
 // The one-pass step kernel's launch shape (skinny_step_plan below; plain data, so the
 // fused step can hold one in a CPU-only build too).

@@ -78,9 +78,6 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
   cuda::set_device(device_);
   const nn::detail::SkinnyGradScratch scratch = nn::detail::skinny_grad_scratch(rows_, in_, out_);
   one_pass_ = nn::detail::skinny_step_plan(rows_, in_, out_);
-  SEQPAR_CHECK(one_pass_.supported || nn::detail::skinny_forward_fits(in_), "LinearL1Step: in_features ",
-               in_, " is above the fused kernels' limit ", nn::detail::kSkinnyForwardMaxIn,
-               "; use the public API (nn::linear, nn::l1_loss, optim::AdamW)");
   if (one_pass_.supported) {
     loss_partial_count_ = rows_ > 0 ? one_pass_.loss_partials : 0;
   } else {

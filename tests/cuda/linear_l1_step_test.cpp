@@ -224,17 +224,6 @@ TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cu
   CHECK(relative_error(weights[0], one_rank.weight) < 1e-5);
 }
 
-TEST_CASE("the fused step names the input width it cannot take", "[cuda]") {
-  SEQPAR_REQUIRE_CUDA();
-  const Device gpu = Device::cuda();
-  Generator generator(5);
-  const nn::Linear model(2100, 16, generator, gpu);  // above the skinny forward's 2048
-  const Tensor x = generator.randn({8, 2100}, gpu);
-  CHECK_THROWS_WITH(train::LinearL1Step(model, {{x, x.narrow(1, 0, 16)}}, nn::Reduction::mean(),
-                                        seed_adamw(), 1.0),
-                    Catch::Contains("in_features 2100 is above the fused kernels' limit 2048"));
-}
-
 TEST_CASE("a step can be captured unless its gradient synchronization meets on the host", "[train]") {
   const train::GradientSync::Hook hook = [](Tensor&) {};
   CHECK(train::GradientSync{}.capturable());                          // one rank, no hook

@@ -84,7 +84,7 @@ TEST_CASE("linear forward and backward on the GPU match the CPU", "[cuda]") {
       {333, 17, 640},  {640, 640, 16}, {640, 16, 640}, {333, 640, 1000},
       {12000, 640, 16},  // the seed: dW reduces over 12000 rows (split-K)
       {3000, 640, 16},   // the seed's shard at sp 4
-      {70, 2100, 16},    // in above the skinny forward's limit: the general GEMM, skinny dW
+      {70, 2100, 16},    // a wide input: more 64-column steps than the forward's ring holds
   };
   for (const LinearCase& shape : cases) check_linear_case(shape, false);
   for (const LinearCase& shape : {LinearCase{17, 16, 16}, LinearCase{3000, 640, 16},
