@@ -16,9 +16,9 @@
 //
 // Weight gradient. A thread owns 4 columns of x and all 16 outputs: 64 accumulators,
 // dW[o][k..k+3] += dy[r][o] * x[r][k..k+3] row by row, with dy staged in shared
-// memory (one broadcast read per 4 outputs) and the next 16 rows of x in flight while
-// the current 16 are multiplied: one block per SM holds only 5 warps at the seed's
-// shape, so the bytes in flight per thread set the read rate. Blocks own chunks of
+// memory (one broadcast read per 4 outputs) and x coming through a per-thread cp.async
+// ring 32 rows deep: one block per SM holds only 5 warps at the seed's shape, so the
+// bytes in flight per thread set the read rate. Blocks own chunks of
 // rows (stage 1: one partial dW each); stage 2 adds the partials in chunk order. db
 // rides along: column sums of the staged dy in double, as the CPU path sums it.
 #include <algorithm>
@@ -196,7 +196,8 @@ void launch_forward(const SkinnyForward& p, cuda::Stream stream) {
 
 constexpr int kGradMaxThreads = 256;
 constexpr int kGradRowsStaged = 256;  // rows of dy in shared memory at once (16 KB)
-constexpr int kGradBatch = 16;        // rows of x in flight together
+constexpr int kGradRowsPerGroup = 4;  // rows of x per cp.async group
+constexpr int kGradStages = 8;        // groups in flight: 32 rows of x per thread
 constexpr int kBiasLanes = 8;         // row lanes of the db column sums
 constexpr int64_t kGradMaxChunks = 128, kGradMinRowsPerChunk = 32;
 
@@ -215,21 +216,43 @@ __device__ __forceinline__ float grad_value(const GradSource& g, int64_t row, in
   return g.matrix.data[row * g.matrix.row_stride + o];
 }
 
+// The ring of x rows in shared memory: slot r of thread t at ring[r * blockDim.x + t]
+// (a warp's reads and writes of a slot are 512 contiguous bytes). Each thread copies
+// and reads only its own 4-column quad, so its own wait_copies is all the ring needs.
+size_t grad_ring_bytes(int threads) {
+  return size_t{kGradStages} * kGradRowsPerGroup * threads * sizeof(float4);
+}
+
+// Rows first_row .. first_row + 3 (those below rows_left; zeros for the others and for
+// columns past `in`) into ring stage `stage`, as one copy group (empty if !active).
 template <bool kVector>
-__device__ __forceinline__ void load_batch(float4 (&batch)[kGradBatch], const RowsView& x,
-                                           int64_t first_row, int rows_left, int64_t k,
-                                           int64_t in) {
+__device__ __forceinline__ void copy_rows(float4* ring, int stage, const RowsView& x,
+                                          int64_t first_row, int64_t rows_left, int64_t k,
+                                          int64_t in, bool active) {
 #pragma unroll
-  for (int u = 0; u < kGradBatch; ++u) {
-    batch[u] = load_columns<kVector, true>(x.data + (first_row + u) * x.row_stride, k, in,
-                                           u < rows_left);
+  for (int u = 0; u < kGradRowsPerGroup && active; ++u) {
+    float4* slot = ring + (stage * kGradRowsPerGroup + u) * blockDim.x + threadIdx.x;
+    const bool row_inside = u < rows_left;
+    const float* row = x.data + (first_row + (row_inside ? u : 0)) * x.row_stride;
+    if (kVector) {
+      const bool copy = row_inside && k < in;
+      cuda::copy_async16_or_zero(slot, row + (copy ? k : 0), copy);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool copy = row_inside && k + c < in;
+        cuda::copy_async4_or_zero(reinterpret_cast<float*>(slot) + c, row + (copy ? k + c : 0), copy);
+      }
+    }
   }
+  cuda::commit_copies();
 }
 
 template <bool kVector, bool kSign>
 __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(SkinnyGrad p) {
   __shared__ __align__(16) float grad_tile[kGradRowsStaged][kOutGroup];
   __shared__ double bias_lane_sums[kBiasLanes][kOutGroup];
+  extern __shared__ float4 ring[];
   const int64_t chunk = blockIdx.x;
   const int64_t row_begin = chunk * p.rows_per_chunk;
   const int64_t row_end = std::min(p.rows, row_begin + p.rows_per_chunk);
@@ -241,17 +264,21 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
   double bias_sum = 0.0;
 
   float sum[kOutGroup][4] = {};
-  // x does not depend on dy: the first rows' loads go out before dy is staged, and
-  // every batch's loads are issued before the previous batch's FMAs, across stagings.
-  float4 next[kGradBatch];
-  load_batch<kVector>(next, p.x, row_begin, static_cast<int>(std::min<int64_t>(kGradBatch, row_end - row_begin)), k, p.in);
+  // x does not depend on dy: its first rows are on their way before dy is staged, and
+  // the ring runs on across stagings, kGradStages - 1 groups of rows ahead of the FMAs.
+  const int64_t chunk_rows = row_end - row_begin;
+  const int64_t groups = cuda::ceil_div(chunk_rows, kGradRowsPerGroup);
+  for (int g = 0; g < kGradStages - 1; ++g) {
+    copy_rows<kVector>(ring, g, p.x, row_begin + g * kGradRowsPerGroup,
+                       chunk_rows - g * kGradRowsPerGroup, k, p.in, g < groups);
+  }
+  int64_t group = 0;  // the next group of rows to multiply
   for (int64_t staged = row_begin; staged < row_end; staged += kGradRowsStaged) {
     const int count = static_cast<int>(std::min<int64_t>(kGradRowsStaged, row_end - staged));
-    const int filled = static_cast<int>(cuda::ceil_div(count, kGradBatch)) * kGradBatch;
     __syncthreads();  // the previous rows' tile is no longer read
     // dy into shared memory, kStageLoads loads in flight per thread before any store.
     constexpr int kStageLoads = 8;
-    for (int base = threadIdx.x; base < filled * kOutGroup; base += kStageLoads * blockDim.x) {
+    for (int base = threadIdx.x; base < count * kOutGroup; base += kStageLoads * blockDim.x) {
       float values[kStageLoads];
 #pragma unroll
       for (int u = 0; u < kStageLoads; ++u) {
@@ -261,23 +288,24 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
 #pragma unroll
       for (int u = 0; u < kStageLoads; ++u) {
         const int i = base + u * static_cast<int>(blockDim.x);
-        if (i < filled * kOutGroup) grad_tile[i / kOutGroup][i % kOutGroup] = values[u];
+        if (i < count * kOutGroup) grad_tile[i / kOutGroup][i % kOutGroup] = values[u];
       }
     }
     __syncthreads();
     if (bias_lane < bias_lanes) {
       for (int r = bias_lane; r < count; r += bias_lanes) bias_sum += grad_tile[r][bias_column];
     }
-    for (int r = 0; r < count; r += kGradBatch) {
-      float4 current[kGradBatch];
+    for (int r = 0; r < count; r += kGradRowsPerGroup, ++group) {
+      const int64_t ahead = group + kGradStages - 1;  // refills the stage the last group used
+      copy_rows<kVector>(ring, static_cast<int>(ahead % kGradStages), p.x,
+                         row_begin + ahead * kGradRowsPerGroup,
+                         chunk_rows - ahead * kGradRowsPerGroup, k, p.in, ahead < groups);
+      cuda::wait_copies<kGradStages - 1>();  // this group's rows have landed
+      const float4* rows = ring + (group % kGradStages) * kGradRowsPerGroup * blockDim.x + threadIdx.x;
 #pragma unroll
-      for (int u = 0; u < kGradBatch; ++u) current[u] = next[u];
-      const int64_t following = staged + r + kGradBatch;
-      if (following < row_end) {  // the next batch's loads overlap this batch's FMAs
-        load_batch<kVector>(next, p.x, following, static_cast<int>(std::min<int64_t>(kGradBatch, row_end - following)), k, p.in);
-      }
-#pragma unroll
-      for (int u = 0; u < kGradBatch; ++u) {
+      for (int u = 0; u < kGradRowsPerGroup; ++u) {
+        if (r + u >= count) break;  // rows in order, exactly the chunk's
+        const float4 x = rows[u * blockDim.x];
         const float4* grads = reinterpret_cast<const float4*>(grad_tile[r + u]);
 #pragma unroll
         for (int q = 0; q < kOutGroup / 4; ++q) {
@@ -285,15 +313,16 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
           const float gs[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            sum[4 * q + c][0] = fmaf(gs[c], current[u].x, sum[4 * q + c][0]);
-            sum[4 * q + c][1] = fmaf(gs[c], current[u].y, sum[4 * q + c][1]);
-            sum[4 * q + c][2] = fmaf(gs[c], current[u].z, sum[4 * q + c][2]);
-            sum[4 * q + c][3] = fmaf(gs[c], current[u].w, sum[4 * q + c][3]);
+            sum[4 * q + c][0] = fmaf(gs[c], x.x, sum[4 * q + c][0]);
+            sum[4 * q + c][1] = fmaf(gs[c], x.y, sum[4 * q + c][1]);
+            sum[4 * q + c][2] = fmaf(gs[c], x.z, sum[4 * q + c][2]);
+            sum[4 * q + c][3] = fmaf(gs[c], x.w, sum[4 * q + c][3]);
           }
         }
       }
     }
   }
+  cuda::wait_copies<0>();  // nothing in flight when the block exits
 
   float* partial = p.weight_partials + chunk * p.out * p.in;
 #pragma unroll
@@ -427,14 +456,20 @@ void skinny_weight_grad_cuda(const GradSource& grad, RowsView x, int64_t rows, i
     const SkinnyGrad p{grad, x, rows, in, out, scratch.rows_per_chunk, weight_partials, bias_partials};
     const bool vector = in % 4 == 0 && x.row_stride % 4 == 0 && aligned16(x.data) &&
                         aligned16(weight_partials);
+    const size_t ring = grad_ring_bytes(threads);  // 80 KB at the seed's 160 threads
+    auto launch = [&](auto kernel) {
+      // Above 48 KB of dynamic shared memory a kernel must opt in (legal inside a capture).
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ring)));
+      kernel<<<grid, threads, ring, stream>>>(p);
+      CUDA_LAUNCH_CHECK();
+    };
     if (grad.sign != nullptr) {
-      if (vector) skinny_weight_grad_kernel<true, true><<<grid, threads, 0, stream>>>(p);
-      else skinny_weight_grad_kernel<false, true><<<grid, threads, 0, stream>>>(p);
+      if (vector) launch(skinny_weight_grad_kernel<true, true>);
+      else launch(skinny_weight_grad_kernel<false, true>);
     } else {
-      if (vector) skinny_weight_grad_kernel<true, false><<<grid, threads, 0, stream>>>(p);
-      else skinny_weight_grad_kernel<false, false><<<grid, threads, 0, stream>>>(p);
+      if (vector) launch(skinny_weight_grad_kernel<true, false>);
+      else launch(skinny_weight_grad_kernel<false, false>);
     }
-    CUDA_LAUNCH_CHECK();
   }
   skinny_sum_partials_cuda(weight_partials, bias_partials, rows, in, out, grad_weight, grad_bias,
                            finish, stream);
