@@ -36,7 +36,7 @@ ROWS = [
     ("All-reduce of the gradients (41 KB), 2 GPUs, graph", "allreduce/2gpu_nccl/41KB_grads/seqpar_graph",
      ["allreduce/2gpu_nccl/41KB_grads/torch_graph"]),
     ("  same, eager", "allreduce/2gpu_nccl/41KB_grads/seqpar_eager", ["allreduce/2gpu_nccl/41KB_grads/torch_eager"]),
-    ("  one flat tensor of 10256 floats, graph", "allreduce/2gpu_nccl/41KB_flat/seqpar_graph",
+    ("  dW and db as two tensors, graph", "allreduce/2gpu_nccl/41KB_two_tensors/seqpar_graph",
      ["allreduce/2gpu_nccl/41KB_grads/torch_graph"]),
     ("Linear fwd 12000x640->16", "kernel/linear_fwd/12000x640x16", ["kernel/linear_fwd/12000x640x16/cublas"]),
     ("  general 64x64 GEMM", "kernel/linear_fwd_general/12000x640x16", ["kernel/linear_fwd/12000x640x16/cublas"]),
