@@ -66,17 +66,29 @@ static void check_same_tensors(const std::string& what, const std::vector<Contri
   }
 }
 
-static Outcome reduce_in_rank_order(const std::string& what, const std::vector<Contribution>& all) {
+static Outcome max_over_ranks(const std::string& what, const std::vector<Contribution>& all) {
   check_same_tensors(what, all);
-  const ReduceOp op = all[0].op;
   for (const Contribution& c : all) {
-    SEQPAR_CHECK(c.op == op, what, ": rank ", c.world_rank, " asked for ", reduce_op_name(c.op),
-                 " but rank ", all[0].world_rank, " for ", reduce_op_name(op));
+    SEQPAR_CHECK(c.op == ReduceOp::Max, what, ": rank ", c.world_rank, " asked for ",
+                 reduce_op_name(c.op), " but rank ", all[0].world_rank, " for max");
   }
   Tensor result = all[0].tensor->clone();
-  for (size_t r = 1; r < all.size(); ++r) detail::reduce_into(result, *all[r].tensor, op);
-  if (op == ReduceOp::Avg) detail::divide_(result, static_cast<float>(all.size()));
-  return {result, nullptr};
+  for (size_t r = 1; r < all.size(); ++r) detail::reduce_into(result, *all[r].tensor, ReduceOp::Max);
+  return {result, nullptr, nullptr};
+}
+
+// Integer additions of the digits: the order of the ranks cannot matter.
+static Outcome sum_digits(const std::string& what, const std::vector<Contribution>& all) {
+  const exact::ExactSums& first = *all[0].sums;
+  auto total = std::make_shared<exact::ExactSums>(first.count(), first.device());
+  for (const Contribution& c : all) {
+    SEQPAR_CHECK(c.sums->count() == first.count() && c.sums->device() == first.device(), what,
+                 ": rank ", c.world_rank, " passed ", c.sums->count(), " sums on ",
+                 c.sums->device(), " but rank ", all[0].world_rank, " passed ", first.count(),
+                 " on ", first.device());
+    total->add(*c.sums);
+  }
+  return {Tensor(), nullptr, total};
 }
 
 static Outcome gather_in_rank_order(const std::string& what, const std::vector<Contribution>& all) {
@@ -89,7 +101,7 @@ static Outcome gather_in_rank_order(const std::string& what, const std::vector<C
   for (size_t r = 0; r < all.size(); ++r) {
     result.narrow(0, static_cast<int64_t>(r) * rows, rows).copy_(*all[r].tensor);
   }
-  return {result, nullptr};
+  return {result, nullptr, nullptr};
 }
 
 static Outcome copy_of_root(const std::string& what, const std::vector<Contribution>& all) {
@@ -99,7 +111,7 @@ static Outcome copy_of_root(const std::string& what, const std::vector<Contribut
     SEQPAR_CHECK(c.root == root, what, ": rank ", c.world_rank, " names root ", c.root,
                  " but rank ", all[0].world_rank, " names root ", root);
   }
-  return {all[static_cast<size_t>(root)].tensor->clone(), nullptr};
+  return {all[static_cast<size_t>(root)].tensor->clone(), nullptr, nullptr};
 }
 
 // ---------------------------------------------------------------- LocalProcessGroup
@@ -119,12 +131,22 @@ std::string LocalProcessGroup::name() const { return rendezvous_->name(); }
 void LocalProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   const std::string what = "all_reduce on group " + name();
   SEQPAR_CHECK(tensor.defined(), what, ": the tensor is undefined");
+  if (op != ReduceOp::Max) return all_reduce_exact(*this, tensor, op);
   Contribution mine{"all_reduce"};
   mine.tensor = &tensor;
   mine.op = op;
   const Outcome outcome = rendezvous_->meet(
-      rank_, mine, [&](const std::vector<Contribution>& all) { return reduce_in_rank_order(what, all); });
+      rank_, mine, [&](const std::vector<Contribution>& all) { return max_over_ranks(what, all); });
   tensor.copy_(outcome.tensor);
+}
+
+void LocalProcessGroup::all_reduce_sums(exact::ExactSums& sums) {
+  const std::string what = "all_reduce_sums on group " + name();
+  Contribution mine{"all_reduce_sums"};
+  mine.sums = &sums;
+  const Outcome outcome = rendezvous_->meet(
+      rank_, mine, [&](const std::vector<Contribution>& all) { return sum_digits(what, all); });
+  sums.copy_from(*outcome.sums);
 }
 
 void LocalProcessGroup::all_gather(Tensor& output, const Tensor& input) {
@@ -179,7 +201,7 @@ std::shared_ptr<ProcessGroup> LocalProcessGroup::new_group(const std::vector<int
     }
     auto group = std::make_shared<detail::Rendezvous>(rendezvous_->world(), member_world_ranks,
                                                       all[0].name);
-    return Outcome{Tensor(), group};
+    return Outcome{Tensor(), group, nullptr};
   });
   const auto position = std::find(members.begin(), members.end(), rank_);
   if (position == members.end()) return nullptr;

@@ -7,9 +7,9 @@
 //   });
 //
 // Tensors live on the CPU, or all ranks' tensors on one GPU. A collective waits for
-// every rank, then one thread (the last to arrive) computes the result in rank
-// order: out = t0; out += t1; ... So every rank receives the same bits, equal to a
-// sequential rank-order loop. On a GPU that computation is a sequence of kernels on
+// every rank, then one thread (the last to arrive) computes the result: sums as
+// integer additions of the ranks' exact digits (so the same bits as any other group),
+// max in rank order. Every rank receives the same bits. On a GPU that computation is a sequence of kernels on
 // the device's single stream (shared by all host threads, core/cuda_runtime.h):
 // each rank's earlier kernels were enqueued before it arrived, the reduction is
 // enqueued before anyone leaves, and each rank's copy of the result is enqueued
@@ -57,6 +57,7 @@ class LocalProcessGroup final : public ProcessGroup {
   std::string name() const override;
 
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  void all_reduce_sums(exact::ExactSums& sums) override;
   void all_gather(Tensor& output, const Tensor& input) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;

@@ -66,6 +66,7 @@ struct Contribution {
   std::string operation;  // "all_reduce", "broadcast", ...: all ranks must agree
   int world_rank = -1;    // filled in by Rendezvous::meet
   const Tensor* tensor = nullptr;
+  exact::ExactSums* sums = nullptr;  // all_reduce_sums
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
   std::vector<int> ranks;  // new_group: the members (sorted group ranks)
@@ -76,6 +77,7 @@ struct Contribution {
 struct Outcome {
   Tensor tensor;                      // the reduced / gathered / broadcast values
   std::shared_ptr<Rendezvous> group;  // new_group: the members' new meeting point
+  std::shared_ptr<exact::ExactSums> sums;  // all_reduce_sums: the total
 };
 
 // Runs on the last rank to arrive, with the contributions in group-rank order.

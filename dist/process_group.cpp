@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "dist/local_reduce.h"
 
 namespace seqpar::dist {
 
@@ -13,6 +14,16 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::Max: return "max";
   }
   return "unknown";
+}
+
+void all_reduce_exact(ProcessGroup& group, Tensor& tensor, ReduceOp op) {
+  SEQPAR_CHECK(op != ReduceOp::Max, "all_reduce_exact: Max is not a sum");
+  exact::ExactSums sums = exact::ExactSums::of_values(tensor);
+  group.all_reduce_sums(sums);
+  Tensor total = Tensor::empty(tensor.shape(), tensor.device());
+  sums.round_into(total);
+  if (op == ReduceOp::Avg) detail::divide_(total, static_cast<float>(group.size()));
+  tensor.copy_(total);
 }
 
 std::string rank_list_label(const std::vector<int>& ranks) {

@@ -20,14 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "core/exact_sums.h"
 #include "core/tensor.h"
 
 namespace seqpar::dist {
 
-// Avg is the sum divided by the group size. NCCL's ncclAvg for float32 instead
-// multiplies every input by float(1 / size) before summing; the two agree bit for
-// bit when the size is a power of two (scaling by 2^-k is exact) and may differ in
-// the last bit otherwise.
+// Sum is exact and rounded once (docs/numerics.md): each rank's values become exact
+// sums (core/exact_sums.h), the ranks' digits are added as integers (all_reduce_sums)
+// and the total is rounded to float32 once. So the result depends on the set of the
+// ranks' values alone: not on their order, the group's algorithm or the placement.
+// Avg is that sum divided by the group size (one IEEE division). Max is exact anyway.
 enum class ReduceOp { Sum, Avg, Max };
 const char* reduce_op_name(ReduceOp op);
 
@@ -44,6 +46,9 @@ class ProcessGroup {
 
   // In place: every rank ends with the reduction over the group of its `tensor`.
   virtual void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  // In place: every rank ends with the digit-wise sum over the group of its exact sums
+  // (integer additions, in any order the same bits). Every rank passes the same count.
+  virtual void all_reduce_sums(exact::ExactSums& sums) = 0;
   // output is [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r.
   virtual void all_gather(Tensor& output, const Tensor& input) = 0;
   // In place: every rank ends with rank `root`'s tensor (root is a group rank).
@@ -58,6 +63,21 @@ class ProcessGroup {
   virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
                                                   const std::string& name) = 0;
 };
+
+// A group as the combiner of exact row sums: inside an exact::CrossRankScope over it,
+// Linear's dW and db add the digits of every rank of the group before rounding.
+class GroupSums final : public exact::CrossRankSums {
+ public:
+  explicit GroupSums(ProcessGroup& group) : group_(group) {}
+  void combine(exact::ExactSums& sums) override { group_.all_reduce_sums(sums); }
+
+ private:
+  ProcessGroup& group_;
+};
+
+// Sum and Avg of float32 values as ReduceOp says, through group.all_reduce_sums: the
+// implementations' all_reduce calls it for those two ops.
+void all_reduce_exact(ProcessGroup& group, Tensor& tensor, ReduceOp op);
 
 // "0-3" for a run of consecutive ranks, "0,4" otherwise: how groups are named.
 std::string rank_list_label(const std::vector<int>& ranks);

@@ -5,7 +5,9 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
+#include "nn/linear_kernels.h"
 
 namespace seqpar::nn {
 
@@ -48,42 +50,50 @@ void require_cpu(const char* op, Device device) {
                " but this seqpar was built without CUDA");
 }
 
-// y = x Wᵀ + b with Eigen's float GEMM (single-threaded, so its summation order is
-// fixed for a given build and shape).
+// A contiguous copy of the transpose of a contiguous matrix.
+Tensor transposed(const Tensor& matrix) {
+  Tensor result = Tensor::empty({matrix.size(1), matrix.size(0)}, matrix.device());
+  detail::rows(result) = detail::const_rows(matrix).transpose();
+  return result;
+}
+
+// The canonical numerics of nn/linear_kernels.h, which the CUDA kernels reproduce bit for bit.
 Tensor linear_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty({x.size(0), weight.size(0)});
-  auto y_rows = detail::rows(y);
-  y_rows.noalias() = detail::const_rows(x) * detail::const_rows(weight).transpose();
-  y_rows.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), bias.numel());
+  detail::chain_products_cpu(detail::const_rows_of(x), detail::const_rows_of(weight), bias.data(),
+                             y.data(), y.size(1));
   return y;
 }
 
-// db[j] = Σ_i dy[i, j], summed over rows in order, in double: the CPU path is the
-// reference the CUDA kernels are compared against.
-Tensor sum_rows_cpu(const Tensor& grad_y) {
-  const auto dy = detail::const_rows(grad_y);
-  Tensor sums = Tensor::empty({grad_y.size(1)});
-  for (Eigen::Index j = 0; j < dy.cols(); ++j) {
-    double sum = 0.0;
-    for (Eigen::Index i = 0; i < dy.rows(); ++i) sum += dy(i, j);
-    sums.data()[j] = static_cast<float>(sum);
-  }
-  return sums;
+// The exact row sums of dW and db: accumulated, added over the ranks of the current
+// CrossRankScope (if any), rounded once.
+void round_row_sums(exact::ExactSums& sums, const Tensor& out) {
+  exact::combine_across_ranks(sums);
+  sums.round_into(out);
 }
 
 LinearGradients linear_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                                     bool want_x, bool want_weight, bool want_bias) {
   LinearGradients gradients;
-  const auto dy = detail::const_rows(grad_y);
-  if (want_x) {  // dx = dy W
+  const detail::ConstRows dy = detail::const_rows_of(grad_y);
+  if (want_x) {  // dx = dy W: chains over the outputs j, i.e. the rows of Wᵀ are W's columns
     gradients.x = Tensor::empty(x.shape());
-    detail::rows(gradients.x).noalias() = dy * detail::const_rows(weight);
+    const Tensor weight_t = transposed(weight);
+    detail::chain_products_cpu(dy, detail::const_rows_of(weight_t), nullptr, gradients.x.data(),
+                               x.size(1));
   }
   if (want_weight) {  // dW = dyᵀ x
     gradients.weight = Tensor::empty(weight.shape());
-    detail::rows(gradients.weight).noalias() = dy.transpose() * detail::const_rows(x);
+    exact::ExactSums sums(weight.numel(), Device::cpu());
+    detail::accumulate_weight_grad_cpu(dy, detail::const_rows_of(x), sums);
+    round_row_sums(sums, gradients.weight);
   }
-  if (want_bias) gradients.bias = sum_rows_cpu(grad_y);
+  if (want_bias) {  // db = Σ_rows dy
+    gradients.bias = Tensor::empty({weight.size(0)});
+    exact::ExactSums sums(weight.size(0), Device::cpu());
+    detail::accumulate_column_sums_cpu(dy, sums);
+    round_row_sums(sums, gradients.bias);
+  }
   return gradients;
 }
 

@@ -34,8 +34,9 @@
 // the one place that picks the kernel, its slice depth and the split, from the shape
 // (and the layouts' alignment) alone.
 //
-// Skinny shapes (out_features <= 64, the seed's 16) go to nn/linear_skinny.cu instead:
-// one pass over x for the forward, and one for dW and db together.
+// The forward and dx never split K: each output is one fma chain over k, the canonical
+// order of nn/linear_kernels.h. dW and db are sums over rows, which are exact
+// (nn/linear_row_sums.cu); the dW GEMM below is kept for benchmarks only.
 #include <algorithm>
 #include <cstdint>
 
@@ -44,7 +45,8 @@
 #include "core/cuda_runtime.h"
 #include "nn/linear.h"
 #include "nn/linear_large.h"
-#include "nn/linear_skinny.h"
+#include "core/exact_sums.h"
+#include "nn/linear_kernels.h"
 
 namespace seqpar::nn::detail {
 
@@ -145,31 +147,6 @@ __global__ void sum_partials_kernel(const Partial* partials, int64_t splits, int
   }
 }
 
-// Column sums, first stage: block (x, y) sums columns [32 x, 32 x + 32) over its chunk
-// of rows into partials[y][col]. Eight row lanes per column, combined in lane order.
-constexpr int kColumnsPerBlock = 32, kRowLanes = 8;
-__global__ void column_partial_sums_kernel(const float* x, int64_t rows, int64_t cols,
-                                           int64_t row_stride, int64_t rows_per_chunk,
-                                           double* partials) {
-  __shared__ double lane_sums[kRowLanes][kColumnsPerBlock];
-  const int64_t col = int64_t{blockIdx.x} * kColumnsPerBlock + threadIdx.x;
-  const int64_t row_begin = int64_t{blockIdx.y} * rows_per_chunk;
-  const int64_t row_end = std::min(rows, row_begin + rows_per_chunk);
-  double sum = 0.0;
-  if (col < cols) {
-    for (int64_t row = row_begin + threadIdx.y; row < row_end; row += kRowLanes) {
-      sum += x[row * row_stride + col];
-    }
-  }
-  lane_sums[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    double total = lane_sums[0][threadIdx.x];
-    for (int lane = 1; lane < kRowLanes; ++lane) total += lane_sums[lane][threadIdx.x];
-    partials[int64_t{blockIdx.y} * cols + col] = total;
-  }
-}
-
 template <typename Partial>
 void launch_sum_partials(const Partial* partials, int64_t splits, int64_t m, int64_t n,
                          const float* bias, float* c, int64_t c_row_stride, cudaStream_t stream) {
@@ -203,12 +180,18 @@ int64_t large_slice(LinearKernel kernel) {
 // The kernel and the K split for C = A Bᵀ: the 128 x 128 kernel when it fits and has
 // enough blocks, with or without splitting K; else the 64 x 64 kernel, split until the
 // GPU is busy. Shape (and alignment) only, never the GPU.
+//
+// The forward and dx are reductions inside a row (over features), whose order is
+// canonical (nn/linear_kernels.h: one fma chain over k from +0, then + bias): both kernels
+// keep each output's sum in one register, k in increasing order, so they follow it
+// exactly as long as K is not split. So products within rows never split K
+// (`may_split` false); only a dW product (a sum over rows, for benchmarks) may.
 template <bool kAAlongK, bool kBAlongK>
-GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel) {
+GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel, bool may_split) {
   const int64_t large_tiles = cuda::ceil_div(g.m, kLargeTile) * cuda::ceil_div(g.n, kLargeTile);
   if (kernel != LinearKernel::Tiled64 && large_tiles > 0 &&
       large_gemm_fits<kAAlongK, kBAlongK>(g)) {
-    const int64_t wanted = large_tiles >= kLargeMinBlocks
+    const int64_t wanted = large_tiles >= kLargeMinBlocks || !may_split
                                ? 1
                                : std::min(cuda::ceil_div(kTargetBlocks, large_tiles),
                                           g.k / kLargeMinSplitK);
@@ -217,7 +200,7 @@ GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel) {
   }
   const int64_t tiles = cuda::ceil_div(g.m, kTileM) * cuda::ceil_div(g.n, kTileN);
   int64_t wanted = 1;
-  if (tiles > 0 && tiles < kTargetBlocks && g.k > kMinSplitK) {
+  if (may_split && tiles > 0 && tiles < kTargetBlocks && g.k > kMinSplitK) {
     wanted = std::min(cuda::ceil_div(kTargetBlocks, tiles), cuda::ceil_div(g.k, kMinSplitK));
   }
   return split_k(false, g.k, wanted, kTileK);
@@ -228,7 +211,7 @@ GemmChoice choose_gemm(const Gemm& g, LinearKernel kernel) {
 template <bool kAAlongK, bool kBAlongK>
 void gemm(Gemm g, LinearKernel kernel, int device) {
   if (g.m == 0 || g.n == 0) return;
-  const GemmChoice choice = choose_gemm<kAAlongK, kBAlongK>(g, kernel);
+  const GemmChoice choice = choose_gemm<kAAlongK, kBAlongK>(g, kernel, /*may_split=*/!kAAlongK);
   g.k_per_split = choice.k_per_split;
   cudaStream_t stream = cuda::current_stream(device);
   Tensor partials;  // freed after the kernels queued below
@@ -275,25 +258,6 @@ Gemm grad_weight_gemm(const Tensor& grad_y, const Tensor& x, const Tensor& grad_
               0, grad_weight.data(), x.size(1), nullptr, nullptr};
 }
 
-// out[col] = Σ_row x[row, col], in two fixed-order stages.
-void column_sums(const float* x, int64_t rows, int64_t cols, int64_t row_stride, float* out,
-                 int device) {
-  if (cols == 0) return;
-  constexpr int64_t kMinRowsPerChunk = 128, kMaxChunks = 64;
-  const int64_t chunks =
-      std::clamp<int64_t>(cuda::ceil_div(rows, kMinRowsPerChunk), 1, kMaxChunks);
-  const int64_t rows_per_chunk = std::max<int64_t>(1, cuda::ceil_div(rows, chunks));
-  const int64_t used_chunks = std::max<int64_t>(1, cuda::ceil_div(rows, rows_per_chunk));
-  cudaStream_t stream = cuda::current_stream(device);
-  const Tensor partials = cuda::double_scratch(used_chunks * cols, Device::cuda(device));
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(cols, kColumnsPerBlock)),
-                  static_cast<unsigned>(used_chunks));
-  column_partial_sums_kernel<<<grid, dim3(kColumnsPerBlock, kRowLanes), 0, stream>>>(
-      x, rows, cols, row_stride, rows_per_chunk, cuda::doubles(partials));
-  CUDA_LAUNCH_CHECK();
-  launch_sum_partials(cuda::doubles(partials), used_chunks, 1, cols, nullptr, out, cols, stream);
-}
-
 void check_on_device(const Tensor& tensor, const char* name, int device) {
   SEQPAR_CHECK(tensor.defined() && tensor.device() == Device::cuda(device), "linear (CUDA): ",
                name, " must be defined on cuda:", device);
@@ -313,13 +277,6 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (bias.defined()) check_on_device(bias, "bias", device);
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   cuda::set_device(device);
-  if (kernel == LinearKernel::Auto && is_skinny(out) && weight.is_contiguous() &&
-      (in <= 1 || x.stride(1) == 1)) {
-    skinny_forward_cuda(RowsView{x.data(), x.stride(0)}, weight.data(),
-                        bias.defined() ? bias.data() : nullptr, rows, in, out, y.data(),
-                        y.stride(0), cuda::current_stream(device));
-    return;
-  }
   gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(
       output_gemm(x, weight, bias.defined() ? bias.data() : nullptr, y), kernel, device);
 }
@@ -343,33 +300,24 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
     gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), kernel,
                                                 device);
   }
-  if (grad_weight.defined() && kernel == LinearKernel::Auto && is_skinny(out) &&
-      (out <= 1 || grad_y.stride(1) == 1) && (in <= 1 || x.stride(1) == 1)) {
-    // dW and db in one pass over x (nn/linear_skinny.cu), scratch from the pool.
-    check_on_device(grad_weight, "grad_weight", device);
-    SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
-    if (grad_bias.defined()) check_on_device(grad_bias, "grad_bias", device);
-    const SkinnyGradScratch sizes = skinny_grad_scratch(rows, in, out);
-    const Tensor weight_partials = Tensor::empty({std::max<int64_t>(sizes.weight_floats, 1)},
-                                                 Device::cuda(device));
-    const Tensor bias_partials = cuda::double_scratch(sizes.bias_doubles, Device::cuda(device));
-    skinny_weight_grad_cuda(GradSource{RowsView{grad_y.data(), grad_y.stride(0)}, nullptr, 0.0f},
-                            RowsView{x.data(), x.stride(0)}, rows, in, out, grad_weight.data(),
-                            grad_bias.defined() ? grad_bias.data() : nullptr,
-                            weight_partials.data(), cuda::doubles(bias_partials), LossFinish{},
-                            cuda::current_stream(device));
-    return;
-  }
+  // dW and db are sums over rows: exact (nn/linear_row_sums.cu), added over the ranks of
+  // the current CrossRankScope, rounded once.
   if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
     check_on_device(grad_weight, "grad_weight", device);
     SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
-    gemm</*kAAlongK=*/false, /*kBAlongK=*/false>(grad_weight_gemm(grad_y, x, grad_weight),
-                                                 kernel, device);
+    exact::ExactSums sums(out * in, Device::cuda(device));
+    accumulate_weight_grad_cuda(const_rows_of(grad_y), const_rows_of(x), sums);
+    exact::combine_across_ranks(sums);
+    sums.round_into(grad_weight);
   }
   if (grad_bias.defined()) {  // db[o] = Σ_row dy[row, o]
     check_on_device(grad_bias, "grad_bias", device);
-    SEQPAR_CHECK(grad_y.stride(1) == 1, "linear_backward_cuda: grad_y needs unit column stride");
-    column_sums(grad_y.data(), rows, out, grad_y.stride(0), grad_bias.data(), device);
+    SEQPAR_CHECK(grad_y.stride(1) == 1 || out <= 1,
+                 "linear_backward_cuda: grad_y needs unit column stride");
+    exact::ExactSums sums(out, Device::cuda(device));
+    accumulate_column_sums_cuda(const_rows_of(grad_y), sums);
+    exact::combine_across_ranks(sums);
+    sums.round_into(grad_bias);
   }
 }
 
@@ -377,11 +325,11 @@ GemmChoice linear_gemm_choice(LinearProduct product, const Tensor& left, const T
                               const Tensor& result, LinearKernel kernel) {
   switch (product) {
     case LinearProduct::Output:
-      return choose_gemm<true, true>(output_gemm(left, right, nullptr, result), kernel);
+      return choose_gemm<true, true>(output_gemm(left, right, nullptr, result), kernel, false);
     case LinearProduct::GradInput:
-      return choose_gemm<true, false>(grad_input_gemm(left, right, result), kernel);
+      return choose_gemm<true, false>(grad_input_gemm(left, right, result), kernel, false);
     case LinearProduct::GradWeight:
-      return choose_gemm<false, false>(grad_weight_gemm(left, right, result), kernel);
+      return choose_gemm<false, false>(grad_weight_gemm(left, right, result), kernel, true);
   }
   SEQPAR_CHECK(false, "linear_gemm_choice: unknown product");
   return {};

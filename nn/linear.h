@@ -62,6 +62,8 @@ enum class LinearKernel { Auto, General, Tiled64, Slice8, Slice16 };
 // whole (never accumulated into). Undefined gradient outputs are skipped.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, LinearKernel kernel = LinearKernel::Auto);
+// dx by the GEMM (no K split: the canonical chains); dW and db by the exact row sums,
+// added over the ranks of the current exact::CrossRankScope and rounded once.
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
                           const Tensor& grad_bias, LinearKernel kernel = LinearKernel::Auto);

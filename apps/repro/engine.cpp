@@ -1,6 +1,7 @@
 #include "apps/repro/engine.h"
 
 #include "core/elementwise.h"
+#include "core/exact_sums.h"
 #include "optim/clip.h"
 
 namespace seqpar::repro {
@@ -12,6 +13,13 @@ Engine::Engine(const Policy& policy, const nn::Linear& model, RankGroups groups,
       groups_(std::move(groups)),
       optimizer_(parameters_, adamw),
       gradient_clipping_(gradient_clipping) {}
+
+void Engine::backward(const autograd::Variable& loss) const {
+  if (policy_.kind != PolicyKind::Exact) return loss.backward();
+  dist::GroupSums all_ranks(*groups_.sequence_data_parallel);
+  const exact::CrossRankScope scope(all_ranks);
+  loss.backward();
+}
 
 void Engine::broadcast_parameters() {
   dist::ProcessGroup& group = policy_.kind == PolicyKind::DeepSpeed016
@@ -38,10 +46,8 @@ void Engine::synchronize_gradients() {
         mul_(gradient, 1.0f / static_cast<float>(groups_.dp));
         break;
       case PolicyKind::Exact:
-        // Each rank's loss is already its share of the replica's mean: a sum over sp
-        // gives the replica's gradient, an average over dp the global batch's.
-        groups_.sequence_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
-        groups_.data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
+        // Nothing left to add: each rank's loss is its share of the global batch's
+        // mean, and backward already summed the rows of every rank of sp x dp.
         break;
     }
   }

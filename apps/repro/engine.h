@@ -39,7 +39,10 @@ class Engine {
   // deepspeed.initialize() broadcasts the parameters from the first rank of the group
   // it reduces over: the data-parallel group in 0.16, the sp x dp group with an mpu.
   void broadcast_parameters();
-  void backward(const autograd::Variable& loss) const { loss.backward(); }
+  // The exact policy runs backward inside an exact::CrossRankScope over the sp x dp
+  // group: every sum over rows (Linear's dW and db) then adds the exact digits of all
+  // ranks before it rounds, so each rank's gradient is the whole batch's, bit for bit.
+  void backward(const autograd::Variable& loss) const;
   StepNorms step();
 
   const std::vector<autograd::Variable>& parameters() const { return parameters_; }

@@ -13,8 +13,8 @@ const std::vector<Policy>& all_policies() {
        "the usual fix: an mpu whose sequence-data-parallel group spans sp x dp; gradients "
        "summed over it and divided by dp"},
       {PolicyKind::Exact, "exact",
-       "rows split evenly (tensor_split), loss normalized by the replica's row count, "
-       "gradients summed over sp and averaged over dp"},
+       "rows split evenly (tensor_split), loss normalized by the global row count, the "
+       "ranks' exact row sums added over sp x dp before rounding"},
   };
   return policies;
 }
@@ -47,10 +47,12 @@ Tensor shard_rows(const Policy& policy, const Tensor& batch, int64_t sp, int64_t
   return shards[static_cast<size_t>(sp_rank)];
 }
 
-nn::Reduction loss_reduction(const Policy& policy, int64_t replica_rows, int64_t out_features) {
+nn::Reduction loss_reduction(const Policy& policy, int64_t replica_rows, int64_t out_features,
+                             int64_t dp) {
   if (policy.kind == PolicyKind::Exact) {
-    // Each rank's share of the replica's mean: summed over sp, it is the mean.
-    return nn::Reduction::sum_divided_by(replica_rows * out_features);
+    // Each rank's share of the global batch's mean: summed over sp x dp, it is the
+    // mean, with the very scale 1 / (dp * rows * out) that one rank on all rows uses.
+    return nn::Reduction::sum_divided_by(dp * replica_rows * out_features);
   }
   return nn::Reduction::mean();  // the report's loss: mean over the rank's own rows
 }

@@ -5,7 +5,7 @@
 //                   rows per rank        per-rank loss          gradient combine           clip norm
 //  deepspeed-0.16   torch.chunk          mean over own rows     Σ over dp group, × sp/dp   avg of local norms over dp
 //  with-mpu         torch.chunk          mean over own rows     Σ over sp×dp, ÷ dp         after the reduction
-//  exact            torch.tensor_split   Σ own rows / (rows·out) Σ over sp, avg over dp    after the reduction
+//  exact            torch.tensor_split   Σ own rows / (dp·rows·out) exact Σ over sp×dp   after the reduction
 //
 // deepspeed-0.16 is what DeepSpeed 0.16 did in issue #6868: with no mpu, its
 // "sequence-data-parallel" group falls back to the mesh's data-parallel group, which
@@ -49,6 +49,7 @@ std::string cannot_shard_reason(const Policy& policy, int64_t rows, int64_t sp);
 Tensor shard_rows(const Policy& policy, const Tensor& batch, int64_t sp, int64_t sp_rank);
 
 // The reduction of the rank's L1 loss over its shard of [shard_rows, out_features].
-nn::Reduction loss_reduction(const Policy& policy, int64_t replica_rows, int64_t out_features);
+nn::Reduction loss_reduction(const Policy& policy, int64_t replica_rows, int64_t out_features,
+                             int64_t dp);
 
 }  // namespace seqpar::repro

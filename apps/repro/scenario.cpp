@@ -122,7 +122,8 @@ PolicyRun run_policy(const Policy& policy, const RankGroups& groups, const Repro
   const Tensor shard = shard_rows(policy, batch, groups.sp, groups.sp_rank);
   const Variable x(shard);
   const Variable target(shard.narrow(1, 0, config.out_features));
-  const nn::Reduction reduction = loss_reduction(policy, config.rows, config.out_features);
+  const nn::Reduction reduction =
+      loss_reduction(policy, config.rows, config.out_features, config.data_parallel_size);
   const Device device = data.inputs.device();
 
   double seconds = 0;

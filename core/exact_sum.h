@@ -1,0 +1,254 @@
+// Exact sums: a float32 reduction whose result depends on the multiset of its terms
+// alone, never on their order, their split over threads, blocks or ranks, or the
+// device. docs/numerics.md explains the choice; this header is the arithmetic, shared
+// by the CPU paths and (compiled by nvcc) the CUDA kernels, so both give the same bits.
+//
+// A term is a double that is exact by construction: a float32, or the product of two
+// float32s (24 + 24 significant bits fit in 53). Terms are accumulated without any
+// rounding into kBins "bins" of doubles, then moved ("flushed") into int64 digits;
+// the digits of partial sums, of any number of threads or ranks, add as integers; and
+// the total is rounded once, to nearest even, to a float (or a double for norms).
+//
+// Bins (the idea of ReproBLAS's binned sums, with boundaries fixed once and for all so
+// that no two placements can disagree): bin k holds multiples of 2^b_k, with
+// b_k = 96 - 35 k, k = 0..7, so the grid runs from 2^-149 to 2^129. A term t is split
+// from the top: p_k = (r + C_k) - C_k with C_k = 1.5 * 2^(b_k + 52) is r rounded to
+// the nearest multiple of 2^b_k (exactly: r + C_k lies in a binade whose spacing is
+// 2^b_k), and r - p_k, the rest, is exact. Each rest is at most 2^(b_k - 1), so each
+// part below the top is at most 2^34 units of its bin, and the top part (|t| < 2^129)
+// at most 2^33 of its own; a bin's double sum stays exact for 2^19 terms
+// (2^19 * 2^34 = 2^53), after which it is flushed into the digits.
+//
+// The exactness domain (tested on both sides in tests/core/exact_sum_test.cpp):
+//   - every term that is a multiple of 2^-149 with |t| < 2^129 is summed exactly:
+//     every finite float32 (subnormals included), and every product of two float32s
+//     whose exponents add to at least -103 (e.g. both factors at least 2^-51);
+//   - a finite term below that grid is rounded to the nearest multiple of 2^-149
+//     (ties to even) before it is added: the same rule on every device and split;
+//   - a term with |t| >= 2^129 (a product of two large floats) overflows to +-inf, as
+//     a float32 sum that large would; non-finite terms give the IEEE sum of the non-finite terms
+//     (NaN if any is NaN or both infinities occur, else the infinity): an order-free rule;
+//   - at most kMaxTerms terms per sum (rows times ranks); callers check their counts.
+#pragma once
+
+#include <cstdint>
+#include <cmath>
+#include <limits>
+
+#ifdef __CUDACC__
+#define SEQPAR_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define SEQPAR_HOST_DEVICE inline
+#endif
+
+namespace seqpar::exact {
+
+constexpr int kBins = 8;
+constexpr int kBinBits = 35;
+constexpr int kTopBinExponent = 96;  // b_0; b_k = 96 - 35 k, the last is -149
+constexpr int kLowestExponent = kTopBinExponent - (kBins - 1) * kBinBits;
+static_assert(kLowestExponent == -149, "the grid reaches float32's smallest subnormal");
+// Digits per sum: one per bin, then one word of flags for non-finite results.
+constexpr int kDigits = kBins + 1;
+constexpr int kSpecialDigit = kBins;
+// A bin's double sum stays exact for this many terms between flushes.
+constexpr int64_t kTermsPerFlush = int64_t{1} << 19;
+// Digits stay within int64 for this many terms in all: at most 2^34 units a term in
+// any bin, 2^28 * 2^34 = 2^62.
+constexpr int64_t kMaxTerms = int64_t{1} << 28;
+
+// The exponent of bin k's unit, and the constant that rounds to it.
+SEQPAR_HOST_DEVICE int bin_exponent(int k) { return kTopBinExponent - k * kBinBits; }
+SEQPAR_HOST_DEVICE double bin_rounder(int k) { return 1.5 * std::ldexp(1.0, bin_exponent(k) + 52); }
+// Terms at or above this magnitude leave the bins' range.
+SEQPAR_HOST_DEVICE double term_limit() { return std::ldexp(1.0, kTopBinExponent + 33); }
+
+// Flags for non-finite results. Within one set of digits they are or-ed (flush, and
+// the kernels' atomicOr); digits of different ranks are added, so each field counts
+// the ranks that saw that value, and the fields never carry into each other below
+// 2^21 ranks.
+constexpr int64_t kPositiveInfinityFlag = int64_t{1};
+constexpr int64_t kNegativeInfinityFlag = int64_t{1} << 21;
+constexpr int64_t kNaNFlag = int64_t{1} << 42;
+constexpr int64_t kFlagFieldMask = (int64_t{1} << 21) - 1;
+
+SEQPAR_HOST_DEVICE int64_t special_flags(double special) {
+  if (special != special) return kNaNFlag;
+  if (special > 0) return kPositiveInfinityFlag;
+  if (special < 0) return kNegativeInfinityFlag;
+  return 0;
+}
+
+// Running exact sums, kLanes of them side by side (the CPU loops add 8 terms at a
+// time, one per lane, which the compiler turns into vector instructions; a GPU thread
+// keeps one). Per lane: the bins, and the IEEE sum of the terms that are not finite or
+// too large (0, +-inf or NaN, whatever their order).
+template <int kLanes>
+struct BinnedSums {
+  double bin[kBins][kLanes];
+  double special[kLanes];
+
+  SEQPAR_HOST_DEVICE void clear() {
+    for (int k = 0; k < kBins; ++k) {
+      for (int l = 0; l < kLanes; ++l) bin[k][l] = 0.0;
+    }
+    for (int l = 0; l < kLanes; ++l) special[l] = 0.0;
+  }
+
+  SEQPAR_HOST_DEVICE void add(const double (&terms)[kLanes]) {
+    double rest[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      const double term = terms[l];
+      const bool in_range = std::fabs(term) < term_limit();  // false for NaN and inf too
+      special[l] += in_range ? 0.0 : term * INFINITY;  // +-inf, or NaN for NaN
+      rest[l] = in_range ? term : 0.0;
+    }
+    for (int k = 0; k < kBins; ++k) {
+      const double rounder = bin_rounder(k);
+      for (int l = 0; l < kLanes; ++l) {
+        const double part = (rest[l] + rounder) - rounder;
+        rest[l] -= part;
+        bin[k][l] += part;
+      }
+    }
+  }
+
+  // Adds lane l's bins into `digits` (kDigits words, `stride` apart) and clears them.
+  // Each bin is an integer number of its units below 2^53: the conversion is exact.
+  SEQPAR_HOST_DEVICE void flush(int l, int64_t* digits, int64_t stride) {
+    for (int k = 0; k < kBins; ++k) {
+      digits[k * stride] += static_cast<int64_t>(std::ldexp(bin[k][l], -bin_exponent(k)));
+      bin[k][l] = 0.0;
+    }
+    digits[kSpecialDigit * stride] |= special_flags(special[l]);
+    special[l] = 0.0;
+  }
+};
+
+// One running sum: what a GPU thread or a scalar CPU loop keeps.
+struct BinnedSum : BinnedSums<1> {
+  SEQPAR_HOST_DEVICE void add(double term) {
+    const double terms[1] = {term};
+    BinnedSums<1>::add(terms);
+  }
+  SEQPAR_HOST_DEVICE void flush(int64_t* digits, int64_t stride = 1) {
+    BinnedSums<1>::flush(0, digits, stride);
+  }
+};
+
+// ---- rounding the digits once ----
+// The exact value Σ_k digit_k * 2^b_k as a 320-bit two's complement integer in units
+// of 2^-149 (five 64-bit words, least significant first), then rounded to nearest
+// even at the target format's precision.
+
+namespace detail {
+
+constexpr int kWords = 5;
+
+SEQPAR_HOST_DEVICE int leading_zeros(uint64_t word) {
+#ifdef __CUDA_ARCH__
+  return __clzll(static_cast<long long>(word));
+#else
+  return word == 0 ? 64 : __builtin_clzll(word);
+#endif
+}
+
+// value += digit * 2^shift (shift >= 0), two's complement over kWords words.
+SEQPAR_HOST_DEVICE void add_shifted(uint64_t (&value)[kWords], int64_t digit, int shift) {
+  const uint64_t fill = digit < 0 ? ~uint64_t{0} : 0;
+  uint64_t addend[kWords];
+  for (int w = 0; w < kWords; ++w) addend[w] = w < shift / 64 ? 0 : fill;
+  const int word = shift / 64, bit = shift % 64;
+  addend[word] = static_cast<uint64_t>(digit) << bit;
+  if (word + 1 < kWords && bit != 0) addend[word + 1] = static_cast<uint64_t>(digit >> (64 - bit));
+  uint64_t carry = 0;
+  for (int w = 0; w < kWords; ++w) {
+    const uint64_t sum = value[w] + addend[w];
+    const uint64_t carry_out = sum < value[w] ? 1 : 0;
+    value[w] = sum + carry;
+    carry = carry_out | (value[w] < sum ? 1 : 0);
+  }
+}
+
+// Bit `position` of an unsigned magnitude (0 outside it).
+SEQPAR_HOST_DEVICE uint64_t bit_at(const uint64_t (&magnitude)[kWords], int position) {
+  if (position < 0 || position >= 64 * kWords) return 0;
+  return (magnitude[position / 64] >> (position % 64)) & 1u;
+}
+
+// Whether any bit below `position` is set.
+SEQPAR_HOST_DEVICE bool any_below(const uint64_t (&magnitude)[kWords], int position) {
+  for (int w = 0; w < kWords && 64 * w < position; ++w) {
+    const int bits = position - 64 * w;
+    const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
+    if (magnitude[w] & mask) return true;
+  }
+  return false;
+}
+
+// Bits [low, low + count) as an integer, count <= 63.
+SEQPAR_HOST_DEVICE uint64_t bits_from(const uint64_t (&magnitude)[kWords], int low, int count) {
+  uint64_t result = 0;
+  for (int i = count - 1; i >= 0; --i) result = (result << 1) | bit_at(magnitude, low + i);
+  return result;
+}
+
+// Rounds the exact sum to Float (float or double), to nearest even, subnormals and
+// overflow to infinity included.
+template <typename Float>
+SEQPAR_HOST_DEVICE Float round_digits(const int64_t* digits, int64_t stride) {
+  const int64_t flags = digits[kSpecialDigit * stride];
+  if (flags != 0) {
+    const bool nan = (flags >> 42) != 0;
+    const bool positive = (flags & kFlagFieldMask) != 0;
+    const bool negative = ((flags >> 21) & kFlagFieldMask) != 0;
+    if (nan || (positive && negative)) return std::numeric_limits<Float>::quiet_NaN();
+    return positive ? std::numeric_limits<Float>::infinity()
+                    : -std::numeric_limits<Float>::infinity();
+  }
+  uint64_t value[kWords] = {0, 0, 0, 0, 0};
+  for (int k = 0; k < kBins; ++k) {
+    add_shifted(value, digits[k * stride], bin_exponent(k) - kLowestExponent);
+  }
+  const bool negative = (value[kWords - 1] >> 63) != 0;
+  if (negative) {  // magnitude = -value
+    uint64_t carry = 1;
+    for (int w = 0; w < kWords; ++w) {
+      value[w] = ~value[w] + carry;
+      carry = (carry != 0 && value[w] == 0) ? 1 : 0;
+    }
+  }
+  int top = -1;  // the highest set bit
+  for (int w = kWords - 1; w >= 0 && top < 0; --w) {
+    if (value[w] != 0) top = 64 * w + 63 - leading_zeros(value[w]);
+  }
+  if (top < 0) return Float(0);  // an exact zero is +0, whatever the terms' signs
+  constexpr int kPrecision = std::numeric_limits<Float>::digits;  // 24 or 53
+  // The lowest kept bit, in units of 2^-149: precision bits below the top, but never
+  // below the format's smallest subnormal (2^-149 for float; doubles reach far lower).
+  const int subnormal_floor = std::numeric_limits<Float>::min_exponent - kPrecision - kLowestExponent;
+  int low = top - kPrecision + 1;
+  if (low < subnormal_floor) low = subnormal_floor;
+  if (low < 0) low = 0;
+  uint64_t kept = bits_from(value, low, top - low + 1);
+  const bool half = bit_at(value, low - 1) != 0;
+  const bool sticky = any_below(value, low - 1);
+  if (half && (sticky || (kept & 1u))) ++kept;  // may carry into one more bit: still exact
+  // kept * 2^(low - 149): both factors exact in double, and ldexp rounds nothing
+  // unless the result leaves Float's range, where it becomes infinity as it should.
+  const double magnitude = std::ldexp(static_cast<double>(kept), low + kLowestExponent);
+  const Float rounded = static_cast<Float>(magnitude);
+  return negative ? -rounded : rounded;
+}
+
+}  // namespace detail
+
+// The exact sum held in `digits` (kDigits words, `stride` apart), rounded once.
+SEQPAR_HOST_DEVICE float round_to_float(const int64_t* digits, int64_t stride = 1) {
+  return detail::round_digits<float>(digits, stride);
+}
+SEQPAR_HOST_DEVICE double round_to_double(const int64_t* digits, int64_t stride = 1) {
+  return detail::round_digits<double>(digits, stride);
+}
+
+}  // namespace seqpar::exact

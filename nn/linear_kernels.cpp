@@ -1,0 +1,218 @@
+// CPU kernels of Linear (nn/linear_kernels.h). Each has a portable loop that states the
+// arithmetic and, where the processor has AVX-512, a vector loop doing the very same
+// operations 16 floats (or 8 doubles) at a time: fma is correctly rounded and the
+// exact sums' steps are plain IEEE additions, so both loops give the same bits. The
+// project compiles with -ffp-contract=off, so no other multiply-add is ever fused.
+#include "nn/linear_kernels.h"
+
+#include <immintrin.h>
+
+// GCC 12 warns that _mm512_cvtps_pd's own "undefined" source vector may be used
+// uninitialized; it is fully overwritten (a known false positive of the intrinsic).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/exact_sum.h"
+
+namespace seqpar::nn::detail {
+
+ConstRows const_rows_of(const Tensor& matrix) {
+  SEQPAR_CHECK(matrix.dim() == 2 && (matrix.size(1) <= 1 || matrix.stride(1) == 1),
+               "linear (CPU): expected a matrix with unit column stride, got shape ",
+               matrix.shape());
+  return {matrix.data(), matrix.size(0), matrix.size(1),
+          matrix.size(0) <= 1 ? matrix.size(1) : matrix.stride(0)};
+}
+
+namespace {
+
+bool has_avx512() {
+  static const bool supported =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return supported;
+}
+
+// ---------------------------------------------------------------- fma chains
+
+constexpr int kRowBlock = 4;      // rows whose chains share each loaded b value
+constexpr int64_t kLanes = 16;    // outputs per vector: b is transposed and padded to 16
+
+// b [n, k] transposed into [k, n_padded], zero past n, so that a step of every chain of
+// a row reads 16 adjacent values.
+std::vector<float> transposed_padded(const ConstRows& b, int64_t n_padded) {
+  std::vector<float> bt(static_cast<size_t>(b.cols * n_padded), 0.0f);
+  for (int64_t n = 0; n < b.rows; ++n) {
+    for (int64_t k = 0; k < b.cols; ++k) bt[k * n_padded + n] = b.data[n * b.row_stride + k];
+  }
+  return bt;
+}
+
+// The chains of rows `a_rows` (kRowBlock of them; repeats allowed) for outputs
+// [n0, n0 + 16): sums[r][c] = fma(a[r][k], bt[k][n0 + c], sums[r][c]) for k = 0, 1, ...
+void chains_portable(const float* const (&a_rows)[kRowBlock], int64_t k_count, const float* bt,
+                     int64_t n_padded, int64_t n0, float (&sums)[kRowBlock][kLanes]) {
+  for (int64_t k = 0; k < k_count; ++k) {
+    const float* b = bt + k * n_padded + n0;
+    for (int r = 0; r < kRowBlock; ++r) {
+      for (int c = 0; c < kLanes; ++c) sums[r][c] = std::fma(a_rows[r][k], b[c], sums[r][c]);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512vl"))) void chains_avx512(const float* const (&a_rows)[kRowBlock],
+                                                      int64_t k_count, const float* bt,
+                                                      int64_t n_padded, int64_t n0,
+                                                      float (&sums)[kRowBlock][kLanes]) {
+  __m512 s[kRowBlock];
+  for (int r = 0; r < kRowBlock; ++r) s[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < k_count; ++k) {
+    const __m512 b = _mm512_loadu_ps(bt + k * n_padded + n0);
+    for (int r = 0; r < kRowBlock; ++r) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(a_rows[r][k]), b, s[r]);
+  }
+  for (int r = 0; r < kRowBlock; ++r) _mm512_storeu_ps(sums[r], s[r]);
+}
+
+// ---------------------------------------------------------------- exact row sums
+
+constexpr int kSumLanes = 8;  // doubles per AVX-512 vector
+
+// Terms d * x[k0 + l] for l < lanes (zero past them), as exact doubles.
+void products(double d, const float* x, int lanes, double (&terms)[kSumLanes]) {
+  for (int l = 0; l < kSumLanes; ++l) terms[l] = l < lanes ? d * static_cast<double>(x[l]) : 0.0;
+}
+
+// Σ_i a[i] * x[i][0 .. lanes) into `digits` (sum l at digits + l, sums `stride` apart
+// digit to digit); a's row i is a[i * a_stride], x's row i is x + i * x_stride.
+void row_sums_portable(const float* a, int64_t a_stride, const float* x, int64_t x_stride,
+                       int64_t rows, int lanes, int64_t* digits, int64_t stride) {
+  exact::BinnedSums<kSumLanes> sums;
+  sums.clear();
+  for (int64_t i = 0; i < rows; ++i) {
+    double terms[kSumLanes];
+    products(a[i * a_stride], x + i * x_stride, lanes, terms);
+    sums.add(terms);
+    if ((i + 1) % exact::kTermsPerFlush == 0 || i + 1 == rows) {
+      for (int l = 0; l < lanes; ++l) sums.flush(l, digits + l, stride);
+    }
+  }
+}
+
+// Moves the vector bins into `digits` (through BinnedSums::flush, the portable code)
+// and clears them.
+__attribute__((target("avx512f,avx512vl"))) void flush_vectors(__m512d (&bin)[exact::kBins],
+                                                               __m512d& special, int lanes,
+                                                               int64_t* digits, int64_t stride) {
+  exact::BinnedSums<kSumLanes> sums;
+  for (int k = 0; k < exact::kBins; ++k) {
+    _mm512_storeu_pd(sums.bin[k], bin[k]);
+    bin[k] = _mm512_setzero_pd();
+  }
+  _mm512_storeu_pd(sums.special, special);
+  special = _mm512_setzero_pd();
+  for (int l = 0; l < lanes; ++l) sums.flush(l, digits + l, stride);
+}
+
+// The same steps as exact::BinnedSums::add, eight lanes in one vector.
+__attribute__((target("avx512f,avx512vl"))) void row_sums_avx512(const float* a, int64_t a_stride,
+                                                        const float* x, int64_t x_stride,
+                                                        int64_t rows, int lanes, int64_t* digits,
+                                                        int64_t stride) {
+  const __mmask8 lane_mask = static_cast<__mmask8>((1u << lanes) - 1u);
+  const __m512d limit = _mm512_set1_pd(exact::term_limit());
+  const __m512d infinity = _mm512_set1_pd(INFINITY);
+  const __m512i magnitude_mask = _mm512_set1_epi64(0x7fffffffffffffffLL);
+  __m512d rounder[exact::kBins];
+  for (int k = 0; k < exact::kBins; ++k) rounder[k] = _mm512_set1_pd(exact::bin_rounder(k));
+  __m512d bin[exact::kBins], special = _mm512_setzero_pd();
+  for (int k = 0; k < exact::kBins; ++k) bin[k] = _mm512_setzero_pd();
+  for (int64_t i = 0; i < rows; ++i) {
+    const __m512d x8 = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(lane_mask, x + i * x_stride));
+    const __m512d term = _mm512_mul_pd(_mm512_set1_pd(a[i * a_stride]), x8);
+    const __mmask8 in_range = _mm512_cmp_pd_mask(
+        _mm512_castsi512_pd(_mm512_and_epi64(_mm512_castpd_si512(term), magnitude_mask)), limit,
+        _CMP_LT_OQ);  // |term| < limit; false for NaN
+    special = _mm512_mask_add_pd(special, static_cast<__mmask8>(~in_range), special,
+                                 _mm512_mul_pd(term, infinity));
+    __m512d rest = _mm512_maskz_mov_pd(in_range, term);
+    for (int k = 0; k < exact::kBins; ++k) {
+      const __m512d part = _mm512_sub_pd(_mm512_add_pd(rest, rounder[k]), rounder[k]);
+      rest = _mm512_sub_pd(rest, part);
+      bin[k] = _mm512_add_pd(bin[k], part);
+    }
+    if ((i + 1) % exact::kTermsPerFlush == 0) flush_vectors(bin, special, lanes, digits, stride);
+  }
+  flush_vectors(bin, special, lanes, digits, stride);
+}
+
+void row_sums(const float* a, int64_t a_stride, const float* x, int64_t x_stride, int64_t rows,
+              int lanes, int64_t* digits, int64_t stride) {
+  if (has_avx512()) {
+    row_sums_avx512(a, a_stride, x, x_stride, rows, lanes, digits, stride);
+  } else {
+    row_sums_portable(a, a_stride, x, x_stride, rows, lanes, digits, stride);
+  }
+}
+
+}  // namespace
+
+void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float* bias, float* c,
+                        int64_t c_row_stride) {
+  SEQPAR_CHECK(a.cols == b_rows.cols, "chain_products_cpu: ", a.cols, " vs ", b_rows.cols);
+  const int64_t n = b_rows.rows, n_padded = (n + kLanes - 1) / kLanes * kLanes;
+  if (a.rows == 0 || n == 0) return;
+  const std::vector<float> bt = transposed_padded(b_rows, n_padded);
+  const bool vector = has_avx512();
+  for (int64_t row0 = 0; row0 < a.rows; row0 += kRowBlock) {
+    const float* a_rows[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) {  // a block past the end repeats the last row
+      a_rows[r] = a.data + std::min(row0 + r, a.rows - 1) * a.row_stride;
+    }
+    for (int64_t n0 = 0; n0 < n_padded; n0 += kLanes) {
+      float sums[kRowBlock][kLanes] = {};
+      if (vector) {
+        chains_avx512(a_rows, a.cols, bt.data(), n_padded, n0, sums);
+      } else {
+        chains_portable(a_rows, a.cols, bt.data(), n_padded, n0, sums);
+      }
+      for (int r = 0; r < kRowBlock && row0 + r < a.rows; ++r) {
+        float* out = c + (row0 + r) * c_row_stride;
+        for (int64_t j = n0; j < std::min(n0 + kLanes, n); ++j) {
+          out[j] = bias != nullptr ? sums[r][j - n0] + bias[j] : sums[r][j - n0];
+        }
+      }
+    }
+  }
+}
+
+void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums) {
+  SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols,
+               "accumulate_weight_grad_cpu: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
+               " x ", x.cols, ", ", sums.count(), " sums");
+  // Column blocks outer: a block of x's columns over all rows stays in cache while
+  // every output row j reads it.
+  for (int64_t k0 = 0; k0 < x.cols; k0 += kSumLanes) {
+    const int lanes = static_cast<int>(std::min<int64_t>(kSumLanes, x.cols - k0));
+    for (int64_t j = 0; j < grad_y.cols; ++j) {
+      row_sums(grad_y.data + j, grad_y.row_stride, x.data + k0, x.row_stride, x.rows, lanes,
+               sums.digits() + j * x.cols + k0, sums.count());
+    }
+  }
+}
+
+void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums) {
+  SEQPAR_CHECK(sums.count() == grad_y.cols, "accumulate_column_sums_cpu: ", grad_y.cols,
+               " columns, ", sums.count(), " sums");
+  static const float kOnes[kSumLanes] = {1, 1, 1, 1, 1, 1, 1, 1};
+  for (int64_t k0 = 0; k0 < grad_y.cols; k0 += kSumLanes) {
+    const int lanes = static_cast<int>(std::min<int64_t>(kSumLanes, grad_y.cols - k0));
+    // Σ_i 1 * dy[i, k0 + l]: the ones are the "a" column, read with stride 0.
+    row_sums(kOnes, 0, grad_y.data + k0, grad_y.row_stride, grad_y.rows, lanes,
+             sums.digits() + k0, sums.count());
+  }
+}
+
+}  // namespace seqpar::nn::detail
