@@ -79,6 +79,7 @@ static Outcome max_over_ranks(const std::string& what, const std::vector<Contrib
 
 // Integer additions of the digits: the order of the ranks cannot matter.
 static Outcome sum_digits(const std::string& what, const std::vector<Contribution>& all) {
+  if (all[0].tensor != nullptr) check_same_tensors(what, all);
   const exact::ExactSums& first = *all[0].sums;
   auto total = std::make_shared<exact::ExactSums>(first.count(), first.device());
   for (const Contribution& c : all) {
@@ -131,7 +132,7 @@ std::string LocalProcessGroup::name() const { return rendezvous_->name(); }
 void LocalProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   const std::string what = "all_reduce on group " + name();
   SEQPAR_CHECK(tensor.defined(), what, ": the tensor is undefined");
-  if (op != ReduceOp::Max) return all_reduce_exact(*this, tensor, op);
+  if (op != ReduceOp::Max) return all_reduce_exact(tensor, op);
   Contribution mine{"all_reduce"};
   mine.tensor = &tensor;
   mine.op = op;
@@ -140,10 +141,12 @@ void LocalProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   tensor.copy_(outcome.tensor);
 }
 
-void LocalProcessGroup::all_reduce_sums(exact::ExactSums& sums) {
-  const std::string what = "all_reduce_sums on group " + name();
-  Contribution mine{"all_reduce_sums"};
+void LocalProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
+                                          const char* operation) {
+  const std::string what = std::string(operation) + " on group " + name();
+  Contribution mine{operation};
   mine.sums = &sums;
+  mine.tensor = values;
   const Outcome outcome = rendezvous_->meet(
       rank_, mine, [&](const std::vector<Contribution>& all) { return sum_digits(what, all); });
   sums.copy_from(*outcome.sums);

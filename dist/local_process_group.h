@@ -57,12 +57,16 @@ class LocalProcessGroup final : public ProcessGroup {
   std::string name() const override;
 
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
-  void all_reduce_sums(exact::ExactSums& sums) override;
+
   void all_gather(Tensor& output, const Tensor& input) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
                                           const std::string& name) override;
+
+ protected:
+  void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
+                         const char* operation) override;
 
  private:
   std::shared_ptr<detail::Rendezvous> rendezvous_;

@@ -226,7 +226,7 @@ void NcclProcessGroup::wait_for_stream(const char* operation, cudaStream_t strea
 void NcclProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   check_tensor("all_reduce", tensor);
   if (tensor.numel() == 0) return;  // every rank has the same shape, so every rank skips
-  if (op != ReduceOp::Max) return all_reduce_exact(*this, tensor, op);
+  if (op != ReduceOp::Max) return all_reduce_exact(tensor, op);
   Tensor buffer = tensor.contiguous();  // NCCL works on one dense block
   const size_t count = static_cast<size_t>(buffer.numel());
   run_collective("all_reduce", [&](cudaStream_t stream) {
@@ -236,14 +236,15 @@ void NcclProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   if (!tensor.is_contiguous()) tensor.copy_(buffer);
 }
 
-void NcclProcessGroup::all_reduce_sums(exact::ExactSums& sums) {
-  check_usable("all_reduce_sums");
-  SEQPAR_CHECK(sums.device() == Device::cuda(device_), "all_reduce_sums on group ", name_,
+void NcclProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor*,
+                                         const char* operation) {
+  check_usable(operation);
+  SEQPAR_CHECK(sums.device() == Device::cuda(device_), operation, " on group ", name_,
                ": the sums are on ", sums.device(), " but the group's GPU is cuda:", device_);
   if (sums.count() == 0) return;
   const size_t words = static_cast<size_t>(sums.words());
   static_assert(sizeof(long long) == sizeof(int64_t), "ncclInt64 is a 64-bit integer");
-  run_collective("all_reduce_sums", [&](cudaStream_t stream) {
+  run_collective(operation, [&](cudaStream_t stream) {
     return ncclAllReduce(sums.digits(), sums.digits(), words, ncclInt64, ncclSum, communicator_,
                          stream);
   });

@@ -80,9 +80,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::string name() const override { return name_; }
 
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
-  // ncclInt64 with ncclSum: integer additions, the same bits for every algorithm and
-  // protocol NCCL may pick, so nothing needs pinning for these.
-  void all_reduce_sums(exact::ExactSums& sums) override;
+
   // Stream-ordered and capturable: enqueues an in-place ncclAllReduce of `tensor` on
   // `stream` and returns once NCCL has launched it, without waiting for the device.
   // `tensor` must be contiguous (the result lands in its own memory; there is no
@@ -104,6 +102,12 @@ class NcclProcessGroup final : public ProcessGroup {
   Device device() const { return Device::cuda(device_); }
   // The raw communicator, for comparing against direct NCCL calls (benchmarks).
   ncclComm_t communicator() const { return communicator_; }
+
+ protected:
+  // ncclInt64 with ncclSum: integer additions, the same bits for every algorithm and
+  // protocol NCCL may pick, so nothing needs pinning for these.
+  void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
+                         const char* operation) override;
 
  private:
   NcclProcessGroup(ncclComm_t communicator, int rank, std::vector<int> global_ranks,

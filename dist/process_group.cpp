@@ -16,13 +16,13 @@ const char* reduce_op_name(ReduceOp op) {
   return "unknown";
 }
 
-void all_reduce_exact(ProcessGroup& group, Tensor& tensor, ReduceOp op) {
+void ProcessGroup::all_reduce_exact(Tensor& tensor, ReduceOp op) {
   SEQPAR_CHECK(op != ReduceOp::Max, "all_reduce_exact: Max is not a sum");
   exact::ExactSums sums = exact::ExactSums::of_values(tensor);
-  group.all_reduce_sums(sums);
+  all_reduce_digits(sums, &tensor, "all_reduce");
   Tensor total = Tensor::empty(tensor.shape(), tensor.device());
   sums.round_into(total);
-  if (op == ReduceOp::Avg) detail::divide_(total, static_cast<float>(group.size()));
+  if (op == ReduceOp::Avg) detail::divide_(total, static_cast<float>(size()));
   tensor.copy_(total);
 }
 

@@ -48,7 +48,7 @@ class ProcessGroup {
   virtual void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with the digit-wise sum over the group of its exact sums
   // (integer additions, in any order the same bits). Every rank passes the same count.
-  virtual void all_reduce_sums(exact::ExactSums& sums) = 0;
+  void all_reduce_sums(exact::ExactSums& sums) { all_reduce_digits(sums, nullptr, "all_reduce_sums"); }
   // output is [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r.
   virtual void all_gather(Tensor& output, const Tensor& input) = 0;
   // In place: every rank ends with rank `root`'s tensor (root is a group rank).
@@ -62,6 +62,15 @@ class ProcessGroup {
   // (as torch.distributed.new_group does). An empty name becomes "group[...]".
   virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
                                                   const std::string& name) = 0;
+
+ protected:
+  // all_reduce_sums, named `operation` in errors; `values` (may be null) are the
+  // tensor the sums were made from, whose shape a group may check across ranks.
+  virtual void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
+                                 const char* operation) = 0;
+  // all_reduce's Sum and Avg: each value's exact digits are added over the group and
+  // the total rounded once; Avg then divides by the size.
+  void all_reduce_exact(Tensor& tensor, ReduceOp op);
 };
 
 // A group as the combiner of exact row sums: inside an exact::CrossRankScope over it,
@@ -74,10 +83,6 @@ class GroupSums final : public exact::CrossRankSums {
  private:
   ProcessGroup& group_;
 };
-
-// Sum and Avg of float32 values as ReduceOp says, through group.all_reduce_sums: the
-// implementations' all_reduce calls it for those two ops.
-void all_reduce_exact(ProcessGroup& group, Tensor& tensor, ReduceOp op);
 
 // "0-3" for a run of consecutive ranks, "0,4" otherwise: how groups are named.
 std::string rank_list_label(const std::vector<int>& ranks);

@@ -8,7 +8,8 @@ configuration (stored as TOML in every file's metadata), then replays, with
 torch.nn.Linear, torch.optim.AdamW and torch.nn.utils.clip_grad_norm_:
   - the one-rank reference (all rows, mean L1 loss), against DIR/reference.safetensors;
   - every policy that was dumped, rank by rank, with the gradient combination the
-    policy prescribes, against DIR/<policy>/rank<R>.safetensors.
+    policy prescribes, against DIR/<policy>/rank<R>.safetensors; the exact policy,
+    which claims one-rank training's numbers, against the one-rank run.
 Parameters must agree to float32 rounding; exit status 1 when any does not.
 
 The safetensors files are read here with a few lines of NumPy (the format is an
@@ -98,7 +99,7 @@ def policy_setup(policy, x, config):
         split = torch.tensor_split if policy == "exact" else torch.chunk
         shard = split(batch, sp, dim=0)[rank % sp]
         shards.append(shard)
-        divisors.append(rows * out if policy == "exact" else None)  # None: the script's .mean()
+        divisors.append(dp * rows * out if policy == "exact" else None)  # None: the script's .mean()
 
     def total(gradients, ranks):
         return [sum(gradients[r][i] for r in ranks) for i in range(2)]
@@ -111,10 +112,8 @@ def policy_setup(policy, x, config):
                 used.append([g * (sp / dp) for g in total(gradients, dp_group)])
             elif policy == "with-mpu":
                 used.append([g / dp for g in total(gradients, range(world))])
-            else:  # exact: sum over sp, average over dp
-                per_replica = [total(gradients, [r // sp * sp + i for i in range(sp)])
-                               for r in dp_group]
-                used.append([sum(p[i] for p in per_replica) / dp for i in range(2)])
+            else:  # exact: each rank's share of the global mean, summed over sp x dp
+                used.append(total(gradients, range(world)))
         return used
 
     return shards, divisors, combine
@@ -161,7 +160,14 @@ def main(directory):
         if not os.path.isdir(folder):
             continue
         shards, divisors, combine = policy_setup(policy, x, config)
-        results = train(shards, inputs["weight"], inputs["bias"], divisors, combine, config)
+        if policy == "exact":
+            # exact claims one-rank training's numbers: it is held to PyTorch's one-rank
+            # run. (PyTorch's own per-rank replay would not do: its GEMM sums a row in an
+            # order that depends on the batch, so a shard's residuals can round, and
+            # sign(), differently from the full batch's.)
+            results = [reference] * len(shards)
+        else:
+            results = train(shards, inputs["weight"], inputs["bias"], divisors, combine, config)
         for rank, theirs in enumerate(results):
             ours, _ = read_safetensors(os.path.join(folder, f"rank{rank}.safetensors"))
             more, more_sensitive = compare(f"{policy} rank {rank}", ours, theirs, config)

@@ -34,15 +34,19 @@ struct StepFigures {
   LrHistogram histogram;
   float max_difference_from_reference = 0;  // max over ranks and elements
   double max_ulps_from_reference = 0;       // the same in units in the last place
-  // Rank 0's parameters more than kRoundingUlps from the reference's.
+  // Rank 0's parameters more than kRoundingUlps from the reference's (for the policies
+  // that compute another gradient, where only a tolerance can say how far they are).
   int64_t parameters_beyond_rounding = 0;
+  // Rank 0's parameters and gradients not bitwise equal to the reference's.
+  int64_t parameters_unlike_reference = 0;
+  int64_t gradients_unlike_reference = 0;
   // ||g - g_reference|| / ||g_reference|| for the gradient the optimizer used (rank 0).
   double gradient_relative_error = 0;
   std::vector<float> losses, local_norms, used_norms;  // [rank]
   float reference_loss = 0, reference_norm = 0;
 };
 
-enum class Verdict { Skipped, RanksDiverge, WrongGradientScale, NotExact, Exact };
+enum class Verdict { Skipped, RanksDiverge, WrongGradientScale, NotExact, Identical };
 
 struct PolicyFigures {
   const Policy* policy = nullptr;

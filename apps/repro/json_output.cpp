@@ -30,6 +30,8 @@ toml::table step_table(const StepFigures& s, size_t step) {
       {"max_difference_from_reference", double(s.max_difference_from_reference)},
       {"max_ulps_from_reference", s.max_ulps_from_reference},
       {"parameters_beyond_rounding", s.parameters_beyond_rounding},
+      {"parameters_unlike_reference", s.parameters_unlike_reference},
+      {"gradients_unlike_reference", s.gradients_unlike_reference},
       {"gradient_relative_error", s.gradient_relative_error},
       {"loss_per_rank", numbers(s.losses)},
       {"local_gradient_norm_per_rank", numbers(s.local_norms)},
@@ -75,7 +77,7 @@ void write_json(const std::string& path, const RunResults& results,
   toml::array policies;
   for (const PolicyFigures& policy : figures) policies.push_back(policy_table(policy));
   toml::table root{
-      {"schema", "seqpar-repro/1"},
+      {"schema", "seqpar-repro/2"},
       {"world_size", c.world_size()},
       {"sequence_parallel_size", c.sequence_parallel_size},
       {"data_parallel_size", c.data_parallel_size},

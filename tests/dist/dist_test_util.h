@@ -26,16 +26,24 @@ inline std::vector<Tensor> rank_inputs(int world_size, const Shape& shape, uint6
   return inputs;
 }
 
-// out = t[0]; out op= t[1]; ... over `ranks` (indices into inputs), in that order,
-// in float; Avg divides the sum by the count.
+// The reduction over `ranks` (indices into inputs) as the groups define it: Max
+// element by element; Sum the exact sum rounded once; Avg that sum divided by the count.
 inline std::vector<float> sequential_reduce(const std::vector<Tensor>& inputs,
                                             const std::vector<int>& ranks, dist::ReduceOp op) {
+  // Sums: the exact sum rounded once to float (docs/numerics.md). long double's 64-bit
+  // significand holds the sum of a few of these test floats exactly (their exponents
+  // lie within 2^30 of each other), so one conversion is one correct rounding.
   std::vector<float> out = inputs[static_cast<size_t>(ranks[0])].to_vector();
+  std::vector<long double> sums(out.begin(), out.end());
   for (size_t i = 1; i < ranks.size(); ++i) {
     const std::vector<float> next = inputs[static_cast<size_t>(ranks[i])].to_vector();
     for (size_t k = 0; k < out.size(); ++k) {
-      out[k] = op == dist::ReduceOp::Max ? std::fmax(out[k], next[k]) : out[k] + next[k];
+      out[k] = std::fmax(out[k], next[k]);
+      sums[k] += next[k];
     }
+  }
+  if (op != dist::ReduceOp::Max) {
+    for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<float>(sums[k]);
   }
   if (op == dist::ReduceOp::Avg) {
     for (float& value : out) value = value / static_cast<float>(ranks.size());
