@@ -7,6 +7,8 @@
 #include "autograd/ops.h"
 #include "core/elementwise.h"
 #include "core/error.h"
+#include "core/exact_sum.h"
+#include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
 
 namespace seqpar::nn {
@@ -50,16 +52,28 @@ void require_cpu(const char* op, Device device) {
                " but this seqpar was built without CUDA");
 }
 
-// Σ |input - target| over rows, then columns, in double: a fixed order, and the
-// reference the CUDA reduction is compared against.
-Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, double scale) {
+// The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
+// terms are summed exactly, flushed into one set of digits every kTermsPerFlush terms,
+// and the total is rounded once. The order of the loop changes nothing.
+Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
-  double sum = 0.0;
+  exact::ExactSums sums(1, Device::cpu());
+  exact::BinnedSum sum;
+  sum.clear();
+  int64_t pending = 0;  // terms in the bins since the last flush
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
-    for (Eigen::Index j = 0; j < a.cols(); ++j) sum += std::fabs(a(i, j) - b(i, j));
+    for (Eigen::Index j = 0; j < a.cols(); ++j) {
+      const float difference = a(i, j) - b(i, j);
+      sum.add(static_cast<double>(scale) * static_cast<double>(std::fabs(difference)));
+      if (++pending == exact::kTermsPerFlush) {
+        sum.flush(sums.digits());
+        pending = 0;
+      }
+    }
   }
+  sum.flush(sums.digits());
   Tensor loss = Tensor::empty({});
-  loss.data()[0] = static_cast<float>(sum * scale);
+  sums.round_into(loss);
   return loss;
 }
 
@@ -87,11 +101,16 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
   check_l1_arguments("l1_loss", input, target, reduction);
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
-  const double scale = reduction.scale(input.numel());
+  exact::check_term_count("l1_loss", input.numel());
+  // s: the scale rounded to float32 once, the same on every device.
+  const float scale = static_cast<float>(reduction.scale(input.numel()));
+  if (input.numel() == 0) {  // no terms: 0 * s, which keeps torch's NaN for a mean of nothing
+    return Tensor::full({}, 0.0f * scale, input.device());
+  }
 #ifdef SEQPAR_WITH_CUDA
   if (input.device().is_cuda()) {
     Tensor loss = Tensor::empty({}, input.device());
-    detail::l1_loss_forward_cuda(input_rows, target_rows, static_cast<float>(scale), loss);
+    detail::l1_loss_forward_cuda(input_rows, target_rows, scale, loss);
     return loss;
   }
 #endif

@@ -1,11 +1,13 @@
 // CUDA path of nn/l1_loss.h.
 //
-// Forward: loss = scale * Σ |input - target|, reduced in two fixed-order stages
-// (DESIGN.md, "Determinism"): each block of the first kernel folds a grid-stride
-// share of the elements into one partial sum; one block then sums the partials and
-// applies the scale. Sums are kept in double, as the CPU path keeps them. The grid size depends only on the element count, so which
-// thread adds which element, and in what order, never changes: bitwise-identical
-// results from run to run, and no atomics.
+// Forward: the exact sum of nn/l1_loss.h. Each thread keeps an exact::BinnedSum over a
+// grid-stride share of the elements, terms (double)s * (double)|d|, and moves it into
+// int64 digits of its own; a block adds its threads' digits with integer operations
+// (warp shuffles, then shared-memory atomics) and adds them into the one ExactSums of
+// the launch with one integer atomic per digit; ExactSums::round_into then rounds
+// once. Integer addition is associative (the special digit's flags are or-ed), so
+// neither the grid, the schedule nor the order of the atomics can change a bit, and
+// the result is bitwise the CPU's. No floating-point atomics.
 //
 // Backward: grad_input = (grad_loss * scale) * sign(input - target), sign(0) = 0 as
 // in PyTorch, the product formed in double and rounded once, as the CPU path does.
@@ -13,9 +15,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/exact_sum.h"
+#include "core/exact_sums.h"
 #include "nn/l1_loss.h"
 
 namespace seqpar::nn::detail {
@@ -23,8 +26,7 @@ namespace seqpar::nn::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kFinalThreads = 1024;
-constexpr int64_t kMaxPartials = kFinalThreads;  // the final block reads one partial each
+constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kMinElementsPerThread = 8;
 
 // An [n, m] matrix with unit column stride and its own row stride.
@@ -34,24 +36,65 @@ struct Matrix {
   __device__ float operator()(int64_t row, int64_t col) const { return data[row * row_stride + col]; }
 };
 
-__global__ void abs_diff_partials_kernel(Matrix input, Matrix target, int64_t rows, int64_t cols,
-                                         double* partials) {
+// Adds every thread's digits (`local`, kDigits words) into digits[d * stride] with
+// integer operations only: sums of the bin digits, an or of the flags. Every thread of
+// the block must call it; blockDim.x a multiple of 32 and at least kDigits.
+__device__ void add_block_digits(const int64_t (&local)[exact::kDigits], int64_t* digits,
+                                 int64_t stride) {
+  __shared__ unsigned long long block_digits[exact::kDigits];
+  if (threadIdx.x < exact::kDigits) block_digits[threadIdx.x] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 0; d < exact::kDigits; ++d) {
+    unsigned long long value = static_cast<unsigned long long>(local[d]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const unsigned long long other = __shfl_down_sync(0xffffffffu, value, offset);
+      value = d == exact::kSpecialDigit ? (value | other) : value + other;  // wraps: two's complement
+    }
+    if (lane == 0 && value != 0) {
+      if (d == exact::kSpecialDigit) {
+        atomicOr(&block_digits[d], value);
+      } else {
+        atomicAdd(&block_digits[d], value);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < exact::kDigits) {
+    const unsigned long long value = block_digits[threadIdx.x];
+    auto* word = reinterpret_cast<unsigned long long*>(digits + threadIdx.x * stride);
+    if (value != 0) {
+      if (threadIdx.x == exact::kSpecialDigit) {
+        atomicOr(word, value);
+      } else {
+        atomicAdd(word, value);
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    abs_diff_exact_sum_kernel(Matrix input, Matrix target, int64_t rows, int64_t cols,
+                              float scale, int64_t* digits) {
   const int64_t count = rows * cols;
-  double sum = 0.0;
+  int64_t local[exact::kDigits] = {};
+  exact::BinnedSum sum;
+  sum.clear();
+  int64_t pending = 0;  // terms in the bins since the last flush
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / cols, col = i % cols;
-    sum += fabsf(__fsub_rn(input(row, col), target(row, col)));
+    const float difference = __fsub_rn(input(row, col), target(row, col));
+    sum.add(__dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
+    if (++pending == exact::kTermsPerFlush) {
+      sum.flush(local);
+      pending = 0;
+    }
   }
-  sum = cuda::block_sum(sum);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
-}
-
-__global__ void scaled_total_kernel(const double* partials, int64_t count, float scale,
-                                    float* loss) {
-  double sum = threadIdx.x < count ? partials[threadIdx.x] : 0.0;
-  sum = cuda::block_sum(sum);
-  if (threadIdx.x == 0) *loss = __double2float_rn(sum * scale);
+  sum.flush(local);
+  add_block_digits(local, digits, 1);
 }
 
 __global__ void l1_backward_kernel(const float* grad_loss, Matrix input, Matrix target,
@@ -84,24 +127,25 @@ void check_operands(const char* op, const Tensor& input, const Tensor& target) {
 void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale,
                           const Tensor& loss) {
   check_operands("l1_loss_forward_cuda", input, target);
-  SEQPAR_CHECK(loss.defined() && loss.numel() == 1 && loss.device() == input.device(),
+  SEQPAR_CHECK(loss.defined() && loss.numel() == 1 && loss.is_contiguous() &&
+                   loss.device() == input.device(),
                "l1_loss_forward_cuda: loss must be one element on ", input.device());
-  const int device = input.device().index;
   const int64_t rows = input.size(0), cols = input.size(1);
-  // Blocks: enough to give every thread a few elements, at most kMaxPartials. A
-  // function of the count alone, so the summation order is fixed.
-  const int64_t blocks = std::clamp<int64_t>(
-      cuda::ceil_div(rows * cols, kThreads * kMinElementsPerThread), 1, kMaxPartials);
-  cuda::set_device(device);
-  cudaStream_t stream = cuda::current_stream(device);
-  const Tensor partials = cuda::double_scratch(blocks, input.device());
-  abs_diff_partials_kernel<<<static_cast<int>(blocks), kThreads, 0, stream>>>(
-      Matrix{input.data(), input.stride(0)}, Matrix{target.data(), target.stride(0)}, rows, cols,
-      cuda::doubles(partials));
-  CUDA_LAUNCH_CHECK();
-  scaled_total_kernel<<<1, kFinalThreads, 0, stream>>>(cuda::doubles(partials), blocks, scale,
-                                                       loss.data());
-  CUDA_LAUNCH_CHECK();
+  exact::check_term_count("l1_loss", rows * cols);
+  const int device = input.device().index;
+  exact::ExactSums sums(1, input.device());  // zeroed on the current stream
+  if (rows * cols > 0) {
+    // Any grid gives the same bits; this one gives every thread a few elements.
+    const int64_t blocks = std::clamp<int64_t>(
+        cuda::ceil_div(rows * cols, kThreads * kMinElementsPerThread), 1, kMaxBlocks);
+    cuda::set_device(device);
+    abs_diff_exact_sum_kernel<<<static_cast<int>(blocks), kThreads, 0,
+                                cuda::current_stream(device)>>>(
+        Matrix{input.data(), input.stride(0)}, Matrix{target.data(), target.stride(0)}, rows,
+        cols, scale, sums.digits());
+    CUDA_LAUNCH_CHECK();
+  }
+  sums.round_into(loss);
 }
 
 void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,

@@ -5,6 +5,21 @@
 //   sum / count   sum / an explicit count (a rank's share of a loss over rows that
 //                 other ranks hold: the "exact" sequence-parallel loss)
 //
+// The forward is an exact reduction (core/exact_sum.h), the same bits on every device
+// and for any order of the elements (a permutation of the rows changes nothing):
+//
+//   s   = (float)scale(numel)                 (the double scale rounded to float32 once)
+//   d_i = fl32(input_i - target_i)
+//   loss = round_to_float( exact Σ_i (double)s * (double)|d_i| )
+//
+// Each term, a product of two floats, is exact in double; the terms are summed
+// without rounding and the total is rounded once to nearest even. Non-finite values
+// follow the exact sums' rules: a NaN term (or NaN input) gives NaN, else an infinite
+// |d_i| gives +inf, and a finite total beyond float32's range rounds to +inf. A term
+// below 2^-149 (a tiny |d_i| times a small s) is first rounded to a multiple of 2^-149
+// (the exactness domain of core/exact_sum.h). With no elements the loss is 0 * s: 0,
+// or NaN for the mean (torch.mean of nothing). At most exact::kMaxTerms elements.
+//
 // The gradient with respect to input is scale * sign(input - target), sign(0) = 0
 // as in PyTorch, where scale is 1/numel, 1 or 1/count.
 #pragma once
@@ -44,8 +59,9 @@ autograd::Variable l1_loss(const autograd::Variable& input, const autograd::Vari
 namespace detail {
 #ifdef SEQPAR_WITH_CUDA
 // CUDA launchers (l1_loss.cu). input and target are [n, m] with unit column stride
-// and their own row strides; `scale` as in Reduction::scale. The forward reduces in
-// a fixed order (per-block partials, then one block) into loss (shape {}).
+// and their own row strides; `scale` as in Reduction::scale, rounded to float. The
+// forward is the exact sum above (integer atomics on the digits, then one rounding)
+// into loss (shape {}): bitwise the CPU's loss.
 void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale,
                           const Tensor& loss);
 void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,

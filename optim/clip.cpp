@@ -5,6 +5,8 @@
 
 #include "core/elementwise.h"
 #include "core/error.h"
+#include "core/exact_sum.h"
+#include "core/exact_sums.h"
 
 namespace seqpar::optim {
 
@@ -32,29 +34,52 @@ void require_cpu(const char* op, Device device) {
                " but this seqpar was built without CUDA");
 }
 
-// Σ g² over the elements in storage order, in double: a fixed order, and accurate
-// enough to be the reference that the CUDA two-stage reduction is compared with.
-double sum_of_squares_cpu(const Tensor& gradient) {
+// round_to_double(exact Σ (double)g * (double)g) over the elements: each square is
+// exact in double, the sum exact, rounded once; the order changes nothing.
+double exact_sum_of_squares_cpu(const Tensor& gradient) {
+  exact::check_term_count("grad_norm", gradient.numel());
   const Tensor values = gradient.contiguous();
   const float* data = values.data();
-  double sum = 0.0;
-  for (int64_t i = 0; i < values.numel(); ++i) sum += static_cast<double>(data[i]) * data[i];
-  return sum;
+  int64_t digits[exact::kDigits] = {};
+  exact::BinnedSum sum;
+  sum.clear();
+  int64_t pending = 0;  // terms in the bins since the last flush
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    sum.add(static_cast<double>(data[i]) * static_cast<double>(data[i]));
+    if (++pending == exact::kTermsPerFlush) {
+      sum.flush(digits);
+      pending = 0;
+    }
+  }
+  sum.flush(digits);
+  return exact::round_to_double(digits);
 }
 
-// PyTorch: each norm_i is a float32 tensor, then total = ||stack(norms)||_2.
+// The canonical total (optim/clip.h): norm_i = (float)sqrt(S_i), then
+// total = (float)sqrt(round_to_double(exact Σ (double)norm_i * (double)norm_i)).
 float total_norm_cpu(const std::vector<Tensor>& gradients) {
-  double sum_of_squared_norms = 0.0;
+  exact::check_term_count("grad_norm", static_cast<int64_t>(gradients.size()));
+  int64_t digits[exact::kDigits] = {};
+  exact::BinnedSum sum;
+  sum.clear();
+  int64_t pending = 0;
   for (const Tensor& gradient : gradients) {
-    const float norm = static_cast<float>(std::sqrt(sum_of_squares_cpu(gradient)));
-    sum_of_squared_norms += static_cast<double>(norm) * norm;
+    const float norm = static_cast<float>(std::sqrt(exact_sum_of_squares_cpu(gradient)));
+    sum.add(static_cast<double>(norm) * static_cast<double>(norm));
+    if (++pending == exact::kTermsPerFlush) {
+      sum.flush(digits);
+      pending = 0;
+    }
   }
-  return static_cast<float>(std::sqrt(sum_of_squared_norms));
+  sum.flush(digits);
+  return static_cast<float>(std::sqrt(exact::round_to_double(digits)));
 }
 
 // torch: clip_coef = max_norm / (total_norm + 1e-6), in float32, where a Python number
 // divided by a tensor is computed as reciprocal(tensor) * number; then clamp(max=1).
-// NaN stays NaN, as torch.clamp keeps it.
+// NaN stays NaN, as torch.clamp keeps it. clip.cu forms the same float operations
+// (__frcp_rn is the correctly rounded 1 / x, and std::min(c, 1) is 1 < c ? 1 : c), and
+// both scale by one float product: the clipped gradients are bitwise the same.
 float clip_coefficient(double max_norm, float total_norm) {
   const float coefficient = (1.0f / (total_norm + 1e-6f)) * static_cast<float>(max_norm);
   return std::min(coefficient, 1.0f);

@@ -1,29 +1,31 @@
 // CUDA path of optim/clip.h: the total gradient norm and the clipping, with no host
-// round trip and no atomics.
+// round trip and no floating-point atomics.
 //
-// The norm, as torch.nn.utils.clip_grad_norm_ forms it (norm of the per-tensor norms),
-// in fixed-order stages:
-//   1. squares:  one multi-tensor launch; block b sums the squares of its (tensor,
-//                chunk) into partials[b]. A tensor's chunks are consecutive blocks.
-//   2. norms:    one block per tensor sums that tensor's partials in order:
-//                norms[t] = sqrt(Σ partials).
-//   3. total:    one block: total = sqrt(Σ_t norms[t]²).
-// Block sums are fixed shuffle trees (core/block_reduce.cuh) and every map depends
-// only on the sizes, so the same gradients always give the same bits. Sums are kept
-// in double and each norm rounded to float once, as the CPU path (optim/clip.cpp)
-// does, so the two backends nearly always agree to the bit.
+// The norm is the exact definition of optim/clip.h, bitwise the CPU's:
+//   1. squares:  one multi-tensor launch; each thread keeps an exact::BinnedSum of the
+//                squares (double)g * (double)g of its share of a (tensor, chunk) and
+//                moves it into int64 digits; the block adds its threads' digits with
+//                integer operations and adds them into that tensor's sum of an
+//                ExactSums (one per tensor) with one integer atomic per digit.
+//   2. total:    one thread rounds each tensor's sum to double once, takes the float
+//                norm, sums the norms' squares exactly and rounds once:
+//                total = (float)sqrt(round_to_double(Σ norm_i²)).
+// Integer addition is associative (the flags are or-ed), so no grid, schedule or
+// order of atomics changes a bit.
 //
 // Clipping reads total where it lives: each block computes the coefficient
 // min(1, max_norm / (total + 1e-6)) itself and scales its chunk, one launch over all
 // gradients. Like PyTorch, gradients are multiplied even when the coefficient is 1,
-// and the coefficient is formed as PyTorch forms it: reciprocal(total + 1e-6) * max_norm.
+// and the coefficient is formed as PyTorch forms it: reciprocal(total + 1e-6) * max_norm,
+// with the CPU's float operations (clip_coefficient in clip.cpp), each rounded once.
 #include <algorithm>
 #include <array>
 #include <cstdint>
 
-#include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/exact_sum.h"
+#include "core/exact_sums.h"
 #include "optim/clip.h"
 #include "optim/multi_tensor.cuh"
 
@@ -34,47 +36,90 @@ namespace {
 using ReadTable = TensorTable<1, const float*>;
 using WriteTable = TensorTable<1, float*>;
 
-__global__ void __launch_bounds__(kMultiTensorThreads)
-    sum_of_squares_kernel(ReadTable table, double* partials) {
-  const BlockWork work = block_work(table, blockIdx.x);
-  const float* grad = table.pointers[0][work.slot];
-  double sum = 0.0;
-  for (int64_t i = work.begin + threadIdx.x; i < work.end; i += blockDim.x) {
-    const double value = grad[i];
-    sum += value * value;  // exact in double: a float's square has 48 significant bits
-  }
-  sum = cuda::block_sum(sum);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
-}
+// Elements per block of the squares launch: 64 a thread, well below kTermsPerFlush,
+// so each thread flushes once, at the end.
+constexpr int64_t kSquaresChunk = 16384;
+static_assert(kSquaresChunk / kMultiTensorThreads <= exact::kTermsPerFlush,
+              "a thread's terms must fit in its bins between flushes");
+static_assert(kMultiTensorThreads % 32 == 0 && kMultiTensorThreads >= exact::kDigits,
+              "add_block_digits needs whole warps and a thread per digit");
 
-// Which partials belong to which tensor: block b of a launch reduces
-// partials[first[b], first[b] + count[b]) into norms[first_norm + b].
-struct Segments {
-  static constexpr int kMax = 240;
-  int64_t first[kMax];
-  int64_t count[kMax];
+// Which sum of the ExactSums each slot of a table adds into.
+struct SumIndices {
+  int64_t index[ReadTable::kMaxTensors];
 };
 
-constexpr int kNormThreads = 256;
-
-__global__ void tensor_norms_kernel(Segments segments, const double* partials, float* norms) {
-  const int64_t first = segments.first[blockIdx.x], count = segments.count[blockIdx.x];
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[first + i];
-  sum = cuda::block_sum(sum);
-  if (threadIdx.x == 0) norms[blockIdx.x] = __double2float_rn(sqrt(sum));  // a float32 norm
+// Adds every thread's digits (`local`, kDigits words) into digits[d * stride] with
+// integer operations only: sums of the bin digits, an or of the flags. Every thread of
+// the block must call it; blockDim.x a multiple of 32 and at least kDigits.
+__device__ void add_block_digits(const int64_t (&local)[exact::kDigits], int64_t* digits,
+                                 int64_t stride) {
+  __shared__ unsigned long long block_digits[exact::kDigits];
+  if (threadIdx.x < exact::kDigits) block_digits[threadIdx.x] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 0; d < exact::kDigits; ++d) {
+    unsigned long long value = static_cast<unsigned long long>(local[d]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const unsigned long long other = __shfl_down_sync(0xffffffffu, value, offset);
+      value = d == exact::kSpecialDigit ? (value | other) : value + other;  // wraps: two's complement
+    }
+    if (lane == 0 && value != 0) {
+      if (d == exact::kSpecialDigit) {
+        atomicOr(&block_digits[d], value);
+      } else {
+        atomicAdd(&block_digits[d], value);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < exact::kDigits) {
+    const unsigned long long value = block_digits[threadIdx.x];
+    auto* word = reinterpret_cast<unsigned long long*>(digits + threadIdx.x * stride);
+    if (value != 0) {
+      if (threadIdx.x == exact::kSpecialDigit) {
+        atomicOr(word, value);
+      } else {
+        atomicAdd(word, value);
+      }
+    }
+  }
 }
 
-constexpr int kTotalThreads = 1024;
-
-__global__ void total_norm_kernel(const float* norms, int64_t count, float* total) {
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const double norm = norms[i];
-    sum += norm * norm;
+__global__ void __launch_bounds__(kMultiTensorThreads)
+    exact_sum_of_squares_kernel(ReadTable table, SumIndices sums, int64_t* digits,
+                                int64_t count) {
+  const BlockWork work = block_work(table, blockIdx.x, kSquaresChunk);
+  const float* grad = table.pointers[0][work.slot];
+  exact::BinnedSum sum;
+  sum.clear();
+  for (int64_t i = work.begin + threadIdx.x; i < work.end; i += blockDim.x) {
+    const double value = grad[i];
+    sum.add(__dmul_rn(value, value));  // exact: a float's square has 48 significant bits
   }
-  sum = cuda::block_sum(sum);
-  if (threadIdx.x == 0) *total = __double2float_rn(sqrt(sum));
+  int64_t local[exact::kDigits] = {};
+  sum.flush(local);
+  add_block_digits(local, digits + sums.index[work.slot], count);
+}
+
+// One thread: the float norm of each tensor, then the total, as grad_norm's CPU path.
+__global__ void total_norm_kernel(const int64_t* digits, int64_t count, float* total) {
+  int64_t local[exact::kDigits] = {};
+  exact::BinnedSum sum;
+  sum.clear();
+  int64_t pending = 0;  // terms in the bins since the last flush
+  for (int64_t i = 0; i < count; ++i) {
+    const float norm = __double2float_rn(sqrt(exact::round_to_double(digits + i, count)));
+    sum.add(__dmul_rn(static_cast<double>(norm), static_cast<double>(norm)));
+    if (++pending == exact::kTermsPerFlush) {
+      sum.flush(local);
+      pending = 0;
+    }
+  }
+  sum.flush(local);
+  *total = __double2float_rn(sqrt(exact::round_to_double(local)));
 }
 
 __global__ void __launch_bounds__(kMultiTensorThreads)
@@ -103,40 +148,50 @@ void grad_norm_cuda(const std::vector<const float*>& grads, const std::vector<in
   SEQPAR_CHECK(grads.size() == sizes.size(), "grad_norm_cuda: ", grads.size(), " grads but ",
                sizes.size(), " sizes");
   check_total_norm("grad_norm_cuda", total_norm, device);
+  const int64_t tensors = static_cast<int64_t>(sizes.size());
+  exact::check_term_count("grad_norm", tensors);
+  for (int64_t size : sizes) exact::check_term_count("grad_norm", size);
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
+  exact::ExactSums sums(tensors, total_norm.device());  // zeroed on the current stream
 
-  // Stage 1's block count, and each tensor's run of blocks, follow from the sizes.
-  std::vector<int64_t> first_block, block_count;
+  // for_each_tensor_table skips empty tensors (their sums stay an exact zero) and fills
+  // each table's slots with consecutive non-empty tensors, slot 0 being the tensor of
+  // the launch's first block: so slot s of a launch is non-empty tensor owner + s.
+  std::vector<int64_t> non_empty, first_block;
   int64_t blocks = 0;
-  for (int64_t size : sizes) {
-    if (size == 0) continue;  // contributes an exact zero: leave it out
+  for (int64_t t = 0; t < tensors; ++t) {
+    if (sizes[t] == 0) continue;
+    non_empty.push_back(t);
     first_block.push_back(blocks);
-    block_count.push_back(cuda::ceil_div(size, kChunkElements));
-    blocks += block_count.back();
+    blocks += cuda::ceil_div(sizes[t], kSquaresChunk);
   }
-  const int64_t tensors = static_cast<int64_t>(first_block.size());
-  const Tensor partials = cuda::double_scratch(blocks, total_norm.device());
-  const Tensor norms = Tensor::empty({std::max<int64_t>(tensors, 1)}, total_norm.device());
-
-  for_each_tensor_table<1>(std::array<std::vector<const float*>, 1>{grads}, sizes,
-                           [&](const ReadTable& table, int count, int64_t first) {
-                             sum_of_squares_kernel<<<count, kMultiTensorThreads, 0, stream>>>(
-                                 table, cuda::doubles(partials) + first);
-                             CUDA_LAUNCH_CHECK();
-                           });
-  for (int64_t start = 0; start < tensors; start += Segments::kMax) {
-    const int64_t count = std::min<int64_t>(Segments::kMax, tensors - start);
-    Segments segments{};
-    for (int64_t s = 0; s < count; ++s) {
-      segments.first[s] = first_block[start + s];
-      segments.count[s] = block_count[start + s];
-    }
-    tensor_norms_kernel<<<static_cast<int>(count), kNormThreads, 0, stream>>>(
-        segments, cuda::doubles(partials), norms.data() + start);
-    CUDA_LAUNCH_CHECK();
-  }
-  total_norm_kernel<<<1, kTotalThreads, 0, stream>>>(norms.data(), tensors, total_norm.data());
+  for_each_tensor_table<1>(
+      std::array<std::vector<const float*>, 1>{grads}, sizes,
+      [&](const ReadTable& table, int count, int64_t first) {
+        // The non-empty tensor that owns block `first`.
+        const size_t owner = static_cast<size_t>(
+            std::upper_bound(first_block.begin(), first_block.end(), first) - first_block.begin() -
+            1);
+        SumIndices indices{};
+        for (size_t slot = 0; slot < static_cast<size_t>(ReadTable::kMaxTensors) &&
+                              owner + slot < non_empty.size();
+             ++slot) {
+          indices.index[slot] = non_empty[owner + slot];
+        }
+        for (int b = 0; b < count; ++b) {  // the map above, checked against the table
+          const int slot = table.block_tensor[b];
+          SEQPAR_CHECK(owner + slot < non_empty.size() &&
+                           table.sizes[slot] == sizes[non_empty[owner + slot]] &&
+                           table.pointers[0][slot] == grads[non_empty[owner + slot]],
+                       "grad_norm_cuda: the launch table does not map to the tensors");
+        }
+        exact_sum_of_squares_kernel<<<count, kMultiTensorThreads, 0, stream>>>(
+            table, indices, sums.digits(), tensors);
+        CUDA_LAUNCH_CHECK();
+      },
+      kSquaresChunk);
+  total_norm_kernel<<<1, 1, 0, stream>>>(sums.digits(), tensors, total_norm.data());
   CUDA_LAUNCH_CHECK();
 }
 

@@ -3,6 +3,20 @@
 //   norm_i = ||g_i||_2 for each parameter,  total = ||(norm_1, ..., norm_k)||_2
 //   coefficient = min(1, max_norm / (total + 1e-6));  every g_i *= coefficient
 //
+// The norms are exact reductions (core/exact_sum.h), the same bits on the CPU and the
+// GPU and for any order of the elements:
+//
+//   S_i    = exact Σ_j (double)g_ij * (double)g_ij          (each square exact in double)
+//   norm_i = (float)sqrt(round_to_double(S_i))
+//   total  = (float)sqrt(round_to_double(exact Σ_i (double)norm_i * (double)norm_i))
+//
+// round_to_double rounds the exact sum once, to nearest even; sqrt in double is
+// correctly rounded on both sides. Within the exact sums' domain: a |g| at or above
+// 2^64.5 squares past 2^129 and gives an infinite norm (as float32 squares would), a
+// square below 2^-149 is first rounded to a multiple of 2^-149, NaN gives NaN. The
+// coefficient is float32 arithmetic, (1 / (total + 1e-6f)) * (float)max_norm clamped
+// to at most 1, and the scaling one float product per element, on both sides.
+//
 // The norm and the coefficient stay on the gradients' device: no host round trip
 // inside a step. The pieces are exposed separately so that a distributed policy can
 // combine norms across ranks before clipping.
@@ -16,7 +30,7 @@
 namespace seqpar::optim {
 
 // Total L2 norm of the defined gradients, as a one-element tensor (shape {}) on
-// their device. Fixed reduction order: deterministic.
+// their device: the exact definition above, bitwise the same on every device.
 Tensor grad_norm(const std::vector<autograd::Variable>& parameters);
 
 // Scales every defined gradient by min(1, max_norm / (total_norm + 1e-6)), reading
@@ -29,8 +43,9 @@ Tensor clip_grad_norm(const std::vector<autograd::Variable>& parameters, double 
 
 namespace detail {
 #ifdef SEQPAR_WITH_CUDA
-// clip.cu. Contiguous gradients on `device`. Two fixed-order stages (per-block sums
-// of squares, then one block): per-tensor norms, then the total, into total_norm.
+// clip.cu. Contiguous gradients on `device`. Per-tensor exact sums of squares (integer
+// atomics on the digits), then the norms and the total, as defined above, into
+// total_norm: bitwise the CPU's grad_norm.
 void grad_norm_cuda(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes,
                     const Tensor& total_norm, int device);
 void clip_grads_cuda(const std::vector<float*>& grads, const std::vector<int64_t>& sizes,

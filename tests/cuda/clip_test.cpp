@@ -1,6 +1,11 @@
 // optim/clip.cu against the CPU path: the total norm, and clipping active and inactive.
+// The norm is an exact reduction and the clipping the same float operations on both
+// sides (optim/clip.h), so everything is bitwise the CPU's.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -41,7 +46,7 @@ TEST_CASE("gradient norm and clipping on the GPU match the CPU", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   const Device gpu = Device::cuda();
   // The seed's parameters; then more tensors and blocks than one launch table holds.
-  std::vector<int64_t> many = {16 * 640, 16, 1, 4097, 1500001};
+  std::vector<int64_t> many = {16 * 640, 16, 1, 0, 4097, 1500001, 0};
   for (int i = 0; i < 25; ++i) many.push_back(3 + 2 * i);
   for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{16 * 640, 16}, many}) {
     INFO(sizes.size() << " tensors");
@@ -54,9 +59,7 @@ TEST_CASE("gradient norm and clipping on the GPU match the CPU", "[cuda]") {
       for (const Variable& parameter : device) grads.push_back(parameter.grad().data());
       const Tensor norm = test::poisoned({}, gpu);
       optim::detail::grad_norm_cuda(grads, sizes, norm, 0);
-      // Both sum squares in double and round each norm once: equal up to the order of
-      // double additions.
-      CHECK(test::max_ulp_distance(norm, norm_expected) <= 1);
+      CHECK(test::bitwise_equal(norm, norm_expected));
     }
 #endif
     for (const double fraction : {2.0, 0.25}) {  // clipping inactive, then active
@@ -69,8 +72,8 @@ TEST_CASE("gradient norm and clipping on the GPU match the CPU", "[cuda]") {
       test::poison_pool(gpu);
       const Tensor norm = optim::clip_grad_norm(gpu_clipped, max_norm);
       CHECK(norm.device() == gpu);
-      CHECK(test::max_ulp_distance(norm, norm_expected) <= 1);
-      CHECK(gradient_ulps(gpu_clipped, cpu_clipped) <= 1);
+      CHECK(test::bitwise_equal(norm, norm_expected));
+      CHECK(gradient_ulps(gpu_clipped, cpu_clipped) == 0);
       if (fraction > 1.0) CHECK(gradient_ulps(gpu_clipped, untouched) == 0);
     }
   }
@@ -83,4 +86,28 @@ TEST_CASE("gradient norm on the GPU is bitwise reproducible", "[cuda]") {
   const Tensor first = optim::grad_norm(parameters);
   test::poison_pool(Device::cuda());
   CHECK(test::bitwise_equal(optim::grad_norm(parameters), first));
+}
+
+TEST_CASE("gradient norm on the GPU is bitwise the CPU's over a wide range (seed 12)", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  std::mt19937_64 rng(12);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-40, 40);  // squares stay in the exact domain
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<Variable> cpu, gpu;
+    for (int64_t size : {int64_t{1000003}, int64_t{1}, int64_t{0}, int64_t{20000 + trial}}) {
+      std::vector<float> values(static_cast<size_t>(size));
+      for (float& value : values) value = std::ldexp(normal(rng), exponent(rng));
+      if (trial == 3 && size == 1) values[0] = std::numeric_limits<float>::infinity();
+      const Tensor gradient = Tensor::from_data({size}, values);
+      cpu.emplace_back(Tensor::zeros({size}), true);
+      cpu.back().set_grad(gradient);
+      gpu.emplace_back(Tensor::zeros({size}, Device::cuda()), true);
+      gpu.back().set_grad(gradient.to(Device::cuda()));
+    }
+    CAPTURE(trial);
+    test::poison_pool(Device::cuda());
+    const Tensor norm = optim::grad_norm(gpu);
+    CHECK(test::bitwise_equal(norm.to(Device::cpu()), optim::grad_norm(cpu)));
+  }
 }

@@ -1,5 +1,10 @@
-// nn/l1_loss.cu against the CPU path, every reduction, strided inputs.
+// nn/l1_loss.cu against the CPU path, every reduction, strided inputs: the forward is
+// an exact sum (nn/l1_loss.h), so the GPU's loss is bitwise the CPU's.
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
 
 #include "core/generator.h"
 #include "nn/l1_loss.h"
@@ -7,13 +12,8 @@
 #include "tests/test_util.h"
 
 using namespace seqpar;
-using test::relative_error;
 
 namespace {
-
-// Both sides sum |input - target| in double and round once: they differ at most by
-// the order of double additions (observed: 0 or 1 ulp of the float loss).
-constexpr double kLossTolerance = 1e-6;
 
 void check_l1_case(int64_t rows, int64_t cols, bool strided) {
   INFO(rows << " x " << cols << (strided ? ", strided" : ""));
@@ -39,7 +39,7 @@ void check_l1_case(int64_t rows, int64_t cols, bool strided) {
 #ifdef SEQPAR_WITH_CUDA
     const Tensor loss = test::poisoned({}, gpu);
     nn::detail::l1_loss_forward_cuda(input_gpu, target_gpu, scale, loss);
-    CHECK(relative_error(loss, loss_expected) < kLossTolerance);
+    CHECK(test::bitwise_equal(loss, loss_expected));
     const Tensor grad = test::poisoned({rows, cols}, gpu);
     nn::detail::l1_loss_backward_cuda(grad_loss.to(gpu), input_gpu, target_gpu, scale, grad);
     // ± one float, grad_loss * scale rounded once: the CPU forms it from the double
@@ -49,8 +49,7 @@ void check_l1_case(int64_t rows, int64_t cols, bool strided) {
     CHECK(grad.at({0, 0}) == 0.0f);
 #endif
     test::poison_pool(gpu);
-    CHECK(relative_error(nn::l1_loss_forward(input_gpu, target_gpu, reduction), loss_expected) <
-          kLossTolerance);
+    CHECK(test::bitwise_equal(nn::l1_loss_forward(input_gpu, target_gpu, reduction), loss_expected));
     CHECK(test::max_ulp_distance(nn::l1_loss_backward(grad_loss.to(gpu), input_gpu, target_gpu,
                                                       reduction),
                                  grad_expected) <= 1);
@@ -81,4 +80,38 @@ TEST_CASE("l1 loss on the GPU is bitwise reproducible", "[cuda]") {
   const Tensor first = nn::l1_loss_forward(input, target, nn::Reduction::mean());
   test::poison_pool(gpu);
   CHECK(test::bitwise_equal(nn::l1_loss_forward(input, target, nn::Reduction::mean()), first));
+}
+
+TEST_CASE("l1 loss on the GPU is bitwise the CPU's for wide ranges and special values (seed 11)",
+          "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-60, 60);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int trial = 0; trial < 8; ++trial) {
+    const int64_t rows = trial < 4 ? 1 + 37 * trial : 70001, cols = 1 + trial % 3 * 7;
+    std::vector<float> a(static_cast<size_t>(rows * cols)), b(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = std::ldexp(normal(rng), exponent(rng));
+      b[i] = i % 3 == 0 ? std::ldexp(static_cast<float>(i % 1000), -149)  // subnormals
+                        : std::ldexp(normal(rng), exponent(rng));
+      if (i % 3 == 0) a[i] = std::ldexp(static_cast<float>(i % 777), -149);
+    }
+    if (trial == 5) a[a.size() / 2] = inf;
+    if (trial == 6) b[7] = nan;
+    if (trial == 7) a[3] = b[3] = -inf;  // inf - inf
+    CAPTURE(trial, rows, cols);
+    const Tensor input = Tensor::from_data({rows, cols}, a), target = Tensor::from_data({rows, cols}, b);
+    for (const nn::Reduction reduction :
+         {nn::Reduction::mean(), nn::Reduction::sum(), nn::Reduction::sum_divided_by(3)}) {
+      const Tensor expected = nn::l1_loss_forward(input, target, reduction);
+      test::poison_pool(gpu);
+      const Tensor loss = nn::l1_loss_forward(input.to(gpu), target.to(gpu), reduction);
+      const float x = loss.item(), y = expected.item();
+      CAPTURE(static_cast<int>(reduction.kind), x, y);
+      CHECK((test::bitwise_equal(loss.to(Device::cpu()), expected) || (std::isnan(x) && std::isnan(y))));
+    }
+  }
 }

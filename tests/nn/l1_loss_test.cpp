@@ -1,8 +1,19 @@
 // L1 loss: values and gradients (in input and in target) against float64
-// references for each reduction, and its argument checks.
+// references for each reduction, the exact forward against an independent exact
+// reference (GMP rationals, rounded by MPFR), and its argument checks.
 #include <catch2/catch.hpp>
 
+#include <gmpxx.h>
+#ifdef SEQPAR_TEST_HAVE_MPFR
+#include <mpfr.h>
+#endif
+
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -105,6 +116,7 @@ TEST_CASE("Reduction scales: mean, sum and sum / count", "[nn]") {
   // A rank whose shard is empty contributes 0 to a sum over all ranks.
   const Tensor empty = Tensor::zeros({0, 16});
   CHECK(nn::l1_loss_forward(empty, empty, nn::Reduction::sum_divided_by(10)).item() == 0.0f);
+  CHECK(std::isnan(nn::l1_loss_forward(empty, empty, nn::Reduction::mean()).item()));
 }
 
 TEST_CASE("l1_loss rejects bad arguments with messages that name them", "[nn][errors]") {
@@ -123,4 +135,225 @@ TEST_CASE("l1_loss rejects bad arguments with messages that name them", "[nn][er
                     Catch::Contains("grad_loss must hold one element"));
   CHECK_THROWS_WITH(autograd::add(Variable(a), Variable(b)),
                     Catch::Contains("shapes differ: [4, 3] vs [4, 2]"));
+}
+
+// ---------------------------------------------------------------- exactness
+
+namespace {
+
+// An exact sum by the rules of core/exact_sum.h, computed independently: GMP rationals
+// for the finite terms (each first put on the 2^-149 grid, ties to even), IEEE rules
+// for the rest, then one rounding to nearest even.
+struct ReferenceSum {
+  mpq_class value = 0;
+  bool nan = false, positive_infinity = false, negative_infinity = false;
+
+  void add(double term) {  // an exact double
+    if (std::isnan(term)) {
+      nan = true;
+    } else if (std::fabs(term) >= std::ldexp(1.0, 129)) {  // infinities included
+      (term > 0 ? positive_infinity : negative_infinity) = true;
+    } else {
+      const mpz_class grid = mpz_class(1) << 149;
+      const mpq_class units = mpq_class(term) * grid;  // mpq_class(double) is exact
+      mpz_class quotient, remainder;
+      mpz_fdiv_qr(quotient.get_mpz_t(), remainder.get_mpz_t(), units.get_num_mpz_t(),
+                  units.get_den_mpz_t());
+      const int half = cmp(2 * remainder, units.get_den());
+      if (half > 0 || (half == 0 && mpz_odd_p(quotient.get_mpz_t()))) quotient += 1;
+      mpq_class on_grid(quotient, grid);
+      on_grid.canonicalize();
+      value += on_grid;
+    }
+  }
+
+  // Rounded once to nearest even: float (precision 24) or double (precision 53).
+  template <typename Float>
+  Float rounded() const {
+    if (nan || (positive_infinity && negative_infinity)) return std::numeric_limits<Float>::quiet_NaN();
+    if (positive_infinity) return std::numeric_limits<Float>::infinity();
+    if (negative_infinity) return -std::numeric_limits<Float>::infinity();
+    constexpr int kPrecision = std::numeric_limits<Float>::digits;
+#ifdef SEQPAR_TEST_HAVE_MPFR
+    // IEEE emulation (MPFR's manual): the format's exponent range, then subnormalize.
+    const mpfr_exp_t old_emin = mpfr_get_emin(), old_emax = mpfr_get_emax();
+    mpfr_set_emin(std::numeric_limits<Float>::min_exponent - kPrecision + 1);
+    mpfr_set_emax(std::numeric_limits<Float>::max_exponent);
+    mpfr_t x;
+    mpfr_init2(x, kPrecision);
+    int ternary = mpfr_set_q(x, value.get_mpq_t(), MPFR_RNDN);
+    ternary = mpfr_check_range(x, ternary, MPFR_RNDN);
+    mpfr_subnormalize(x, ternary, MPFR_RNDN);
+    Float result;
+    if constexpr (kPrecision == 24) {
+      result = mpfr_get_flt(x, MPFR_RNDN);
+    } else {
+      result = static_cast<Float>(mpfr_get_d(x, MPFR_RNDN));
+    }
+    mpfr_clear(x);
+    mpfr_set_emin(old_emin);
+    mpfr_set_emax(old_emax);
+    return result;
+#else
+    // value = n * 2^-149 for an integer n: keep its top kPrecision bits (fewer for a
+    // float subnormal, whose last bit is 2^-149), round the rest to nearest even.
+    const mpz_class n = mpz_class(value * mpq_class(mpz_class(1) << 149));
+    if (n == 0) return Float(0);
+    const mpz_class magnitude = abs(n);
+    const int top = static_cast<int>(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) - 1;
+    const int low = std::max(top - kPrecision + 1, 0);
+    mpz_class kept = magnitude >> low;
+    const mpz_class rest = magnitude - (kept << low);
+    if (low > 0) {
+      const int half = cmp(2 * rest, mpz_class(1) << low);
+      if (half > 0 || (half == 0 && mpz_odd_p(kept.get_mpz_t()))) kept += 1;
+    }
+    const double result = std::ldexp(kept.get_d(), low - 149);  // exact, below 2^130
+    const Float bounded = result >= std::ldexp(1.0, std::numeric_limits<Float>::max_exponent)
+                              ? std::numeric_limits<Float>::infinity()
+                              : static_cast<Float>(result);
+    return n < 0 ? -bounded : bounded;
+#endif
+  }
+};
+
+bool same_float(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// The canonical loss of nn/l1_loss.h, from the definition.
+float reference_l1(const Tensor& input, const Tensor& target, nn::Reduction reduction) {
+  const float s = static_cast<float>(reduction.scale(input.numel()));
+  const std::vector<float> a = input.to_vector(), b = target.to_vector();
+  ReferenceSum sum;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float difference = a[i] - b[i];
+    sum.add(static_cast<double>(s) * static_cast<double>(std::fabs(difference)));
+  }
+  return sum.rounded<float>();
+}
+
+const std::vector<nn::Reduction> kReductions = {
+    nn::Reduction::mean(), nn::Reduction::sum(), nn::Reduction::sum_divided_by(7),
+    nn::Reduction::sum_divided_by(12000)};
+
+void check_against_reference(const Tensor& input, const Tensor& target) {
+  for (const nn::Reduction& reduction : kReductions) {
+    CAPTURE(static_cast<int>(reduction.kind), reduction.divisor);
+    const float loss = nn::l1_loss_forward(input, target, reduction).item();
+    const float expected = reference_l1(input, target, reduction);
+    CAPTURE(loss, expected);
+    CHECK(same_float(loss, expected));
+  }
+}
+
+// Values spread over many binades: a normal sample times 2^e, e uniform in
+// [-spread, spread].
+Tensor spread_values(std::mt19937_64& rng, const Shape& shape, int spread) {
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-spread, spread);
+  std::vector<float> values(static_cast<size_t>(shape[0] * shape[1]));
+  for (float& value : values) value = std::ldexp(normal(rng), exponent(rng));
+  return Tensor::from_data(shape, values);
+}
+
+}  // namespace
+
+TEST_CASE("l1_loss equals the exact sum of its terms rounded once (seed 2024)", "[nn][l1_loss]") {
+  std::mt19937_64 rng(2024);
+  std::uniform_int_distribution<int64_t> size(1, 60);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Shape shape{size(rng), size(rng)};
+    const int spread = trial % 4 == 0 ? 0 : 10 * (trial % 4);  // up to 2^±30
+    CAPTURE(trial, shape, spread);
+    check_against_reference(spread_values(rng, shape, spread), spread_values(rng, shape, spread));
+  }
+}
+
+TEST_CASE("l1_loss rounds once: no double rounding, cancellation, large sums", "[nn][l1_loss]") {
+  const Tensor zeros = Tensor::zeros({1, 3});
+  // 1 + 2^-24 + 2^-80: a double sum stops at the tie 1 + 2^-24 and rounds to 1; the
+  // exact sum is above the tie and rounds up.
+  const Tensor tie = Tensor::from_data({1, 3}, {1.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -80)});
+  CHECK(nn::l1_loss_forward(tie, zeros, nn::Reduction::sum()).item() == std::nextafter(1.0f, 2.0f));
+  check_against_reference(tie, zeros);
+  // Cancelling signs in the inputs and targets, terms of very different sizes.
+  check_against_reference(Tensor::from_data({2, 3}, {1e8f, 1.0f, -1e8f, 3e-5f, -1e30f, 1e-30f}),
+                          Tensor::from_data({2, 3}, {-1e8f, 1.0f, 1e8f, -1e-7f, 1e30f, 7.0f}));
+  // Sums beyond float32's range round to +inf; just below it they stay finite.
+  const float big = std::numeric_limits<float>::max() / 2;
+  const Tensor bigs = Tensor::full({4, 1}, big);
+  CHECK(nn::l1_loss_forward(bigs, Tensor::zeros({4, 1}), nn::Reduction::sum()).item() ==
+        std::numeric_limits<float>::infinity());
+  CHECK(nn::l1_loss_forward(bigs, Tensor::zeros({4, 1}), nn::Reduction::mean()).item() == big);
+  check_against_reference(bigs, Tensor::zeros({4, 1}));
+}
+
+TEST_CASE("l1_loss is exact for subnormal differences (seed 7)", "[nn][l1_loss]") {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> units(-5000, 5000);
+  for (int trial = 0; trial < 10; ++trial) {
+    CAPTURE(trial);
+    std::vector<float> a(64 * 3), b(64 * 3);
+    for (size_t i = 0; i < a.size(); ++i) {  // multiples of 2^-149: their differences too
+      a[i] = std::ldexp(static_cast<float>(units(rng)), -149);
+      b[i] = i % 5 == 0 ? 0.0f : std::ldexp(static_cast<float>(units(rng)), -149);
+    }
+    // With the mean, s * |d| falls below 2^-149: the domain's rounding to the grid.
+    check_against_reference(Tensor::from_data({64, 3}, a), Tensor::from_data({64, 3}, b));
+  }
+}
+
+TEST_CASE("l1_loss with NaN or infinite inputs is NaN or +inf, as IEEE", "[nn][l1_loss]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::vector<float> input, target;
+    float expected;
+  };
+  const std::vector<Case> cases = {
+      {{1.0f, inf, 2.0f}, {0.0f, 0.0f, 0.0f}, inf},      // |d| = inf
+      {{1.0f, -inf, 2.0f}, {0.0f, 0.0f, 0.0f}, inf},     // |-inf| = inf
+      {{1.0f, inf, -inf}, {0.0f, 3.0f, 0.0f}, inf},      // both infinities are +inf terms
+      {{1.0f, nan, 2.0f}, {0.0f, 0.0f, 0.0f}, nan},      // a NaN input
+      {{1.0f, 2.0f, 3.0f}, {0.0f, nan, 0.0f}, nan},      // a NaN target
+      {{inf, 2.0f, 3.0f}, {inf, 0.0f, 0.0f}, nan},       // inf - inf
+      {{nan, inf, 3.0f}, {0.0f, 0.0f, 0.0f}, nan},       // NaN wins over inf
+      {{3e38f, -3e38f, 1.0f}, {-3e38f, 3e38f, 0.0f}, inf},  // d overflows to +-inf
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    const Tensor input = Tensor::from_data({3, 1}, cases[i].input);
+    const Tensor target = Tensor::from_data({3, 1}, cases[i].target);
+    for (const nn::Reduction& reduction : kReductions) {
+      CHECK(same_float(nn::l1_loss_forward(input, target, reduction).item(), cases[i].expected));
+    }
+    check_against_reference(input, target);
+  }
+}
+
+TEST_CASE("l1_loss does not depend on the order of the rows (seed 99)", "[nn][l1_loss]") {
+  std::mt19937_64 rng(99);
+  for (const Shape shape : {Shape{97, 13}, Shape{1000, 16}, Shape{5, 1}}) {
+    CAPTURE(shape);
+    const Tensor input = spread_values(rng, shape, 20);
+    // The target a window of a wider tensor, as the app's x[:, :16].
+    const Tensor target = spread_values(rng, {shape[0], shape[1] + 5}, 20).narrow(1, 0, shape[1]);
+    std::vector<int64_t> order(static_cast<size_t>(shape[0]));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> input_permuted, target_permuted;
+    for (int64_t row : order) {
+      for (float v : input.narrow(0, row, 1).to_vector()) input_permuted.push_back(v);
+      for (float v : target.narrow(0, row, 1).to_vector()) target_permuted.push_back(v);
+    }
+    const Tensor input_p = Tensor::from_data(shape, input_permuted);
+    const Tensor target_p = Tensor::from_data(shape, target_permuted);
+    for (const nn::Reduction& reduction : kReductions) {
+      CAPTURE(static_cast<int>(reduction.kind));
+      const float loss = nn::l1_loss_forward(input, target, reduction).item();
+      CHECK(same_float(nn::l1_loss_forward(input_p, target_p, reduction).item(), loss));
+      CHECK(same_float(loss, reference_l1(input, target.contiguous(), reduction)));
+    }
+  }
 }

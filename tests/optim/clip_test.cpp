@@ -1,7 +1,17 @@
-// Gradient-norm clipping: the norm, the coefficient, and what is left alone.
+// Gradient-norm clipping: the norm (against an independent exact reference: GMP
+// rationals, rounded by MPFR), the coefficient, and what is left alone.
 #include <catch2/catch.hpp>
 
+#include <gmpxx.h>
+#ifdef SEQPAR_TEST_HAVE_MPFR
+#include <mpfr.h>
+#endif
+
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 
 #include "core/error.h"
 #include "core/generator.h"
@@ -63,4 +73,172 @@ TEST_CASE("clipping rejects bad arguments", "[optim][errors]") {
   CHECK_THROWS_WITH(optim::clip_grad_norm({a}, -1.0), Catch::Contains("max_norm must be >= 0"));
   CHECK_THROWS_WITH(optim::clip_grads_with_norm({a}, 1.0, Tensor::zeros({2})),
                     Catch::Contains("total_norm must hold one element"));
+}
+
+// ---------------------------------------------------------------- exactness
+
+namespace {
+
+// An exact sum by the rules of core/exact_sum.h, computed independently: GMP rationals
+// for the finite terms (each first put on the 2^-149 grid, ties to even), IEEE rules
+// for the rest, then one rounding to nearest even.
+struct ReferenceSum {
+  mpq_class value = 0;
+  bool nan = false, positive_infinity = false, negative_infinity = false;
+
+  void add(double term) {  // an exact double
+    if (std::isnan(term)) {
+      nan = true;
+    } else if (std::fabs(term) >= std::ldexp(1.0, 129)) {  // infinities included
+      (term > 0 ? positive_infinity : negative_infinity) = true;
+    } else {
+      const mpz_class grid = mpz_class(1) << 149;
+      const mpq_class units = mpq_class(term) * grid;  // mpq_class(double) is exact
+      mpz_class quotient, remainder;
+      mpz_fdiv_qr(quotient.get_mpz_t(), remainder.get_mpz_t(), units.get_num_mpz_t(),
+                  units.get_den_mpz_t());
+      const int half = cmp(2 * remainder, units.get_den());
+      if (half > 0 || (half == 0 && mpz_odd_p(quotient.get_mpz_t()))) quotient += 1;
+      mpq_class on_grid(quotient, grid);
+      on_grid.canonicalize();
+      value += on_grid;
+    }
+  }
+
+  // Rounded once to nearest even: float (precision 24) or double (precision 53).
+  template <typename Float>
+  Float rounded() const {
+    if (nan || (positive_infinity && negative_infinity)) return std::numeric_limits<Float>::quiet_NaN();
+    if (positive_infinity) return std::numeric_limits<Float>::infinity();
+    if (negative_infinity) return -std::numeric_limits<Float>::infinity();
+    constexpr int kPrecision = std::numeric_limits<Float>::digits;
+#ifdef SEQPAR_TEST_HAVE_MPFR
+    // IEEE emulation (MPFR's manual): the format's exponent range, then subnormalize.
+    const mpfr_exp_t old_emin = mpfr_get_emin(), old_emax = mpfr_get_emax();
+    mpfr_set_emin(std::numeric_limits<Float>::min_exponent - kPrecision + 1);
+    mpfr_set_emax(std::numeric_limits<Float>::max_exponent);
+    mpfr_t x;
+    mpfr_init2(x, kPrecision);
+    int ternary = mpfr_set_q(x, value.get_mpq_t(), MPFR_RNDN);
+    ternary = mpfr_check_range(x, ternary, MPFR_RNDN);
+    mpfr_subnormalize(x, ternary, MPFR_RNDN);
+    Float result;
+    if constexpr (kPrecision == 24) {
+      result = mpfr_get_flt(x, MPFR_RNDN);
+    } else {
+      result = static_cast<Float>(mpfr_get_d(x, MPFR_RNDN));
+    }
+    mpfr_clear(x);
+    mpfr_set_emin(old_emin);
+    mpfr_set_emax(old_emax);
+    return result;
+#else
+    // value = n * 2^-149 for an integer n: keep its top kPrecision bits (fewer for a
+    // float subnormal, whose last bit is 2^-149), round the rest to nearest even.
+    const mpz_class n = mpz_class(value * mpq_class(mpz_class(1) << 149));
+    if (n == 0) return Float(0);
+    const mpz_class magnitude = abs(n);
+    const int top = static_cast<int>(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) - 1;
+    const int low = std::max(top - kPrecision + 1, 0);
+    mpz_class kept = magnitude >> low;
+    const mpz_class rest = magnitude - (kept << low);
+    if (low > 0) {
+      const int half = cmp(2 * rest, mpz_class(1) << low);
+      if (half > 0 || (half == 0 && mpz_odd_p(kept.get_mpz_t()))) kept += 1;
+    }
+    const double result = std::ldexp(kept.get_d(), low - 149);  // exact, below 2^130
+    const Float bounded = result >= std::ldexp(1.0, std::numeric_limits<Float>::max_exponent)
+                              ? std::numeric_limits<Float>::infinity()
+                              : static_cast<Float>(result);
+    return n < 0 ? -bounded : bounded;
+#endif
+  }
+};
+
+bool same_float(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// The canonical norm of optim/clip.h, from the definition.
+float reference_norm(const std::vector<std::vector<float>>& gradients) {
+  ReferenceSum squared_norms;
+  for (const std::vector<float>& gradient : gradients) {
+    ReferenceSum squares;
+    for (float g : gradient) squares.add(static_cast<double>(g) * static_cast<double>(g));
+    const float norm = static_cast<float>(std::sqrt(squares.rounded<double>()));
+    squared_norms.add(static_cast<double>(norm) * static_cast<double>(norm));
+  }
+  return static_cast<float>(std::sqrt(squared_norms.rounded<double>()));
+}
+
+std::vector<Variable> with_gradients(const std::vector<std::vector<float>>& gradients) {
+  std::vector<Variable> parameters;
+  for (const std::vector<float>& gradient : gradients) {
+    const int64_t size = static_cast<int64_t>(gradient.size());
+    Variable parameter(Tensor::zeros({size}), true);
+    parameter.set_grad(Tensor::from_data({size}, gradient));
+    parameters.push_back(parameter);
+  }
+  return parameters;
+}
+
+}  // namespace
+
+TEST_CASE("grad_norm equals the exact definition (seed 4242)", "[optim][clip]") {
+  std::mt19937_64 rng(4242);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int64_t> size(0, 3000);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int spread = 8 * (trial % 5);  // magnitudes up to 2^+-32: squares in the domain
+    std::uniform_int_distribution<int> exponent(-spread, spread);
+    std::vector<std::vector<float>> gradients(static_cast<size_t>(1 + trial % 7));
+    for (auto& gradient : gradients) {
+      gradient.resize(static_cast<size_t>(trial % 3 == 0 ? size(rng) / 100 : size(rng)));
+      for (float& g : gradient) g = std::ldexp(normal(rng), exponent(rng));
+    }
+    CAPTURE(trial, gradients.size(), spread);
+    const float norm = optim::grad_norm(with_gradients(gradients)).item();
+    const float expected = reference_norm(gradients);
+    CAPTURE(norm, expected);
+    CHECK(same_float(norm, expected));
+  }
+}
+
+TEST_CASE("grad_norm of special values follows the exact sums' rules", "[optim][clip]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<std::vector<float>>> cases = {
+      {{1.0f, inf}, {2.0f}},          // +inf
+      {{1.0f, -inf}, {2.0f}},         // a square is +inf
+      {{nan, 1.0f}, {inf}},           // NaN
+      {{3e38f, 1.0f}, {1.0f}},        // a square past 2^129: +inf, as float32 squares
+      {{1e19f, 1e19f}, {1e-20f}},     // large but in the domain: finite
+      // squares below 2^-149: 2^-160 rounds to 0, 1.125 * 2^-149 to 2^-149
+      {{std::ldexp(1.0f, -80), std::ldexp(3.0f, -76)}, {}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    const float norm = optim::grad_norm(with_gradients(cases[i])).item();
+    CHECK(same_float(norm, reference_norm(cases[i])));
+  }
+  CHECK(std::isinf(optim::grad_norm(with_gradients(cases[0])).item()));
+  CHECK(std::isnan(optim::grad_norm(with_gradients(cases[2])).item()));
+  CHECK(std::isfinite(optim::grad_norm(with_gradients(cases[4])).item()));
+}
+
+TEST_CASE("grad_norm does not depend on the order of the elements (seed 515)", "[optim][clip]") {
+  std::mt19937_64 rng(515);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-25, 25);
+  std::vector<std::vector<float>> gradients = {std::vector<float>(10000), std::vector<float>(16),
+                                               std::vector<float>(777)};
+  for (auto& gradient : gradients) {
+    for (float& g : gradient) g = std::ldexp(normal(rng), exponent(rng));
+  }
+  const float norm = optim::grad_norm(with_gradients(gradients)).item();
+  CHECK(same_float(norm, reference_norm(gradients)));
+  for (int shuffle = 0; shuffle < 3; ++shuffle) {
+    for (auto& gradient : gradients) std::shuffle(gradient.begin(), gradient.end(), rng);
+    CHECK(same_float(optim::grad_norm(with_gradients(gradients)).item(), norm));
+  }
 }

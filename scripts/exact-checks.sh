@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The exact numerics on the GPU machine, in one go: the [cuda] tests (CPU and GPU
+# bitwise), memcheck of the exact kernels, the golden fingerprints of whole runs on one
+# GPU (threads sharing it) and, with two GPUs, over NCCL, and seqpar-repro over 1000
+# steps. Logs go to OUT_DIR.
+#
+#   scripts/exact-checks.sh BUILD_DIR OUT_DIR
+set -u
+build=${1:?BUILD_DIR}; out=${2:?OUT_DIR}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+repro=$build/apps/repro/seqpar-repro
+step() { echo "== $1: $(date -u +%FT%TZ)"; }
+golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
+  local sp=$1; shift
+  rm -rf "$out/dump"
+  "$@" --steps 3 --set ds_config.sequence_parallel_size="$sp" --plot "" --dump "$out/dump" \
+    > "$out/golden_sp$sp.txt" 2>&1 || { echo "run failed:"; tail -n 5 "$out/golden_sp$sp.txt"; }
+  python3 scripts/dump_fingerprints.py "$out/dump" --check "tests/golden/issue6868-sp$sp-3steps.txt" | tail -n 4
+  rm -rf "$out/dump"
+}
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  step "[cuda] tests"
+  "$build/tests/seqpar_tests" "[cuda]" 2>&1 | tail -n 4
+  step "golden fingerprints, 4 ranks as threads on one GPU"
+  golden 4 "$repro" --device cuda --backend local
+  step "golden fingerprints, sp 2 as threads on one GPU"
+  golden 2 "$repro" --device cuda --backend local
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    step "golden fingerprints, sp 2 over NCCL on 2 GPUs"
+    golden 2 "$repro" --nproc 2
+    step "NCCL collectives across 2 processes"
+    "$build/tests/seqpar_nccl_test" --nproc 2 2>&1 | tail -n 2
+  fi
+  step "seqpar-repro, 1000 steps, 4 ranks as threads on one GPU"
+  "$repro" --device cuda --backend local --steps 1000 --plot "$out/drift_1000.svg" \
+    --json "$out/repro_1000.json" > "$out/repro_1000.txt" 2>&1; echo "rc=$?"
+  grep -E "^policy|verdict|^summary|^  (deepspeed|with-mpu|exact) " "$out/repro_1000.txt" | cut -c1-220
+  step "memcheck: exact sums, Linear, L1 and clip on the GPU"
+  compute-sanitizer --tool memcheck "$build/tests/seqpar_tests" "[cuda]" 2>&1 | tail -n 3
+  step "done"
+} > "$out/exact-checks.log" 2>&1
+tail -n 80 "$out/exact-checks.log"
