@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libeigen3-dev          # CPU kernels and float64 test references
+  libgmp-dev libmpfr-dev # exact references (rationals, correct rounding) in the tests
   libtomlplusplus-dev    # configs/*.toml
   catch2                 # tests (v2: catch2/catch.hpp)
   python3 python3-numpy python3-torch   # the PyTorch cross-check of seqpar-repro
