@@ -7,7 +7,7 @@
 #
 #   bash bench/run.sh [BIN] [OUT] [extra arguments for both programs]
 #
-# BIN: a folder holding seqpar-bench (or a build folder: BIN/apps/bench/seqpar-bench);
+# BIN: a folder holding seqpar-bench (or a build folder: BIN/bench/seqpar-bench);
 # default build. OUT: where the JSON files go; default bench-out. For example, from a
 # build made with `cmake -S . -B build -G Ninja && ninja -C build`:
 #   bash bench/run.sh build bench-out
@@ -17,7 +17,7 @@ bin="${1:-build}"
 out="${2:-bench-out}"
 shift 2 2>/dev/null || shift $#
 bench="$bin/seqpar-bench"
-[ -x "$bench" ] || bench="$bin/apps/bench/seqpar-bench"
+[ -x "$bench" ] || bench="$bin/bench/seqpar-bench"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"  # NVLink multicast stays off (shared/GPU.md)

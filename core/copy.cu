@@ -2,6 +2,7 @@
 #include "core/copy.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
 
 namespace seqpar::detail {
 
@@ -11,10 +12,6 @@ constexpr int kThreads = 256;
 
 // Launch at most this many blocks; grid-stride loops cover the rest.
 constexpr int64_t kMaxBlocks = 65536;
-
-int blocks_for(int64_t count) {
-  return static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, kThreads), kMaxBlocks));
-}
 
 __global__ void fill_kernel(float* data, int64_t count, float value) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
@@ -50,7 +47,7 @@ __global__ void strided_copy_kernel(float* destination, const float* source, int
 
 void fill_cuda(float* data, int64_t count, float value, int device) {
   cuda::set_device(device);
-  fill_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(data, count, value);
+  fill_kernel<<<cuda::blocks_for(count, kThreads, kMaxBlocks), kThreads, 0, cuda::current_stream(device)>>>(data, count, value);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -65,7 +62,7 @@ void strided_copy_cuda(float* destination, const Shape& destination_strides, con
   }
   const int64_t count = shape_numel(shape);
   cuda::set_device(device);
-  strided_copy_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(
+  strided_copy_kernel<<<cuda::blocks_for(count, kThreads, kMaxBlocks), kThreads, 0, cuda::current_stream(device)>>>(
       destination, source, count, layout);
   CUDA_LAUNCH_CHECK();
 }

@@ -7,6 +7,7 @@
 // so both backends round identically and agree bitwise.
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
 #include "core/elementwise.h"
 
 #include <algorithm>
@@ -52,14 +53,6 @@ __global__ void axpby_vector_kernel(float4* out, const float4* a, float alpha, c
   }
 }
 
-bool aligned16(const void* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
-}
-
-int blocks_for(int64_t count) {
-  return static_cast<int>(std::clamp<int64_t>(cuda::ceil_div(count, kThreads), 1, kMaxBlocks));
-}
-
 }  // namespace
 
 void axpby_cuda(float* out, const float* a, float alpha, const float* b, float beta,
@@ -69,18 +62,18 @@ void axpby_cuda(float* out, const float* a, float alpha, const float* b, float b
   cudaStream_t stream = cuda::current_stream(device);
   // Views start at any element, so alignment is a property of this call's pointers.
   // out may alias a or b: each element is read and written by the same thread.
-  const bool vector = aligned16(out) && aligned16(a) && (b == nullptr || aligned16(b));
+  const bool vector = cuda::aligned16(out) && cuda::aligned16(a) && (b == nullptr || cuda::aligned16(b));
   int64_t done = 0;
   if (vector && count >= 4) {
     const int64_t count4 = count / 4;
-    axpby_vector_kernel<<<blocks_for(count4), kThreads, 0, stream>>>(
+    axpby_vector_kernel<<<cuda::blocks_for(count4, kThreads, kMaxBlocks), kThreads, 0, stream>>>(
         reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(a), alpha,
         reinterpret_cast<const float4*>(b), beta, count4);
     CUDA_LAUNCH_CHECK();
     done = count4 * 4;
   }
   if (done < count) {
-    axpby_kernel<<<blocks_for(count - done), kThreads, 0, stream>>>(
+    axpby_kernel<<<cuda::blocks_for(count - done, kThreads, kMaxBlocks), kThreads, 0, stream>>>(
         out + done, a + done, alpha, b ? b + done : nullptr, beta, count - done);
     CUDA_LAUNCH_CHECK();
   }

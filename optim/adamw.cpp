@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/checks.h"
 #include "core/error.h"
 
 namespace seqpar::optim {
@@ -146,8 +147,7 @@ void AdamW::step() {
 #ifdef SEQPAR_WITH_CUDA
   if (device.is_cuda()) return step_cuda(updates, options_, device.index);
 #endif
-  SEQPAR_CHECK(device.is_cpu(), "AdamW: parameters are on ", device,
-               " but this seqpar was built without CUDA");
+  require_cpu("AdamW", device, "parameters");
   step_cpu(updates, options_);
 }
 

@@ -31,6 +31,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
 #include "optim/adamw.h"
 #include "optim/adamw_update.cuh"
 #include "optim/multi_tensor.cuh"
@@ -141,7 +142,7 @@ void launch_large(const LargeTensor& t, const AdamWStepScalars& scalars, int max
                   cudaStream_t stream) {
   const int64_t tail = t.size - t.head - 4 * t.vectors;
   const int64_t items = std::max({t.vectors, t.head, tail});  // per thread-slot of the grid
-  const int64_t blocks = std::clamp<int64_t>(cuda::ceil_div(items, kLargeThreads), 1, max_blocks);
+  const int64_t blocks = cuda::blocks_for(items, kLargeThreads, max_blocks);
   adamw_large_kernel<<<static_cast<unsigned>(blocks), kLargeThreads, 0, stream>>>(t, scalars);
   CUDA_LAUNCH_CHECK();
 }

@@ -6,9 +6,10 @@
 #
 #   scripts/gpu-checks.sh BIN_DIR OUT_DIR
 #
-# BIN_DIR holds seqpar_tests, seqpar-repro, seqpar_nccl_test, seqpar-allreduce-bench,
-# seqpar-kernel-timings and (for the 2-GPU step) seqpar-bench from a CUDA build (they
-# can be built elsewhere for sm_90).
+# BIN_DIR holds the test programs (seqpar_core_tests, seqpar_autograd_tests,
+# seqpar_nn_tests, seqpar_train_tests, seqpar_dist_tests, seqpar_apps_tests),
+# seqpar-repro, seqpar_nccl_test, seqpar-allreduce-bench and seqpar-bench from a CUDA
+# build (they can be built elsewhere for sm_90).
 set -u
 bin=${1:?BIN_DIR}; out=${2:?OUT_DIR}
 mkdir -p "$out"
@@ -19,7 +20,9 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   step "[cuda] tests"
-  "$bin/seqpar_tests" "[cuda]" 2>&1 | tail -n 4
+  for layer in core autograd nn train dist apps; do
+    echo "seqpar_${layer}_tests:"; "$bin/seqpar_${layer}_tests" "[cuda]" 2>&1 | tail -n 4
+  done
   step "seqpar-repro, default placement"
   "$bin/seqpar-repro" --json "$out/repro_default.json" --plot "$out/drift_default.svg" \
     --dump "$out/dump" > "$out/repro_default.txt" 2>&1; echo "rc=$?"
@@ -61,10 +64,10 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
       grep -E "PASS|FAIL|step/|allreduce/|CHECKS|error" "$out/seqpar_bench_2gpu.txt"
     fi
   fi
-  step "kernel timings"
-  "$bin/seqpar-kernel-timings" 2>&1
+  step "kernel timings (seqpar-bench --kernel-parts-only)"
+  "$bin/seqpar-bench" --kernel-parts-only --repeats 500 --warmup 50 --json "$out/kernel_parts.json" 2>&1
   step "memcheck, AdamW and linear tests"
-  compute-sanitizer --tool memcheck "$bin/seqpar_tests" "AdamW on the GPU matches the CPU bitwise" 2>&1 | tail -n 2
+  compute-sanitizer --tool memcheck "$bin/seqpar_nn_tests" "AdamW on the GPU matches the CPU bitwise" 2>&1 | tail -n 2
   step "done"
 } > "$out/gpu-checks.log" 2>&1
 tail -n 60 "$out/gpu-checks.log"

@@ -1,25 +1,26 @@
 #include "train/linear_l1_step.h"
 
 #include <algorithm>
-#include <cstring>
+#include <vector>
 
 #include "core/error.h"
+#include "nn/linear_skinny.h"
 
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "nn/linear_skinny.h"
 #include "optim/clip_adamw.h"
 #endif
 
 namespace seqpar::train {
 
+struct LinearL1Step::OnePass {
+  nn::detail::SkinnyStepPlan plan;
+};
+
 #ifdef SEQPAR_WITH_CUDA
 
 namespace {
-
-static_assert(sizeof(optim::detail::AdamWStepScalars) == 7 * sizeof(float),
-              "the scalar table is uploaded as floats");
 
 void check_batch(const Batch& batch, const Batch& first, int64_t in, int64_t out, Device device) {
   SEQPAR_CHECK(batch.x.defined() && batch.target.defined(), "LinearL1Step: a batch is undefined");
@@ -37,13 +38,9 @@ void check_batch(const Batch& batch, const Batch& first, int64_t in, int64_t out
                "LinearL1Step: x and target need adjacent columns (unit column stride)");
 }
 
-// Device scalars of other types live in float tensors (Tensor holds float32): a
-// fresh allocation is 256-byte aligned, so any type fits its start.
-int* as_int(const Tensor& tensor) { return reinterpret_cast<int*>(tensor.data()); }
-Tensor double_buffer(int64_t count, Device device) {
-  return Tensor::empty({2 * std::max<int64_t>(count, 1)}, device);
+DeviceBuffer<double> double_buffer(int64_t count, Device device) {
+  return DeviceBuffer<double>(std::max<int64_t>(count, 1), device);
 }
-double* as_double(const Tensor& tensor) { return reinterpret_cast<double*>(tensor.data()); }
 
 }  // namespace
 
@@ -60,7 +57,8 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
       adamw_(adamw),
       max_norm_(static_cast<float>(max_norm)),
       sync_(std::move(sync)),
-      device_(weight_.device().index) {
+      device_(weight_.device().index),
+      one_pass_(std::make_unique<OnePass>()) {
   const Device device = weight_.device();
   SEQPAR_CHECK(device.is_cuda(), "LinearL1Step: the model must be on a GPU, it is on ", device);
   SEQPAR_CHECK(nn::detail::is_skinny(out_), "LinearL1Step: out_features ", out_,
@@ -77,9 +75,9 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
 
   cuda::set_device(device_);
   const nn::detail::SkinnyGradScratch scratch = nn::detail::skinny_grad_scratch(rows_, in_, out_);
-  one_pass_ = nn::detail::skinny_step_plan(rows_, in_, out_);
-  if (one_pass_.supported) {
-    loss_partial_count_ = rows_ > 0 ? one_pass_.loss_partials : 0;
+  one_pass_->plan = nn::detail::skinny_step_plan(rows_, in_, out_);
+  if (one_pass_->plan.supported) {
+    loss_partial_count_ = rows_ > 0 ? one_pass_->plan.loss_partials : 0;
   } else {
     loss_partial_count_ = nn::detail::skinny_forward_partial_count(rows_, out_);
     sign_ = Tensor::empty({std::max<int64_t>(rows_ * out_, 1)}, device);
@@ -94,9 +92,11 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
   total_norm_ = Tensor::zeros({}, device);
   exp_avg_ = Tensor::zeros({out_ * in_ + out_}, device);
   exp_avg_sq_ = Tensor::zeros({out_ * in_ + out_}, device);
-  table_ = Tensor::empty({kTableSteps * 7}, device);
-  step_slot_ = Tensor::zeros({1}, device);    // int 0: the bits of float 0
-  blocks_done_ = Tensor::zeros({1}, device);  // unsigned 0
+  table_ = DeviceBuffer<optim::detail::AdamWStepScalars>(kTableSteps, device);
+  step_slot_ = DeviceBuffer<int>(1, device);
+  step_slot_.zero();
+  blocks_done_ = DeviceBuffer<unsigned>(1, device);
+  blocks_done_.zero();
   upload_table();
   model.weight().set_grad(grad_weight_);
   model.bias().set_grad(grad_bias_);
@@ -108,13 +108,12 @@ LinearL1Step::~LinearL1Step() {
 
 // table[i] = the scalars of step table_first_step_ + i, as the eager AdamW takes them.
 void LinearL1Step::upload_table() {
-  Tensor host = Tensor::empty({kTableSteps * 7});
+  std::vector<optim::detail::AdamWStepScalars> host;
+  host.reserve(kTableSteps);
   for (int64_t i = 0; i < kTableSteps; ++i) {
-    const optim::detail::AdamWStepScalars scalars =
-        optim::detail::adamw_step_scalars(adamw_, table_first_step_ + i);
-    std::memcpy(host.data() + 7 * i, &scalars, sizeof scalars);
+    host.push_back(optim::detail::adamw_step_scalars(adamw_, table_first_step_ + i));
   }
-  table_.copy_(host);
+  table_.copy_from_host(host.data(), kTableSteps);
 }
 
 // Between launches, on the host: move the table on when the next step is past it
@@ -124,7 +123,7 @@ void LinearL1Step::begin_step() {
   if (step - table_first_step_ >= kTableSteps) {
     table_first_step_ = step;
     upload_table();
-    step_slot_.fill_(0.0f);
+    step_slot_.zero();
   }
   steps_ = step;
 }
@@ -136,21 +135,21 @@ void LinearL1Step::enqueue_gradients(size_t batch) {
   const Batch& b = batches_[batch];
   cuda::Stream stream = cuda::current_stream(device_);
   const nd::RowsView x{b.x.data(), b.x.stride(0)}, target{b.target.data(), b.target.stride(0)};
-  const nd::LossFinish finish{as_double(loss_partials_), loss_partial_count_, loss_scale_,
+  const nd::LossFinish finish{loss_partials_.data(), loss_partial_count_, loss_scale_,
                               loss_.data()};
-  if (one_pass_.supported) {
-    nd::skinny_step_partials_cuda(one_pass_, x, target, weight_.data(), bias_.data(), rows_, in_,
+  if (one_pass_->plan.supported) {
+    nd::skinny_step_partials_cuda(one_pass_->plan, x, target, weight_.data(), bias_.data(), rows_, in_,
                                   out_, loss_scale_, weight_partials_.data(),
-                                  as_double(bias_partials_), as_double(loss_partials_), stream);
-    nd::skinny_sum_partials_cuda(weight_partials_.data(), as_double(bias_partials_), rows_, in_,
+                                  bias_partials_.data(), loss_partials_.data(), stream);
+    nd::skinny_sum_partials_cuda(weight_partials_.data(), bias_partials_.data(), rows_, in_,
                                  out_, grad_weight_.data(), grad_bias_.data(), finish, stream);
     return;
   }
-  const nd::L1Outputs l1{target, sign_.data(), as_double(loss_partials_)};
+  const nd::L1Outputs l1{target, sign_.data(), loss_partials_.data()};
   nd::skinny_forward_l1_cuda(x, weight_.data(), bias_.data(), rows_, in_, out_, l1, stream);
   nd::skinny_weight_grad_cuda(nd::GradSource{nd::RowsView{nullptr, 0}, sign_.data(), loss_scale_},
                               x, rows_, in_, out_, grad_weight_.data(), grad_bias_.data(),
-                              weight_partials_.data(), as_double(bias_partials_), finish,
+                              weight_partials_.data(), bias_partials_.data(), finish,
                               stream);
 }
 
@@ -165,8 +164,7 @@ void LinearL1Step::enqueue(size_t batch) {
   tensors.exp_avg_sqs = {exp_avg_sq_.data(), exp_avg_sq_.data() + out_ * in_};
   tensors.sizes = {out_ * in_, out_};
   const optim::detail::ClipAdamWState state{
-      reinterpret_cast<const optim::detail::AdamWStepScalars*>(table_.data()),
-      as_int(step_slot_), reinterpret_cast<unsigned*>(blocks_done_.data()), total_norm_.data()};
+      table_.data(), step_slot_.data(), blocks_done_.data(), total_norm_.data()};
   optim::detail::clip_adamw_step_cuda(tensors, max_norm_, state, stream);
 }
 
@@ -222,7 +220,8 @@ void LinearL1Step::replay(size_t batch) {
               "(nn::linear, nn::l1_loss, optim::clip_grad_norm, optim::AdamW) on the CPU");
 }
 LinearL1Step::LinearL1Step(const nn::Linear&, std::vector<Batch>, nn::Reduction,
-                           const optim::AdamWOptions&, double, GradientSync) {
+                           const optim::AdamWOptions&, double, GradientSync)
+    : rows_(0), in_(0), out_(0), loss_scale_(0.0f), max_norm_(0.0f), device_(0) {
   no_cuda();
 }
 LinearL1Step::~LinearL1Step() = default;

@@ -32,13 +32,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "core/device_buffer.h"
 #include "core/tensor.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "nn/linear_skinny.h"
 #include "optim/adamw.h"
 
 struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
@@ -132,12 +133,18 @@ class LinearL1Step {
   float max_norm_;
   GradientSync sync_;
   int device_;
-  nn::detail::SkinnyStepPlan one_pass_;  // .supported: the one-pass route
+  struct OnePass;                   // nn's plan for the one-pass kernel (linear_l1_step.cpp)
+  std::unique_ptr<OnePass> one_pass_;  // its .supported: the one-pass route
 
-  Tensor sign_, loss_partials_, weight_partials_, bias_partials_;
+  Tensor sign_, weight_partials_;
+  DeviceBuffer<double> loss_partials_, bias_partials_;
   Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
   Tensor exp_avg_, exp_avg_sq_;
-  Tensor table_, step_slot_, blocks_done_;  // AdamW's scalars and step counter, on the device
+  // AdamW's scalars for kTableSteps steps, the slot of the next step, and the fused
+  // kernel's count of finished blocks, on the device.
+  DeviceBuffer<optim::detail::AdamWStepScalars> table_;
+  DeviceBuffer<int> step_slot_;
+  DeviceBuffer<unsigned> blocks_done_;
   int64_t loss_partial_count_ = 0;
   int64_t steps_ = 0, table_first_step_ = 1;
   std::vector<CUgraphExec_st*> graphs_;

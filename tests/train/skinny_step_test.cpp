@@ -11,7 +11,7 @@
 #include "core/generator.h"
 #include "nn/linear.h"
 #include "nn/linear_skinny.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;

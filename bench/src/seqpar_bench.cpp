@@ -3,6 +3,7 @@
 // JSON for bench/run.sh, which sets them beside bench/torch_reference.py's figures.
 //
 //   seqpar-bench [--repeats N] [--warmup N] [--json PATH] [--no-stress]
+//                [--kernel-parts | --kernel-parts-only]
 //   seqpar-bench --nproc 2 [--repeats N] [--warmup N] [--json PATH]
 //
 // With --nproc N (or under torchrun, mpirun, srun) each process is one rank on its
@@ -13,6 +14,10 @@
 // the "exact" policy): the fused step (train::LinearL1Step) replayed from a CUDA graph
 // and run eagerly, and the public API (autograd), on the full batch of 12000 rows, on
 // one rank's 3000-row shard, and over 4 ranks of a threads group sharing the GPU.
+//
+// --kernel-parts adds the seed's kernels one launcher at a time where the default
+// sections time them in pairs (what the former seqpar-kernel-timings printed):
+// dx = dy W, L1 forward, L1 backward, grad norm, clip, and axpby.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -22,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/bench_util.h"
-#include "apps/bench/bench_sections.h"
+#include "bench/src/bench_util.h"
+#include "bench/src/bench_sections.h"
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "dist/environment.h"
@@ -207,18 +212,21 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
 int main(int argc, char** argv) {
   if (auto status = dist::maybe_launch(argc, argv)) return *status;
   Settings settings;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--repeats" && i + 1 < argc) settings.repeats = std::max(1, std::atoi(argv[++i]));
-    else if (arg == "--warmup" && i + 1 < argc) settings.warmup = std::atoi(argv[++i]);
-    else if (arg == "--json" && i + 1 < argc) settings.json = argv[++i];
-    else if (arg == "--no-stress") settings.stress = false;
-    else {
-      std::fprintf(stderr, "usage: seqpar-bench [--nproc N] [--repeats N] [--warmup N] [--json PATH] "
-                           "[--no-stress]\n");
-      return 2;
-    }
-  }
+  const std::string usage =
+      "usage: seqpar-bench [--nproc N] [--repeats N] [--warmup N] [--json PATH] [--no-stress]\n"
+      "                    [--kernel-parts | --kernel-parts-only]\n"
+      "  --kernel-parts       also time the seed's kernels one launcher at a time (dx, L1\n"
+      "                       forward, L1 backward, grad norm, clip, axpby)\n"
+      "  --kernel-parts-only  only that section\n";
+  const int status = bench::parse_arguments(argc, argv, usage, {
+      {"--repeats", true, [&](const std::string& v) { settings.repeats = std::max(1, std::atoi(v.c_str())); }},
+      {"--warmup", true, [&](const std::string& v) { settings.warmup = std::atoi(v.c_str()); }},
+      {"--json", true, [&](const std::string& v) { settings.json = v; }},
+      {"--no-stress", false, [&](const std::string&) { settings.stress = false; }},
+      {"--kernel-parts", false, [&](const std::string&) { settings.kernel_parts = true; }},
+      {"--kernel-parts-only", false, [&](const std::string&) { settings.kernel_parts_only = true; }},
+  });
+  if (status >= 0) return status;
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "seqpar-bench: no CUDA device\n");
     return 1;
@@ -243,12 +251,15 @@ int main(int argc, char** argv) {
               properties.name, properties.multiProcessorCount, properties.l2CacheSize >> 20,
               settings.repeats, settings.warmup);
   Report report;
-  bench_copy(report, settings);
-  bench_steps(report, settings);
-  bench_four_ranks(report, settings, /*fused=*/true);
-  bench_four_ranks(report, settings, /*fused=*/false);
-  bench::bench_kernels(report, settings);
-  if (settings.stress) bench::bench_stress(report, settings);
+  if (!settings.kernel_parts_only) {
+    bench_copy(report, settings);
+    bench_steps(report, settings);
+    bench_four_ranks(report, settings, /*fused=*/true);
+    bench_four_ranks(report, settings, /*fused=*/false);
+    bench::bench_kernels(report, settings);
+  }
+  if (settings.kernel_parts || settings.kernel_parts_only) bench::bench_kernel_parts(report, settings);
+  if (settings.stress && !settings.kernel_parts_only) bench::bench_stress(report, settings);
   report.write_json(settings.json, properties.name);
   return 0;
 }

@@ -19,7 +19,7 @@
 
 #include "core/device_generator.h"
 #include "core/generator.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;

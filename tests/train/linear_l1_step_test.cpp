@@ -18,7 +18,7 @@
 #include "nn/linear.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "train/linear_l1_step.h"
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/src/bench_util.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "dist/launcher.h"
@@ -121,17 +122,14 @@ void print_header(const dist::NcclProcessGroup& group, const Settings& settings,
 int main(int argc, char** argv) {
   if (auto status = dist::maybe_launch(argc, argv)) return *status;
   Settings settings;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--repeats") {
-      settings.repeats = std::max(1, std::atoi(argv[i + 1]));
-    } else if (flag == "--warmup") {
-      settings.warmup = std::max(0, std::atoi(argv[i + 1]));
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  const std::string usage =
+      "usage: seqpar-allreduce-bench --nproc N [--repeats N] [--warmup N]\n"
+      "  (or one rank of a world started by torchrun, mpirun or srun)\n";
+  const int status = bench::parse_arguments(argc, argv, usage, {
+      {"--repeats", true, [&](const std::string& v) { settings.repeats = std::max(1, std::atoi(v.c_str())); }},
+      {"--warmup", true, [&](const std::string& v) { settings.warmup = std::max(0, std::atoi(v.c_str())); }},
+  });
+  if (status >= 0) return status;
   const auto environment = dist::launch_environment_from_process();
   if (!environment) {
     std::fprintf(stderr, "run with --nproc N (one GPU per rank), or under torchrun/mpirun/srun\n");

@@ -1,11 +1,13 @@
-// Timing and reporting for seqpar-bench: CUDA events around each call on the
-// device's stream, a warm-up, the median of many calls; one JSON record per figure.
+// What the bench programs share: one way of parsing arguments; and, for seqpar-bench,
+// timing and reporting: CUDA events around each call on the device's stream, a
+// warm-up, the median of many calls; one JSON record per figure.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +16,47 @@
 #include "core/cuda_runtime.h"
 
 namespace seqpar::bench {
+
+// One command-line option: "--name VALUE" when it takes a value, "--name" when not.
+struct Option {
+  std::string name;
+  bool takes_value = true;
+  std::function<void(const std::string& value)> set;
+};
+
+// Every bench program parses its arguments with this (after dist::maybe_launch has
+// taken --nproc): --help prints `usage` to stdout and returns 0; an unknown option or
+// an option missing its value is an error naming it, on stderr, and returns 2.
+// Returns -1 when the program should go on.
+inline int parse_arguments(int argc, char** argv, const std::string& usage,
+                           const std::vector<Option>& options) {
+  const std::string program = argc > 0 ? argv[0] : "bench";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage.c_str());
+      return 0;
+    }
+    const Option* match = nullptr;
+    for (const Option& option : options) {
+      if (option.name == arg) match = &option;
+    }
+    if (match == nullptr) {
+      std::fprintf(stderr, "%s: unknown option %s\n%s", program.c_str(), arg.c_str(), usage.c_str());
+      return 2;
+    }
+    if (!match->takes_value) {
+      match->set("");
+    } else if (i + 1 < argc) {
+      match->set(argv[++i]);
+    } else {
+      std::fprintf(stderr, "%s: option %s needs a value\n%s", program.c_str(), arg.c_str(),
+                   usage.c_str());
+      return 2;
+    }
+  }
+  return -1;
+}
 
 struct Timing {
   double median_us = 0.0, min_us = 0.0;

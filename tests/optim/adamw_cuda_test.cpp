@@ -9,7 +9,7 @@
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "optim/adamw.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;

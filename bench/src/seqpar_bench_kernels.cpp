@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "apps/bench/bench_sections.h"
+#include "bench/src/bench_sections.h"
 #include "autograd/variable.h"
 #include "core/device_generator.h"
+#include "core/elementwise.h"
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
@@ -189,6 +190,50 @@ void bench_kernels(Report& report, const Settings& s) {
                time_calls([&] { optim::detail::clip_adamw_step_cuda(tensors, 1.0f, state, stream); },
                           s.warmup, s.repeats), kF * 7 * parameters);
   }
+}
+
+void bench_kernel_parts(Report& report, const Settings& s) {
+  // The shapes and data of the former seqpar-kernel-timings: Generator(12345).
+  const int64_t n = 12000, in = 640, out = 16;
+  Generator generator(12345);
+  const Tensor x = generator.randn({n, in}, kGpu), weight = generator.randn({out, in}, kGpu);
+  const Tensor bias = generator.randn({out}, kGpu), grad_y = generator.randn({n, out}, kGpu);
+  const Tensor y = Tensor::empty({n, out}, kGpu), grad_x = Tensor::empty({n, in}, kGpu);
+  const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
+  const Tensor target = x.narrow(1, 0, out);  // the seed's x[:, :16], row stride 640
+  const Tensor loss = Tensor::empty({}, kGpu), grad_loss = Tensor::ones({}, kGpu);
+  nn::detail::linear_forward_cuda(x, weight, bias, y);
+  report.add("kernel/linear_dx/12000x640x16", "dx = dy W, dx 12000x640",
+             time_calls([&] {
+               nn::detail::linear_backward_cuda(grad_y, x, weight, grad_x, Tensor(), Tensor());
+             }, s.warmup, s.repeats), kF * (n * in + n * out + out * in), 2.0 * n * in * out);
+  report.add("kernel/l1_fwd/12000x16", "l1 loss forward (mean), target strided",
+             time_calls([&] {
+               nn::detail::l1_loss_forward_cuda(y, target, 1.0f / (n * out), loss);
+             }, s.warmup, s.repeats), kF * 2 * n * out);
+  report.add("kernel/l1_bwd/12000x16", "l1 loss backward, target strided",
+             time_calls([&] {
+               nn::detail::l1_loss_backward_cuda(grad_loss, y, target, 1.0f / (n * out), grad_y);
+             }, s.warmup, s.repeats), kF * 3 * n * out);
+  const std::vector<int64_t> sizes = {out * in, out};
+  const Tensor total_norm = Tensor::empty({}, kGpu);
+  report.add("kernel/grad_norm/10256", "grad norm of W 16x640 and b 16",
+             time_calls([&] {
+               optim::detail::grad_norm_cuda({grad_weight.data(), grad_bias.data()}, sizes,
+                                             total_norm, 0);
+             }, s.warmup, s.repeats), kF * (out * in + out));
+  const Tensor small_norm = Tensor::full({}, 0.5f, kGpu);  // coefficient 1: values unchanged
+  report.add("kernel/clip/10256", "clip W 16x640 and b 16 (coefficient 1)",
+             time_calls([&] {
+               optim::detail::clip_grads_cuda({grad_weight.data(), grad_bias.data()}, sizes, 1.0f,
+                                              small_norm, 0);
+             }, s.warmup, s.repeats), kF * 2 * (out * in + out));
+  const Tensor a = generator.randn({n, in}, kGpu), b = generator.randn({n, in}, kGpu);
+  const Tensor sum = Tensor::empty({n, in}, kGpu);
+  report.add("kernel/axpby/12000x640", "out = a + b",
+             time_calls([&] {
+               detail::axpby_cuda(sum.data(), a.data(), 1.0f, b.data(), 1.0f, n * in, 0);
+             }, s.warmup, s.repeats), kF * 3 * n * in);
 }
 
 void bench_stress(Report& report, const Settings& s) {

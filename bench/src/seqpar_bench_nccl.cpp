@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/bench_sections.h"
+#include "bench/src/bench_sections.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/generator.h"

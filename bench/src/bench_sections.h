@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "apps/bench/bench_util.h"
+#include "bench/src/bench_util.h"
 #include "dist/environment.h"
 
 namespace seqpar::bench {
@@ -12,10 +12,14 @@ struct Settings {
   int repeats = 300, warmup = 30;
   std::string json = "seqpar_bench.json";
   bool stress = true;
+  bool kernel_parts = false, kernel_parts_only = false;
 };
 
 // Kernels at the seed's shapes (seqpar_bench_kernels.cpp).
 void bench_kernels(Report& report, const Settings& settings);
+// The seed's kernels one launcher at a time, where bench_kernels times them in pairs
+// (seqpar-bench --kernel-parts; seqpar_bench_kernels.cpp).
+void bench_kernel_parts(Report& report, const Settings& settings);
 // The stress shape and the square GEMM (seqpar_bench_kernels.cpp).
 void bench_stress(Report& report, const Settings& settings);
 
