@@ -44,12 +44,6 @@ __global__ void round_digits_kernel(const int64_t* digits, int64_t count, float*
 
 }  // namespace
 
-void zero_digits_cuda(int64_t* digits, int64_t words, int device) {
-  cuda::set_device(device);
-  CUDA_CHECK(cudaMemsetAsync(digits, 0, static_cast<size_t>(words) * sizeof(int64_t),
-                             cuda::current_stream(device)));
-}
-
 void digits_of_values_cuda(const float* values, int64_t count, int64_t* digits, int device) {
   cuda::set_device(device);
   digits_of_values_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(

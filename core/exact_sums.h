@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/device_buffer.h"
 #include "core/tensor.h"
 
 namespace seqpar::exact {
@@ -21,19 +22,14 @@ namespace seqpar::exact {
 class ExactSums {
  public:
   ExactSums() = default;
-  // `count` sums, all zero.
+  // `count` sums, all zero. Move-only, as its buffer.
   ExactSums(int64_t count, Device device);
-  ~ExactSums();
-  ExactSums(ExactSums&& other) noexcept;
-  ExactSums& operator=(ExactSums&& other) noexcept;
-  ExactSums(const ExactSums&) = delete;
-  ExactSums& operator=(const ExactSums&) = delete;
 
   int64_t count() const { return count_; }
-  Device device() const { return device_; }
+  Device device() const { return digits_.device(); }
   // kDigits * count words, digit-major: digit d of sum i is digits()[d * count() + i].
-  int64_t* digits() const { return digits_; }
-  int64_t words() const;
+  int64_t* digits() const { return digits_.data(); }
+  int64_t words() const { return digits_.size(); }
 
   // Each element of `values` (float32, any device) as a sum of one term.
   static ExactSums of_values(const Tensor& values);
@@ -48,8 +44,7 @@ class ExactSums {
 
  private:
   int64_t count_ = 0;
-  Device device_;
-  int64_t* digits_ = nullptr;
+  DeviceBuffer<int64_t> digits_;
 };
 
 // How a group of ranks adds its members' ExactSums: every rank calls combine with the
@@ -84,7 +79,6 @@ void check_term_count(const char* op, int64_t terms);
 namespace detail {
 #ifdef SEQPAR_WITH_CUDA
 // exact_sums.cu: stream-ordered on the device's current stream.
-void zero_digits_cuda(int64_t* digits, int64_t words, int device);
 void digits_of_values_cuda(const float* values, int64_t count, int64_t* digits, int device);
 void add_digits_cuda(int64_t* digits, const int64_t* other, int64_t words, int device);
 void round_digits_cuda(const int64_t* digits, int64_t count, float* out, int device);
