@@ -1,11 +1,12 @@
 // CUDA path of nn/l1_loss.h.
 //
 // Forward: loss = scale * Σ |input - target|, reduced in two fixed-order stages
-// (DESIGN.md, "Determinism"): each block of the first kernel folds a grid-stride
-// share of the elements into one partial sum; one block then sums the partials and
-// applies the scale. Sums are kept in double, as the CPU path keeps them. The grid size depends only on the element count, so which
-// thread adds which element, and in what order, never changes: bitwise-identical
-// results from run to run, and no atomics.
+// (docs/design.md, "Two-stage reductions"): each block of the first kernel folds a
+// grid-stride share of the elements into one partial sum; one block then sums the
+// partials and applies the scale. Sums are kept in double, as the CPU path keeps
+// them. The grid size depends only on the element count, so which thread adds which
+// element, and in what order, never changes: bitwise-identical results from run to
+// run, and no atomics.
 //
 // Backward: grad_input = (grad_loss * scale) * sign(input - target), sign(0) = 0 as
 // in PyTorch, the product formed in double and rounded once, as the CPU path does.
