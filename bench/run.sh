@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's benchmarks in one command, on one GPU: seqpar-bench, then PyTorch's
+# The benchmarks in one command, on one GPU: seqpar-bench, then PyTorch's
 # anchors (bench/torch_reference.py) on the same GPU, then one table and one JSON.
 # With 2 GPUs also the step on 2 GPUs over NCCL: seqpar-bench --nproc 2 (its own
 # JSON, seqpar_bench_2gpu.json) and torch_reference.py's NCCL section (2 processes,
@@ -20,7 +20,7 @@ bench="$bin/seqpar-bench"
 [ -x "$bench" ] || bench="$bin/bench/seqpar-bench"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"  # NVLink multicast stays off (shared/GPU.md)
+export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"  # NVLink multicast stays off (docs/gpu.md)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "== seqpar-bench ($bench), $(date -u +%Y-%m-%dT%H:%MZ)"
 limit="${BENCH_TIMEOUT_S:-900}"  # per program

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch anchors for seqpar-bench (issue 7), on the same GPU, timed the same way:
+"""PyTorch anchors for seqpar-bench, on the same GPU, timed the same way:
 CUDA events around each call, a warm-up, the median of many calls.
 
   python3 bench/torch_reference.py [--repeats N] [--warmup N] [--json PATH] [--no-stress]
                                    [--only-nccl]
 
-The step is the seed's: Linear(640 -> 16), L1 loss against x[:, :16], backward,
+The step is the issue's: Linear(640 -> 16), L1 loss against x[:, :16], backward,
 clip_grad_norm_(1.0), AdamW(lr 1e-4, weight_decay 0.01); eager (AdamW's default
 foreach path) and captured into one CUDA graph (AdamW(capturable=True), the recipe of
 PyTorch's CUDA graphs notes). Matmuls in fp32 with TF32 off (cuBLAS fp32).

@@ -1,8 +1,8 @@
 // block_sum: the sum of one value from every thread of a block, in a fixed order (a
 // shuffle tree inside each warp, then the warps' sums by a shuffle tree in warp 0), so
 // the same inputs always give the same bits. Every thread of the block must call it;
-// the result is valid in thread 0. For the two-stage reductions of DESIGN.md
-// ("Determinism"): per-block partials, then one block.
+// the result is valid in thread 0. For the two-stage reductions of docs/design.md
+// ("Two-stage reductions"): per-block partials, then one block.
 //
 // The reductions that the CPU path does in double (loss, norms, bias gradient) also
 // keep double partials here: the two backends then differ only by the order of

@@ -1,4 +1,4 @@
-// Mesh: how world = sp x dp ranks are laid out, as in the seed script and in
+// Mesh: how world = sp x dp ranks are laid out, as in the script and in
 // DeepSpeed / Megatron:
 //
 //   sequence-parallel groups: contiguous ranks   sp[0-3] sp[4-7]          (world 8, sp 4)
@@ -8,7 +8,7 @@
 // Rank r sits at sp_rank = r % sp (its place in its sequence-parallel group, which
 // picks its shard of the sequence) and dp_rank = r / sp (which replica it belongs to).
 // Every rank holding a replica of the parameters is in the sp x dp group, which is
-// the group gradients must be reduced over (ANALYSIS.md).
+// the group gradients must be reduced over (docs/deepspeed-6868.md).
 //
 // The Mesh is a pure layout (lists of ranks); build_mesh_groups turns it into
 // process groups.

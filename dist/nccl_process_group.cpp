@@ -26,12 +26,12 @@ using Clock = std::chrono::steady_clock;
 // starts): the same inputs can round differently depending on what was picked,
 // for instance after a change of bucket size. Ring + Simple leaves one order, fixed
 // for a given world, message size and channel count. NVLink SHARP (NVLS) reduces
-// inside the NVSwitch, in an order NCCL does not control; the lent GPU machines also
-// require it off (GPU.md). With at most two ranks every element is one addition
-// a + b, the same bits whatever NCCL picks, so the world of two keeps NCCL's choice
-// (its low-latency protocol takes a 41 KB all-reduce from ~35 to ~22 us on two
-// H200s). A value the user already exported wins (overwrite = 0): this is a default,
-// not a lock.
+// inside the NVSwitch, in an order NCCL does not control, and the GPU hosts we run on
+// need multicast off (docs/gpu.md). With at most two ranks every element is one
+// addition a + b, the same bits whatever NCCL picks, so the world of two keeps NCCL's
+// choice: its low-latency protocol is much faster for the step's small gradient
+// all-reduce (measured: see bench/RESULTS.md). A value the user already exported wins
+// (overwrite = 0): this is a default, not a lock.
 void pin_nccl_choices(int world_size) {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   if (world_size <= 2) return;

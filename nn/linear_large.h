@@ -35,10 +35,9 @@ struct Gemm {
 };
 
 // The large kernel's tile of C, and the depth of its K slices (8 or 16) that the
-// launchers use, by layout; k_per_split must be a multiple of the slice depth. Measured
-// on an H200 (bench/RESULTS.md, round 4): 16 when A is read along K (the stress
-// forward 0.91x cuBLAS against 0.85x with 8, dx 0.84x against 0.81x, 4096^3 0.89x
-// against 0.84x), 8 when both operands are read along rows (dW: 0.85x against 0.82x).
+// launchers use, by layout; k_per_split must be a multiple of the slice depth. Each
+// depth is the faster one for its layout (measured: see bench/RESULTS.md): 16 when A
+// is read along K (the forward, dx), 8 when both operands are read along rows (dW).
 constexpr int64_t kLargeTile = 128;
 template <bool kAAlongK, bool kBAlongK>
 constexpr int kLargeSlice = kAAlongK ? 16 : 8;

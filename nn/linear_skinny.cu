@@ -1,17 +1,18 @@
 // CUDA kernels of nn/linear_skinny.h: Linear with out_features <= 64, the weight and
 // bias gradients and their chunk sums (the forward: nn/linear_skinny_forward.cu).
 //
-// Design note. At the seed's shape (x 12000 x 640, W 16 x 640) both products are
+// Design note. At the issue's shape (x 12000 x 640, W 16 x 640) both products are
 // thin: every row of x meets all 16 rows of W. The general GEMM's 64 x 64 tiles are
-// three-quarters empty there and it reads x at under 0.5 TB/s. These kernels read x
-// exactly once per group of 16 outputs. 12000 x 640 x 16 FMAs = 123 M per product,
-// about 3.7 us on an H200 at 33 TFMA/s, against 7.4 us to read x from memory once:
-// what limits them is keeping enough of x in flight, not the arithmetic.
+// three-quarters empty there and it reads x far below the memory bandwidth. These
+// kernels read x exactly once per group of 16 outputs. 12000 x 640 x 16 FMAs = 123 M
+// per product, which the FMA units finish in about half the time it takes to read x
+// from memory once: what limits them is keeping enough of x in flight, not the
+// arithmetic (measured: see bench/RESULTS.md).
 //
 // Weight gradient. A thread owns 4 columns of x and all 16 outputs: 64 accumulators,
 // dW[o][k..k+3] += dy[r][o] * x[r][k..k+3] row by row, with dy staged in shared
 // memory (one broadcast read per 4 outputs) and x coming through a per-thread cp.async
-// ring 32 rows deep: one block per SM holds only 5 warps at the seed's shape, so the
+// ring 32 rows deep: one block per SM holds only 5 warps at the issue's shape, so the
 // bytes in flight per thread set the read rate. Blocks own chunks of
 // rows (stage 1: one partial dW each); stage 2 adds the partials in chunk order. db
 // rides along: column sums of the staged dy in double, as the CPU path sums it.
@@ -277,7 +278,7 @@ void skinny_weight_grad_cuda(const GradSource& grad, RowsView x, int64_t rows, i
     const SkinnyGrad p{grad, x, rows, in, out, scratch.rows_per_chunk, weight_partials, bias_partials};
     const bool vector = in % 4 == 0 && x.row_stride % 4 == 0 && aligned16(x.data) &&
                         aligned16(weight_partials);
-    const size_t ring = grad_ring_bytes(threads);  // 80 KB at the seed's 160 threads
+    const size_t ring = grad_ring_bytes(threads);  // 80 KB at the issue's 160 threads
     auto launch = [&](auto kernel) {
       // Above 48 KB of dynamic shared memory a kernel must opt in (legal inside a capture).
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ring)));

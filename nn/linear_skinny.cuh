@@ -1,8 +1,8 @@
-// Device helpers shared by the skinny Linear kernels (nn/linear_skinny.cu) and the
-// one-pass training-step kernel (nn/linear_skinny_step.cu): the loads of x and W, the
-// forward's lane layout and its butterfly over the 16 lanes of a row. Both kernels
-// sum in exactly this order, so their y (and thus the sign the loss gradient takes)
-// are the same bits.
+// Device helpers shared by the skinny Linear kernels (nn/linear_skinny_forward.cu,
+// nn/linear_skinny.cu) and the one-pass training-step kernel
+// (nn/linear_skinny_step.cu): the loads of x and W, the forward's lane layout and its
+// butterfly over the 16 lanes of a row. Both kernels sum in exactly this order, so
+// their y (and thus the sign the loss gradient takes) are the same bits.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Skinny Linear on the GPU: the kernels for out_features <= 64 (the seed's Linear
+// Skinny Linear on the GPU: the kernels for out_features <= 64 (the Linear
 // 640 -> 16), where the general tiled GEMM wastes most of its tile and reads x at a
-// tenth of the memory bandwidth. Internal to nn/ and to the fused training step
+// small fraction of the memory bandwidth. Internal to nn/ and to the fused training step
 // (train/): raw device pointers, explicit scratch, the caller's stream, so that a
 // step can preallocate everything and be captured into a CUDA graph.
 //

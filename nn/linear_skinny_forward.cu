@@ -25,7 +25,7 @@ namespace {
 constexpr int kForwardWarps = 4;
 constexpr int kForwardThreads = 32 * kForwardWarps;
 // 64 accumulators with a step's x and W fit the 168 registers of 3 blocks per SM
-// (__launch_bounds__ below: all of the seed's 375 blocks resident).
+// (__launch_bounds__ below: all 375 blocks of the issue's shape resident).
 constexpr int64_t kForwardMaxBlocks = 1024;          // a constant: partials depend on shape only
 
 struct SkinnyForward {

@@ -23,7 +23,7 @@
 // At the end the block writes its chunk's dW, db and loss partials; stage 2
 // (skinny_sum_partials_cuda) adds them in chunk order. No atomics anywhere.
 //
-// Counts at the seed's shape (12000 x 640 -> 16, 128 chunks of 94 rows, one block per
+// Counts at the issue's shape (12000 x 640 -> 16, 128 chunks of 94 rows, one block per
 // SM): per SM 1.9 M FMAs, half each side; shared memory serves the forward's 16-byte
 // loads a quarter-warp per cycle, which is why a forward lane takes 4 rows (each W
 // value it loads feeds 16 FMAs).

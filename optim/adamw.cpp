@@ -36,7 +36,7 @@ float lerp(float start, float end, float weight) {
 //   param.addcdiv_(exp_avg, denom, value=-step_size)     [self + value * t1 / t2]
 // Where PyTorch's compiled CPU kernels fuse a multiply and an add (lerp's explicit
 // fmadd; addcmul's self + (value * t1) * t2, which its compiler contracts), so do we,
-// with std::fma. Checked against torch 2.11 (CPU, AVX-512) on the seed's model, given
+// with std::fma. Checked against torch 2.11 (CPU, AVX-512) on the model, given
 // the same gradients: both moments agree bitwise at every step; the parameters agree
 // bitwise after step 1 and in all but a handful of elements (1-4 ulp) after step 5.
 // The rest is PyTorch's CPU sqrt (MKL's vector math), which is not correctly rounded

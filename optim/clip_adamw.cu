@@ -16,7 +16,7 @@ namespace {
 
 enum List { kParams, kGrads, kExpAvgs, kExpAvgSqs, kListCount };
 constexpr int kThreads = 1024;  // the norm pass reads every gradient: many loads in flight
-// One element per thread in the update: the seed's 10,256 parameters make 11 blocks on
+// One element per thread in the update: the issue's 10,256 parameters make 11 blocks on
 // 11 SMs, each with one short dependency chain, instead of 4 blocks with four.
 constexpr int64_t kClipChunk = kThreads;
 constexpr int64_t kMaxElements = TensorTable<kListCount>::kMaxBlocks * kClipChunk;  // 327,680

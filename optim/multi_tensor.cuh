@@ -7,7 +7,7 @@
 // needs no device-side table, no host-to-device copy, and can be captured in a CUDA
 // graph. Kernel parameters are limited to 4 KB, so one table holds at most
 // kMaxTensors tensors and kMaxBlocks blocks; a longer list becomes several launches
-// (the seed model's two parameters take one).
+// (the issue model's two parameters take one).
 //
 // The map depends only on the sizes, so a reduction built on it (clip.cu) adds in
 // the same order on every run.

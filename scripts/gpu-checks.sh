@@ -51,14 +51,14 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
     "$bin/seqpar-allreduce-bench" --nproc 2 --repeats 200 --warmup 20 2>&1 | tail -n 8
     step "NCCL's transports and tuning for the 41 KB all-reduce (NCCL_DEBUG=INFO; whole log: nccl_debug.log)"
     # Which path the 2 GPUs use (P2P over NVLink: "via P2P/...", or SHM / NET), how
-    # many channels, and what the tuner allows: why a 41 KB all-reduce takes ~105 us.
+    # many channels, and what the tuner allows: what sets the time of a 41 KB all-reduce.
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH,TUNING,P2P,SHM,NET \
       timeout 120 "$bin/seqpar-allreduce-bench" --nproc 2 --repeats 20 --warmup 2 > "$out/nccl_debug.log" 2>&1
     echo "rc=$?"
     grep -E "NCCL version|via (P2P|SHM|NET)|Channel [0-9]+/[0-9]+ :|Connected all|NVLS|nvls|CollNet|NCCL_[A-Z_]+ set|P2P (level|plugin)|Trees|Pattern|nvlink|NVLink|comm 0x[0-9a-f]+ rank|threadThresholds|^\[rank 0\] \|" \
       "$out/nccl_debug.log" | sed -E 's/^(\[rank [0-9]+\] )?[^ ]+:[0-9]+:[0-9]+ /\1/' | awk '!seen[$0]++' | head -n 80
     if [ -x "$bin/seqpar-bench" ]; then
-      step "seed step on 2 GPUs over NCCL (seqpar-bench --nproc 2): figures and correctness"
+      step "issue step on 2 GPUs over NCCL (seqpar-bench --nproc 2): figures and correctness"
       timeout 600 "$bin/seqpar-bench" --nproc 2 --repeats 300 --warmup 30 --json "$out/seqpar_bench_2gpu.json" \
         > "$out/seqpar_bench_2gpu.txt" 2>&1; echo "rc=$?"
       grep -E "PASS|FAIL|step/|allreduce/|CHECKS|error" "$out/seqpar_bench_2gpu.txt"

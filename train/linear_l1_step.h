@@ -1,7 +1,7 @@
-// LinearL1Step: the seed's whole training step -- y = x Wᵀ + b, L1 loss, backward,
+// LinearL1Step: the issue's whole training step -- y = x Wᵀ + b, L1 loss, backward,
 // gradient synchronization, clip_grad_norm, AdamW -- as three kernel launches over
 // buffers allocated once, run eagerly or captured into one CUDA graph per batch and
-// replayed. It is the fast path of issue 7 for a skinny Linear (out_features <= 64)
+// replayed. It is the fast path for a skinny Linear (out_features <= 64)
 // on one GPU, or on one GPU per rank with the all-reduce of the gradients captured
 // in the same graph (GradientSync::stream_ordered, NcclProcessGroup::all_reduce_enqueue;
 // seqpar-bench --nproc 2); the public API (autograd, nn::linear, nn::l1_loss,

@@ -1,8 +1,8 @@
 // seqpar-repro: reproduces DeepSpeed issue #6868 and its fix. See README.md.
 //
-// Reading order: policy.h (the three ways to combine gradients), engine.cpp (where the
-// combining happens), scenario.cpp (what every rank runs), analysis.cpp (how the
-// figures and verdicts are derived), then this file (where the ranks run).
+// Reading order: policy.h (the three ways to combine gradients), policy_step.cpp
+// (where the combining happens), scenario.cpp (what every rank runs), analysis.cpp
+// (how the figures and verdicts are derived), then this file (where the ranks run).
 #include <fstream>
 #include <iostream>
 #include <sstream>

@@ -116,7 +116,7 @@ PolicyRun run_policy(const Policy& policy, const RankGroups& groups, const Repro
   if (!run.skipped.empty()) return run;  // the same on every rank: no collective skipped unevenly
 
   reset_parameters(model, data);
-  Engine engine(policy, model, groups, config.adamw, config.gradient_clipping);
+  PolicyStep engine(policy, model, groups, config.adamw, config.gradient_clipping);
   engine.broadcast_parameters();
   const Tensor batch = data.inputs.narrow(0, groups.dp_rank * config.rows, config.rows);
   const Tensor shard = shard_rows(policy, batch, groups.sp, groups.sp_rank);

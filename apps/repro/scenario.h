@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "apps/repro/config.h"
-#include "apps/repro/engine.h"
+#include "apps/repro/policy_step.h"
 #include "apps/repro/policy.h"
 #include "core/tensor.h"
 

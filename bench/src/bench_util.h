@@ -63,8 +63,6 @@ struct Timing {
   int repeats = 0;
 };
 
-// Each call bracketed by its own pair of events: what one call costs in a stream of
-// work, its launch latency included.
 // Back to back: every call is bracketed by events recorded on the stream without a
 // host wait in between, so the GPU never idles (clocks stay up, the next launch is
 // already queued) and each interval is one call's device time as a steady stream of

@@ -110,7 +110,7 @@ TEST_CASE("exact equals one-rank training: uneven rows, sp 3 x dp 2, steps, acti
   CHECK(figures_of(figures, PolicyKind::DeepSpeed016).verdict == Verdict::RanksDiverge);
   // sp times too large before clipping; clipping (active for both) restores the scale,
   // but not the direction: means over unequal shards (334, 334, 333 rows) weight the
-  // rows unequally, ANALYSIS.md's "slightly wrong (relative 1e-4 .. 1e-3)".
+  // rows unequally ("slightly off" in docs/deepspeed-6868.md, "The gradient scale").
   const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
   CHECK(with_mpu.gradient_scale == Approx(3).epsilon(1e-2));
   CHECK(with_mpu.steps.front().gradient_relative_error > kGradientRounding);

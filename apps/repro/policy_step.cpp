@@ -1,4 +1,4 @@
-#include "apps/repro/engine.h"
+#include "apps/repro/policy_step.h"
 
 #include "core/elementwise.h"
 #include "core/exact_sums.h"
@@ -6,22 +6,22 @@
 
 namespace seqpar::repro {
 
-Engine::Engine(const Policy& policy, const nn::Linear& model, RankGroups groups,
-               const optim::AdamWOptions& adamw, double gradient_clipping)
+PolicyStep::PolicyStep(const Policy& policy, const nn::Linear& model, RankGroups groups,
+                       const optim::AdamWOptions& adamw, double gradient_clipping)
     : policy_(policy),
       parameters_(model.parameters()),
       groups_(std::move(groups)),
       optimizer_(parameters_, adamw),
       gradient_clipping_(gradient_clipping) {}
 
-void Engine::backward(const autograd::Variable& loss) const {
+void PolicyStep::backward(const autograd::Variable& loss) const {
   if (policy_.kind != PolicyKind::Exact) return loss.backward();
   dist::GroupSums all_ranks(*groups_.sequence_data_parallel);
   const exact::CrossRankScope scope(all_ranks);
   loss.backward();
 }
 
-void Engine::broadcast_parameters() {
+void PolicyStep::broadcast_parameters() {
   dist::ProcessGroup& group = policy_.kind == PolicyKind::DeepSpeed016
                                   ? *groups_.data_parallel
                                   : *groups_.sequence_data_parallel;
@@ -32,7 +32,7 @@ void Engine::broadcast_parameters() {
 }
 
 // The heart of the bug and of its fixes: which ranks' partial gradients are added up.
-void Engine::synchronize_gradients() {
+void PolicyStep::synchronize_gradients() {
   for (const autograd::Variable& parameter : parameters_) {
     Tensor gradient = parameter.grad();
     switch (policy_.kind) {
@@ -53,7 +53,7 @@ void Engine::synchronize_gradients() {
   }
 }
 
-Tensor Engine::clip_norm() {
+Tensor PolicyStep::clip_norm() {
   Tensor norm = optim::grad_norm(parameters_);
   if (policy_.kind == PolicyKind::DeepSpeed016) {
     // DeepSpeed 0.16 averages the norm over the same group it reduced over.
@@ -63,7 +63,7 @@ Tensor Engine::clip_norm() {
   return norm;
 }
 
-StepNorms Engine::step() {
+StepNorms PolicyStep::step() {
   StepNorms norms;
   norms.local = optim::grad_norm(parameters_);
   synchronize_gradients();

@@ -1,5 +1,5 @@
-// A DeepSpeed-like engine, small enough to read at once: it owns the optimizer,
-// knows the rank's process groups, and turns backward(loss) + step() into
+// PolicyStep: a DeepSpeed-like engine, small enough to read at once. It owns the
+// optimizer, knows the rank's process groups, and turns backward(loss) + step() into
 // "combine gradients across ranks, clip, AdamW" the way the chosen Policy says.
 #pragma once
 
@@ -31,10 +31,10 @@ struct StepNorms {
   Tensor used;   // the norm the policy clipped with
 };
 
-class Engine {
+class PolicyStep {
  public:
-  Engine(const Policy& policy, const nn::Linear& model, RankGroups groups,
-         const optim::AdamWOptions& adamw, double gradient_clipping);
+  PolicyStep(const Policy& policy, const nn::Linear& model, RankGroups groups,
+             const optim::AdamWOptions& adamw, double gradient_clipping);
 
   // deepspeed.initialize() broadcasts the parameters from the first rank of the group
   // it reduces over: the data-parallel group in 0.16, the sp x dp group with an mpu.

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Layering check: a layer includes only itself and the layers it links against.
+# The allowed graph is the one the CMakeLists.txt files declare (DEPENDS of each
+# seqpar_add_layer, transitively):
+#
+#   core      -> (nothing)
+#   autograd  -> core
+#   nn        -> autograd, core
+#   optim     -> autograd, core            (nn and optim do not see each other)
+#   train     -> nn, optim, autograd, core
+#   dist      -> core                      (no autograd, nn, optim or train)
+#   apps/     -> anything (not checked here)
+#
+# Every source under core/ autograd/ nn/ optim/ train/ dist/ is scanned for
+# `#include "LAYER/..."` (or <LAYER/...>) of a layer it may not use. Prints each
+# offending file:line and include, and exits 1 if there is any.
+#
+#   bash scripts/check-layering.sh        (from anywhere; checks this checkout)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A allowed=(
+  [core]="core"
+  [autograd]="autograd core"
+  [nn]="nn autograd core"
+  [optim]="optim autograd core"
+  [train]="train nn optim autograd core"
+  [dist]="dist core"
+)
+layers="core autograd nn optim train dist apps tests"
+
+failures=0
+for layer in core autograd nn optim train dist; do
+  while IFS= read -r -d '' file; do
+    # line:include-target for every include of a project path "layer/..." or <layer/...>
+    while IFS=: read -r line target; do
+      [ -n "$target" ] || continue
+      included_layer=${target%%/*}
+      case " $layers " in *" $included_layer "*) ;; *) continue ;; esac  # not ours (e.g. <cuda/...>)
+      case " ${allowed[$layer]} " in
+        *" $included_layer "*) ;;
+        *)
+          echo "layering: $file:$line includes \"$target\": $layer/ may include only" \
+               "${allowed[$layer]// /, } (see scripts/check-layering.sh)" >&2
+          failures=$((failures + 1))
+          ;;
+      esac
+    done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<][a-z_]+/' "$file" \
+               | sed -E 's/^([0-9]+):[^"<]*["<]([^">]+)[">].*/\1:\2/' || true)
+  done < <(find "$layer" -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cpp' \
+                                   -o -name '*.cu' -o -name '*.cuh' \) -print0)
+done
+
+if [ "$failures" -ne 0 ]; then
+  echo "layering: $failures include(s) of a higher or sibling layer; see the table at the top of scripts/check-layering.sh" >&2
+  exit 1
+fi
+echo "layering: ok (core < autograd < nn, optim < train; core < dist)"
