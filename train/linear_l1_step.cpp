@@ -4,18 +4,18 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/linear_skinny.h"
+#include "train/kernels/skinny.h"
 
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "optim/clip_adamw.h"
+#include "train/kernels/clip_adamw.h"
 #endif
 
 namespace seqpar::train {
 
 struct LinearL1Step::OnePass {
-  nn::detail::SkinnyStepPlan plan;
+  kernels::SkinnyStepPlan plan;
 };
 
 #ifdef SEQPAR_WITH_CUDA
@@ -61,25 +61,25 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
       one_pass_(std::make_unique<OnePass>()) {
   const Device device = weight_.device();
   SEQPAR_CHECK(device.is_cuda(), "LinearL1Step: the model must be on a GPU, it is on ", device);
-  SEQPAR_CHECK(nn::detail::is_skinny(out_), "LinearL1Step: out_features ", out_,
-               " is above the skinny path's ", nn::detail::kSkinnyMaxOut);
+  SEQPAR_CHECK(kernels::is_skinny(out_), "LinearL1Step: out_features ", out_,
+               " is above the skinny path's ", kernels::kSkinnyMaxOut);
   SEQPAR_CHECK(weight_.is_contiguous() && bias_.is_contiguous(),
                "LinearL1Step: weight and bias must be contiguous");
   SEQPAR_CHECK(max_norm > 0.0, "LinearL1Step: max_norm must be positive, got ", max_norm);
   SEQPAR_CHECK(!batches_.empty(), "LinearL1Step: at least one batch is needed");
   for (const Batch& batch : batches_) check_batch(batch, batches_[0], in_, out_, device);
-  SEQPAR_CHECK(optim::detail::clip_adamw_fits({out_ * in_, out_}),
+  SEQPAR_CHECK(kernels::clip_adamw_fits({out_ * in_, out_}),
                "LinearL1Step: too many parameters for the one-launch optimizer");
   rows_ = batches_[0].x.size(0);
   loss_scale_ = static_cast<float>(reduction.scale(rows_ * out_));
 
   cuda::set_device(device_);
-  const nn::detail::SkinnyGradScratch scratch = nn::detail::skinny_grad_scratch(rows_, in_, out_);
-  one_pass_->plan = nn::detail::skinny_step_plan(rows_, in_, out_);
+  const kernels::SkinnyGradScratch scratch = kernels::skinny_grad_scratch(rows_, in_, out_);
+  one_pass_->plan = kernels::skinny_step_plan(rows_, in_, out_);
   if (one_pass_->plan.supported) {
     loss_partial_count_ = rows_ > 0 ? one_pass_->plan.loss_partials : 0;
   } else {
-    loss_partial_count_ = nn::detail::skinny_forward_partial_count(rows_, out_);
+    loss_partial_count_ = kernels::skinny_forward_partial_count(rows_, out_);
     sign_ = Tensor::empty({std::max<int64_t>(rows_ * out_, 1)}, device);
   }
   loss_partials_ = double_buffer(loss_partial_count_, device);
@@ -131,7 +131,7 @@ void LinearL1Step::begin_step() {
 // The loss, grad_weight_ and grad_bias_ of batch `batch`: one pass over x and the
 // chunk sums, or (wide inputs) the two-pass route.
 void LinearL1Step::enqueue_gradients(size_t batch) {
-  namespace nd = nn::detail;
+  namespace nd = kernels;
   const Batch& b = batches_[batch];
   cuda::Stream stream = cuda::current_stream(device_);
   const nd::RowsView x{b.x.data(), b.x.stride(0)}, target{b.target.data(), b.target.stride(0)};
@@ -163,9 +163,9 @@ void LinearL1Step::enqueue(size_t batch) {
   tensors.exp_avgs = {exp_avg_.data(), exp_avg_.data() + out_ * in_};
   tensors.exp_avg_sqs = {exp_avg_sq_.data(), exp_avg_sq_.data() + out_ * in_};
   tensors.sizes = {out_ * in_, out_};
-  const optim::detail::ClipAdamWState state{
+  const kernels::ClipAdamWState state{
       table_.data(), step_slot_.data(), blocks_done_.data(), total_norm_.data()};
-  optim::detail::clip_adamw_step_cuda(tensors, max_norm_, state, stream);
+  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, stream);
 }
 
 void LinearL1Step::run(size_t batch) {

@@ -8,7 +8,7 @@
 // optim::AdamW) stays the readable reference, and the tests hold the two to the same
 // numbers.
 //
-// The launches (nn/linear_skinny.h, optim/clip_adamw.h):
+// The launches (train/kernels/skinny.h, train/kernels/clip_adamw.h):
 //   1. one pass over x (in_features <= 1024): forward, |y - target|, dy = scale *
 //      sign(y - target) and the dW and db partials of each chunk of rows, with x
 //      staged through shared memory (y and dy never reach global memory);

@@ -36,7 +36,7 @@
 #include "dist/local_process_group.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "nn/linear_skinny.h"
+#include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "train/linear_l1_step.h"

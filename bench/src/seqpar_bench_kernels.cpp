@@ -12,10 +12,10 @@
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "nn/linear_skinny.h"
+#include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "optim/clip_adamw.h"
+#include "train/kernels/clip_adamw.h"
 
 namespace seqpar::bench {
 
@@ -82,7 +82,7 @@ void bench_kernels(Report& report, const Settings& s) {
   cuda::Stream stream = cuda::current_stream(0);
   const Tensor target = x.narrow(1, 0, out);
   {  // the fused step's first kernel: forward + |y - t| partials + sign, y never stored
-    namespace nd = nn::detail;
+    namespace nd = train::kernels;
     const Tensor sign = Tensor::empty({n, out}, kGpu);
     const Tensor partials = Tensor::empty({2 * nd::skinny_forward_partial_count(n, out)}, kGpu);
     const nd::L1Outputs l1{nd::RowsView{target.data(), target.stride(0)}, sign.data(),
@@ -94,7 +94,7 @@ void bench_kernels(Report& report, const Settings& s) {
                }, s.warmup, s.repeats), kF * (n * in + out * in + n * out), 2.0 * n * in * out);
   }
   {  // the one-pass step kernel: forward, L1, dy, dW and db partials from one read of x
-    namespace nd = nn::detail;
+    namespace nd = train::kernels;
     const nd::SkinnyStepPlan plan = nd::skinny_step_plan(n, in, out);
     const nd::SkinnyGradScratch scratch = nd::skinny_grad_scratch(n, in, out);
     const Tensor weight_partials = Tensor::empty({scratch.weight_floats}, kGpu);
@@ -182,12 +182,12 @@ void bench_kernels(Report& report, const Settings& s) {
       std::copy_n(reinterpret_cast<const float*>(&scalars), 7, host_table.data() + 7 * i);
     }
     const Tensor table = host_table.to(kGpu), slot = Tensor::zeros({2}, kGpu);
-    const optim::detail::ClipAdamWState state{
+    const train::kernels::ClipAdamWState state{
         reinterpret_cast<const optim::detail::AdamWStepScalars*>(table.data()),
         reinterpret_cast<int*>(slot.data()), reinterpret_cast<unsigned*>(slot.data() + 1),
         norm.data()};
     report.add("kernel/clip_adamw_fused/10256", "norm + clip + AdamW in one launch",
-               time_calls([&] { optim::detail::clip_adamw_step_cuda(tensors, 1.0f, state, stream); },
+               time_calls([&] { train::kernels::clip_adamw_step_cuda(tensors, 1.0f, state, stream); },
                           s.warmup, s.repeats), kF * 7 * parameters);
   }
 }

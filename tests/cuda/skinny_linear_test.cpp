@@ -1,4 +1,4 @@
-// The skinny Linear kernels (nn/linear_skinny.cu, out_features <= 64) against the CPU
+// The skinny Linear kernels (train/kernels/skinny_weight_grad.cu, out_features <= 64) against the CPU
 // path, at shapes that exercise their edges: output groups of 16 with a partial last
 // group, rows not a multiple of a warp's 8, columns not a multiple of 4 (the scalar
 // loads), x a strided and misaligned window, several chunks of rows. And the general

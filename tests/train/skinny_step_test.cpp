@@ -1,4 +1,4 @@
-// The one-pass step kernel (nn/linear_skinny_step.cu: forward, L1 loss, dy, dW and db
+// The one-pass step kernel (train/kernels/one_pass_step.cu: forward, L1 loss, dy, dW and db
 // partials from one read of x) at odd shapes: against the two-launch route bit for
 // bit (it sums in the same orders by design), against the CPU path to float32
 // rounding, and against itself run to run. x and target are strided, misaligned
@@ -10,7 +10,7 @@
 
 #include "core/generator.h"
 #include "nn/linear.h"
-#include "nn/linear_skinny.h"
+#include "train/kernels/skinny.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -38,12 +38,12 @@ struct Gradients {
   Tensor weight, bias, loss, sign;  // sign: the two-launch route's only
 };
 
-nn::detail::RowsView rows_view(const Tensor& t) { return {t.data(), t.stride(0)}; }
+train::kernels::RowsView rows_view(const Tensor& t) { return {t.data(), t.stride(0)}; }
 
 // The two-launch route of LinearL1Step before the one-pass kernel.
 Gradients two_launch(const Tensor& x, const Tensor& target, const Tensor& weight,
                      const Tensor& bias, float scale) {
-  namespace nd = nn::detail;
+  namespace nd = train::kernels;
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   const Device gpu = x.device();
   const nd::SkinnyGradScratch scratch = nd::skinny_grad_scratch(rows, in, out);
@@ -68,7 +68,7 @@ Gradients two_launch(const Tensor& x, const Tensor& target, const Tensor& weight
 
 Gradients one_pass(const Tensor& x, const Tensor& target, const Tensor& weight,
                    const Tensor& bias, float scale) {
-  namespace nd = nn::detail;
+  namespace nd = train::kernels;
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   const Device gpu = x.device();
   const nd::SkinnyStepPlan plan = nd::skinny_step_plan(rows, in, out);

@@ -1,5 +1,5 @@
-// CUDA kernel of optim/clip_adamw.h: norm, clip coefficient and AdamW in one launch.
-#include "optim/clip_adamw.h"
+// CUDA kernel of train/kernels/clip_adamw.h: norm, clip coefficient and AdamW in one launch.
+#include "train/kernels/clip_adamw.h"
 
 #include <array>
 #include <cstdint>
@@ -10,7 +10,9 @@
 #include "optim/adamw_update.cuh"
 #include "optim/multi_tensor.cuh"
 
-namespace seqpar::optim::detail {
+namespace seqpar::train::kernels {
+
+using namespace optim::detail;  // the AdamW element update and the multi-tensor tables
 
 namespace {
 
@@ -127,4 +129,4 @@ void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
       kClipChunk);
 }
 
-}  // namespace seqpar::optim::detail
+}  // namespace seqpar::train::kernels

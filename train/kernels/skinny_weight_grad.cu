@@ -1,5 +1,5 @@
-// CUDA kernels of nn/linear_skinny.h: Linear with out_features <= 64, the weight and
-// bias gradients and their chunk sums (the forward: nn/linear_skinny_forward.cu).
+// CUDA kernels of train/kernels/skinny.h: Linear with out_features <= 64, the weight and
+// bias gradients and their chunk sums (the forward: train/kernels/skinny_forward.cu).
 //
 // Design note. At the issue's shape (x 12000 x 640, W 16 x 640) both products are
 // thin: every row of x meets all 16 rows of W. The general GEMM's 64 x 64 tiles are
@@ -23,10 +23,10 @@
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "core/dependent_launch.cuh"
-#include "nn/linear_skinny.h"
-#include "nn/linear_skinny.cuh"
+#include "train/kernels/skinny.h"
+#include "train/kernels/skinny.cuh"
 
-namespace seqpar::nn::detail {
+namespace seqpar::train::kernels {
 
 namespace {
 
@@ -308,4 +308,4 @@ void skinny_sum_partials_cuda(const float* weight_partials, const double* bias_p
                          in, grad_weight, grad_bias, finish);
 }
 
-}  // namespace seqpar::nn::detail
+}  // namespace seqpar::train::kernels

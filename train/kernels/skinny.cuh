@@ -1,6 +1,6 @@
-// Device helpers shared by the skinny Linear kernels (nn/linear_skinny_forward.cu,
-// nn/linear_skinny.cu) and the one-pass training-step kernel
-// (nn/linear_skinny_step.cu): the loads of x and W, the forward's lane layout and its
+// Device helpers shared by the skinny Linear kernels (train/kernels/skinny_forward.cu,
+// train/kernels/skinny_weight_grad.cu) and the one-pass training-step kernel
+// (train/kernels/one_pass_step.cu): the loads of x and W, the forward's lane layout and its
 // butterfly over the 16 lanes of a row. Both kernels sum in exactly this order, so
 // their y (and thus the sign the loss gradient takes) are the same bits.
 #pragma once
@@ -8,9 +8,9 @@
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
-#include "nn/linear_skinny.h"
+#include "train/kernels/skinny.h"
 
-namespace seqpar::nn::detail {
+namespace seqpar::train::kernels {
 
 constexpr int kOutGroup = 16;  // outputs per pass; grid.y (forward) or grid.z walks the groups
 
@@ -92,4 +92,4 @@ __device__ __forceinline__ void reduce_over_row_lanes(float (&a)[kOutGroup], int
 
 inline bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
-}  // namespace seqpar::nn::detail
+}  // namespace seqpar::train::kernels

@@ -20,7 +20,10 @@
 #include "core/cuda_runtime.h"
 #include "optim/adamw.h"
 
-namespace seqpar::optim::detail {
+namespace seqpar::train::kernels {
+
+using optim::detail::AdamWStepScalars;
+using optim::detail::AdamWTensors;
 
 #ifdef SEQPAR_WITH_CUDA
 
@@ -41,4 +44,4 @@ void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
 
 #endif
 
-}  // namespace seqpar::optim::detail
+}  // namespace seqpar::train::kernels

@@ -1,4 +1,4 @@
-// The one-pass kernel of an L1 training step with a skinny Linear (nn/linear_skinny.h):
+// The one-pass kernel of an L1 training step with a skinny Linear (train/kernels/skinny.h):
 // forward, loss, loss gradient, dW and db from a single read of x.
 //
 // Design note. A block owns one chunk of rows (skinny_grad_scratch's chunks, so that
@@ -34,9 +34,9 @@
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "core/dependent_launch.cuh"
-#include "nn/linear_skinny.cuh"
+#include "train/kernels/skinny.cuh"
 
-namespace seqpar::nn::detail {
+namespace seqpar::train::kernels {
 
 namespace {
 
@@ -430,4 +430,4 @@ void skinny_step_partials_cuda(const SkinnyStepPlan& plan, RowsView x, RowsView 
   CUDA_LAUNCH_CHECK();
 }
 
-}  // namespace seqpar::nn::detail
+}  // namespace seqpar::train::kernels

@@ -21,7 +21,7 @@
 
 #include "core/cuda_runtime.h"
 
-namespace seqpar::nn::detail {
+namespace seqpar::train::kernels {
 
 constexpr int64_t kSkinnyMaxOut = 64;
 inline bool is_skinny(int64_t out_features) { return out_features <= kSkinnyMaxOut; }
@@ -99,7 +99,7 @@ void skinny_sum_partials_cuda(const float* weight_partials, const double* bias_p
                               int64_t rows, int64_t in, int64_t out, float* grad_weight,
                               float* grad_bias, const LossFinish& finish, cuda::Stream stream);
 
-// ---- one pass over x for an L1 training step (nn/linear_skinny_step.cu) ----
+// ---- one pass over x for an L1 training step (train/kernels/one_pass_step.cu) ----
 // y = x Wᵀ + b, dy = scale * sign(y - target), Σ |y - target|, and the dW and db
 // partials of skinny_grad_scratch's chunks, from one read of x (staged in shared
 // memory). Every sum runs in the order of the two-launch route (skinny_forward_l1_cuda
@@ -116,4 +116,4 @@ void skinny_step_partials_cuda(const SkinnyStepPlan& plan, RowsView x, RowsView 
 
 #endif
 
-}  // namespace seqpar::nn::detail
+}  // namespace seqpar::train::kernels

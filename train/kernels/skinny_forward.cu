@@ -1,6 +1,6 @@
-// CUDA kernel of nn/linear_skinny.h's forward: y = x Wᵀ + b for out_features <= 64, or,
+// CUDA kernel of train/kernels/skinny.h's forward: y = x Wᵀ + b for out_features <= 64, or,
 // fused with an L1 loss, the per-block |y - target| partials and sign(y - target).
-// (Why skinny shapes get kernels of their own: the design note of nn/linear_skinny.cu.)
+// (Why skinny shapes get kernels of their own: the design note of train/kernels/skinny_weight_grad.cu.)
 //
 // Forward. A warp owns 8 rows (four per lane), and 16 lanes share a row: lane c reads
 // columns 4c .. 4c+3 of every 64. x comes through shared memory by cp.async, three
@@ -15,10 +15,10 @@
 #include "core/async_copy.cuh"
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
-#include "nn/linear_skinny.h"
-#include "nn/linear_skinny.cuh"
+#include "train/kernels/skinny.h"
+#include "train/kernels/skinny.cuh"
 
-namespace seqpar::nn::detail {
+namespace seqpar::train::kernels {
 
 namespace {
 
@@ -193,4 +193,4 @@ void skinny_forward_l1_cuda(RowsView x, const float* weight, const float* bias, 
   launch_forward<true>(SkinnyForward{x, weight, bias, rows, in, out, nullptr, 0, l1}, stream);
 }
 
-}  // namespace seqpar::nn::detail
+}  // namespace seqpar::train::kernels
