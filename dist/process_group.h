@@ -2,9 +2,10 @@
 //
 // Two implementations share this interface:
 //   LocalProcessGroup  N ranks as threads of one process, on the CPU or sharing one
-//                      GPU; reduces in rank order, so every rank receives the same
-//                      bits, equal to a sequential sum in rank order.
+//                      GPU; one thread combines the ranks' contributions.
 //   NcclProcessGroup   one process per GPU, over NCCL.
+// Sums are exact (ReduceOp below), so both give every rank the same bits, and the same
+// bits as each other.
 //
 // Like torch.distributed, every collective and every new_group() is called by every
 // rank of the group, in the same order.

@@ -137,7 +137,10 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
   }
 #endif
   require_cpu("l1_loss_backward", input.device());
-  const float grad_scale = static_cast<float>(scale * grad_loss.item());
+  // As the CUDA kernel forms it: the float scale times the incoming gradient, in
+  // double, rounded once; so both devices give the same bits for any grad_loss.
+  const float grad_scale = static_cast<float>(
+      static_cast<double>(static_cast<float>(scale)) * static_cast<double>(grad_loss.item()));
   return l1_loss_backward_cpu(grad_scale, input_rows, target_rows);
 }
 

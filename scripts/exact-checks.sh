@@ -22,8 +22,10 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
 }
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  step "[cuda] tests"
-  "$build/tests/seqpar_tests" "[cuda]" 2>&1 | tail -n 4
+  step "[cuda] tests, every layer's program"
+  for t in "$build"/tests/seqpar_*_tests; do
+    echo "-- $(basename "$t")"; "$t" "[cuda]" 2>&1 | tail -n 3
+  done
   step "golden fingerprints, 4 ranks as threads on one GPU"
   golden 4 "$repro" --device cuda --backend local
   step "golden fingerprints, sp 2 as threads on one GPU"
@@ -35,11 +37,18 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
     "$build/tests/seqpar_nccl_test" --nproc 2 2>&1 | tail -n 2
   fi
   step "seqpar-repro, 1000 steps, 4 ranks as threads on one GPU"
+  rm -rf "$out/dump"
   "$repro" --device cuda --backend local --steps 1000 --plot "$out/drift_1000.svg" \
-    --json "$out/repro_1000.json" > "$out/repro_1000.txt" 2>&1; echo "rc=$?"
+    --json "$out/repro_1000.json" --dump "$out/dump" > "$out/repro_1000.txt" 2>&1; echo "rc=$?"
   grep -E "^policy|verdict|^summary|^  (deepspeed|with-mpu|exact) " "$out/repro_1000.txt" | cut -c1-220
-  step "memcheck: exact sums, Linear, L1 and clip on the GPU"
-  compute-sanitizer --tool memcheck "$build/tests/seqpar_tests" "[cuda]" 2>&1 | tail -n 3
+  # the CPU's 1000-step run, fingerprinted (tests/golden): the same bits after 1000 steps
+  python3 scripts/dump_fingerprints.py "$out/dump" --check tests/golden/issue6868-sp4-1000steps.txt | tail -n 4
+  rm -rf "$out/dump"
+  step "memcheck and racecheck: core's and nn's [cuda] tests (exact sums, Linear, L1, clip)"
+  for t in seqpar_core_tests seqpar_nn_tests; do
+    compute-sanitizer --tool memcheck "$build/tests/$t" "[cuda]" 2>&1 | tail -n 1
+    compute-sanitizer --tool racecheck "$build/tests/$t" "[cuda]" 2>&1 | tail -n 1
+  done
   step "done"
 } > "$out/exact-checks.log" 2>&1
 tail -n 80 "$out/exact-checks.log"
