@@ -5,7 +5,7 @@
 // seqpar does not initialize with it: Generator computes values on the host and
 // copies them, so CPU and GPU runs start from identical bits whatever the device's
 // math library does. These functions exist so that a test can compare the two
-// generators (tests/cuda/device_generator_test.cpp records what it found: uniform
+// generators (tests/core/device_generator_test.cpp records what it found: uniform
 // values agree bitwise; normal values may differ in the last bits).
 #pragma once
 

@@ -116,7 +116,12 @@ __attribute__((target("avx512f,avx512vl"))) void flush_vectors(__m512d (&bin)[ex
   for (int l = 0; l < lanes; ++l) sums.flush(l, digits + l, stride);
 }
 
-// The same steps as exact::BinnedSums::add, eight lanes in one vector.
+// The same steps as exact::BinnedSums::add, eight lanes in one vector, from bin
+// kFirstBin on: the caller has shown that every term is below half the unit of each
+// bin before it, where the extraction gives exactly +0 and leaves the rest unchanged,
+// so skipping those bins changes no bit (a data-dependent shortcut with a
+// data-independent result).
+template <int kFirstBin>
 __attribute__((target("avx512f,avx512vl"))) void row_sums_avx512(const float* a, int64_t a_stride,
                                                         const float* x, int64_t x_stride,
                                                         int64_t rows, int lanes, int64_t* digits,
@@ -138,7 +143,7 @@ __attribute__((target("avx512f,avx512vl"))) void row_sums_avx512(const float* a,
     special = _mm512_mask_add_pd(special, static_cast<__mmask8>(~in_range), special,
                                  _mm512_mul_pd(term, infinity));
     __m512d rest = _mm512_maskz_mov_pd(in_range, term);
-    for (int k = 0; k < exact::kBins; ++k) {
+    for (int k = kFirstBin; k < exact::kBins; ++k) {
       const __m512d part = _mm512_sub_pd(_mm512_add_pd(rest, rounder[k]), rounder[k]);
       rest = _mm512_sub_pd(rest, part);
       bin[k] = _mm512_add_pd(bin[k], part);
@@ -148,10 +153,33 @@ __attribute__((target("avx512f,avx512vl"))) void row_sums_avx512(const float* a,
   flush_vectors(bin, special, lanes, digits, stride);
 }
 
+// The first bin any term can reach: the bins before it have units more than twice the
+// largest |a[i] * x[i][l]| (a bound from the largest factors, exact in double).
+// Non-finite values give 0: every bin.
+int first_reachable_bin(const float* a, int64_t a_stride, const float* x, int64_t x_stride,
+                        int64_t rows, int lanes) {
+  float largest_a = 0.0f, largest_x = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    largest_a = std::max(largest_a, std::fabs(a[i * a_stride]));
+    for (int l = 0; l < lanes; ++l) largest_x = std::max(largest_x, std::fabs(x[i * x_stride + l]));
+  }
+  const double bound = static_cast<double>(largest_a) * static_cast<double>(largest_x);
+  if (!std::isfinite(bound) || std::isnan(largest_a) || std::isnan(largest_x)) return 0;
+  int k = 0;
+  while (k < exact::kBins - 1 && bound < std::ldexp(1.0, exact::bin_exponent(k) - 1)) ++k;
+  return k;
+}
+
 void row_sums(const float* a, int64_t a_stride, const float* x, int64_t x_stride, int64_t rows,
               int lanes, int64_t* digits, int64_t stride) {
   if (has_avx512()) {
-    row_sums_avx512(a, a_stride, x, x_stride, rows, lanes, digits, stride);
+    using Kernel = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int, int64_t*,
+                            int64_t);
+    static constexpr Kernel kFrom[exact::kBins] = {
+        row_sums_avx512<0>, row_sums_avx512<1>, row_sums_avx512<2>, row_sums_avx512<3>,
+        row_sums_avx512<4>, row_sums_avx512<5>, row_sums_avx512<6>, row_sums_avx512<7>};
+    kFrom[first_reachable_bin(a, a_stride, x, x_stride, rows, lanes)](a, a_stride, x, x_stride,
+                                                                       rows, lanes, digits, stride);
   } else {
     row_sums_portable(a, a_stride, x, x_stride, rows, lanes, digits, stride);
   }

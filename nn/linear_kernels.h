@@ -26,7 +26,7 @@ struct ConstRows {
 ConstRows const_rows_of(const Tensor& matrix);  // matrix: 2-D, unit column stride (or one column)
 
 // c[i, n] = chain_k fma(a[i, k], b[n, k]) (+ bias[n]) for b given as [n, k] rows:
-// the forward with b = W; dx with b = Wᵀ (see linear_cpu.cpp).
+// the forward with b = W; dx with b = Wᵀ (see linear.cpp).
 void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float* bias, float* c,
                         int64_t c_row_stride);
 
@@ -39,6 +39,26 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums);
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
+
+// The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
+// linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
+// [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written whole
+// (never accumulated into); undefined gradient outputs are skipped. y and dx by the
+// GEMM kernels, dW and db by the exact row sums, added over the ranks of the current
+// exact::CrossRankScope and rounded once.
+void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& y);
+void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                          const Tensor& grad_x, const Tensor& grad_weight,
+                          const Tensor& grad_bias);
+
+// For the tests, which reach each GEMM kernel on purpose by shape: whether a product
+// runs on the 128 x 128 kernel (nn/linear_large.h), else on the 64 x 64 one. `left`,
+// `right` and `result` as the launchers take them: Output y = x Wᵀ (x, weight, y),
+// GradInput dx = dy W (grad_y, weight, grad_x).
+enum class LinearProduct { Output, GradInput };
+bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,
+                            const Tensor& result);
 #endif
 
 }  // namespace seqpar::nn::detail

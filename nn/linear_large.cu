@@ -1,48 +1,38 @@
 // CUDA kernel of nn/linear_large.h: the classic register-blocked SGEMM.
 //
-// A block of 256 threads owns a 128 x 128 tile of C and walks its K range in slices of
-// kSlice = 8 or 16 k (a template argument; the launchers use kLargeSlice). Each slice of
-// A and Bᵀ (128 x kSlice each) is loaded in parts of 8 k, one 16-byte load per thread,
-// operand and part, and stored k-major in shared memory, tile[k][row], rows padded by 4
-// floats, double-buffered: the next slice's global loads are issued before the current
-// slice's FMAs and stored after them, one barrier per slice. With 16-deep slices the
-// parts take turns: part 0 of the next slice is loaded before k 0..7 of this one and
-// stored after them, then part 1 is loaded and stored after k 8..15, so that one float4
-// per operand is in registers either way; the 8-deep kernel is the same code with one
-// part. Each thread accumulates an 8 x 8 sub-tile in registers:
-// rows ty*4 + i and 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, so every
+// A block of 256 threads owns a 128 x 128 tile of C and walks K, whole, in slices of
+// kSlice = 16 k. Each slice of A and Bᵀ (128 x 16 each) is loaded in two parts of 8 k,
+// one 16-byte load per thread, operand and part, and stored k-major in shared memory,
+// tile[k][row], rows padded by 4 floats, double-buffered: part 0 of the next slice is
+// loaded before k 0..7 of this one and stored after them, then part 1 is loaded and
+// stored after k 8..15, so that one float4 per operand is in registers at a time; one
+// barrier per slice. Each thread accumulates an 8 x 8 sub-tile in registers: rows
+// ty*4 + i and 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, so every
 // shared-memory read is a 16-byte vector, a warp's reads of B cover 32 distinct banks,
 // and its reads of A are broadcasts. Per k a thread does 64 FMAs for 4 vector loads.
 //
 // Operand layouts (template arguments, one per operand; see Operand in the header):
-//   along K     the forward's x and W: a thread loads 4 consecutive k of one row (two
-//               threads per row and part: k 0..3 and 4..7 of part 0, 8..11 and 12..15
-//               of part 1, so a warp's load fills 16 whole 32-byte sectors) and stores
-//               them transposed, tile[k..k+3][row]; the padding makes a warp's 4
-//               scalar stores hit 32 distinct banks each.
-//   along rows  dW's dy and x, dx's W, read down their columns: a thread loads 4
-//               consecutive rows at one k (32 threads per k: k 0..7 in part 0, 8..15
-//               in part 1) and stores them as they are, one float4 at
-//               tile[k][row..row+3]; a warp's stores cover one contiguous 512-byte
-//               row of the tile, 4 conflict-free wavefronts.
-// Only the staging differs: the FMA loop and the write-out are the same for all.
+//   along K     x, dy and the forward's W: a thread loads 4 consecutive k of one row
+//               (two threads per row and part: k 0..3 and 4..7 of part 0, 8..11 and
+//               12..15 of part 1, so a warp's load fills 16 whole 32-byte sectors) and
+//               stores them transposed, tile[k..k+3][row]; the padding makes a warp's
+//               4 scalar stores hit 32 distinct banks each.
+//   along rows  dx's W, read down its columns: a thread loads 4 consecutive rows at
+//               one k (32 threads per k: k 0..7 in part 0, 8..15 in part 1) and stores
+//               them as they are, one float4 at tile[k][row..row+3]; a warp's stores
+//               cover one contiguous 512-byte row of the tile, 4 conflict-free
+//               wavefronts.
+// Only the staging differs: the FMA loop and the write-out are the same for both.
 //
-// Split K. blockIdx.z takes K range [z * k_per_split, (z + 1) * k_per_split). With one
-// split the block writes C (+ bias); with several it writes its sum to its own partial
-// tile, which linear.cu's fixed-order sum adds up (+ bias). Either way each element is
-// one fma chain in k order per split, and the split count comes from the shape alone
-// (linear.cu): deterministic. The slice depth changes neither: the chain is the same
-// for 8 and 16 when the splits are (linear.cu cuts K into whole 16-k slices for the
-// 16-deep kernel, and with one split both take K whole). With one split and both
-// operands along K (the forward) every element is summed exactly as by the
-// forward-only kernel this one grew from.
+// Each element is one fma chain over k in increasing order from +0 (the zeros staged
+// past K add nothing), then + bias: the canonical order of nn/linear_kernels.h, the
+// same bits as the CPU and the 64 x 64 kernel.
 //
-// What it does not use: Hopper's tensor cores (wgmma) — their fp32 inputs go through
-// TF32, which the issue's fp32 comparison rules out — and the asynchronous copy
-// engine (cp.async / TMA), which would take the loads off the registers.
+// What it does not use: Hopper's tensor cores (wgmma), whose fp32 inputs go through
+// TF32, and the asynchronous copy engine (cp.async / TMA), which would take the loads
+// off the registers.
 #include "nn/linear_large.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -53,7 +43,7 @@ namespace {
 
 constexpr int kTile = kLargeTile, kThreads = 256, kPad = 4;
 constexpr int kHalf = kTile / 2;
-// A slice is loaded in parts of 8 k: one float4 of each operand per thread and part.
+// A slice is loaded in two parts of 8 k: one float4 of each operand per thread and part.
 constexpr int kPartDepth = 8;
 static_assert(kTile * kPartDepth == 4 * kThreads, "one float4 of each operand per thread and part");
 
@@ -67,8 +57,8 @@ struct SliceSpot {
 };
 
 // The float4 at (row, k) of `op`: k .. k + 3 along K, rows row .. row + 3 along rows.
-// Zero outside the matrix or past the split's end; K % 4 == 0 along K (so k_end too)
-// and rows % 4 == 0 along rows make the first element's test cover all four.
+// Zero outside the matrix or past K; K % 4 == 0 along K and rows % 4 == 0 along rows
+// make the first element's test cover all four.
 template <bool kAlongK>
 __device__ __forceinline__ float4 load_slice(const Operand& op, int64_t row, int64_t rows,
                                              int64_t k, int64_t k_end) {
@@ -92,10 +82,10 @@ __device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSp
   }
 }
 
-template <bool kAAlongK, bool kBAlongK, int kSlice>
+template <bool kAAlongK, bool kBAlongK>
 __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
-  static_assert(kSlice == kPartDepth || kSlice == 2 * kPartDepth, "slices of 8 or 16 k");
-  constexpr int kParts = kSlice / kPartDepth;
+  constexpr int kSlice = kLargeSlice<kAAlongK, kBAlongK>;
+  static_assert(kSlice == 2 * kPartDepth, "slices of two parts");
   __shared__ __align__(16) float a_tile[2][kSlice][kTile + kPad];
   __shared__ __align__(16) float b_tile[2][kSlice][kTile + kPad];
   const int t = threadIdx.x;
@@ -103,16 +93,14 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   const SliceSpot<kBAlongK> b_spot(t);
   const int ty = t / 16, tx = t % 16;
   const int64_t m0 = int64_t{blockIdx.x} * kTile, n0 = int64_t{blockIdx.y} * kTile;
-  const int64_t k_begin = int64_t{blockIdx.z} * g.k_per_split;
-  const int64_t k_end = min(g.k, k_begin + g.k_per_split);
 
-  // The first slice, all parts at once; a_next and b_next then carry one part at a time.
-  float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k_begin + a_spot.k, k_end);
-  float4 b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k_begin + b_spot.k, k_end);
-  if constexpr (kParts > 1) {
-    const int64_t k1 = k_begin + kPartDepth;
-    const float4 a_second = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, k_end);
-    const float4 b_second = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, k_end);
+  // The first slice, both parts at once; a_next and b_next then carry one part at a time.
+  float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, a_spot.k, g.k);
+  float4 b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, b_spot.k, g.k);
+  {
+    const int64_t k1 = kPartDepth;
+    const float4 a_second = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k);
+    const float4 b_second = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
     store_slice(a_tile[0], a_spot, 1, a_second);
     store_slice(b_tile[0], b_spot, 1, b_second);
   }
@@ -122,29 +110,27 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
 
   float sum[8][8] = {};
   int current = 0;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kSlice, current ^= 1) {
+  for (int64_t k0 = 0; k0 < g.k; k0 += kSlice, current ^= 1) {
     const int64_t k = k0 + kSlice;
-    const bool more = k < k_end;
+    const bool more = k < g.k;
     // Part by part: the next slice's part p is loaded before this slice's part p (k 8 p
     // .. 8 p + 7) is multiplied and stored after it, so that one float4 per operand is in
-    // flight whatever the slice depth. (With both parts of a 16-deep slice loaded up
-    // front, ptxas holds its 128 registers by sinking the loads down to the stores.)
+    // flight. (With both parts of a slice loaded up front, ptxas holds its 128 registers
+    // by sinking the loads down to the stores.)
     if (more) {
-      a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, k_end);
-      b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, k_end);
+      a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k);
+      b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k);
     }
 #pragma unroll
     for (int kk = 0; kk < kSlice; ++kk) {
-      if constexpr (kParts > 1) {
-        // Part 0 multiplied: store it (the other buffer was last read before the
-        // previous barrier) and load part 1.
-        if (kk == kPartDepth && more) {
-          store_slice(a_tile[current ^ 1], a_spot, 0, a_next);
-          store_slice(b_tile[current ^ 1], b_spot, 0, b_next);
-          const int64_t k1 = k + kPartDepth;
-          a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, k_end);
-          b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, k_end);
-        }
+      // Part 0 multiplied: store it (the other buffer was last read before the previous
+      // barrier) and load part 1.
+      if (kk == kPartDepth && more) {
+        store_slice(a_tile[current ^ 1], a_spot, 0, a_next);
+        store_slice(b_tile[current ^ 1], b_spot, 0, b_next);
+        const int64_t k1 = k + kPartDepth;
+        a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k);
+        b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
       }
       const float* a_row = a_tile[current][kk];
       const float* b_row = b_tile[current][kk];
@@ -160,18 +146,14 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
         for (int j = 0; j < 8; ++j) sum[i][j] = fmaf(a[i], b[j], sum[i][j]);
       }
     }
-    if (more) {  // the last part; the other buffer was last read before the previous barrier
-      store_slice(a_tile[current ^ 1], a_spot, kParts - 1, a_next);
-      store_slice(b_tile[current ^ 1], b_spot, kParts - 1, b_next);
+    if (more) {  // part 1; the other buffer was last read before the previous barrier
+      store_slice(a_tile[current ^ 1], a_spot, 1, a_next);
+      store_slice(b_tile[current ^ 1], b_spot, 1, b_next);
     }
     __syncthreads();
   }
 
-  // One split: C and the bias. Several: this split's partial tile, rows of n floats.
-  const bool whole = gridDim.z == 1;
-  float* out = whole ? g.c : g.partials + int64_t{blockIdx.z} * g.m * g.n;
-  const int64_t ld = whole ? g.c_row_stride : g.n;
-  const float* bias = whole ? g.bias : nullptr;
+  // C and the bias, added after the chain.
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int64_t row = m0 + (i < 4 ? ty * 4 + i : kHalf + ty * 4 + i - 4);
@@ -182,13 +164,13 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
       if (col >= g.n) continue;  // n % 4 == 0: col < n covers col .. col + 3
       float4 v = make_float4(sum[i][4 * half], sum[i][4 * half + 1], sum[i][4 * half + 2],
                              sum[i][4 * half + 3]);
-      if (bias != nullptr) {
-        v.x += bias[col];
-        v.y += bias[col + 1];
-        v.z += bias[col + 2];
-        v.w += bias[col + 3];
+      if (g.bias != nullptr) {
+        v.x += g.bias[col];
+        v.y += g.bias[col + 1];
+        v.z += g.bias[col + 2];
+        v.w += g.bias[col + 3];
       }
-      *reinterpret_cast<float4*>(out + row * ld + col) = v;
+      *reinterpret_cast<float4*>(g.c + row * g.c_row_stride + col) = v;
     }
   }
 }
@@ -213,32 +195,20 @@ bool large_gemm_fits(const Gemm& g) {
          cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 
-template <bool kAAlongK, bool kBAlongK, int kSlice>
-void large_gemm_cuda(const Gemm& g, int64_t splits, cuda::Stream stream) {
+template <bool kAAlongK, bool kBAlongK>
+void large_gemm_cuda(const Gemm& g, cuda::Stream stream) {
   SEQPAR_CHECK((large_gemm_fits<kAAlongK, kBAlongK>(g)),
                "large_gemm_cuda: shape, layout or alignment not supported");
-  SEQPAR_CHECK(g.k_per_split > 0 && g.k_per_split % kSlice == 0 && splits <= 65535 &&
-                   splits == std::max<int64_t>(1, cuda::ceil_div(g.k, g.k_per_split)),
-               "large_gemm_cuda: ", splits, " splits of ", g.k_per_split, " for K = ", g.k,
-               " (slices of ", kSlice, ")");
-  SEQPAR_CHECK(splits == 1 || (g.partials != nullptr && aligned16(g.partials)),
-               "large_gemm_cuda: ", splits, " splits need 16-byte aligned partials");
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
-                  static_cast<unsigned>(cuda::ceil_div(g.n, kTile)), static_cast<unsigned>(splits));
-  large_gemm_kernel<kAAlongK, kBAlongK, kSlice><<<grid, kThreads, 0, stream>>>(g);
+                  static_cast<unsigned>(cuda::ceil_div(g.n, kTile)));
+  large_gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g);
   CUDA_LAUNCH_CHECK();
 }
 
-// The layouts of the three products of a Linear (linear.cu's design note), each with
-// both slice depths (kLargeSlice is the one the launchers use unless told otherwise).
-template bool large_gemm_fits<true, true>(const Gemm&);    // y = x Wᵀ + b
-template bool large_gemm_fits<true, false>(const Gemm&);   // dx = dy W
-template bool large_gemm_fits<false, false>(const Gemm&);  // dW = dyᵀ x
-template void large_gemm_cuda<true, true, 8>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<true, false, 8>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<false, false, 8>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<true, true, 16>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<true, false, 16>(const Gemm&, int64_t, cuda::Stream);
-template void large_gemm_cuda<false, false, 16>(const Gemm&, int64_t, cuda::Stream);
+// The layouts of the two GEMM products of a Linear (linear.cu's design note).
+template bool large_gemm_fits<true, true>(const Gemm&);   // y = x Wᵀ + b
+template bool large_gemm_fits<true, false>(const Gemm&);  // dx = dy W
+template void large_gemm_cuda<true, true>(const Gemm&, cuda::Stream);
+template void large_gemm_cuda<true, false>(const Gemm&, cuda::Stream);
 
 }  // namespace seqpar::nn::detail

@@ -1,7 +1,10 @@
-// The fp32 GEMM problem that the CUDA Linear kernels solve, and the large-tile kernel
-// for big products (nn/linear_large.cu). Internal to nn/linear.cu, which describes the
-// three products of a Linear as a Gemm, picks the kernel (this one or its own 64 x 64
-// one) and the K split, and sums split partials in order.
+// The fp32 GEMM problem that the CUDA Linear kernels solve, and the 128 x 128 kernel
+// for large products (nn/linear_large.cu). Internal to nn/linear.cu, which describes
+// the forward and dx as a Gemm and picks this kernel or its own 64 x 64 one.
+//
+// Both kernels compute each element of C as one fma chain over k = 0, 1, ..., K - 1
+// from +0, then + bias: the canonical order of nn/linear_kernels.h. K is never split,
+// since partial sums added afterwards would be another order, and other bits.
 #pragma once
 
 #include <cstdint>
@@ -20,41 +23,32 @@ struct Operand {
   int64_t row_stride, k_stride;
 };
 
-// C[m, n] = Σ_k A(m, k) · Bᵀ(n, k) (+ bias[n]), K cut into ranges of k_per_split, one
-// per blockIdx.z. One split: c[row * c_row_stride + col] = sum (+ bias[col]). Several:
-// partials[split][row][col] = the split's sum, no bias; linear.cu adds them in order.
+// c[m * c_row_stride + n] = Σ_k A(m, k) · Bᵀ(n, k) (+ bias[n]), k in increasing order.
 struct Gemm {
   int64_t m, n, k;
   Operand a;  // M x K
   Operand b;  // Bᵀ: N x K
-  int64_t k_per_split;
   float* c;
   int64_t c_row_stride;
   const float* bias;  // may be null
-  float* partials;    // [splits, m, n], null for one split
 };
 
-// The large kernel's tile of C, and the depth of its K slices (8 or 16) that the
-// launchers use, by layout; k_per_split must be a multiple of the slice depth. Each
-// depth is the faster one for its layout (measured: see bench/RESULTS.md): 16 when A
-// is read along K (the forward, dx), 8 when both operands are read along rows (dW).
+// The large kernel's tile of C, and the depth of its K slices by layout: A is read
+// along K in both products (the forward and dx), where 16 is the faster depth.
 constexpr int64_t kLargeTile = 128;
 template <bool kAAlongK, bool kBAlongK>
-constexpr int kLargeSlice = kAAlongK ? 16 : 8;
+constexpr int kLargeSlice = 16;
 
 // Whether the large kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
 // it reads or writes as float4 is 16-byte aligned (k % 4 for operands along K, their
-// row count % 4 for operands along rows, n % 4 for C). Shape only; the split is the
-// caller's.
+// row count % 4 for operands along rows, n % 4 for C).
 template <bool kAAlongK, bool kBAlongK>
 bool large_gemm_fits(const Gemm& gemm);
 
-// Runs `gemm` over grid (m tiles, n tiles, splits) with K slices kSlice deep (8 or 16);
-// gemm.k_per_split (a multiple of kSlice) covers K in `splits` ranges and
-// gemm.partials holds splits x m x n floats when splits > 1.
-template <bool kAAlongK, bool kBAlongK, int kSlice = kLargeSlice<kAAlongK, kBAlongK>>
-void large_gemm_cuda(const Gemm& gemm, int64_t splits, cuda::Stream stream);
+// Runs `gemm` on a grid of 128 x 128 tiles of C, K whole, in slices of kLargeSlice.
+template <bool kAAlongK, bool kBAlongK>
+void large_gemm_cuda(const Gemm& gemm, cuda::Stream stream);
 
 #endif
 

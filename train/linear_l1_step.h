@@ -6,7 +6,9 @@
 // in the same graph (GradientSync::stream_ordered, NcclProcessGroup::all_reduce_enqueue;
 // seqpar-bench --nproc 2); the public API (autograd, nn::linear, nn::l1_loss,
 // optim::AdamW) stays the readable reference, and the tests hold the two to the same
-// numbers.
+// numbers. The step keeps the older float numerics of its kernels (train/kernels/: fp32
+// sums in their own order, dW and db from per-chunk partials), not the exact ones of
+// nn's Linear (docs/numerics.md), so it matches the public API to float32 rounding.
 //
 // The launches (train/kernels/skinny.h, train/kernels/clip_adamw.h):
 //   1. one pass over x (in_features <= 1024): forward, |y - target|, dy = scale *

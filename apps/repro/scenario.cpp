@@ -1,6 +1,7 @@
 #include "apps/repro/scenario.h"
 
 #include <chrono>
+#include <functional>
 
 #include "autograd/engine.h"
 #include "core/cuda_runtime.h"
@@ -82,8 +83,11 @@ void reset_parameters(const nn::Linear& model, const RankData& data) {
   model.zero_grad();
 }
 
+// `after_step` runs after each step: world rank 0 trains the reference while the other
+// ranks wait, and meeting them once a step keeps every wait one step long, well inside
+// the group's timeout however many steps there are.
 ReferenceRun run_reference(const ReproConfig& config, const nn::Linear& model,
-                           const RankData& data) {
+                           const RankData& data, const std::function<void()>& after_step) {
   reset_parameters(model, data);
   const auto start = Clock::now();
   ReferenceRun run;
@@ -103,6 +107,7 @@ ReferenceRun run_reference(const ReproConfig& config, const nn::Linear& model,
     run.norms.push_back(norm.item());
     run.parameters.push_back(flatten(values_of(parameters, false), Device::cpu()).to_vector());
     run.gradients.push_back(flatten(values_of(parameters, true), Device::cpu()).to_vector());
+    after_step();
   }
   run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return run;
@@ -171,9 +176,10 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
       gather(*groups.world, flatten({data.initial_weight, data.initial_bias}, device));
   if (is_root) {
     results.inputs = data.inputs.to(Device::cpu());
-    results.reference = run_reference(config, model, data);
+    results.reference = run_reference(config, model, data, [&] { groups.world->barrier(); });
+  } else {
+    for (int64_t step = 0; step < config.steps; ++step) groups.world->barrier();
   }
-  groups.world->barrier();
   for (const Policy* policy : policies) {
     results.policies.push_back(run_policy(*policy, groups, config, model, data));
   }

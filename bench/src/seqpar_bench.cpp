@@ -1,4 +1,4 @@
-// seqpar-bench (issue 7): the seed training step and its kernels, timed with CUDA
+// seqpar-bench: the issue step and its kernels, timed with CUDA
 // events (median of --repeats calls after --warmup calls), printed and written as
 // JSON for bench/run.sh, which sets them beside bench/torch_reference.py's figures.
 //

@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
+#include "nn/linear_kernels.h"
 #include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -23,7 +24,6 @@ namespace {
 
 constexpr double kF = sizeof(float);
 const Device kGpu = Device::cuda(0);
-using nn::detail::LinearKernel;
 
 optim::AdamWOptions seed_adamw() {
   optim::AdamWOptions options;
@@ -55,18 +55,13 @@ void bench_linear(Report& report, const Settings& s, const Tensor& x, const Tens
   const Tensor y = Tensor::empty({n, out}, kGpu);
   const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
   const double bytes = kF * (n * in + out * in + n * out), flops = 2.0 * n * in * out;
-  for (LinearKernel kernel : {LinearKernel::Auto, LinearKernel::General}) {
-    const std::string tag = kernel == LinearKernel::Auto ? "" : "_general";
-    report.add("kernel/linear_fwd" + tag + "/" + shape,
-               kernel == LinearKernel::Auto ? "skinny kernel" : "general 64x64 tiled GEMM",
-               time_calls([&] { nn::detail::linear_forward_cuda(x, weight, bias, y, kernel); },
-                          s.warmup, s.repeats), bytes, flops);
-    report.add("kernel/linear_dw_db" + tag + "/" + shape, "dW = dy^T x and db, x not needed as dx",
-               time_calls([&] {
-                 nn::detail::linear_backward_cuda(grad_y, x, weight, Tensor(), grad_weight,
-                                                  grad_bias, kernel);
-               }, s.warmup, s.repeats), bytes, flops);
-  }
+  report.add("kernel/linear_fwd/" + shape, "GEMM, one fma chain over k per element",
+             time_calls([&] { nn::detail::linear_forward_cuda(x, weight, bias, y); }, s.warmup,
+                        s.repeats), bytes, flops);
+  report.add("kernel/linear_dw_db/" + shape, "dW = dy^T x and db, exact row sums",
+             time_calls([&] {
+               nn::detail::linear_backward_cuda(grad_y, x, weight, Tensor(), grad_weight, grad_bias);
+             }, s.warmup, s.repeats), bytes, flops);
 }
 
 }  // namespace
@@ -237,24 +232,13 @@ void bench_kernel_parts(Report& report, const Settings& s) {
 }
 
 void bench_stress(Report& report, const Settings& s) {
-  {  // square GEMM through the general kernel: y = x Wᵀ + b
+  {  // square GEMM: y = x Wᵀ + b on the 128 x 128 kernel
     const int64_t size = 4096;
     const Tensor x = randn_on_device(3, 0, {size, size}, 0), w = randn_on_device(4, 0, {size, size}, 0);
     const Tensor b = randn_on_device(5, 0, {size}, 0), y = Tensor::empty({size, size}, kGpu);
-    for (LinearKernel kernel : {LinearKernel::Auto, LinearKernel::Tiled64}) {
-      const bool large = kernel == LinearKernel::Auto;
-      report.add(large ? "gemm/4096^3" : "gemm/4096^3_tiled64",
-                 large ? "128x128 tiles, 8x8 per thread, fp32 FFMA, 16-deep K slices" : "64x64 tiles, 4x4 per thread",
-                 time_calls([&] { nn::detail::linear_forward_cuda(x, w, b, y, kernel); }, 3,
-                            std::min(s.repeats, 50)),
-                 kF * 3 * size * size, 2.0 * size * size * size);
-    }
-    // Each product also with the slice depth its default does not use (nn/linear_large.h's
-    // kLargeSlice: 16 when A is read along K, 8 for dW), the measurement behind the choice.
-    report.add("gemm/4096^3_slice8", "128x128 tiles, 8-deep K slices",
-               time_calls([&] {
-                 nn::detail::linear_forward_cuda(x, w, b, y, LinearKernel::Slice8);
-               }, 3, std::min(s.repeats, 50)),
+    report.add("gemm/4096^3", "128x128 tiles, 8x8 per thread, fp32 FFMA, 16-deep K slices",
+               time_calls([&] { nn::detail::linear_forward_cuda(x, w, b, y); }, 3,
+                          std::min(s.repeats, 50)),
                kF * 3 * size * size, 2.0 * size * size * size);
   }
   const int64_t rows = int64_t{1} << 20, features = 1024;
@@ -268,39 +252,21 @@ void bench_stress(Report& report, const Settings& s) {
                time_calls([&] {
                  nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y);
                }, 1, 3), kF * 2 * rows * features, flops);
-    report.add("gemm/stress_fwd_slice8/1048576x1024x1024", "128x128 tiled GEMM, 8-deep K slices",
-               time_calls([&] {
-                 nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y,
-                                                 LinearKernel::Slice8);
-               }, 1, 3), kF * 2 * rows * features, flops);
   }
-  {  // the backward products: dW = dyᵀ x (both read down their columns, K = 2^20 rows
-     // split 4 ways) and dx = dy W (W read down its columns)
+  {  // the backward: dW = dyᵀ x (exact row sums over 2^20 rows; the name pairs it with
+     // cuBLAS's GEMM in bench/merge.py) and dx = dy W (W read down its columns)
     const Tensor grad_y = randn_on_device(7, 0, {rows, features}, 0);
     const Tensor grad_weight = Tensor::empty({features, features}, kGpu);
-    report.add("gemm/stress_dw/1024x1024x1048576", "128x128 tiled GEMM, 8-deep K slices, 4 K splits + ordered sum",
+    report.add("gemm/stress_dw/1024x1024x1048576", "dW = dy^T x as exact row sums, rounded once",
                time_calls([&] {
                  nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), Tensor(),
                                                   grad_weight, Tensor());
-               }, 1, 3), kF * (2 * rows * features + features * features), flops);
-    // 16-deep K slices: the same 4 splits of 262144 rows (whole slices of 8 and of 16).
-    report.add("gemm/stress_dw_slice16/1024x1024x1048576",
-               "128x128 tiled GEMM, 16-deep K slices, 4 K splits + ordered sum",
-               time_calls([&] {
-                 nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), Tensor(),
-                                                  grad_weight, Tensor(), LinearKernel::Slice16);
                }, 1, 3), kF * (2 * rows * features + features * features), flops);
     const Tensor grad_x = Tensor::empty({rows, features}, kGpu);
     report.add("gemm/stress_dx/1048576x1024x1024", "128x128 tiled GEMM, W read down its columns, 16-deep K slices",
                time_calls([&] {
                  nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), grad_x,
                                                   Tensor(), Tensor());
-               }, 1, 3), kF * 2 * rows * features, flops);
-    report.add("gemm/stress_dx_slice8/1048576x1024x1024",
-               "128x128 tiled GEMM, W read down its columns, 8-deep K slices",
-               time_calls([&] {
-                 nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), grad_x,
-                                                  Tensor(), Tensor(), LinearKernel::Slice8);
                }, 1, 3), kF * 2 * rows * features, flops);
   }
   const autograd::Variable input(x), target(x);

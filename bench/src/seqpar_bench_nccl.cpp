@@ -1,4 +1,4 @@
-// seqpar-bench --nproc 2: the seed step on 2 GPUs over NCCL (issue 7), one process per
+// seqpar-bench --nproc 2: the issue step on 2 GPUs over NCCL, one process per
 // GPU, rank 0 reporting. Each rank draws the seed's model and x exactly as the
 // one-GPU figures do (Generator(12345): the Linear, then x), keeps its rows of
 // x.tensor_split(world) (6000 of 12000 for 2 ranks) and takes the "exact" policy's

@@ -1,14 +1,16 @@
-// train::LinearL1Step (the fused, graph-capturable step) against the public API: the
-// CPU path to float32 rounding, the GPU public API bit for bit where the clip is
-// inactive (the same kernels' arithmetic, reached another way), graph replay bit for
-// bit equal to eager runs, across AdamW's scalar-table refresh, at odd shapes, and
+// train::LinearL1Step (the fused, graph-capturable step) against the public API to
+// float32 rounding, on the CPU and on the GPU (the step keeps its own float summation
+// order, train/kernels/, until it adopts the exact numerics of nn's Linear, so the two
+// agree to rounding, not bit for bit), graph replay bit for bit equal to eager runs, across AdamW's scalar-table refresh, at odd shapes, and
 // split over 4 ranks of a threads group with the "exact" loss and a sum all-reduce.
 // Which gradient synchronizations capture() accepts; a stream-ordered one captured
 // into the graph. (The same over NCCL on 2 GPUs: seqpar-bench --nproc 2.)
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
+#include <vector>
 
 #include "autograd/variable.h"
 #include "core/elementwise.h"
@@ -120,6 +122,33 @@ Outcome fused_steps(const Problem& p, const Data& data, int steps, bool graph, i
           step.grad_bias().clone(), model.weight().data().clone(), model.bias().data().clone()};
 }
 
+// Parameters after `steps` AdamW steps of learning rate `lr` from gradients that differ
+// by float rounding (the fused step's summation order against nn's): each element
+// within a few ulp or 1e-4 of the steps' total reach, steps * lr (the rounding
+// differences accumulate step by step); where the gradient is near zero (its rounding
+// can flip the sign of AdamW's step there), within steps * lr.
+void check_parameters_close(const Tensor& actual, const Tensor& expected, const Tensor& grad,
+                            double lr, int steps) {
+  const std::vector<float> a = actual.to_vector(), e = expected.to_vector(), g = grad.to_vector();
+  REQUIRE(a.size() == e.size());
+  REQUIRE(g.size() == e.size());
+  double largest_grad = 0.0;
+  for (float value : g) largest_grad = std::max(largest_grad, std::fabs(double(value)));
+  int64_t near_zero = 0, outside = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    const double difference = std::fabs(double(a[i]) - double(e[i]));
+    const double few_ulp = 8 * std::ldexp(std::fabs(double(e[i])), -23);
+    if (difference <= std::max(few_ulp, 1e-4 * steps * lr)) continue;
+    if (std::fabs(double(g[i])) <= 1e-3 * largest_grad && difference <= steps * lr) {
+      ++near_zero;
+    } else {
+      ++outside;
+    }
+  }
+  INFO(near_zero << " of " << e.size() << " elements near a zero gradient off by more");
+  CHECK(outside == 0);
+}
+
 void check_bitwise(const Outcome& a, const Outcome& b) {
   CHECK(test::bitwise_equal(a.loss, b.loss));
   CHECK(test::bitwise_equal(a.norm, b.norm));
@@ -152,18 +181,23 @@ TEST_CASE("the fused seed step matches the CPU public API to float32 rounding", 
   }
 }
 
-TEST_CASE("the fused step equals the GPU public API bit for bit while the clip is inactive", "[cuda]") {
+TEST_CASE("the fused step matches the GPU public API over steps while the clip is inactive",
+          "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
+  // The step sums in its own order (train/kernels/), nn's Linear in the exact numerics:
+  // gradients agree to float32 rounding, parameters to a few ulp (see
+  // check_parameters_close).
   const Problem p{12000, 640, 16, 1.0e6, false};
   const Data data = draw(p);
   const Outcome api = public_api_steps(p, data, Device::cuda(), 5);
   const Outcome fused = fused_steps(p, data, 5, /*graph=*/false);
   CHECK(relative_error(fused.loss, api.loss) < 1e-6);
-  CHECK(relative_error(fused.norm, api.norm) < 1e-6);
-  CHECK(test::bitwise_equal(fused.grad_weight, api.grad_weight));
-  CHECK(test::bitwise_equal(fused.grad_bias, api.grad_bias));
-  CHECK(test::bitwise_equal(fused.weight, api.weight));
-  CHECK(test::bitwise_equal(fused.bias, api.bias));
+  CHECK(relative_error(fused.norm, api.norm) < 1e-5);
+  CHECK(relative_error(fused.grad_weight, api.grad_weight) < 1e-5);
+  CHECK(relative_error(fused.grad_bias, api.grad_bias) < 1e-5);
+  const double lr = seed_adamw().lr;
+  check_parameters_close(fused.weight, api.weight, api.grad_weight, lr, 5);
+  check_parameters_close(fused.bias, api.bias, api.grad_bias, lr, 5);
 }
 
 TEST_CASE("graph replay of the fused step equals eager runs bit for bit", "[cuda]") {
@@ -182,15 +216,18 @@ TEST_CASE("graph replay of the fused step equals eager runs bit for bit", "[cuda
 
 TEST_CASE("replayed steps keep AdamW's bias corrections past the scalar table", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  // Small, so that more steps than one table holds take little time; clip inactive,
-  // so the public API must give the same bits at every step count.
+  // Small, so that more steps than one table holds take little time; clip inactive, so
+  // the public API (its own bias corrections, on the host) must agree at every step
+  // count: to float32 rounding, as the step sums in its own order (train/kernels/).
+  // A wrong correction past the table would move every element by about lr.
   const Problem p{64, 8, 4, 1.0e6, false};
   const Data data = draw(p);
   const int steps = static_cast<int>(train::LinearL1Step::kTableSteps) + 3;
   const Outcome api = public_api_steps(p, data, Device::cuda(), steps);
   const Outcome replayed = fused_steps(p, data, steps, true);
-  CHECK(test::bitwise_equal(replayed.weight, api.weight));
-  CHECK(test::bitwise_equal(replayed.bias, api.bias));
+  const double lr = seed_adamw().lr;
+  check_parameters_close(replayed.weight, api.weight, api.grad_weight, lr, steps);
+  check_parameters_close(replayed.bias, api.bias, api.grad_bias, lr, steps);
 }
 
 TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cuda]") {

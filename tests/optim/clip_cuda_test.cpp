@@ -11,7 +11,7 @@
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "optim/clip.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;

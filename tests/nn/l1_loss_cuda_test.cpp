@@ -8,7 +8,7 @@
 
 #include "core/generator.h"
 #include "nn/l1_loss.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;

@@ -1,0 +1,153 @@
+// nn/linear.cu and nn/linear_row_sums.cu against the CPU path, bit for bit: y = x Wᵀ + b
+// and dx = dy W by the two GEMM kernels (each element one fma chain over k from +0,
+// then + bias, as on the CPU), dW and db by the exact row sums. Fixed shapes that reach
+// each GEMM kernel on purpose (checked with linear_uses_large_gemm, so a dispatch that
+// silently changes fails), random shapes, odd sizes and strided x views.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "core/generator.h"
+#include "nn/linear.h"
+#include "nn/linear_kernels.h"
+#include "tests/cuda_test_util.h"
+#include "tests/test_util.h"
+
+using namespace seqpar;
+
+namespace {
+
+struct LinearCase {
+  int64_t rows, in, out;
+};
+
+// How x sits in memory on the GPU: contiguous, or a window [rows, in] of a wider buffer
+// (one row and `column` floats in, row stride in + pad), as a rank's slice of a batch.
+struct XLayout {
+  int64_t pad = 0, column = 0;
+};
+
+Tensor place_x(const Tensor& x, XLayout layout, Device device) {
+  if (layout.pad == 0) return x.to(device);
+  const int64_t rows = x.size(0), in = x.size(1);
+  Tensor wide = Tensor::zeros({rows + 1, in + layout.pad}, device);
+  Tensor window = wide.narrow(0, 1, rows).narrow(1, layout.column, in);
+  window.copy_(x);
+  return window;
+}
+
+// Which GEMM kernel each product of a case is meant to reach (the 128 x 128 one or not).
+struct Kernels {
+  bool output_large, grad_input_large;
+};
+
+// One case through the launchers (poisoned outputs, each gradient alone too) and the
+// public API (poisoned pool): every output the CPU's bits. With `kernels`, also that y
+// and dx reach the GEMM kernels it names.
+void check_case(const LinearCase& c, XLayout layout, const Kernels* kernels = nullptr) {
+  INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out << ", x pad " << layout.pad
+               << " column " << layout.column);
+  const Device gpu = Device::cuda();
+  Generator generator(c.rows * 7919 + c.in * 31 + c.out + layout.pad);
+  const Tensor x = generator.randn({c.rows, c.in}), weight = generator.randn({c.out, c.in});
+  const Tensor bias = generator.randn({c.out}), grad_y = generator.randn({c.rows, c.out});
+  const Tensor y_cpu = nn::linear_forward(x, weight, bias);
+  const nn::LinearGradients cpu = nn::linear_backward(grad_y, x, weight, true, true, true);
+
+  const Tensor x_gpu = place_x(x, layout, gpu);
+  const Tensor weight_gpu = weight.to(gpu), bias_gpu = bias.to(gpu), grad_y_gpu = grad_y.to(gpu);
+#ifdef SEQPAR_WITH_CUDA
+  const Tensor y = test::poisoned({c.rows, c.out}, gpu);
+  const Tensor grad_x = test::poisoned({c.rows, c.in}, gpu);
+  const Tensor grad_weight = test::poisoned({c.out, c.in}, gpu);
+  const Tensor grad_bias = test::poisoned({c.out}, gpu);
+  if (kernels != nullptr) {
+    using nn::detail::LinearProduct;
+    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::Output, x_gpu, weight_gpu, y) ==
+          kernels->output_large);
+    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::GradInput, grad_y_gpu, weight_gpu,
+                                             grad_x) == kernels->grad_input_large);
+  }
+  nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, y);
+  CHECK(test::bitwise_equal(y, y_cpu));
+  nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, grad_x, grad_weight, grad_bias);
+  CHECK(test::bitwise_equal(grad_x, cpu.x));
+  CHECK(test::bitwise_equal(grad_weight, cpu.weight));
+  CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+
+  // Each gradient alone (undefined outputs are skipped, the others still written).
+  const Tensor grad_x_only = test::poisoned({c.rows, c.in}, gpu);
+  nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, grad_x_only, Tensor(), Tensor());
+  CHECK(test::bitwise_equal(grad_x_only, cpu.x));
+  const Tensor grad_weight_only = test::poisoned({c.out, c.in}, gpu);
+  nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, Tensor(), grad_weight_only,
+                                   Tensor());
+  CHECK(test::bitwise_equal(grad_weight_only, cpu.weight));
+#endif
+  // Through the public API too (its dispatch, its output allocation).
+  test::poison_pool(gpu);
+  CHECK(test::bitwise_equal(nn::linear_forward(x_gpu, weight_gpu, bias_gpu), y_cpu));
+  test::poison_pool(gpu);
+  const nn::LinearGradients api = nn::linear_backward(grad_y_gpu, x_gpu, weight_gpu, true, true, true);
+  CHECK(test::bitwise_equal(api.x, cpu.x));
+  CHECK(test::bitwise_equal(api.weight, cpu.weight));
+  CHECK(test::bitwise_equal(api.bias, cpu.bias));
+}
+
+}  // namespace
+
+TEST_CASE("linear on the GPU gives the CPU's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const std::vector<LinearCase> cases = {
+      {1, 640, 16},    {17, 1, 16},    {17, 16, 1},    {333, 1000, 1},
+      {333, 17, 640},  {640, 640, 16}, {640, 16, 640}, {333, 640, 1000},
+      {12000, 640, 16},  // the Linear on the full batch
+      {3000, 640, 16},   // and on one rank's shard at sp 4
+      {70, 2100, 16},    // a wide input
+      {0, 16, 16},       // a shard with no rows
+  };
+  for (const LinearCase& c : cases) check_case(c, {});
+  for (const LinearCase& c : {LinearCase{17, 16, 16}, LinearCase{3000, 640, 16},
+                              LinearCase{1, 640, 16}}) {
+    check_case(c, {5, 3});  // row stride in + 5, 3 floats in: not 16-byte aligned
+  }
+}
+
+TEST_CASE("linear on the GPU gives the CPU's bits at random shapes", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  std::mt19937 random(2024);
+  auto size = [&](int64_t most) { return std::uniform_int_distribution<int64_t>(1, most)(random); };
+  for (int i = 0; i < 24; ++i) {
+    const LinearCase c{size(900), size(300), size(300)};
+    XLayout layout;  // every third case with x contiguous, the others a window
+    if (i % 3 != 0) {
+      layout.pad = size(8);
+      layout.column = size(layout.pad);
+    }
+    check_case(c, layout);
+  }
+}
+
+TEST_CASE("linear's products reach each GEMM kernel by shape, with the CPU's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  struct KernelCase {
+    LinearCase shape;
+    XLayout layout;
+    Kernels kernels;
+  };
+  // The 128 x 128 kernel needs 128 tiles of C and operands aligned for its 16-byte loads
+  // (K % 4 along K; x's row stride % 4 and 16-byte start); else the 64 x 64 one. Every
+  // shape has partial tiles at the edges of C and a partial last K slice.
+  const std::vector<KernelCase> cases = {
+      {{16400, 36, 20}, {}, {true, true}},       // 129 x 1 tiles for y and for dx
+      {{16400, 36, 20}, {4, 4}, {true, true}},   // x a window, row stride 40, aligned
+      {{16400, 36, 20}, {3, 1}, {false, true}},  // x a window, row stride 39: y steps aside
+      {{16400, 37, 20}, {}, {false, false}},     // K = 37 for y, 37 rows of Wᵀ for dx
+      {{1100, 4, 1800}, {}, {true, false}},      // y 9 x 15 tiles, K = 4; dx 9 x 1
+      {{1300, 68, 1540}, {}, {true, false}},     // y 11 x 13 tiles; dx 11 x 1
+      {{1300, 1540, 68}, {}, {false, true}},     // y 11 x 1; dx 11 x 13 tiles, K = 68
+      {{640, 16, 640}, {}, {false, false}},      // 25 tiles: too few
+  };
+  for (const KernelCase& c : cases) check_case(c.shape, c.layout, &c.kernels);
+}
