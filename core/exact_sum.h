@@ -35,11 +35,7 @@
 #include <cmath>
 #include <limits>
 
-#ifdef __CUDACC__
-#define SEQPAR_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define SEQPAR_HOST_DEVICE inline
-#endif
+#include "core/host_device.h"
 
 namespace seqpar::exact {
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/cuda_util.cuh"
 #include "core/cuda_runtime.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
@@ -12,10 +13,7 @@ namespace seqpar::exact::detail {
 namespace {
 
 constexpr int kThreads = 256;
-
-int blocks_for(int64_t count) {
-  return static_cast<int>(std::clamp<int64_t>(cuda::ceil_div(count, kThreads), 1, 65536));
-}
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
 
 __global__ void digits_of_values_kernel(const float* values, int64_t count, int64_t* digits) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
@@ -46,22 +44,22 @@ __global__ void round_digits_kernel(const int64_t* digits, int64_t count, float*
 
 void digits_of_values_cuda(const float* values, int64_t count, int64_t* digits, int device) {
   cuda::set_device(device);
-  digits_of_values_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(
-      values, count, digits);
+  const int blocks = cuda::blocks_for(count, kThreads, kMaxBlocks);
+  digits_of_values_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(values, count, digits);
   CUDA_LAUNCH_CHECK();
 }
 
 void add_digits_cuda(int64_t* digits, const int64_t* other, int64_t words, int device) {
   cuda::set_device(device);
-  add_digits_kernel<<<blocks_for(words), kThreads, 0, cuda::current_stream(device)>>>(
-      digits, other, words);
+  const int blocks = cuda::blocks_for(words, kThreads, kMaxBlocks);
+  add_digits_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(digits, other, words);
   CUDA_LAUNCH_CHECK();
 }
 
 void round_digits_cuda(const int64_t* digits, int64_t count, float* out, int device) {
   cuda::set_device(device);
-  round_digits_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(
-      digits, count, out);
+  const int blocks = cuda::blocks_for(count, kThreads, kMaxBlocks);
+  round_digits_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(digits, count, out);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/cuda_util.cuh"
 #include "core/cuda_runtime.h"
 #include "dist/local_reduce.h"
 
@@ -13,10 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
-
-int blocks_for(int64_t count) {
-  return static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, kThreads), kMaxBlocks));
-}
 
 __global__ void max_into_kernel(float* accumulator, const float* source, int64_t count) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -36,15 +33,15 @@ __global__ void divide_kernel(float* data, int64_t count, float divisor) {
 
 void max_into_cuda(float* accumulator, const float* source, int64_t count, int device) {
   cuda::set_device(device);
-  max_into_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(
-      accumulator, source, count);
+  const int blocks = cuda::blocks_for(count, kThreads, kMaxBlocks);
+  max_into_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(accumulator, source, count);
   CUDA_LAUNCH_CHECK();
 }
 
 void divide_cuda(float* data, int64_t count, float divisor, int device) {
   cuda::set_device(device);
-  divide_kernel<<<blocks_for(count), kThreads, 0, cuda::current_stream(device)>>>(data, count,
-                                                                                  divisor);
+  const int blocks = cuda::blocks_for(count, kThreads, kMaxBlocks);
+  divide_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(data, count, divisor);
   CUDA_LAUNCH_CHECK();
 }
 

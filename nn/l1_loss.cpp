@@ -6,10 +6,12 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/elementwise.h"
+#include "core/checks.h"
 #include "core/error.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
+#include "nn/l1_sign.h"
 
 namespace seqpar::nn {
 
@@ -47,11 +49,6 @@ void check_l1_arguments(const char* op, const Tensor& input, const Tensor& targe
                ": sum_divided_by needs a positive count, got ", reduction.divisor);
 }
 
-void require_cpu(const char* op, Device device) {
-  SEQPAR_CHECK(device.is_cpu(), op, ": tensors are on ", device,
-               " but this seqpar was built without CUDA");
-}
-
 // The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
 // terms are summed exactly, flushed into one set of digits every kTermsPerFlush terms,
 // and the total is rounded once. The order of the loop changes nothing.
@@ -77,20 +74,12 @@ Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scal
   return loss;
 }
 
-// sign(d) with sign(0) = 0 (PyTorch's choice: no gradient where input equals target)
-// and NaN kept as NaN.
-float sign_of(float difference) {
-  if (difference > 0.0f) return 1.0f;
-  if (difference < 0.0f) return -1.0f;
-  return difference;  // 0 or NaN
-}
-
 Tensor l1_loss_backward_cpu(float grad_scale, const Tensor& input, const Tensor& target) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
   Tensor grad_input = Tensor::empty(input.shape());
   auto grad = detail::rows(grad_input);
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
-    for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = grad_scale * sign_of(a(i, j) - b(i, j));
+    for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = grad_scale * l1_sign(a(i, j) - b(i, j));
   }
   return grad_input;
 }

@@ -17,9 +17,10 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "core/exact_sum.h"
+#include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/l1_loss.h"
+#include "nn/l1_sign.h"
 
 namespace seqpar::nn::detail {
 
@@ -35,45 +36,6 @@ struct Matrix {
   int64_t row_stride;
   __device__ float operator()(int64_t row, int64_t col) const { return data[row * row_stride + col]; }
 };
-
-// Adds every thread's digits (`local`, kDigits words) into digits[d * stride] with
-// integer operations only: sums of the bin digits, an or of the flags. Every thread of
-// the block must call it; blockDim.x a multiple of 32 and at least kDigits.
-__device__ void add_block_digits(const int64_t (&local)[exact::kDigits], int64_t* digits,
-                                 int64_t stride) {
-  __shared__ unsigned long long block_digits[exact::kDigits];
-  if (threadIdx.x < exact::kDigits) block_digits[threadIdx.x] = 0;
-  __syncthreads();
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int d = 0; d < exact::kDigits; ++d) {
-    unsigned long long value = static_cast<unsigned long long>(local[d]);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const unsigned long long other = __shfl_down_sync(0xffffffffu, value, offset);
-      value = d == exact::kSpecialDigit ? (value | other) : value + other;  // wraps: two's complement
-    }
-    if (lane == 0 && value != 0) {
-      if (d == exact::kSpecialDigit) {
-        atomicOr(&block_digits[d], value);
-      } else {
-        atomicAdd(&block_digits[d], value);
-      }
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < exact::kDigits) {
-    const unsigned long long value = block_digits[threadIdx.x];
-    auto* word = reinterpret_cast<unsigned long long*>(digits + threadIdx.x * stride);
-    if (value != 0) {
-      if (threadIdx.x == exact::kSpecialDigit) {
-        atomicOr(word, value);
-      } else {
-        atomicAdd(word, value);
-      }
-    }
-  }
-}
 
 __global__ void __launch_bounds__(kThreads)
     abs_diff_exact_sum_kernel(Matrix input, Matrix target, int64_t rows, int64_t cols,
@@ -94,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   sum.flush(local);
-  add_block_digits(local, digits, 1);
+  exact::add_block_digits(local, digits, 1);
 }
 
 __global__ void l1_backward_kernel(const float* grad_loss, Matrix input, Matrix target,
@@ -106,8 +68,7 @@ __global__ void l1_backward_kernel(const float* grad_loss, Matrix input, Matrix 
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / cols, col = i % cols;
     const float difference = __fsub_rn(input(row, col), target(row, col));
-    // 0 (of either sign) and NaN are their own sign: a NaN must not pass as 0.
-    const float sign = difference > 0.0f ? 1.0f : difference < 0.0f ? -1.0f : difference;
+    const float sign = l1_sign(difference);
     grad_input[row * grad_row_stride + col] = __fmul_rn(gradient, sign);
   }
 }

@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "core/checks.h"
 #include "core/error.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
@@ -43,11 +44,6 @@ void check_grad_y(const Tensor& grad_y, const Tensor& x, const Tensor& weight) {
                " but the output has shape ", expected);
   SEQPAR_CHECK(grad_y.device() == x.device(), "linear_backward: grad_y is on ", grad_y.device(),
                " but x is on ", x.device());
-}
-
-void require_cpu(const char* op, Device device) {
-  SEQPAR_CHECK(device.is_cpu(), op, ": tensors are on ", device,
-               " but this seqpar was built without CUDA");
 }
 
 // A contiguous copy of the transpose of a contiguous matrix.

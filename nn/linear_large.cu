@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/cuda_util.cuh"
 
 namespace seqpar::nn::detail {
 
@@ -175,13 +176,11 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   }
 }
 
-bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
-
 // float4 loads: along K, 4 k of a row (K and the row stride multiples of 4); along
 // rows, 4 rows at one k (the row count and the k stride multiples of 4).
 template <bool kAlongK>
 bool operand_fits(const Operand& op, int64_t rows, int64_t k) {
-  if (!aligned16(op.data)) return false;
+  if (!cuda::aligned16(op.data)) return false;
   if (kAlongK) return op.k_stride == 1 && op.row_stride % 4 == 0 && k % 4 == 0;
   return op.row_stride == 1 && op.k_stride % 4 == 0 && rows % 4 == 0;
 }
@@ -191,7 +190,7 @@ bool operand_fits(const Operand& op, int64_t rows, int64_t k) {
 template <bool kAAlongK, bool kBAlongK>
 bool large_gemm_fits(const Gemm& g) {
   return operand_fits<kAAlongK>(g.a, g.m, g.k) && operand_fits<kBAlongK>(g.b, g.n, g.k) &&
-         g.n % 4 == 0 && g.c_row_stride % 4 == 0 && aligned16(g.c) &&
+         g.n % 4 == 0 && g.c_row_stride % 4 == 0 && cuda::aligned16(g.c) &&
          cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 

@@ -12,7 +12,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "core/exact_sum.h"
+#include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
 
@@ -25,20 +25,11 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kMinRowsPerChunk = 512;
 constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value gives the same bits
 
-// Adds a thread's bins into the shared digits: integer atomics, so their order is free.
+// Moves a thread's bins into the launch's digits (integer atomics: order-free).
 __device__ void flush_to(exact::BinnedSum& sum, int64_t* digits, int64_t stride) {
   int64_t local[exact::kDigits] = {};
   sum.flush(local, 1);
-  for (int d = 0; d < exact::kBins; ++d) {
-    if (local[d] != 0) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(digits + d * stride),
-                static_cast<unsigned long long>(local[d]));
-    }
-  }
-  if (local[exact::kSpecialDigit] != 0) {
-    atomicOr(reinterpret_cast<unsigned long long*>(digits + exact::kSpecialDigit * stride),
-             static_cast<unsigned long long>(local[exact::kSpecialDigit]));
-  }
+  exact::add_digits_atomically(local, digits, stride);
 }
 
 // Sum (j, k) over rows: Σ a[row, j] * b[row, k] when kProducts, else Σ b[row, k]

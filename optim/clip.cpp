@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/elementwise.h"
+#include "core/checks.h"
 #include "core/error.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
@@ -27,11 +28,6 @@ std::vector<Tensor> defined_gradients(const char* op, const std::vector<Variable
     gradients.push_back(gradient);
   }
   return gradients;
-}
-
-void require_cpu(const char* op, Device device) {
-  SEQPAR_CHECK(device.is_cpu(), op, ": gradients are on ", device,
-               " but this seqpar was built without CUDA");
 }
 
 // round_to_double(exact Σ (double)g * (double)g) over the elements: each square is
@@ -108,7 +104,7 @@ Tensor grad_norm(const std::vector<Variable>& parameters) {
     return total_norm;
   }
 #endif
-  require_cpu("grad_norm", device);
+  require_cpu("grad_norm", device, "gradients");
   Tensor total_norm = Tensor::empty({});
   total_norm.data()[0] = total_norm_cpu(gradients);
   return total_norm;
@@ -141,7 +137,7 @@ void clip_grads_with_norm(const std::vector<Variable>& parameters, double max_no
     return;
   }
 #endif
-  require_cpu("clip_grad_norm", device);
+  require_cpu("clip_grad_norm", device, "gradients");
   // Applied even when it is 1, as torch multiplies by the clamped coefficient.
   const float coefficient = clip_coefficient(max_norm, total_norm.item());
   for (Tensor& gradient : gradients) mul_(gradient, coefficient);

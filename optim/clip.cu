@@ -24,7 +24,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "core/exact_sum.h"
+#include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "optim/clip.h"
 #include "optim/multi_tensor.cuh"
@@ -49,45 +49,6 @@ struct SumIndices {
   int64_t index[ReadTable::kMaxTensors];
 };
 
-// Adds every thread's digits (`local`, kDigits words) into digits[d * stride] with
-// integer operations only: sums of the bin digits, an or of the flags. Every thread of
-// the block must call it; blockDim.x a multiple of 32 and at least kDigits.
-__device__ void add_block_digits(const int64_t (&local)[exact::kDigits], int64_t* digits,
-                                 int64_t stride) {
-  __shared__ unsigned long long block_digits[exact::kDigits];
-  if (threadIdx.x < exact::kDigits) block_digits[threadIdx.x] = 0;
-  __syncthreads();
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int d = 0; d < exact::kDigits; ++d) {
-    unsigned long long value = static_cast<unsigned long long>(local[d]);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const unsigned long long other = __shfl_down_sync(0xffffffffu, value, offset);
-      value = d == exact::kSpecialDigit ? (value | other) : value + other;  // wraps: two's complement
-    }
-    if (lane == 0 && value != 0) {
-      if (d == exact::kSpecialDigit) {
-        atomicOr(&block_digits[d], value);
-      } else {
-        atomicAdd(&block_digits[d], value);
-      }
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < exact::kDigits) {
-    const unsigned long long value = block_digits[threadIdx.x];
-    auto* word = reinterpret_cast<unsigned long long*>(digits + threadIdx.x * stride);
-    if (value != 0) {
-      if (threadIdx.x == exact::kSpecialDigit) {
-        atomicOr(word, value);
-      } else {
-        atomicAdd(word, value);
-      }
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kMultiTensorThreads)
     exact_sum_of_squares_kernel(ReadTable table, SumIndices sums, int64_t* digits,
                                 int64_t count) {
@@ -101,7 +62,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
   }
   int64_t local[exact::kDigits] = {};
   sum.flush(local);
-  add_block_digits(local, digits + sums.index[work.slot], count);
+  exact::add_block_digits(local, digits + sums.index[work.slot], count);
 }
 
 // One thread: the float norm of each tensor, then the total, as grad_norm's CPU path.

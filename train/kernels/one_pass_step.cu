@@ -147,7 +147,7 @@ __device__ __forceinline__ float row_gradient(const SkinnyStep& p, float sum, fl
   const float value = p.bias != nullptr ? sum + bias : sum;
   const float difference = __fsub_rn(value, target);
   abs_sum += fabsf(difference);
-  return __fmul_rn(p.scale, sign_of(difference));
+  return __fmul_rn(p.scale, l1_sign(difference));
 }
 
 // A forward warp on one staged tile: dy[r][0..15] for its `count` rows, in the forward
@@ -197,22 +197,6 @@ __device__ void forward_tile(const SkinnyStep& p, const float* tile, const float
     reduce_over_row_lanes(sum[i], column_lane);
     const int r = lane_row(row_group, i);
     if (r < count) dy[r][column_lane] = o < p.out ? row_gradient(p, sum[i][0], bias, target[i], abs_sum) : 0.0f;
-  }
-}
-
-// sum[o][c] += dy[r][o] * x[r][4q + c] for one row.
-__device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOutGroup / 4],
-                                                float (&sum)[kOutGroup][4]) {
-#pragma unroll
-  for (int q = 0; q < kOutGroup / 4; ++q) {
-    const float gs[4] = {g[q].x, g[q].y, g[q].z, g[q].w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      sum[4 * q + c][0] = fmaf(gs[c], x.x, sum[4 * q + c][0]);
-      sum[4 * q + c][1] = fmaf(gs[c], x.y, sum[4 * q + c][1]);
-      sum[4 * q + c][2] = fmaf(gs[c], x.z, sum[4 * q + c][2]);
-      sum[4 * q + c][3] = fmaf(gs[c], x.w, sum[4 * q + c][3]);
-    }
   }
 }
 

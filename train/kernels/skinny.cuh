@@ -8,6 +8,8 @@
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
+#include "nn/l1_sign.h"
 #include "train/kernels/skinny.h"
 
 namespace seqpar::train::kernels {
@@ -52,8 +54,8 @@ __device__ __forceinline__ void fma4(float& sum, float4 a, float4 b) {
   sum = fmaf(a.w, b.w, sum);
 }
 
-// sign(d), sign(0) = 0, NaN stays NaN: as the L1 backward.
-__device__ __forceinline__ float sign_of(float d) { return d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : d; }
+// sign(d), sign(0) = 0, NaN stays NaN: the L1 backward's rule (nn/l1_sign.h).
+using nn::l1_sign;
 
 // The forward's warp layout: 16 lanes share a row (lane c reads columns 4c .. 4c+3 of
 // every 64), 2 row groups, each lane four rows (g, g + 2, g + 4, g + 6): 8 rows per
@@ -90,6 +92,23 @@ __device__ __forceinline__ void reduce_over_row_lanes(float (&a)[kOutGroup], int
   butterfly_level<1>(a, column_lane);
 }
 
-inline bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+using cuda::aligned16;
+
+// The weight gradient's step for one row, shared by the weight-gradient kernel and the
+// one-pass step so both sum in the same order: sum[o][c] += dy[r][o] * x[r][4q + c].
+__device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOutGroup / 4],
+                                                float (&sum)[kOutGroup][4]) {
+#pragma unroll
+  for (int q = 0; q < kOutGroup / 4; ++q) {
+    const float gs[4] = {g[q].x, g[q].y, g[q].z, g[q].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      sum[4 * q + c][0] = fmaf(gs[c], x.x, sum[4 * q + c][0]);
+      sum[4 * q + c][1] = fmaf(gs[c], x.y, sum[4 * q + c][1]);
+      sum[4 * q + c][2] = fmaf(gs[c], x.z, sum[4 * q + c][2]);
+      sum[4 * q + c][3] = fmaf(gs[c], x.w, sum[4 * q + c][3]);
+    }
+  }
+}
 
 }  // namespace seqpar::train::kernels

@@ -48,7 +48,7 @@ __device__ __forceinline__ void forward_epilogue(const SkinnyForward& p, int64_t
   }
   const float difference = __fsub_rn(value, p.l1.target.data[row * p.l1.target.row_stride + o]);
   abs_sum += fabsf(difference);
-  p.l1.sign[row * p.out + o] = sign_of(difference);
+  p.l1.sign[row * p.out + o] = l1_sign(difference);
 }
 
 // x reaches shared memory through cp.async, kForwardStages 64-column steps ahead of

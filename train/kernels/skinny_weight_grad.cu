@@ -145,18 +145,10 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
         if (r + u >= count) break;  // rows in order, exactly the chunk's
         const float4 x = rows[u * blockDim.x];
         const float4* grads = reinterpret_cast<const float4*>(grad_tile[r + u]);
+        float4 g[kOutGroup / 4];  // the same addresses for the whole warp: broadcasts
 #pragma unroll
-        for (int q = 0; q < kOutGroup / 4; ++q) {
-          const float4 g = grads[q];  // the same address for the whole warp: a broadcast
-          const float gs[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            sum[4 * q + c][0] = fmaf(gs[c], x.x, sum[4 * q + c][0]);
-            sum[4 * q + c][1] = fmaf(gs[c], x.y, sum[4 * q + c][1]);
-            sum[4 * q + c][2] = fmaf(gs[c], x.z, sum[4 * q + c][2]);
-            sum[4 * q + c][3] = fmaf(gs[c], x.w, sum[4 * q + c][3]);
-          }
-        }
+        for (int q = 0; q < kOutGroup / 4; ++q) g[q] = grads[q];
+        weight_grad_row(x, g, sum);
       }
     }
   }
@@ -202,20 +194,20 @@ __global__ void __launch_bounds__(kSumThreads)
   cuda::allow_dependent_grids();
   cuda::wait_for_prior_grids();
   if (blockIdx.x == gridDim.x - 1) {
-    // db: output o summed by kBiasLanes chunk lanes (lane l: chunks l, l + 8, ...), then
-    // the lanes in order; threads past out * kBiasLanes idle. out <= 64 by contract.
-    constexpr int kBiasLanes = kSumThreads / kSkinnyMaxOut;
-    __shared__ double bias_lanes[kBiasLanes][kSkinnyMaxOut];
+    // db: output o summed by kChunkLanes chunk lanes (lane l: chunks l, l + 8, ...), then
+    // the lanes in order; threads past out * kChunkLanes idle. out <= 64 by contract.
+    constexpr int kChunkLanes = kSumThreads / kSkinnyMaxOut;
+    __shared__ double bias_lanes[kChunkLanes][kSkinnyMaxOut];
     const int o = threadIdx.x % kSkinnyMaxOut, bias_lane = threadIdx.x / kSkinnyMaxOut;
     if (grad_bias != nullptr && o < out) {
       double total = 0.0;
-      for (int64_t c = bias_lane; c < chunks; c += kBiasLanes) total += bias_partials[c * out + o];
+      for (int64_t c = bias_lane; c < chunks; c += kChunkLanes) total += bias_partials[c * out + o];
       bias_lanes[bias_lane][o] = total;
     }
     __syncthreads();
     if (grad_bias != nullptr && bias_lane == 0 && o < out) {
       double total = bias_lanes[0][o];
-      for (int l = 1; l < kBiasLanes; ++l) total += bias_lanes[l][o];
+      for (int l = 1; l < kChunkLanes; ++l) total += bias_lanes[l][o];
       grad_bias[o] = static_cast<float>(total);
     }
     if (finish.partials != nullptr) {

@@ -1,0 +1,65 @@
+// Device helpers for exact sums (core/exact_sum.h): how threads' digits meet. Integer
+// operations only (sums of the bin digits, an or of the flags), so neither the order
+// of the threads nor that of the atomics can change a bit.
+#pragma once
+
+#include <cstdint>
+
+#include "core/exact_sum.h"
+
+namespace seqpar::exact {
+
+// digits[d * stride] += local[d] (or |= for the flags), one integer atomic per
+// non-zero word: for a thread whose sum is its own.
+__device__ inline void add_digits_atomically(const int64_t (&local)[kDigits], int64_t* digits,
+                                             int64_t stride) {
+  for (int d = 0; d < kDigits; ++d) {
+    if (local[d] == 0) continue;
+    auto* word = reinterpret_cast<unsigned long long*>(digits + d * stride);
+    const auto value = static_cast<unsigned long long>(local[d]);
+    if (d == kSpecialDigit) {
+      atomicOr(word, value);
+    } else {
+      atomicAdd(word, value);  // wraps as two's complement: the true total is in range
+    }
+  }
+}
+
+// The sum of every thread's `local` digits added into digits[d * stride]: a warp's
+// lanes first (shuffles), then the block's warps (shared-memory atomics), then one
+// global atomic per word. For threads that share one sum. Every thread of the block
+// must call it; blockDim.x a multiple of 32 and at least kDigits.
+__device__ inline void add_block_digits(const int64_t (&local)[kDigits], int64_t* digits,
+                                        int64_t stride) {
+  __shared__ unsigned long long block_digits[kDigits];
+  if (threadIdx.x < kDigits) block_digits[threadIdx.x] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 0; d < kDigits; ++d) {
+    unsigned long long value = static_cast<unsigned long long>(local[d]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const unsigned long long other = __shfl_down_sync(0xffffffffu, value, offset);
+      value = d == kSpecialDigit ? (value | other) : value + other;
+    }
+    if (lane == 0 && value != 0) {
+      if (d == kSpecialDigit) {
+        atomicOr(&block_digits[d], value);
+      } else {
+        atomicAdd(&block_digits[d], value);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kDigits && block_digits[threadIdx.x] != 0) {
+    auto* word = reinterpret_cast<unsigned long long*>(digits + threadIdx.x * stride);
+    if (threadIdx.x == kSpecialDigit) {
+      atomicOr(word, block_digits[threadIdx.x]);
+    } else {
+      atomicAdd(word, block_digits[threadIdx.x]);
+    }
+  }
+}
+
+}  // namespace seqpar::exact
