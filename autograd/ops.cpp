@@ -17,6 +17,21 @@ bool any_requires_grad(std::initializer_list<const Variable*> inputs) {
 
 // ---------------------------------------------------------------- add, sub
 
+namespace {
+
+// `output` of a two-input op, recorded with a Backward node when either input wants
+// a gradient.
+template <typename Backward>
+Variable binary_result(Tensor output, const Variable& a, const Variable& b) {
+  if (!any_requires_grad({&a, &b})) return Variable(std::move(output));
+  auto node = std::make_shared<Backward>();
+  node->add_input(a);
+  node->add_input(b);
+  return Variable::from_op(std::move(output), std::move(node));
+}
+
+}  // namespace
+
 // d(a + b) = (g, g).
 struct AddBackward : Node {
   std::vector<Tensor> apply(const Tensor& grad_output) override { return {grad_output, grad_output}; }
@@ -24,12 +39,7 @@ struct AddBackward : Node {
 };
 
 Variable add(const Variable& a, const Variable& b) {
-  Tensor output = seqpar::add(a.data(), b.data());
-  if (!any_requires_grad({&a, &b})) return Variable(std::move(output));
-  auto node = std::make_shared<AddBackward>();
-  node->add_input(a);
-  node->add_input(b);
-  return Variable::from_op(std::move(output), std::move(node));
+  return binary_result<AddBackward>(seqpar::add(a.data(), b.data()), a, b);
 }
 
 // d(a - b) = (g, -g).
@@ -42,12 +52,7 @@ struct SubBackward : Node {
 };
 
 Variable sub(const Variable& a, const Variable& b) {
-  Tensor output = seqpar::sub(a.data(), b.data());
-  if (!any_requires_grad({&a, &b})) return Variable(std::move(output));
-  auto node = std::make_shared<SubBackward>();
-  node->add_input(a);
-  node->add_input(b);
-  return Variable::from_op(std::move(output), std::move(node));
+  return binary_result<SubBackward>(seqpar::sub(a.data(), b.data()), a, b);
 }
 
 // ---------------------------------------------------------------- mul by a scalar

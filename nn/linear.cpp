@@ -53,13 +53,6 @@ Tensor transposed(const Tensor& matrix) {
   return result;
 }
 
-// The canonical numerics of nn/linear_kernels.h, which the CUDA kernels reproduce bit for bit.
-Tensor linear_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  Tensor y = Tensor::empty({x.size(0), weight.size(0)});
-  detail::chain_products_cpu(detail::const_rows_of(x), detail::const_rows_of(weight), bias.data(),
-                             y.data(), y.size(1));
-  return y;
-}
 
 // The exact row sums of dW and db: accumulated, added over the ranks of the current
 // CrossRankScope (if any), rounded once.
@@ -100,15 +93,18 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   check_bias(bias, weight);
   const Tensor x_rows = detail::with_unit_column_stride(x);
   const Tensor weight_rows = weight.contiguous(), bias_values = bias.contiguous();
+  // Written whole by either path, in the canonical numerics of nn/linear_kernels.h.
+  Tensor y = Tensor::empty({x.size(0), weight.size(0)}, x.device());
 #ifdef SEQPAR_WITH_CUDA
   if (x.device().is_cuda()) {
-    Tensor y = Tensor::empty({x.size(0), weight.size(0)}, x.device());
     detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y);
     return y;
   }
 #endif
   require_cpu("linear", x.device());
-  return linear_forward_cpu(x_rows, weight_rows, bias_values);
+  detail::chain_products_cpu(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
+                             bias_values.data(), y.data(), y.size(1));
+  return y;
 }
 
 LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,

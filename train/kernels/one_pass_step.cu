@@ -297,19 +297,9 @@ template <bool kVector>
 __device__ void write_partials(const SkinnyStep& p, int64_t chunk, int64_t out0, int quad,
                                const float (&sum)[kOutGroup][4], double bias_sum) {
   if (quad < kOutGroup && out0 + quad < p.out) p.bias_partials[chunk * p.out + out0 + quad] = bias_sum;
-  const int64_t k = 4 * int64_t{quad};
-  if (k >= p.in) return;  // (fewer quads than outputs: the bias threads above still write)
-  float* partial = p.weight_partials + chunk * p.out * p.in;
-#pragma unroll
-  for (int o = 0; o < kOutGroup; ++o) {
-    if (out0 + o >= p.out) break;
-    float* row = partial + (out0 + o) * p.in;
-    if (kVector) {
-      *reinterpret_cast<float4*>(row + k) = make_float4(sum[o][0], sum[o][1], sum[o][2], sum[o][3]);
-    } else {
-      for (int c = 0; c < 4 && k + c < p.in; ++c) row[k + c] = sum[o][c];
-    }
-  }
+  // (fewer quads than outputs: the bias threads above still write)
+  store_weight_sums<kVector>(p.weight_partials + chunk * p.out * p.in, p.in, p.out, out0,
+                             4 * int64_t{quad}, sum);
 }
 
 // grid (chunks, output groups); block: forward_warps forward warps, then one

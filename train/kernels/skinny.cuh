@@ -111,4 +111,27 @@ __device__ __forceinline__ void weight_grad_row(float4 x, const float4 (&g)[kOut
   }
 }
 
+// Stores a thread's weight-gradient sums, columns k .. k+3 of outputs out0 .. out0+15,
+// into one chunk's partial dW ([out, in], row-major); columns past `in` and outputs
+// past `out` are skipped. kVector: rows 16-byte aligned and `in` a multiple of 4.
+template <bool kVector>
+__device__ __forceinline__ void store_weight_sums(float* partial, int64_t in, int64_t out,
+                                                  int64_t out0, int64_t k,
+                                                  const float (&sum)[kOutGroup][4]) {
+  if (k >= in) return;
+#pragma unroll
+  for (int o = 0; o < kOutGroup; ++o) {
+    if (out0 + o >= out) break;
+    float* row = partial + (out0 + o) * in;
+    if (kVector) {
+      *reinterpret_cast<float4*>(row + k) = make_float4(sum[o][0], sum[o][1], sum[o][2], sum[o][3]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (k + c < in) row[k + c] = sum[o][c];
+      }
+    }
+  }
+}
+
 }  // namespace seqpar::train::kernels

@@ -154,20 +154,7 @@ __global__ void __launch_bounds__(kGradMaxThreads) skinny_weight_grad_kernel(Ski
   }
   cuda::wait_copies<0>();  // nothing in flight when the block exits
 
-  float* partial = p.weight_partials + chunk * p.out * p.in;
-#pragma unroll
-  for (int o = 0; o < kOutGroup; ++o) {
-    if (out0 + o >= p.out) break;
-    float* row = partial + (out0 + o) * p.in;
-    if (kVector) {
-      if (k < p.in) *reinterpret_cast<float4*>(row + k) = make_float4(sum[o][0], sum[o][1], sum[o][2], sum[o][3]);
-    } else {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        if (k + c < p.in) row[k + c] = sum[o][c];
-      }
-    }
-  }
+  store_weight_sums<kVector>(p.weight_partials + chunk * p.out * p.in, p.in, p.out, out0, k, sum);
   if (blockIdx.y != 0) return;  // one column block writes db
   if (bias_lane < bias_lanes) bias_lane_sums[bias_lane][bias_column] = bias_sum;
   __syncthreads();
