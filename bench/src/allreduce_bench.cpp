@@ -4,7 +4,7 @@
 //
 //   seqpar-allreduce-bench --nproc 2 [--repeats 200] [--warmup 20]
 //
-// Sizes: 10256 floats (41 KB, the gradient of the seed's Linear(640, 16)) and 64 MiB.
+// Sizes: 10256 floats (41 KB, the gradient of the Linear(640, 16)) and 64 MiB.
 // Every call is bracketed by its own pair of CUDA events and waited for; the figure
 // is the median over --repeats calls after --warmup calls. Three ways per size:
 //   direct    ncclAllReduce between the events: the collective's GPU time;

@@ -15,15 +15,15 @@ struct Settings {
   bool kernel_parts = false, kernel_parts_only = false;
 };
 
-// Kernels at the seed's shapes (seqpar_bench_kernels.cpp).
+// Kernels at the issue's shapes (seqpar_bench_kernels.cpp).
 void bench_kernels(Report& report, const Settings& settings);
-// The seed's kernels one launcher at a time, where bench_kernels times them in pairs
+// The issue's kernels one launcher at a time, where bench_kernels times them in pairs
 // (seqpar-bench --kernel-parts; seqpar_bench_kernels.cpp).
 void bench_kernel_parts(Report& report, const Settings& settings);
 // The stress shape and the square GEMM (seqpar_bench_kernels.cpp).
 void bench_stress(Report& report, const Settings& settings);
 
-// The seed step over NCCL, this process being one rank of `environment`'s world
+// The issue step over NCCL, this process being one rank of `environment`'s world
 // (seqpar-bench --nproc 2; seqpar_bench_nccl.cpp, built with NCCL only). Rank 0
 // prints the figures and writes settings.json. Returns the exit status: 1 when a
 // correctness check failed on any rank.

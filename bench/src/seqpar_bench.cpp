@@ -15,7 +15,7 @@
 // and run eagerly, and the public API (autograd), on the full batch of 12000 rows, on
 // one rank's 3000-row shard, and over 4 ranks of a threads group sharing the GPU.
 //
-// --kernel-parts adds the seed's kernels one launcher at a time where the default
+// --kernel-parts adds the issue's kernels one launcher at a time where the default
 // sections time them in pairs (what the former seqpar-kernel-timings printed):
 // dx = dy W, L1 forward, L1 backward, grad norm, clip, and axpby.
 #include <cuda_runtime.h>
@@ -53,7 +53,7 @@ constexpr int64_t kRows = 12000, kIn = 640, kOut = 16, kShards = 4;
 constexpr double kF = sizeof(float);
 const Device kGpu = Device::cuda(0);
 
-optim::AdamWOptions seed_adamw() {
+optim::AdamWOptions issue_adamw() {
   optim::AdamWOptions options;
   options.lr = 1e-4;
   options.weight_decay = 0.01;
@@ -104,7 +104,7 @@ void bench_steps(Report& report, const Settings& s) {
 
   {  // the fused step on one batch: x stays in L2 from one step to the next
     train::LinearL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
-                             seed_adamw(), 1.0);
+                             issue_adamw(), 1.0);
     report.add("step/full12000/fused_eager", "LinearL1Step::run, 3 launches",
                time_calls([&] { step.run(); }, s.warmup, s.repeats), step_bytes, step_flops);
     step.capture();
@@ -118,7 +118,7 @@ void bench_steps(Report& report, const Settings& s) {
       keep.push_back(generator.randn({kRows, kIn}, kGpu));
       batches.push_back({keep.back(), keep.back().narrow(1, 0, kOut)});
     }
-    train::LinearL1Step step(model, batches, nn::Reduction::mean(), seed_adamw(), 1.0);
+    train::LinearL1Step step(model, batches, nn::Reduction::mean(), issue_adamw(), 1.0);
     step.capture();
     int next = 0;
     report.add("step/full12000/fused_graph_rotating", "replay over 4 batches of 30.7 MB",
@@ -127,19 +127,19 @@ void bench_steps(Report& report, const Settings& s) {
   }
   {
     ApiStep step{model, Variable(x), Variable(x.narrow(1, 0, kOut)), nn::Reduction::mean(),
-                 optim::AdamW(model.parameters(), seed_adamw()), nullptr};
+                 optim::AdamW(model.parameters(), issue_adamw()), nullptr};
     report.add("step/full12000/public_api", "autograd + kernels, eager",
                time_calls([&] { step(); }, s.warmup, s.repeats), step_bytes, step_flops);
   }
   const Tensor shard = x.tensor_split(kShards)[0];
   {  // one SP rank's share: the exact loss over its 3000 rows (no peers to sync with)
-    train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact, seed_adamw(), 1.0);
+    train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact, issue_adamw(), 1.0);
     step.capture();
     report.add("step/shard3000/fused_graph", "one rank of sp 4, exact loss, no peers",
                time_calls([&] { step.replay(); }, s.warmup, s.repeats), shard_bytes,
                step_flops / kShards);
     ApiStep api{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
-                optim::AdamW(model.parameters(), seed_adamw()), nullptr};
+                optim::AdamW(model.parameters(), issue_adamw()), nullptr};
     report.add("step/shard3000/public_api", "autograd + kernels, eager",
                time_calls([&] { api(); }, s.warmup, s.repeats), shard_bytes, step_flops / kShards);
   }
@@ -164,14 +164,14 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
     std::unique_ptr<ApiStep> api_step;
     if (fused) {
       fused_step = std::make_unique<train::LinearL1Step>(
-          model, std::vector<train::Batch>{{shard, shard.narrow(1, 0, kOut)}}, exact, seed_adamw(),
+          model, std::vector<train::Batch>{{shard, shard.narrow(1, 0, kOut)}}, exact, issue_adamw(),
           1.0, train::GradientSync::on_host([&](Tensor& gradients) {
             world->all_reduce(gradients, dist::ReduceOp::Sum);
           }));
       one_step = [&] { fused_step->run(); };
     } else {
       api_step.reset(new ApiStep{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
-                                 optim::AdamW(model.parameters(), seed_adamw()), world.get()});
+                                 optim::AdamW(model.parameters(), issue_adamw()), world.get()});
       one_step = [&] { (*api_step)(); };
     }
     cudaStream_t stream = cuda::current_stream(0);
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
   const std::string usage =
       "usage: seqpar-bench [--nproc N] [--repeats N] [--warmup N] [--json PATH] [--no-stress]\n"
       "                    [--kernel-parts | --kernel-parts-only]\n"
-      "  --kernel-parts       also time the seed's kernels one launcher at a time (dx, L1\n"
+      "  --kernel-parts       also time the issue's kernels one launcher at a time (dx, L1\n"
       "                       forward, L1 backward, grad norm, clip, axpby)\n"
       "  --kernel-parts-only  only that section\n";
   const int status = bench::parse_arguments(argc, argv, usage, {

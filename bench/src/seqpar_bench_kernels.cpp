@@ -1,4 +1,4 @@
-// seqpar-bench's kernel sections: the seed's kernels one by one through their
+// seqpar-bench's kernel sections: the issue's kernels one by one through their
 // launchers (preallocated outputs), and the stress shapes.
 #include <cuda_runtime.h>
 
@@ -25,7 +25,7 @@ namespace {
 constexpr double kF = sizeof(float);
 const Device kGpu = Device::cuda(0);
 
-optim::AdamWOptions seed_adamw() {
+optim::AdamWOptions issue_adamw() {
   optim::AdamWOptions options;
   options.lr = 1e-4;
   options.weight_decay = 0.01;
@@ -157,7 +157,7 @@ void bench_kernels(Report& report, const Settings& s) {
     }
     const Tensor m = Tensor::zeros({parameters}, kGpu), v = Tensor::zeros({parameters}, kGpu);
     const auto tensors = adamw_tensors(params, grads, m, v);
-    const auto scalars = optim::detail::adamw_step_scalars(seed_adamw(), 1);
+    const auto scalars = optim::detail::adamw_step_scalars(issue_adamw(), 1);
     const int repeats = parameters > 1'000'000 ? std::max(200, s.repeats / 2) : s.repeats;
     report.add("kernel/adamw/" + std::to_string(parameters), "multi-tensor AdamW, one launch per table",
                time_calls([&] { optim::detail::adamw_step_cuda(tensors, scalars, 0); }, s.warmup,
@@ -195,7 +195,7 @@ void bench_kernel_parts(Report& report, const Settings& s) {
   const Tensor bias = generator.randn({out}, kGpu), grad_y = generator.randn({n, out}, kGpu);
   const Tensor y = Tensor::empty({n, out}, kGpu), grad_x = Tensor::empty({n, in}, kGpu);
   const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
-  const Tensor target = x.narrow(1, 0, out);  // the seed's x[:, :16], row stride 640
+  const Tensor target = x.narrow(1, 0, out);  // the issue's x[:, :16], row stride 640
   const Tensor loss = Tensor::empty({}, kGpu), grad_loss = Tensor::ones({}, kGpu);
   nn::detail::linear_forward_cuda(x, weight, bias, y);
   report.add("kernel/linear_dx/12000x640x16", "dx = dy W, dx 12000x640",
@@ -270,7 +270,7 @@ void bench_stress(Report& report, const Settings& s) {
                }, 1, 3), kF * 2 * rows * features, flops);
   }
   const autograd::Variable input(x), target(x);
-  optim::AdamW optimizer(model.parameters(), seed_adamw());
+  optim::AdamW optimizer(model.parameters(), issue_adamw());
   report.add("step/stress/public_api", "x 1048576x1024, Linear 1024->1024, fp32, one step",
              time_calls([&] {
                model.zero_grad();

@@ -1,5 +1,5 @@
 // seqpar-bench --nproc 2: the issue step on 2 GPUs over NCCL, one process per
-// GPU, rank 0 reporting. Each rank draws the seed's model and x exactly as the
+// GPU, rank 0 reporting. Each rank draws the issue's model and x exactly as the
 // one-GPU figures do (Generator(12345): the Linear, then x), keeps its rows of
 // x.tensor_split(world) (6000 of 12000 for 2 ranks) and takes the "exact" policy's
 // step: loss = its sum over (12000 x 16), backward, the gradients summed over the
@@ -44,15 +44,15 @@ namespace {
 constexpr int64_t kRows = 12000, kIn = 640, kOut = 16;
 constexpr double kF = sizeof(float);
 
-optim::AdamWOptions seed_adamw() {
+optim::AdamWOptions issue_adamw() {
   optim::AdamWOptions options;
   options.lr = 1e-4;
   options.weight_decay = 0.01;
   return options;
 }
 
-// The seed's model, drawn first from Generator(12345) as in the one-GPU figures.
-std::unique_ptr<nn::Linear> seed_model(Device gpu) {
+// The issue's model, drawn first from Generator(12345) as in the one-GPU figures.
+std::unique_ptr<nn::Linear> issue_model(Device gpu) {
   Generator generator(12345);
   return std::make_unique<nn::Linear>(kIn, kOut, generator, gpu);
 }
@@ -279,8 +279,8 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
   checks.expect(initial.differing == 0 && first_rows.differing == 0,
                 "every rank drew the same initial parameters and x (Generator(12345))");
   {  // this rank's shard alone, no peers: what the step costs before communication
-    const auto model = seed_model(gpu);
-    train::LinearL1Step step(*model, batch, exact, seed_adamw(), 1.0);
+    const auto model = issue_model(gpu);
+    train::LinearL1Step step(*model, batch, exact, issue_adamw(), 1.0);
     step.capture();
     out.add("step/shard" + std::to_string(rows) + "/fused_graph",
             "one rank's shard, no gradient sync, replayed (every rank at once)",
@@ -311,8 +311,8 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
     CUDA_CHECK(cudaGraphExecDestroy(two_graph));
   }
   {  // the step, eager, then captured and replayed; the ranks must stay bitwise equal
-    const auto model = seed_model(gpu);
-    train::LinearL1Step step(*model, batch, exact, seed_adamw(), 1.0, sum_gradients);
+    const auto model = issue_model(gpu);
+    train::LinearL1Step step(*model, batch, exact, issue_adamw(), 1.0, sum_gradients);
     out.add("step/" + world_name + "/seqpar_eager",
             "LinearL1Step::run, all_reduce_enqueue between backward and clip",
             time_aligned(group, [&] { step.run(); }, s), bytes, flops);
@@ -327,10 +327,10 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
     checks.same_parameters(*model, step.step_count(), "eager, then replayed");
   }
   {  // 5 steps over the world (2 eager, 3 replayed) against one rank on all rows
-    const auto split_model = seed_model(gpu), whole_model = seed_model(gpu);
-    train::LinearL1Step split(*split_model, batch, exact, seed_adamw(), 1.0, sum_gradients);
+    const auto split_model = issue_model(gpu), whole_model = issue_model(gpu);
+    train::LinearL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, sum_gradients);
     train::LinearL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
-                              seed_adamw(), 1.0);
+                              issue_adamw(), 1.0);
     split.run();
     split.run();
     split.capture();

@@ -28,7 +28,7 @@ TEST_CASE("mesh of 8 ranks, sp 4 x dp 2", "[dist]") {
   CHECK_THAT(layout, Contains("5 (1, 1)"));
 }
 
-TEST_CASE("mesh of the seed report: 4 ranks, sp 4, dp 1", "[dist]") {
+TEST_CASE("mesh of the bug report: 4 ranks, sp 4, dp 1", "[dist]") {
   const dist::Mesh mesh(4, 4, 1);
   CHECK(mesh.sp_groups() == Groups{{0, 1, 2, 3}});
   // The data-parallel groups hold one rank each: the group DeepSpeed 0.16 reduced over.

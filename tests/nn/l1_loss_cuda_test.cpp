@@ -19,7 +19,7 @@ void check_l1_case(int64_t rows, int64_t cols, bool strided) {
   INFO(rows << " x " << cols << (strided ? ", strided" : ""));
   const Device gpu = Device::cuda();
   Generator generator(rows * 131 + cols);
-  // Strided: windows of wider tensors, as the seed's target x[:, :16] of x [n, 640].
+  // Strided: windows of wider tensors, as the target x[:, :16] of x [n, 640].
   const Tensor input_wide = generator.randn({rows, strided ? cols + 9 : cols});
   Tensor target_wide = generator.randn({rows, strided ? 2 * cols + 1 : cols});
   const Tensor input = input_wide.narrow(1, 0, cols);
@@ -66,7 +66,7 @@ TEST_CASE("l1 loss forward and backward on the GPU match the CPU", "[cuda]") {
       check_l1_case(rows, cols, false);
     }
   }
-  check_l1_case(12000, 16, true);  // the seed's loss
+  check_l1_case(12000, 16, true);  // the loss
   check_l1_case(17, 16, true);
   check_l1_case(1, 1, true);
 }

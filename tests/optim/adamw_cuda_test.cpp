@@ -111,7 +111,7 @@ optim::AdamWOptions other_options() {
   return options;
 }
 
-// The seed's two parameters, a large tensor (a launch of its own), two small ones of
+// The two parameters, a large tensor (a launch of its own), two small ones of
 // 256 and 74 chunks (with the rest, more blocks than one launch table holds) and 25
 // small odd ones (more tensors than one table holds).
 std::vector<int64_t> many_sizes() {
@@ -126,7 +126,7 @@ TEST_CASE("AdamW on the GPU matches the CPU bitwise", "[cuda][adamw]") {
   SEQPAR_REQUIRE_CUDA();
   // Both paths take the same float scalars (detail::adamw_step_scalars, rounded once
   // from doubles as PyTorch does) and the same float operations in the same order, so
-  // the results are bitwise equal: with the seed's hyperparameters and with others.
+  // the results are bitwise equal: with the hyperparameters and with others.
   for (const optim::AdamWOptions& options : {seed_options(), other_options()}) {
     const Distances worst = run_on_both(many_sizes(), options, 5);
     CHECK(worst.params == 0);

@@ -133,7 +133,7 @@ TEST_CASE("clip then AdamW match float64 with clipping inactive", "[optim]") {
 }
 
 TEST_CASE("AdamW's first step moves each weight by about lr * sign(g)", "[optim]") {
-  // The mechanism behind the seed bug: ranks whose local gradients differ in sign
+  // The mechanism behind the bug: ranks whose local gradients differ in sign
   // move a weight in opposite directions, 2 * lr apart.
   Generator generator(304);
   Variable p(generator.randn({64}), true);

@@ -45,7 +45,7 @@ int64_t gradient_ulps(const std::vector<Variable>& gpu, const std::vector<Variab
 TEST_CASE("gradient norm and clipping on the GPU match the CPU", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   const Device gpu = Device::cuda();
-  // The seed's parameters; then more tensors and blocks than one launch table holds.
+  // the parameters; then more tensors and blocks than one launch table holds.
   std::vector<int64_t> many = {16 * 640, 16, 1, 0, 4097, 1500001, 0};
   for (int i = 0; i < 25; ++i) many.push_back(3 + 2 * i);
   for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{16 * 640, 16}, many}) {

@@ -1,7 +1,7 @@
-// The seed's model trained on one CPU rank: Linear(640 -> 16), L1 (mean) against
+// The issue's model trained on one CPU rank: Linear(640 -> 16), L1 (mean) against
 // the first 16 input columns, clip at 1.0, AdamW(lr 1e-4, betas 0.9/0.999, eps 1e-8,
 // weight decay 0.01). The loss must fall, and the run must be bitwise repeatable.
-// [cuda]: the seed's step (x [12000, 640] ~ N(0, 1), one step) on the GPU matches the
+// [cuda]: the issue's step (x [12000, 640] ~ N(0, 1), one step) on the GPU matches the
 // CPU to float32 rounding and is bitwise reproducible.
 #include <catch2/catch.hpp>
 
@@ -26,8 +26,8 @@ struct TrainingRun {
   std::vector<Tensor> parameters;
 };
 
-// As the seed script: seed, build the model, then draw x from the same generator.
-TrainingRun train_seed_model(int64_t rows, int steps) {
+// As the report's script: seed, build the model, then draw x from the same generator.
+TrainingRun train_issue_model(int64_t rows, int steps) {
   Generator generator(12345);
   nn::Linear model(640, 16, generator);
   const Variable x(generator.randn({rows, 640}));
@@ -49,8 +49,8 @@ TrainingRun train_seed_model(int64_t rows, int steps) {
 
 }  // namespace
 
-TEST_CASE("one rank trains the seed's model: the loss falls for 20 steps", "[optim][training]") {
-  const TrainingRun run = train_seed_model(/*rows=*/12000, /*steps=*/20);
+TEST_CASE("one rank trains the issue's model: the loss falls for 20 steps", "[optim][training]") {
+  const TrainingRun run = train_issue_model(/*rows=*/12000, /*steps=*/20);
   REQUIRE(run.losses.size() == 20);
   CAPTURE(run.losses);
   CHECK(run.losses.back() < run.losses.front());
@@ -58,8 +58,8 @@ TEST_CASE("one rank trains the seed's model: the loss falls for 20 steps", "[opt
 }
 
 TEST_CASE("the same seed gives a bitwise-identical 5-step run", "[optim][determinism]") {
-  const TrainingRun first = train_seed_model(/*rows=*/1000, /*steps=*/5);
-  const TrainingRun second = train_seed_model(/*rows=*/1000, /*steps=*/5);
+  const TrainingRun first = train_issue_model(/*rows=*/1000, /*steps=*/5);
+  const TrainingRun second = train_issue_model(/*rows=*/1000, /*steps=*/5);
   REQUIRE(first.parameters.size() == second.parameters.size());
   for (size_t i = 0; i < first.parameters.size(); ++i) {
     CHECK(test::bitwise_equal(first.parameters[i], second.parameters[i]));
@@ -68,7 +68,7 @@ TEST_CASE("the same seed gives a bitwise-identical 5-step run", "[optim][determi
                     first.losses.size() * sizeof(float)) == 0);
 }
 
-// ---- [cuda]: the seed training step on the GPU
+// ---- [cuda]: the issue's training step on the GPU
 
 namespace {
 
@@ -77,9 +77,9 @@ struct StepResult {
 };
 
 // Everything is drawn on the host and copied, so both devices start from the same bits.
-StepResult seed_step(Device device) {
+StepResult issue_step(Device device) {
   Generator generator(12345);
-  nn::Linear linear(640, 16, generator, device);  // as the seed: the model, then x
+  nn::Linear linear(640, 16, generator, device);  // as the report's script: the model, then x
   const Tensor x = generator.randn({12000, 640}, device);
   const Variable input(x), target(x.narrow(1, 0, 16));
   optim::AdamWOptions options;
@@ -100,11 +100,11 @@ StepResult seed_step(Device device) {
 
 }  // namespace
 
-TEST_CASE("the seed training step on the GPU matches the CPU to float32 rounding", "[cuda]") {
+TEST_CASE("the issue's training step on the GPU matches the CPU to float32 rounding", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  const StepResult cpu = seed_step(Device::cpu());
+  const StepResult cpu = issue_step(Device::cpu());
   test::poison_pool(Device::cuda());
-  const StepResult gpu = seed_step(Device::cuda());
+  const StepResult gpu = issue_step(Device::cuda());
   CHECK(gpu.loss.device() == Device::cuda());
   // The loss sums 192000 terms in double on both sides.
   CHECK(test::relative_error(gpu.loss, cpu.loss) < 1e-6);
@@ -117,17 +117,17 @@ TEST_CASE("the seed training step on the GPU matches the CPU to float32 rounding
   // agree to about float32 rounding of their values.
   CHECK(test::relative_error(gpu.weight, cpu.weight) < 1e-6);
   CHECK(test::relative_error(gpu.bias, cpu.bias) < 1e-6);
-  WARN("seed step, GPU vs CPU: loss " << gpu.loss.item() << " vs " << cpu.loss.item()
+  WARN("issue step, GPU vs CPU: loss " << gpu.loss.item() << " vs " << cpu.loss.item()
        << "; norm " << gpu.norm.item() << " vs " << cpu.norm.item() << "; worst ulp distance "
        << "of weight " << test::max_ulp_distance(gpu.weight, cpu.weight) << ", bias "
        << test::max_ulp_distance(gpu.bias, cpu.bias));
 }
 
-TEST_CASE("the seed training step on the GPU is bitwise reproducible", "[cuda]") {
+TEST_CASE("the issue's training step on the GPU is bitwise reproducible", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  const StepResult first = seed_step(Device::cuda());
+  const StepResult first = issue_step(Device::cuda());
   test::poison_pool(Device::cuda());
-  const StepResult second = seed_step(Device::cuda());
+  const StepResult second = issue_step(Device::cuda());
   CHECK(test::bitwise_equal(first.loss, second.loss));
   CHECK(test::bitwise_equal(first.norm, second.norm));
   CHECK(test::bitwise_equal(first.grad_weight, second.grad_weight));

@@ -40,14 +40,14 @@ struct Outcome {
   Tensor loss, norm, grad_weight, grad_bias, weight, bias;  // after the last step
 };
 
-optim::AdamWOptions seed_adamw() {
+optim::AdamWOptions issue_adamw() {
   optim::AdamWOptions options;
   options.lr = 1e-4;
   options.weight_decay = 0.01;
   return options;
 }
 
-// The model, then x, from one generator (as the seed draws them); target = x[:, :out]
+// The model, then x, from one generator (as the report's script draws them); target = x[:, :out]
 // when in >= out, else a second draw.
 struct Data {
   Tensor x, target, weight, bias;  // on the host
@@ -84,7 +84,7 @@ Outcome public_api_steps(const Problem& p, const Data& data, Device device, int 
   nn::Linear model = model_on(data, device);
   const Tensor x = place(data.x, device, p.strided);
   const Variable input(x), target(p.in >= p.out ? x.narrow(1, 0, p.out) : data.target.to(device));
-  optim::AdamW optimizer(model.parameters(), seed_adamw());
+  optim::AdamW optimizer(model.parameters(), issue_adamw());
   Outcome outcome;
   for (int step = 0; step < steps; ++step) {
     model.zero_grad();
@@ -110,7 +110,7 @@ Outcome fused_steps(const Problem& p, const Data& data, int steps, bool graph, i
     const Tensor x = place(data.x, gpu, p.strided);
     list.push_back({x, p.in >= p.out ? x.narrow(1, 0, p.out) : data.target.to(gpu)});
   }
-  train::LinearL1Step step(model, list, nn::Reduction::mean(), seed_adamw(), p.max_norm);
+  train::LinearL1Step step(model, list, nn::Reduction::mean(), issue_adamw(), p.max_norm);
   if (graph) step.capture();
   for (int s = 0; s < steps; ++s) {
     const size_t batch = static_cast<size_t>(s % batches);
@@ -160,7 +160,7 @@ void check_bitwise(const Outcome& a, const Outcome& b) {
 
 }  // namespace
 
-TEST_CASE("the fused seed step matches the CPU public API to float32 rounding", "[cuda]") {
+TEST_CASE("the fused issue step matches the CPU public API to float32 rounding", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   for (const Problem& p : {Problem{12000, 640, 16, 1.0, false}, Problem{1001, 37, 5, 0.05, true},
                            Problem{333, 64, 40, 0.5, false},
@@ -195,7 +195,7 @@ TEST_CASE("the fused step matches the GPU public API over steps while the clip i
   CHECK(relative_error(fused.norm, api.norm) < 1e-5);
   CHECK(relative_error(fused.grad_weight, api.grad_weight) < 1e-5);
   CHECK(relative_error(fused.grad_bias, api.grad_bias) < 1e-5);
-  const double lr = seed_adamw().lr;
+  const double lr = issue_adamw().lr;
   check_parameters_close(fused.weight, api.weight, api.grad_weight, lr, 5);
   check_parameters_close(fused.bias, api.bias, api.grad_bias, lr, 5);
 }
@@ -225,7 +225,7 @@ TEST_CASE("replayed steps keep AdamW's bias corrections past the scalar table", 
   const int steps = static_cast<int>(train::LinearL1Step::kTableSteps) + 3;
   const Outcome api = public_api_steps(p, data, Device::cuda(), steps);
   const Outcome replayed = fused_steps(p, data, steps, true);
-  const double lr = seed_adamw().lr;
+  const double lr = issue_adamw().lr;
   check_parameters_close(replayed.weight, api.weight, api.grad_weight, lr, steps);
   check_parameters_close(replayed.bias, api.bias, api.grad_bias, lr, steps);
 }
@@ -246,7 +246,7 @@ TEST_CASE("the fused step over 4 ranks of a threads group equals one rank", "[cu
     nn::Linear model = model_on(data, gpu);
     const Tensor shard = x.tensor_split(4)[static_cast<size_t>(rank)];
     train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, p.out)}},
-                             nn::Reduction::sum_divided_by(p.rows * p.out), seed_adamw(),
+                             nn::Reduction::sum_divided_by(p.rows * p.out), issue_adamw(),
                              p.max_norm,
                              train::GradientSync::on_host([&](Tensor& gradients) {
                                world->all_reduce(gradients, dist::ReduceOp::Sum);
@@ -286,7 +286,7 @@ TEST_CASE("a stream-ordered gradient synchronization is captured into the step's
     const Tensor x = data.x.to(gpu);
     int calls = 0;
     train::LinearL1Step step(model, {{x, x.narrow(1, 0, p.out)}},
-                             nn::Reduction::sum_divided_by(2 * p.rows * p.out), seed_adamw(),
+                             nn::Reduction::sum_divided_by(2 * p.rows * p.out), issue_adamw(),
                              p.max_norm,
                              train::GradientSync::stream_ordered([&](Tensor& gradients) {
                                ++calls;
@@ -311,7 +311,7 @@ TEST_CASE("a stream-ordered gradient synchronization is captured into the step's
     nn::Linear model = model_on(data, gpu);
     const Tensor x = data.x.to(gpu);
     train::LinearL1Step step(model, {{x, x.narrow(1, 0, p.out)}}, nn::Reduction::mean(),
-                             seed_adamw(), p.max_norm,
+                             issue_adamw(), p.max_norm,
                              train::GradientSync::on_host([](Tensor&) {}));
     CHECK_THROWS_WITH(step.capture(), Catch::Contains("cannot be captured; use run()"));
     CHECK_FALSE(step.captured());

@@ -2,7 +2,7 @@
 // partials from one read of x) at odd shapes: against the two-launch route bit for
 // bit (it sums in the same orders by design), against the CPU path to float32
 // rounding, and against itself run to run. x and target are strided, misaligned
-// windows in some cases; the target is either x's first columns (as in the seed) or
+// windows in some cases; the target is either x's first columns (as in the issue) or
 // a tensor of its own.
 #include <catch2/catch.hpp>
 
@@ -123,7 +123,7 @@ void check_shape(const StepShape& s) {
   Generator generator(s.rows * 7 + s.in * 131 + s.out);
   const Tensor x = generator.randn({s.rows, s.in}), weight = generator.randn({s.out, s.in});
   const Tensor bias = generator.randn({s.out});
-  // The seed's target (x's first columns) when there are enough; else its own tensor.
+  // the issue's target (x's first columns) when there are enough; else its own tensor.
   const bool seed_like = s.in >= s.out && s.out % 2 == 0;
   const Tensor own_target = seed_like ? Tensor() : generator.randn({s.rows, s.out});
   const Tensor x_gpu = s.strided ? window_of(x, gpu) : x.to(gpu);
