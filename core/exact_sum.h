@@ -91,6 +91,10 @@ struct BinnedSums {
     for (int l = 0; l < kLanes; ++l) special[l] = 0.0;
   }
 
+  // kFirstBin > 0 skips bins 0 .. kFirstBin - 1, for callers that know every term is
+  // below half their units (first_reachable_bin): there the extraction gives exactly +0
+  // and leaves the rest as it is, so skipping them changes no bit.
+  template <int kFirstBin = 0>
   SEQPAR_HOST_DEVICE void add(const double (&terms)[kLanes]) {
     double rest[kLanes];
     for (int l = 0; l < kLanes; ++l) {
@@ -99,7 +103,7 @@ struct BinnedSums {
       special[l] += in_range ? 0.0 : term * INFINITY;  // +-inf, or NaN for NaN
       rest[l] = in_range ? term : 0.0;
     }
-    for (int k = 0; k < kBins; ++k) {
+    for (int k = kFirstBin; k < kBins; ++k) {
       const double rounder = bin_rounder(k);
       for (int l = 0; l < kLanes; ++l) {
         const double part = (rest[l] + rounder) - rounder;
@@ -121,11 +125,20 @@ struct BinnedSums {
   }
 };
 
+// The first bin that a term of magnitude at most `bound` can reach: the bins before it
+// have units more than twice the bound. A NaN or infinite bound reaches them all (0).
+SEQPAR_HOST_DEVICE int first_reachable_bin(double bound) {
+  if (!(bound < term_limit())) return 0;
+  int k = 0;
+  while (k < kBins - 1 && bound < std::ldexp(1.0, bin_exponent(k) - 1)) ++k;
+  return k;
+}
+
 // One running sum: what a GPU thread or a scalar CPU loop keeps.
 struct BinnedSum : BinnedSums<1> {
   SEQPAR_HOST_DEVICE void add(double term) {
     const double terms[1] = {term};
-    BinnedSums<1>::add(terms);
+    BinnedSums<1>::add<0>(terms);
   }
   SEQPAR_HOST_DEVICE void flush(int64_t* digits, int64_t stride = 1) {
     BinnedSums<1>::flush(0, digits, stride);

@@ -154,8 +154,9 @@ __attribute__((target("avx512f,avx512vl"))) void row_sums_avx512(const float* a,
 }
 
 // The first bin any term can reach: the bins before it have units more than twice the
-// largest |a[i] * x[i][l]| (a bound from the largest factors, exact in double).
-// Non-finite values give 0: every bin.
+// largest |a[i] * x[i][l]| (a bound from the largest factors, exact in double). An
+// infinity gives 0, every bin; std::max passes over NaNs, rightly, since NaN terms
+// never reach the bins (they go to the special sum).
 int first_reachable_bin(const float* a, int64_t a_stride, const float* x, int64_t x_stride,
                         int64_t rows, int lanes) {
   float largest_a = 0.0f, largest_x = 0.0f;
@@ -163,11 +164,7 @@ int first_reachable_bin(const float* a, int64_t a_stride, const float* x, int64_
     largest_a = std::max(largest_a, std::fabs(a[i * a_stride]));
     for (int l = 0; l < lanes; ++l) largest_x = std::max(largest_x, std::fabs(x[i * x_stride + l]));
   }
-  const double bound = static_cast<double>(largest_a) * static_cast<double>(largest_x);
-  if (!std::isfinite(bound) || std::isnan(largest_a) || std::isnan(largest_x)) return 0;
-  int k = 0;
-  while (k < exact::kBins - 1 && bound < std::ldexp(1.0, exact::bin_exponent(k) - 1)) ++k;
-  return k;
+  return exact::first_reachable_bin(static_cast<double>(largest_a) * static_cast<double>(largest_x));
 }
 
 void row_sums(const float* a, int64_t a_stride, const float* x, int64_t x_stride, int64_t rows,
