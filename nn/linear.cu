@@ -21,6 +21,9 @@
 // and its global stores are 16 consecutive floats). The load mapping is a template
 // argument: consecutive threads walk whichever index of the operand is contiguous.
 //
+// The forward of a narrow Linear (out_features <= 16) takes the kernel of
+// nn/linear_narrow.cu instead, in the same order.
+//
 // Large products go to the 128 x 128 kernel of nn/linear_large.cu when the operands
 // allow its 16-byte loads and it has at least kLargeMinBlocks tiles (about one per SM);
 // choose_large below decides, from the shape and alignment alone, never the GPU.
@@ -159,8 +162,14 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
                y.shape(), " (y needs unit column stride)");
   if (bias.defined()) check_on_device(bias, "bias", device);
   cuda::set_device(device);
-  gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(
-      output_gemm(x, weight, bias.defined() ? bias.data() : nullptr, y), device);
+  const float* bias_data = bias.defined() ? bias.data() : nullptr;
+  const ConstRows x_rows = const_rows_of(x);
+  if (narrow_forward_fits(x_rows, weight.size(0)) && weight.stride(1) == 1) {
+    narrow_forward_cuda(x_rows, weight.data(), weight.stride(0), bias_data, weight.size(0),
+                        y.data(), y.stride(0), device);
+    return;
+  }
+  gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(output_gemm(x, weight, bias_data, y), device);
 }
 
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,

@@ -43,9 +43,10 @@ void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
 // [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written whole
-// (never accumulated into); undefined gradient outputs are skipped. y and dx by the
-// GEMM kernels, dW and db by the exact row sums, added over the ranks of the current
-// exact::CrossRankScope and rounded once.
+// (never accumulated into); undefined gradient outputs are skipped. y by the narrow
+// kernel where it fits, else by a GEMM kernel; dx by a GEMM kernel; dW and db by the
+// exact row sums, added over the ranks of the current exact::CrossRankScope and
+// rounded once.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y);
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
@@ -59,6 +60,14 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
 enum class LinearProduct { Output, GradInput };
 bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,
                             const Tensor& result);
+
+// The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, one thread
+// a row; the forward takes it whenever it fits. weight [out, in] with its row stride,
+// y with its own.
+bool narrow_forward_fits(const ConstRows& x, int64_t out);
+void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+                         const float* bias, int64_t out, float* y, int64_t y_row_stride,
+                         int device);
 #endif
 
 }  // namespace seqpar::nn::detail

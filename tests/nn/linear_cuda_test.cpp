@@ -151,3 +151,24 @@ TEST_CASE("linear's products reach each GEMM kernel by shape, with the CPU's bit
   };
   for (const KernelCase& c : cases) check_case(c.shape, c.layout, &c.kernels);
 }
+
+TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // Narrow shapes, float4 and scalar reads of x (in % 4, windows), a partial last block;
+  // and the first shapes past each limit, which take a GEMM with the same bits.
+  const std::vector<std::pair<LinearCase, bool>> cases = {
+      {{12000, 640, 16}, true}, {{129, 768, 16}, true}, {{300, 3, 1}, true},
+      {{1, 5, 7}, true},        {{300, 769, 16}, false}, {{300, 640, 17}, false},
+  };
+  for (const auto& [c, narrow] : cases) {
+#ifdef SEQPAR_WITH_CUDA
+    Generator generator(c.rows + c.in + c.out);
+    const Tensor x = generator.randn({c.rows, c.in}).to(Device::cuda());
+    CHECK(nn::detail::narrow_forward_fits(nn::detail::const_rows_of(x), c.out) == narrow);
+#else
+    (void)narrow;
+#endif
+    check_case(c, {});
+    check_case(c, {5, 3});  // row stride in + 5, 3 floats in: the scalar reads
+  }
+}
