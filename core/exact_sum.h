@@ -54,10 +54,57 @@ constexpr int64_t kTermsPerFlush = int64_t{1} << 19;
 constexpr int64_t kMaxTerms = int64_t{1} << 28;
 
 // The exponent of bin k's unit, and the constant that rounds to it.
-SEQPAR_HOST_DEVICE int bin_exponent(int k) { return kTopBinExponent - k * kBinBits; }
-SEQPAR_HOST_DEVICE double bin_rounder(int k) { return 1.5 * std::ldexp(1.0, bin_exponent(k) + 52); }
+SEQPAR_HOST_DEVICE constexpr int bin_exponent(int k) { return kTopBinExponent - k * kBinBits; }
+
+// Powers of two as constants: these sit in the innermost loop of every exact sum, where
+// a call to ldexp per term would cost more than the sum itself. (In unrolled loops k is
+// a constant and the switch disappears.)
+SEQPAR_HOST_DEVICE constexpr double bin_unit(int k) {  // 2^b_k
+  switch (k) {
+    case 0: return 0x1p96;
+    case 1: return 0x1p61;
+    case 2: return 0x1p26;
+    case 3: return 0x1p-9;
+    case 4: return 0x1p-44;
+    case 5: return 0x1p-79;
+    case 6: return 0x1p-114;
+    default: return 0x1p-149;
+  }
+}
+SEQPAR_HOST_DEVICE constexpr double inverse_bin_unit(int k) {  // 2^-b_k
+  switch (k) {
+    case 0: return 0x1p-96;
+    case 1: return 0x1p-61;
+    case 2: return 0x1p-26;
+    case 3: return 0x1p9;
+    case 4: return 0x1p44;
+    case 5: return 0x1p79;
+    case 6: return 0x1p114;
+    default: return 0x1p149;
+  }
+}
+namespace detail {
+constexpr double power_of_two(int exponent) {  // exact, for the checks below
+  double value = 1.0;
+  for (int i = 0; i < exponent; ++i) value *= 2.0;
+  for (int i = 0; i > exponent; --i) value *= 0.5;
+  return value;
+}
+constexpr bool units_match_exponents() {
+  for (int k = 0; k < kBins; ++k) {
+    if (bin_unit(k) != power_of_two(bin_exponent(k))) return false;
+    if (inverse_bin_unit(k) != power_of_two(-bin_exponent(k))) return false;
+  }
+  return true;
+}
+static_assert(units_match_exponents(), "the bins' units are 2^b_k");
+}  // namespace detail
+
+// r + C_k lands in a binade whose spacing is 2^b_k: C_k = 1.5 * 2^(b_k + 52).
+SEQPAR_HOST_DEVICE constexpr double bin_rounder(int k) { return 1.5 * 0x1p52 * bin_unit(k); }
 // Terms at or above this magnitude leave the bins' range.
-SEQPAR_HOST_DEVICE double term_limit() { return std::ldexp(1.0, kTopBinExponent + 33); }
+SEQPAR_HOST_DEVICE constexpr double term_limit() { return 0x1p129; }
+static_assert(term_limit() == 0x1p33 * bin_unit(0), "terms below 2^33 units of the top bin");
 
 // Flags for non-finite results. Within one set of digits they are or-ed (flush, and
 // the kernels' atomicOr); digits of different ranks are added, so each field counts
@@ -117,7 +164,7 @@ struct BinnedSums {
   // Each bin is an integer number of its units below 2^53: the conversion is exact.
   SEQPAR_HOST_DEVICE void flush(int l, int64_t* digits, int64_t stride) {
     for (int k = 0; k < kBins; ++k) {
-      digits[k * stride] += static_cast<int64_t>(std::ldexp(bin[k][l], -bin_exponent(k)));
+      digits[k * stride] += static_cast<int64_t>(bin[k][l] * inverse_bin_unit(k));  // exact
       bin[k][l] = 0.0;
     }
     digits[kSpecialDigit * stride] |= special_flags(special[l]);
@@ -130,7 +177,7 @@ struct BinnedSums {
 SEQPAR_HOST_DEVICE int first_reachable_bin(double bound) {
   if (!(bound < term_limit())) return 0;
   int k = 0;
-  while (k < kBins - 1 && bound < std::ldexp(1.0, bin_exponent(k) - 1)) ++k;
+  while (k < kBins - 1 && bound < 0.5 * bin_unit(k)) ++k;
   return k;
 }
 

@@ -153,30 +153,35 @@ __attribute__((target("avx512f,avx512vl"))) void row_sums_avx512(const float* a,
   flush_vectors(bin, special, lanes, digits, stride);
 }
 
-// The first bin any term can reach: the bins before it have units more than twice the
-// largest |a[i] * x[i][l]| (a bound from the largest factors, exact in double). An
-// infinity gives 0, every bin; std::max passes over NaNs, rightly, since NaN terms
-// never reach the bins (they go to the special sum).
-int first_reachable_bin(const float* a, int64_t a_stride, const float* x, int64_t x_stride,
-                        int64_t rows, int lanes) {
-  float largest_a = 0.0f, largest_x = 0.0f;
+// The largest |m[i, c]| of each column c of a [rows, cols] matrix (std::max passes over
+// NaNs, rightly: NaN terms never reach the bins, they go to the special sum; an
+// infinity makes every bin reachable).
+std::vector<float> column_maxima(const float* m, int64_t row_stride, int64_t rows, int64_t cols) {
+  std::vector<float> largest(static_cast<size_t>(cols), 0.0f);
   for (int64_t i = 0; i < rows; ++i) {
-    largest_a = std::max(largest_a, std::fabs(a[i * a_stride]));
-    for (int l = 0; l < lanes; ++l) largest_x = std::max(largest_x, std::fabs(x[i * x_stride + l]));
+    for (int64_t c = 0; c < cols; ++c) {
+      largest[c] = std::max(largest[c], std::fabs(m[i * row_stride + c]));
+    }
   }
-  return exact::first_reachable_bin(static_cast<double>(largest_a) * static_cast<double>(largest_x));
+  return largest;
 }
 
+// The first bin the terms a * x[:, k0 .. k0 + lanes) can reach, from the largest factors.
+int first_bin_for(float largest_a, const std::vector<float>& largest_x, int64_t k0, int lanes) {
+  const float x = *std::max_element(largest_x.begin() + k0, largest_x.begin() + k0 + lanes);
+  return exact::first_reachable_bin(static_cast<double>(largest_a) * static_cast<double>(x));
+}
+
+// Σ_i a[i] * x[i][0 .. lanes), from bin `first_bin` on (all bins before it unreachable).
 void row_sums(const float* a, int64_t a_stride, const float* x, int64_t x_stride, int64_t rows,
-              int lanes, int64_t* digits, int64_t stride) {
+              int lanes, int first_bin, int64_t* digits, int64_t stride) {
   if (has_avx512()) {
     using Kernel = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int, int64_t*,
                             int64_t);
     static constexpr Kernel kFrom[exact::kBins] = {
         row_sums_avx512<0>, row_sums_avx512<1>, row_sums_avx512<2>, row_sums_avx512<3>,
         row_sums_avx512<4>, row_sums_avx512<5>, row_sums_avx512<6>, row_sums_avx512<7>};
-    kFrom[first_reachable_bin(a, a_stride, x, x_stride, rows, lanes)](a, a_stride, x, x_stride,
-                                                                       rows, lanes, digits, stride);
+    kFrom[first_bin](a, a_stride, x, x_stride, rows, lanes, digits, stride);
   } else {
     row_sums_portable(a, a_stride, x, x_stride, rows, lanes, digits, stride);
   }
@@ -217,12 +222,16 @@ void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exa
   SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols,
                "accumulate_weight_grad_cpu: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", ", sums.count(), " sums");
+  const std::vector<float> largest_dy =
+      column_maxima(grad_y.data, grad_y.row_stride, grad_y.rows, grad_y.cols);
+  const std::vector<float> largest_x = column_maxima(x.data, x.row_stride, x.rows, x.cols);
   // Column blocks outer: a block of x's columns over all rows stays in cache while
   // every output row j reads it.
   for (int64_t k0 = 0; k0 < x.cols; k0 += kSumLanes) {
     const int lanes = static_cast<int>(std::min<int64_t>(kSumLanes, x.cols - k0));
     for (int64_t j = 0; j < grad_y.cols; ++j) {
       row_sums(grad_y.data + j, grad_y.row_stride, x.data + k0, x.row_stride, x.rows, lanes,
+               first_bin_for(largest_dy[j], largest_x, k0, lanes),
                sums.digits() + j * x.cols + k0, sums.count());
     }
   }
@@ -232,11 +241,13 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
   SEQPAR_CHECK(sums.count() == grad_y.cols, "accumulate_column_sums_cpu: ", grad_y.cols,
                " columns, ", sums.count(), " sums");
   static const float kOnes[kSumLanes] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const std::vector<float> largest =
+      column_maxima(grad_y.data, grad_y.row_stride, grad_y.rows, grad_y.cols);
   for (int64_t k0 = 0; k0 < grad_y.cols; k0 += kSumLanes) {
     const int lanes = static_cast<int>(std::min<int64_t>(kSumLanes, grad_y.cols - k0));
     // Σ_i 1 * dy[i, k0 + l]: the ones are the "a" column, read with stride 0.
     row_sums(kOnes, 0, grad_y.data + k0, grad_y.row_stride, grad_y.rows, lanes,
-             sums.digits() + k0, sums.count());
+             first_bin_for(1.0f, largest, k0, lanes), sums.digits() + k0, sums.count());
   }
 }
 
