@@ -7,14 +7,15 @@
 //
 // Layout: a warp owns 32 adjacent columns k of kOutputs output rows j and a chunk of
 // rows; the block's 8 warps take every 8th row of the chunk. Lanes read adjacent x
-// values (one coalesced load per row, shared by the thread's kOutputs sums) and share
-// dy[row, j] (broadcasts). Before summing, the block finds the largest factors of its
-// terms and skips the bins no term can reach (exact::first_reachable_bin): with the
-// issue's data half of them, and the same bits, since those bins would only get +0.
+// values (one coalesced load per row) and share dy[row, j] (broadcasts). A first pass
+// finds the largest magnitude of every column of x and dy; each warp then skips the
+// bins no term of its columns can reach (exact::first_reachable_bin): with the issue's
+// data half of them, and the same bits, since those bins would only get +0.
 #include <algorithm>
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/device_buffer.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
@@ -28,23 +29,35 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kMinRowsPerChunk = 512;
 constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value gives the same bits
 
-// Sums per thread: kOutputs output rows j of dW share each x value; db has one.
+// Sums per thread. One: the FP64 chains of a term are long, so occupancy (many warps
+// with few registers) hides their latency better than sums that share an x load
+// (measured: bench/RESULTS.md).
 template <bool kProducts>
-constexpr int kOutputs = kProducts ? 4 : 1;
+constexpr int kOutputs = 1;
 
-// The block's largest |a[row, j]| and |b[row, k]| over its rows, j and k, multiplied:
-// a bound on its terms (integer atomics on the floats' bits, which order non-negative
-// floats). fmaxf passes over NaNs, rightly: NaN terms never reach the bins (they go to
-// the special sum); an infinity makes every bin reachable.
-__device__ double block_term_bound(float a_largest, float b_largest) {
-  __shared__ unsigned int largest[2];
-  if (threadIdx.x < 2) largest[threadIdx.x] = 0;
-  __syncthreads();
-  atomicMax(&largest[0], __float_as_uint(a_largest));
-  atomicMax(&largest[1], __float_as_uint(b_largest));
-  __syncthreads();
-  return static_cast<double>(__uint_as_float(largest[0])) *
-         static_cast<double>(__uint_as_float(largest[1]));
+// largest[c] = the largest |m[row, c]| over all rows, as the bits of a float (integer
+// atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
+// terms never reach the bins (they go to the special sum); an infinity makes every bin
+// reachable. Block: 32 columns x 8 row lanes; grid.y: chunks of 256 rows.
+constexpr int kMaxRowsPerBlock = 256;
+__global__ void column_maxima_kernel(ConstRows m, unsigned int* largest) {
+  const int64_t column = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
+  const int64_t row_begin = int64_t{blockIdx.y} * kMaxRowsPerBlock;
+  const int64_t row_end = min(m.rows, row_begin + kMaxRowsPerBlock);
+  if (column >= m.cols) return;
+  float value = 0.0f;
+  for (int64_t row = row_begin + threadIdx.x / 32; row < row_end; row += kThreads / 32) {
+    value = fmaxf(value, fabsf(m.data[row * m.row_stride + column]));
+  }
+  atomicMax(largest + column, __float_as_uint(value));
+}
+
+void column_maxima(const ConstRows& m, unsigned int* largest, cudaStream_t stream) {
+  if (m.rows == 0 || m.cols == 0) return;
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
+                  static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
+  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest);
+  CUDA_LAUNCH_CHECK();
 }
 
 struct RowSumsWork {
@@ -56,12 +69,19 @@ struct RowSumsWork {
   int64_t columns, count;
 };
 
-// Moves output jj's bins into the launch's digits (integer atomics: order-free).
+// Moves the bins into the launch's digits (integer atomics: order-free). The loop over
+// the outputs is unrolled so that every index into the bins is a constant: the bins
+// stay in registers.
 template <int kLanes>
-__device__ void flush_output(exact::BinnedSums<kLanes>& sums, int jj, const RowSumsWork& w) {
-  int64_t local[exact::kDigits] = {};
-  sums.flush(jj, local, 1);
-  exact::add_digits_atomically(local, w.digits + (w.j0 + jj) * w.columns + w.k, w.count);
+__device__ void flush_outputs(exact::BinnedSums<kLanes>& sums, const RowSumsWork& w) {
+#pragma unroll
+  for (int jj = 0; jj < kLanes; ++jj) {
+    int64_t local[exact::kDigits] = {};
+    sums.flush(jj, local, 1);
+    if (jj < w.outputs) {
+      exact::add_digits_atomically(local, w.digits + (w.j0 + jj) * w.columns + w.k, w.count);
+    }
+  }
 }
 
 // Σ a[row, j] * b[row, k] (kProducts) or Σ b[row, k] over this thread's rows, from bin
@@ -83,11 +103,11 @@ __device__ void accumulate_rows(const RowSumsWork& w) {
     }
     sums.template add<kFirstBin>(products);
     if (++terms == exact::kTermsPerFlush) {
-      for (int jj = 0; jj < w.outputs; ++jj) flush_output(sums, jj, w);
+      flush_outputs(sums, w);
       terms = 0;
     }
   }
-  for (int jj = 0; jj < w.outputs; ++jj) flush_output(sums, jj, w);
+  flush_outputs(sums, w);
 }
 
 // Block (column block, output group, chunk of rows). kProducts: dW's sums; else db's,
@@ -96,6 +116,8 @@ template <bool kProducts>
 __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRows b, int64_t rows,
                                                             int64_t outputs, int64_t columns,
                                                             int64_t rows_per_chunk,
+                                                            const unsigned int* largest_a,
+                                                            const unsigned int* largest_b,
                                                             int64_t* digits, int64_t count) {
   RowSumsWork w{a, b, 0, 0, 0, 0, 0, digits, columns, count};
   w.k = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
@@ -103,15 +125,17 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
   w.outputs = static_cast<int>(min(int64_t{kOutputs<kProducts>}, outputs - w.j0));
   w.row_begin = int64_t{blockIdx.z} * rows_per_chunk;
   w.row_end = min(rows, w.row_begin + rows_per_chunk);
-  float a_largest = kProducts ? 0.0f : 1.0f, b_largest = 0.0f;
-  for (int64_t row = w.row_begin + threadIdx.x / 32; row < w.row_end; row += kWarps) {
-    if (w.k < columns) b_largest = fmaxf(b_largest, fabsf(b.data[row * b.row_stride + w.k]));
-    for (int jj = 0; kProducts && jj < w.outputs; ++jj) {
-      a_largest = fmaxf(a_largest, fabsf(a.data[row * a.row_stride + w.j0 + jj]));
-    }
+  // The first bin this warp's terms can reach, from the largest factors over all rows:
+  // the same for the whole warp (a reduction over its columns), so no lane diverges.
+  const unsigned int b_bits = w.k < columns ? largest_b[w.k] : 0u;
+  const float b_largest = __uint_as_float(__reduce_max_sync(0xffffffffu, b_bits));
+  float a_largest = kProducts ? 0.0f : 1.0f;
+  for (int jj = 0; kProducts && jj < w.outputs; ++jj) {
+    a_largest = fmaxf(a_largest, __uint_as_float(largest_a[w.j0 + jj]));
   }
-  const int first = exact::first_reachable_bin(block_term_bound(a_largest, b_largest));
-  if (w.k >= columns) return;  // after the block's barriers
+  const int first = exact::first_reachable_bin(static_cast<double>(a_largest) *
+                                               static_cast<double>(b_largest));
+  if (w.k >= columns) return;
   switch (first) {
     case 0: return accumulate_rows<kProducts, 0>(w);
     case 1: return accumulate_rows<kProducts, 1>(w);
@@ -141,10 +165,17 @@ void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, in
                "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
                " rows exceed the row-sum kernel's grid");
   cuda::set_device(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  // The factors' largest magnitudes: b's per column, a's per column (dW only).
+  DeviceBuffer<unsigned int> largest(columns + (kProducts ? outputs : 0), sums.device());
+  largest.zero();
+  column_maxima(b, largest.data(), stream);
+  if (kProducts) column_maxima(a, largest.data() + columns, stream);
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
-  row_sums_kernel<kProducts><<<grid, kThreads, 0, cuda::current_stream(device)>>>(
-      a, b, rows, outputs, columns, rows_per_chunk, sums.digits(), sums.count());
+  row_sums_kernel<kProducts><<<grid, kThreads, 0, stream>>>(
+      a, b, rows, outputs, columns, rows_per_chunk, largest.data() + columns, largest.data(),
+      sums.digits(), sums.count());
   CUDA_LAUNCH_CHECK();
 }
 
