@@ -20,6 +20,7 @@
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/l1_loss.h"
+#include "nn/rows.h"
 #include "nn/l1_sign.h"
 
 namespace seqpar::nn::detail {
@@ -30,15 +31,9 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kMinElementsPerThread = 8;
 
-// An [n, m] matrix with unit column stride and its own row stride.
-struct Matrix {
-  const float* data;
-  int64_t row_stride;
-  __device__ float operator()(int64_t row, int64_t col) const { return data[row * row_stride + col]; }
-};
 
 __global__ void __launch_bounds__(kThreads)
-    abs_diff_exact_sum_kernel(Matrix input, Matrix target, int64_t rows, int64_t cols,
+    abs_diff_exact_sum_kernel(ConstRows input, ConstRows target, int64_t rows, int64_t cols,
                               float scale, int64_t* digits) {
   const int64_t count = rows * cols;
   int64_t local[exact::kDigits] = {};
@@ -59,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   exact::add_block_digits(local, digits, 1);
 }
 
-__global__ void l1_backward_kernel(const float* grad_loss, Matrix input, Matrix target,
+__global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, ConstRows target,
                                    int64_t rows, int64_t cols, float scale, float* grad_input,
                                    int64_t grad_row_stride) {
   const float gradient = __double2float_rn(double{*grad_loss} * scale);
@@ -102,7 +97,7 @@ void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale
     cuda::set_device(device);
     abs_diff_exact_sum_kernel<<<static_cast<int>(blocks), kThreads, 0,
                                 cuda::current_stream(device)>>>(
-        Matrix{input.data(), input.stride(0)}, Matrix{target.data(), target.stride(0)}, rows,
+        const_rows_of(input), const_rows_of(target), rows,
         cols, scale, sums.digits());
     CUDA_LAUNCH_CHECK();
   }
@@ -125,8 +120,8 @@ void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const T
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(rows * cols, kThreads), 65536));
   cuda::set_device(device);
   l1_backward_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(
-      grad_loss.data(), Matrix{input.data(), input.stride(0)},
-      Matrix{target.data(), target.stride(0)}, rows, cols, scale, grad_input.data(),
+      grad_loss.data(), const_rows_of(input),
+      const_rows_of(target), rows, cols, scale, grad_input.data(),
       grad_input.stride(0));
   CUDA_LAUNCH_CHECK();
 }

@@ -15,15 +15,10 @@
 
 #include "core/exact_sums.h"
 #include "core/tensor.h"
+#include "nn/rows.h"
 
 namespace seqpar::nn::detail {
 
-// A [rows, cols] float matrix with unit column stride and any row stride.
-struct ConstRows {
-  const float* data;
-  int64_t rows, cols, row_stride;
-};
-ConstRows const_rows_of(const Tensor& matrix);  // matrix: 2-D, unit column stride (or one column)
 
 // c[i, n] = chain_k fma(a[i, k], b[n, k]) (+ bias[n]) for b given as [n, k] rows:
 // the forward with b = W; dx with b = Wᵀ (see linear.cpp).
