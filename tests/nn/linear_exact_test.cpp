@@ -5,7 +5,8 @@
 //     after another, their digits added by a simulated all-reduce, see the test
 //     doubles below), nor on the order of the rows;
 //   - dW and db are the exact sums of their terms rounded once to float32, against an
-//     independent reference (GMP integers, rounded by MPFR or by hand);
+//     independent reference (tests/exact_reference.h: GMP rationals, rounded by MPFR or
+//     by hand);
 //   - y and dx are, bit for bit, the scalar fma chains over the feature index from +0
 //     written out in this file; a row gives the same bits in any batch or slice;
 //   - [cuda]: the GPU gives the CPU's bits for all four, strided x and the 128 x 128
@@ -16,16 +17,10 @@
 // `--rng-seed time` draws fresh inputs. Every case reports its seed with INFO.
 #include <catch2/catch.hpp>
 
-#include <gmpxx.h>
-#ifdef SEQPAR_TEST_HAVE_MPFR
-#include <mpfr.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
-#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -39,9 +34,11 @@
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "nn/linear.h"
+#include "tests/exact_reference.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
+using test::ReferenceSum;
 
 namespace {
 
@@ -185,84 +182,6 @@ mpz_class digits_value(const std::vector<int64_t>& digits, int64_t count, int64_
   return value;
 }
 
-// An exact sum of finite terms (each an exact double below 2^129) by the rules of
-// core/exact_sum.h, computed independently of its bins: each term is put on the 2^-149
-// grid (ties to even; a no-op in the exactness domain) and added into a GMP integer in
-// units of 2^-149, which is rounded once to float32 at the end.
-class ReferenceSum {
- public:
-  ReferenceSum() { mpz_inits(units_, scratch_, nullptr); }
-  ~ReferenceSum() { mpz_clears(units_, scratch_, nullptr); }
-  ReferenceSum(const ReferenceSum&) = delete;
-  ReferenceSum& operator=(const ReferenceSum&) = delete;
-
-  void add(double term) {
-    if (!(std::fabs(term) < std::ldexp(1.0, 129))) {  // the tests' terms are all finite
-      throw std::logic_error("ReferenceSum: a term outside the finite range");
-    }
-    if (term == 0.0) return;
-    int exponent;
-    const double fraction = std::frexp(term, &exponent);  // term = fraction 2^exponent
-    const auto mantissa = static_cast<int64_t>(std::ldexp(fraction, 53));  // exact
-    const int shift = exponent - 53 - exact::kLowestExponent;  // term = mantissa 2^(shift - 149)
-    mpz_set_si(scratch_, mantissa);
-    if (shift >= 0) {
-      mpz_mul_2exp(scratch_, scratch_, static_cast<mp_bitcnt_t>(shift));
-    } else {  // below the grid: round mantissa / 2^-shift to an integer, ties to even
-      mpz_class quotient, remainder;
-      mpz_fdiv_q_2exp(quotient.get_mpz_t(), scratch_, static_cast<mp_bitcnt_t>(-shift));
-      mpz_fdiv_r_2exp(remainder.get_mpz_t(), scratch_, static_cast<mp_bitcnt_t>(-shift));
-      const int half = cmp(remainder * 2, mpz_class(1) << -shift);
-      if (half > 0 || (half == 0 && mpz_odd_p(quotient.get_mpz_t()))) quotient += 1;
-      mpz_set(scratch_, quotient.get_mpz_t());
-    }
-    mpz_add(units_, units_, scratch_);
-  }
-
-  mpz_class units() const { return mpz_class(units_); }
-
-  // The sum rounded once to float32, to nearest even (subnormals and overflow included).
-  float rounded() const {
-#ifdef SEQPAR_TEST_HAVE_MPFR
-    // IEEE emulation (MPFR's manual): float32's exponent range, then subnormalize.
-    const mpfr_exp_t old_emin = mpfr_get_emin(), old_emax = mpfr_get_emax();
-    mpfr_set_emin(std::numeric_limits<float>::min_exponent - 24 + 1);
-    mpfr_set_emax(std::numeric_limits<float>::max_exponent);
-    mpfr_t x;
-    mpfr_init2(x, 24);
-    int ternary = mpfr_set_z_2exp(x, units_, exact::kLowestExponent, MPFR_RNDN);
-    ternary = mpfr_check_range(x, ternary, MPFR_RNDN);
-    mpfr_subnormalize(x, ternary, MPFR_RNDN);
-    const float result = mpfr_get_flt(x, MPFR_RNDN);
-    mpfr_clear(x);
-    mpfr_set_emin(old_emin);
-    mpfr_set_emax(old_emax);
-    return result;
-#else
-    // units = n: keep the top 24 bits (fewer for a subnormal, whose last bit is
-    // 2^-149), round the rest to nearest even.
-    const mpz_class n(units_);
-    if (n == 0) return 0.0f;
-    const mpz_class magnitude = abs(n);
-    const int top = static_cast<int>(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) - 1;
-    const int low = std::max(top - 24 + 1, 0);
-    mpz_class kept = magnitude >> low;
-    const mpz_class rest = magnitude - (kept << low);
-    if (low > 0) {
-      const int half = cmp(2 * rest, mpz_class(1) << low);
-      if (half > 0 || (half == 0 && mpz_odd_p(kept.get_mpz_t()))) kept += 1;
-    }
-    const double result = std::ldexp(kept.get_d(), low - 149);  // exact, below 2^130
-    const float bounded = result >= std::ldexp(1.0, 128) ? std::numeric_limits<float>::infinity()
-                                                         : static_cast<float>(result);
-    return n < 0 ? -bounded : bounded;
-#endif
-  }
-
- private:
-  mpz_t units_, scratch_;
-};
-
 // ---------------------------------------------------------------- the canonical chains
 
 // y[i, j] = (fma chain over k = 0, 1, ... from +0) + b[j], written out scalar.
@@ -296,7 +215,8 @@ Tensor chain_grad_x(const Tensor& grad_y, const Tensor& weight) {
   return Tensor::from_data({rows, in}, dx);
 }
 
-// dW and db from the definition: each element the reference exact sum, rounded once.
+// dW and db from the definition: each element the reference exact sum, rounded once;
+// every term is finite (add_finite throws otherwise).
 // `exact_dw`, `exact_db`: the unrounded sums, in units of 2^-149.
 struct ReferenceGradients {
   Tensor weight, bias;
@@ -311,14 +231,14 @@ ReferenceGradients reference_gradients(const Tensor& grad_y, const Tensor& x) {
     for (int64_t k = 0; k < in; ++k) {
       ReferenceSum sum;
       for (int64_t i = 0; i < rows; ++i) {
-        sum.add(static_cast<double>(dy[i * out + j]) * static_cast<double>(xv[i * in + k]));
+        sum.add_finite(static_cast<double>(dy[i * out + j]) * static_cast<double>(xv[i * in + k]));
       }
-      dw[j * in + k] = sum.rounded();
+      dw[j * in + k] = sum.rounded<float>();
       result.exact_weight.push_back(sum.units());
     }
     ReferenceSum sum;
-    for (int64_t i = 0; i < rows; ++i) sum.add(dy[i * out + j]);
-    db[j] = sum.rounded();
+    for (int64_t i = 0; i < rows; ++i) sum.add_finite(dy[i * out + j]);
+    db[j] = sum.rounded<float>();
     result.exact_bias.push_back(sum.units());
   }
   result.weight = Tensor::from_data({out, in}, dw);

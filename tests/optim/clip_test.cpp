@@ -2,24 +2,21 @@
 // rationals, rounded by MPFR), the coefficient, and what is left alone.
 #include <catch2/catch.hpp>
 
-#include <gmpxx.h>
-#ifdef SEQPAR_TEST_HAVE_MPFR
-#include <mpfr.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 
 #include "core/error.h"
 #include "core/generator.h"
 #include "optim/clip.h"
+#include "tests/exact_reference.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
 using autograd::Variable;
+using test::ReferenceSum;
+using test::same_float;
 
 TEST_CASE("grad_norm is the L2 norm of all defined gradients", "[optim]") {
   Generator generator(401);
@@ -78,87 +75,6 @@ TEST_CASE("clipping rejects bad arguments", "[optim][errors]") {
 // ---------------------------------------------------------------- exactness
 
 namespace {
-
-// An exact sum by the rules of core/exact_sum.h, computed independently: GMP rationals
-// for the finite terms (each first put on the 2^-149 grid, ties to even), IEEE rules
-// for the rest, then one rounding to nearest even.
-struct ReferenceSum {
-  mpq_class value = 0;
-  bool nan = false, positive_infinity = false, negative_infinity = false;
-
-  void add(double term) {  // an exact double
-    if (std::isnan(term)) {
-      nan = true;
-    } else if (std::fabs(term) >= std::ldexp(1.0, 129)) {  // infinities included
-      (term > 0 ? positive_infinity : negative_infinity) = true;
-    } else {
-      const mpz_class grid = mpz_class(1) << 149;
-      const mpq_class units = mpq_class(term) * grid;  // mpq_class(double) is exact
-      mpz_class quotient, remainder;
-      mpz_fdiv_qr(quotient.get_mpz_t(), remainder.get_mpz_t(), units.get_num_mpz_t(),
-                  units.get_den_mpz_t());
-      const int half = cmp(2 * remainder, units.get_den());
-      if (half > 0 || (half == 0 && mpz_odd_p(quotient.get_mpz_t()))) quotient += 1;
-      mpq_class on_grid(quotient, grid);
-      on_grid.canonicalize();
-      value += on_grid;
-    }
-  }
-
-  // Rounded once to nearest even: float (precision 24) or double (precision 53).
-  template <typename Float>
-  Float rounded() const {
-    if (nan || (positive_infinity && negative_infinity)) return std::numeric_limits<Float>::quiet_NaN();
-    if (positive_infinity) return std::numeric_limits<Float>::infinity();
-    if (negative_infinity) return -std::numeric_limits<Float>::infinity();
-    constexpr int kPrecision = std::numeric_limits<Float>::digits;
-#ifdef SEQPAR_TEST_HAVE_MPFR
-    // IEEE emulation (MPFR's manual): the format's exponent range, then subnormalize.
-    const mpfr_exp_t old_emin = mpfr_get_emin(), old_emax = mpfr_get_emax();
-    mpfr_set_emin(std::numeric_limits<Float>::min_exponent - kPrecision + 1);
-    mpfr_set_emax(std::numeric_limits<Float>::max_exponent);
-    mpfr_t x;
-    mpfr_init2(x, kPrecision);
-    int ternary = mpfr_set_q(x, value.get_mpq_t(), MPFR_RNDN);
-    ternary = mpfr_check_range(x, ternary, MPFR_RNDN);
-    mpfr_subnormalize(x, ternary, MPFR_RNDN);
-    Float result;
-    if constexpr (kPrecision == 24) {
-      result = mpfr_get_flt(x, MPFR_RNDN);
-    } else {
-      result = static_cast<Float>(mpfr_get_d(x, MPFR_RNDN));
-    }
-    mpfr_clear(x);
-    mpfr_set_emin(old_emin);
-    mpfr_set_emax(old_emax);
-    return result;
-#else
-    // value = n * 2^-149 for an integer n: keep its top kPrecision bits (fewer for a
-    // float subnormal, whose last bit is 2^-149), round the rest to nearest even.
-    const mpz_class n = mpz_class(value * mpq_class(mpz_class(1) << 149));
-    if (n == 0) return Float(0);
-    const mpz_class magnitude = abs(n);
-    const int top = static_cast<int>(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) - 1;
-    const int low = std::max(top - kPrecision + 1, 0);
-    mpz_class kept = magnitude >> low;
-    const mpz_class rest = magnitude - (kept << low);
-    if (low > 0) {
-      const int half = cmp(2 * rest, mpz_class(1) << low);
-      if (half > 0 || (half == 0 && mpz_odd_p(kept.get_mpz_t()))) kept += 1;
-    }
-    const double result = std::ldexp(kept.get_d(), low - 149);  // exact, below 2^130
-    const Float bounded = result >= std::ldexp(1.0, std::numeric_limits<Float>::max_exponent)
-                              ? std::numeric_limits<Float>::infinity()
-                              : static_cast<Float>(result);
-    return n < 0 ? -bounded : bounded;
-#endif
-  }
-};
-
-bool same_float(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
 
 // The canonical norm of optim/clip.h, from the definition.
 float reference_norm(const std::vector<std::vector<float>>& gradients) {
