@@ -35,12 +35,27 @@ void count_in_lr_units(LrHistogram& histogram, float a, float b, double lr) {
   else ++histogram.beyond;
 }
 
-StepFigures figures_of_step(const StepRecord& record, const ReferenceRun& reference, size_t step,
-                            double lr) {
+std::string format(const char* pattern, double a, double b = 0, double c = 0) {
+  char text[512];
+  std::snprintf(text, sizeof text, pattern, a, b, c);
+  return text;
+}
+
+}  // namespace
+
+double ulps_between(float a, float b) {
+  if (bitwise_equal(a, b) || a == b) return 0;
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::infinity();
+  const float larger = std::max(std::abs(a), std::abs(b));
+  const float ulp = std::nextafter(larger, std::numeric_limits<float>::infinity()) - larger;
+  return std::abs(double(a) - double(b)) / ulp;
+}
+
+StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& reference, double lr) {
   StepFigures figures;
-  figures.parameter_count = static_cast<int64_t>(reference.parameters[step].size());
+  figures.parameter_count = static_cast<int64_t>(reference.parameters.size());
   const std::vector<std::vector<float>>& parameters = record.parameters;
-  const std::vector<float>& expected = reference.parameters[step];
+  const std::vector<float>& expected = reference.parameters;
   for (size_t i = 0; i < expected.size(); ++i) {
     float low = parameters[0][i], high = parameters[0][i];
     bool all_equal = true;
@@ -63,17 +78,17 @@ StepFigures figures_of_step(const StepRecord& record, const ReferenceRun& refere
     }
   }
   figures.gradient_relative_error =
-      relative_error(record.gradients[0], reference.gradients[step]);
+      relative_error(record.gradients[0], reference.gradients);
   for (size_t i = 0; i < expected.size(); ++i) {
-    if (!bitwise_equal(record.gradients[0][i], reference.gradients[step][i])) {
+    if (!bitwise_equal(record.gradients[0][i], reference.gradients[i])) {
       ++figures.gradients_unlike_reference;
     }
   }
   figures.losses = record.losses;
   figures.local_norms = record.local_norms;
   figures.used_norms = record.used_norms;
-  figures.reference_loss = reference.losses[step];
-  figures.reference_norm = reference.norms[step];
+  figures.reference_loss = reference.loss;
+  figures.reference_norm = reference.norm;
   return figures;
 }
 
@@ -97,12 +112,6 @@ SignAgreement signs_of_first_step(const StepRecord& record, double lr) {
   return signs;
 }
 
-std::string format(const char* pattern, double a, double b = 0, double c = 0) {
-  char text[512];
-  std::snprintf(text, sizeof text, pattern, a, b, c);
-  return text;
-}
-
 void decide(PolicyFigures& figures, double lr) {
   const StepFigures* worst = &figures.steps.front();
   double gradient_error = 0;
@@ -111,8 +120,18 @@ void decide(PolicyFigures& figures, double lr) {
     gradient_error = std::max(gradient_error, step.gradient_relative_error);
   }
   const StepFigures& last = figures.steps.back();
+  // The first step (1-based) where `broke` holds, 0 when none.
+  const auto first_step_where = [&](auto broke) -> int64_t {
+    for (size_t step = 0; step < figures.steps.size(); ++step) {
+      if (broke(figures.steps[step])) return static_cast<int64_t>(step + 1);
+    }
+    return 0;
+  };
   if (worst->differing_parameters > 0) {
     figures.verdict = Verdict::RanksDiverge;
+    figures.broken_condition = "ranks apart";
+    figures.first_broken_step =
+        first_step_where([](const StepFigures& step) { return step.differing_parameters > 0; });
     figures.verdict_text = format(
         "the ranks hold different parameters: up to %.3g apart (%.2f lr) in %.0f parameters. "
         "Each rank stepped on its own shard's gradient; the copies of one model have diverged.",
@@ -120,6 +139,11 @@ void decide(PolicyFigures& figures, double lr) {
         double(worst->differing_parameters));
   } else if (std::abs(figures.gradient_scale - 1) > 1e-3) {
     figures.verdict = Verdict::WrongGradientScale;
+    figures.broken_condition = "the gradient norm off the reference's";
+    figures.first_broken_step = first_step_where([](const StepFigures& step) {
+      return step.reference_norm > 0 &&
+             std::abs(double(step.used_norms[0]) / step.reference_norm - 1) > 1e-3;
+    });
     figures.verdict_text = format(
         "the ranks agree bitwise, but the gradient is %.3gx the one-rank gradient. Adam is "
         "nearly blind to a steady scale (max %.3g from one-rank training here); clipping is "
@@ -128,20 +152,18 @@ void decide(PolicyFigures& figures, double lr) {
   } else {
     // Anything short of the same bits is a difference: with exact row sums, summing the
     // rows of several ranks is the same arithmetic as summing them on one.
-    const StepFigures* first_apart = nullptr;
-    for (const StepFigures& step : figures.steps) {
-      if (step.parameters_unlike_reference > 0 || step.gradients_unlike_reference > 0) {
-        first_apart = &step;
-        break;
-      }
-    }
-    if (first_apart == nullptr) {
+    figures.broken_condition = "parameters or gradients unlike one-rank training";
+    figures.first_broken_step = first_step_where([](const StepFigures& step) {
+      return step.parameters_unlike_reference > 0 || step.gradients_unlike_reference > 0;
+    });
+    if (figures.first_broken_step == 0) {
       figures.verdict = Verdict::Identical;
       figures.verdict_text = format(
           "0 of %.0f parameters differ from one-rank training, bit for bit, at every one of "
           "the %.0f step(s); the ranks agree bitwise.",
           double(last.parameter_count), double(figures.steps.size()));
     } else {
+      const StepFigures* first_apart = &figures.steps[size_t(figures.first_broken_step - 1)];
       figures.verdict = Verdict::NotExact;
       figures.verdict_text = format(
           "the ranks agree bitwise, but from step %.0f on they differ from one-rank training: "
@@ -151,32 +173,6 @@ void decide(PolicyFigures& figures, double lr) {
       figures.verdict_text += format("the gradient by %.3g (relative).", gradient_error);
     }
   }
-}
-
-}  // namespace
-
-double ulps_between(float a, float b) {
-  if (bitwise_equal(a, b) || a == b) return 0;
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::infinity();
-  const float larger = std::max(std::abs(a), std::abs(b));
-  const float ulp = std::nextafter(larger, std::numeric_limits<float>::infinity()) - larger;
-  return std::abs(double(a) - double(b)) / ulp;
-}
-
-PolicyFigures analyze(const PolicyRun& run, const ReferenceRun& reference, double lr) {
-  PolicyFigures figures;
-  figures.policy = run.policy;
-  figures.skipped = run.skipped;
-  if (!run.skipped.empty() || run.steps.empty()) return figures;
-  for (size_t step = 0; step < run.steps.size(); ++step) {
-    figures.steps.push_back(figures_of_step(run.steps[step], reference, step, lr));
-  }
-  figures.first_step_signs = signs_of_first_step(run.steps.front(), lr);
-  const float reference_norm = reference.norms.front();
-  figures.gradient_scale = reference_norm > 0 ? run.steps.front().used_norms[0] / reference_norm : 1;
-  figures.seconds_per_step = run.seconds / static_cast<double>(run.steps.size());
-  decide(figures, lr);
-  return figures;
 }
 
 const char* verdict_name(Verdict verdict) {

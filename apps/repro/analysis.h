@@ -1,14 +1,34 @@
 // Turns the gathered numbers into the figures and verdicts of the report.
 // Pure functions over host vectors: no tensors, no ranks, easy to test.
+//
+// The scenario calls them as it goes: figures_of_step when a step ends (then the step's
+// snapshots are dropped), signs_of_first_step on step 1, decide once at the end. Only
+// the per-step scalars (StepFigures) outlive a step, so memory does not grow with the
+// number of steps beyond a few hundred bytes per step.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "apps/repro/scenario.h"
+#include "apps/repro/policy.h"
 
 namespace seqpar::repro {
+
+// Host copies of one step, indexed [rank][parameter element] (weight row-major,
+// then bias), as gathered on world rank 0.
+struct StepRecord {
+  std::vector<std::vector<float>> parameters;  // after the step
+  std::vector<std::vector<float>> gradients;   // as the optimizer used them
+  std::vector<float> losses, local_norms, used_norms;  // [rank]
+};
+
+// The one-rank reference's state after one step.
+struct ReferenceStep {
+  const std::vector<float>& parameters;  // [element]
+  const std::vector<float>& gradients;   // [element]
+  float loss = 0, norm = 0;
+};
 
 // |p_r - p_0| / lr for every rank r > 0 and every parameter, in bins around the
 // multiples of lr that Adam's first step produces.
@@ -51,12 +71,16 @@ enum class Verdict { Skipped, RanksDiverge, WrongGradientScale, NotExact, Identi
 struct PolicyFigures {
   const Policy* policy = nullptr;
   std::string skipped;
-  std::vector<StepFigures> steps;
+  std::vector<StepFigures> steps;  // [step - 1]
   SignAgreement first_step_signs;
   double gradient_scale = 1;  // rank 0's synchronized gradient norm / the reference's, step 1
   double seconds_per_step = 0;
   Verdict verdict = Verdict::Skipped;
   std::string verdict_text;
+  // The first step (1-based) where the condition behind the verdict broke, 0 when it
+  // never did, and that condition in words ("ranks apart", ...).
+  int64_t first_broken_step = 0;
+  std::string broken_condition;
 };
 
 // Within this many units in the last place, two float32 results "agree to rounding".
@@ -65,7 +89,15 @@ constexpr double kRoundingUlps = 16;
 // gradient summed in another order (float32 sums of 10^4 terms differ by ~1e-7).
 constexpr double kGradientRounding = 1e-5;
 
-PolicyFigures analyze(const PolicyRun& run, const ReferenceRun& reference, double lr);
+// One step's figures: every rank's state against the others and rank 0's against the
+// reference's state after the same step.
+StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& reference, double lr);
+
+// Step 1's gradient signs against the parameter differences they produced.
+SignAgreement signs_of_first_step(const StepRecord& record, double lr);
+
+// The verdict (and first_broken_step) from figures.steps and figures.gradient_scale.
+void decide(PolicyFigures& figures, double lr);
 
 // Units in the last place between two floats (0 when bitwise equal).
 double ulps_between(float a, float b);

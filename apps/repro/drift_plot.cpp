@@ -16,6 +16,7 @@ namespace {
 constexpr double kWidth = 720, kHeight = 420;
 constexpr double kLeft = 90, kRight = 190, kTop = 50, kBottom = 60;
 constexpr double kFloorExponent = -9;  // 1e-9: below float32 rounding of these weights
+constexpr size_t kMostDots = 60;       // a dot per step up to this many steps
 const char* const kColors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd"};
 
 struct Axes {
@@ -48,7 +49,15 @@ void draw_axes(std::ostringstream& svg, const Axes& axes, double lr) {
   svg << "<line x1='" << kLeft << "' x2='" << kWidth - kRight << "' y1='" << two_lr << "' y2='"
       << two_lr << "' stroke='#999' stroke-dasharray='4 3'/><text x='" << kLeft + 4 << "' y='"
       << two_lr - 4 << "' font-size='11' fill='#666'>2 lr</text>\n";
-  for (int64_t step = 1; step <= axes.steps; ++step) {
+  // Every step labelled in short runs; about ten round steps in long ones.
+  int64_t every = 1;
+  for (int64_t unit = 1; axes.steps / every > 12; unit *= 10) {
+    for (const int64_t factor : {1, 2, 5}) {
+      every = unit * factor;
+      if (axes.steps / every <= 12) break;
+    }
+  }
+  for (int64_t step = 1; step <= axes.steps; step = (step == 1 && every > 1) ? every : step + every) {
     svg << "<text x='" << axes.x(double(step)) << "' y='" << kHeight - kBottom + 18
         << "' text-anchor='middle' font-size='11'>" << step << "</text>\n";
   }
@@ -64,6 +73,7 @@ void draw_policy(std::ostringstream& svg, const Axes& axes, const PolicyFigures&
     const double x = axes.x(double(step + 1)) + 3.0 * double(index);  // overlapping lines stay visible
     const double y = axes.y(figures.steps[step].max_cross_rank_difference);
     points << x << ',' << y << ' ';
+    if (figures.steps.size() > kMostDots) continue;  // a long run: the line alone
     svg << "<circle cx='" << x << "' cy='" << y << "' r='4' fill='" << color << "'/>\n";
   }
   svg << "<polyline points='" << points.str() << "' fill='none' stroke='" << color
@@ -77,11 +87,12 @@ void draw_policy(std::ostringstream& svg, const Axes& axes, const PolicyFigures&
 
 }  // namespace
 
-void write_drift_svg(const std::string& path, const RunResults& results,
-                     const std::vector<PolicyFigures>& figures) {
+void write_drift_svg(const std::string& path, const RunResults& results) {
+  std::vector<const PolicyFigures*> figures;
+  for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
   double largest = 2 * results.config.adamw.lr;
-  for (const PolicyFigures& policy : figures) {
-    for (const StepFigures& step : policy.steps) {
+  for (const PolicyFigures* policy : figures) {
+    for (const StepFigures& step : policy->steps) {
       largest = std::max<double>(largest, step.max_cross_rank_difference);
     }
   }
@@ -90,7 +101,7 @@ void write_drift_svg(const std::string& path, const RunResults& results,
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
       << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n";
   draw_axes(svg, axes, results.config.adamw.lr);
-  for (size_t i = 0; i < figures.size(); ++i) draw_policy(svg, axes, figures[i], i);
+  for (size_t i = 0; i < figures.size(); ++i) draw_policy(svg, axes, *figures[i], i);
   svg << "</svg>\n";
   std::ofstream file(path);
   SEQPAR_CHECK(file.good(), "cannot write ", path);

@@ -47,15 +47,16 @@ void write_dump(const std::string& directory, const RunResults& results) {
   inputs.insert(inputs.begin(), {"x", results.inputs});
   save_safetensors(directory + "/inputs.safetensors", inputs, metadata);
   save_safetensors(directory + "/reference.safetensors",
-                   parameters_and_gradients(results.reference.parameters.back(),
-                                            results.reference.gradients.back(), config),
+                   parameters_and_gradients(results.reference.parameters,
+                                            results.reference.gradients, config),
                    metadata);
   for (const PolicyRun& run : results.policies) {
-    if (!run.skipped.empty()) continue;
-    make_directory(directory + "/" + run.policy->name);
-    const StepRecord& last = run.steps.back();
+    if (!run.figures.skipped.empty()) continue;
+    const std::string& name = run.figures.policy->name;
+    make_directory(directory + "/" + name);
+    const StepRecord& last = run.last;
     for (size_t rank = 0; rank < last.parameters.size(); ++rank) {
-      save_safetensors(directory + "/" + run.policy->name + "/rank" + std::to_string(rank) +
+      save_safetensors(directory + "/" + name + "/rank" + std::to_string(rank) +
                            ".safetensors",
                        parameters_and_gradients(last.parameters[rank], last.gradients[rank], config),
                        metadata);

@@ -55,6 +55,8 @@ toml::table policy_table(const PolicyFigures& figures) {
   table.insert("verdict_text", figures.verdict_text);
   table.insert("gradient_scale", figures.gradient_scale);
   table.insert("seconds_per_step", figures.seconds_per_step);
+  table.insert("broken_condition", figures.broken_condition);
+  table.insert("first_broken_step", figures.first_broken_step);
   table.insert("first_step_signs", toml::table{{"opposite", s.opposite},
                                                {"opposite_two_lr", s.opposite_two_lr},
                                                {"same", s.same},
@@ -65,8 +67,7 @@ toml::table policy_table(const PolicyFigures& figures) {
 
 }  // namespace
 
-void write_json(const std::string& path, const RunResults& results,
-                const std::vector<PolicyFigures>& figures) {
+void write_json(const std::string& path, const RunResults& results) {
   const ReproConfig& c = results.config;
   toml::array fingerprints;
   for (const auto& parameters : results.initial_parameters) {
@@ -75,9 +76,9 @@ void write_json(const std::string& path, const RunResults& results,
     fingerprints.push_back(std::string(text));
   }
   toml::array policies;
-  for (const PolicyFigures& policy : figures) policies.push_back(policy_table(policy));
+  for (const PolicyRun& run : results.policies) policies.push_back(policy_table(run.figures));
   toml::table root{
-      {"schema", "seqpar-repro/2"},
+      {"schema", "seqpar-repro/3"},
       {"world_size", c.world_size()},
       {"sequence_parallel_size", c.sequence_parallel_size},
       {"data_parallel_size", c.data_parallel_size},

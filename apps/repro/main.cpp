@@ -2,7 +2,7 @@
 //
 // Reading order: policy.h (the three ways to combine gradients), policy_step.cpp
 // (where the combining happens), scenario.cpp (what every rank runs), analysis.cpp
-// (how the figures and verdicts are derived), then this file (where the ranks run).
+// (how each step's figures and the verdicts are derived), then this file (where the ranks run).
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -91,17 +91,13 @@ RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const Repr
 }
 
 void report(const RunResults& results, const Options& options) {
-  std::vector<PolicyFigures> figures;
-  for (const PolicyRun& run : results.policies) {
-    figures.push_back(analyze(run, results.reference, results.config.adamw.lr));
-  }
-  print_report(std::cout, results, figures);
+  print_report(std::cout, results);
   if (!options.plot_path.empty()) {
-    write_drift_svg(options.plot_path, results, figures);
+    write_drift_svg(options.plot_path, results);
     std::cout << "\ndrift picture: " << options.plot_path << '\n';
   }
   if (!options.json_path.empty()) {
-    write_json(options.json_path, results, figures);
+    write_json(options.json_path, results);
     std::cout << "figures (JSON): " << options.json_path << '\n';
   }
   if (!options.dump_directory.empty()) {

@@ -2,7 +2,9 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <algorithm>
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 namespace seqpar::repro {
@@ -74,15 +76,32 @@ void print_scenario(std::ostream& out, const RunResults& results) {
 }
 
 void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
+  const int64_t steps = static_cast<int64_t>(figures.steps.size());
+  const std::vector<int64_t> shown = steps_to_show(steps, figures.first_broken_step);
   out << "  step  max |diff| across ranks  params differing  vs reference: max |diff|, gradient"
          "   gradient norm used, per rank (reference)\n";
-  for (size_t step = 0; step < figures.steps.size(); ++step) {
-    const StepFigures& s = figures.steps[step];
-    out << printf_string("  %4zu  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %9.2g        %s (%.4f)\n",
-                         step + 1, s.max_cross_rank_difference, s.max_cross_rank_difference / lr,
-                         (long long)s.differing_parameters, (long long)s.parameter_count,
-                         s.max_difference_from_reference, s.gradient_relative_error,
-                         join(s.used_norms, "%.4f").c_str(), s.reference_norm);
+  for (const int64_t step : shown) {
+    const StepFigures& s = figures.steps[size_t(step - 1)];
+    out << printf_string("  %4lld  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %9.2g        %s (%.4f)\n",
+                         (long long)step, s.max_cross_rank_difference,
+                         s.max_cross_rank_difference / lr, (long long)s.differing_parameters,
+                         (long long)s.parameter_count, s.max_difference_from_reference,
+                         s.gradient_relative_error, join(s.used_norms, "%.4f").c_str(),
+                         s.reference_norm);
+  }
+  const int64_t left_out = steps - static_cast<int64_t>(shown.size());
+  if (left_out > 0) {
+    out << printf_string("  (%lld of %lld rows left out; every step is in --json and the drift "
+                         "plot)\n",
+                         (long long)left_out, (long long)steps);
+  }
+  if (figures.broken_condition.empty()) return;  // no steps, no verdict
+  if (figures.first_broken_step > 0) {
+    out << "  first step with " << figures.broken_condition << ": " << figures.first_broken_step
+        << '\n';
+  } else {
+    out << "  first step with " << figures.broken_condition << ": none in "
+        << steps << " step(s)\n";
   }
 }
 
@@ -105,11 +124,27 @@ void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
 
 }  // namespace
 
-void print_report(std::ostream& out, const RunResults& results,
-                  const std::vector<PolicyFigures>& figures) {
+std::vector<int64_t> steps_to_show(int64_t steps, int64_t also) {
+  std::set<int64_t> shown;
+  for (int64_t step = 1; step <= std::min<int64_t>(3, steps); ++step) shown.insert(step);
+  for (int64_t decade = 1; decade <= steps; decade *= 10) {  // 1, 2, 5, 10, 20, 50, ...
+    for (const int64_t factor : {1, 2, 5}) {
+      if (decade * factor <= steps) shown.insert(decade * factor);
+    }
+    if (decade > steps / 10) break;
+  }
+  if (steps > 0) shown.insert(steps);
+  if (also > 0 && also <= steps) shown.insert(also);
+  return {shown.begin(), shown.end()};
+}
+
+void print_report(std::ostream& out, const RunResults& results) {
   print_scenario(out, results);
   const double lr = results.config.adamw.lr;
-  for (const PolicyFigures& policy : figures) {
+  std::vector<const PolicyFigures*> figures;
+  for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
+  for (const PolicyFigures* each : figures) {
+    const PolicyFigures& policy = *each;
     out << "\npolicy " << policy.policy->name << ": " << policy.policy->summary << '\n';
     if (!policy.skipped.empty()) {
       out << "  skipped: " << policy.skipped << '\n';
@@ -121,8 +156,8 @@ void print_report(std::ostream& out, const RunResults& results,
     out << "  verdict: " << verdict_name(policy.verdict) << ": " << policy.verdict_text << '\n';
   }
   out << "\nsummary\n";
-  for (const PolicyFigures& policy : figures) {
-    out << printf_string("  %-16s %s\n", policy.policy->name.c_str(), verdict_name(policy.verdict));
+  for (const PolicyFigures* policy : figures) {
+    out << printf_string("  %-16s %s\n", policy->policy->name.c_str(), verdict_name(policy->verdict));
   }
 }
 

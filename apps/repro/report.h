@@ -2,6 +2,7 @@
 // picture (SVG) and the safetensors dump (--dump). All run on world rank 0.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -11,17 +12,19 @@
 
 namespace seqpar::repro {
 
-void print_report(std::ostream& out, const RunResults& results,
-                  const std::vector<PolicyFigures>& figures);
+// The per-step table shows the first steps, log-spaced ones (1, 2, 3, 5, 10, 20, 50,
+// ...), each policy's first broken step and the last; --json holds every step.
+void print_report(std::ostream& out, const RunResults& results);
+
+// The steps (1-based, ascending) print_report shows out of `steps`, plus `also` (0: none).
+std::vector<int64_t> steps_to_show(int64_t steps, int64_t also = 0);
 
 // The schema is documented in apps/repro/README.md ("JSON output").
-void write_json(const std::string& path, const RunResults& results,
-                const std::vector<PolicyFigures>& figures);
+void write_json(const std::string& path, const RunResults& results);
 
 // Cross-rank drift (the largest parameter difference between ranks) against the step,
 // one line per policy, on a log scale; bitwise-identical ranks sit on the floor line.
-void write_drift_svg(const std::string& path, const RunResults& results,
-                     const std::vector<PolicyFigures>& figures);
+void write_drift_svg(const std::string& path, const RunResults& results);
 
 // DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors.
 void write_dump(const std::string& directory, const RunResults& results);

@@ -1,7 +1,7 @@
 #include "apps/repro/scenario.h"
 
 #include <chrono>
-#include <functional>
+#include <memory>
 
 #include "autograd/engine.h"
 #include "core/cuda_runtime.h"
@@ -77,82 +77,104 @@ std::vector<Tensor> values_of(const std::vector<Variable>& variables, bool gradi
   return tensors;
 }
 
-void reset_parameters(const nn::Linear& model, const RankData& data) {
-  model.weight().data().copy_(data.initial_weight);
-  model.bias().data().copy_(data.initial_bias);
-  model.zero_grad();
+// A fresh model holding the drawn initial parameters. Its own generator's numbers are
+// overwritten, so making one draws nothing from the data's generator.
+std::unique_ptr<nn::Linear> make_model(const ReproConfig& config, const RankData& data,
+                                       Device device) {
+  Generator unused(config.seed);
+  auto model = std::make_unique<nn::Linear>(config.in_features, config.out_features, unused, device);
+  model->weight().data().copy_(data.initial_weight);
+  model->bias().data().copy_(data.initial_bias);
+  model->zero_grad();
+  return model;
 }
 
-// `after_step` runs after each step: world rank 0 trains the reference while the other
-// ranks wait, and meeting them once a step keeps every wait one step long, well inside
-// the group's timeout however many steps there are.
-ReferenceRun run_reference(const ReproConfig& config, const nn::Linear& model,
-                           const RankData& data, const std::function<void()>& after_step) {
-  reset_parameters(model, data);
-  const auto start = Clock::now();
-  ReferenceRun run;
-  const std::vector<Variable> parameters = model.parameters();
-  optim::AdamW optimizer(parameters, config.adamw);
-  const Variable x(data.inputs);
-  const Variable target(data.inputs.narrow(1, 0, config.out_features));
-  for (int64_t step = 0; step < config.steps; ++step) {
-    model.zero_grad();
-    const Variable loss = nn::l1_loss(model.forward(x), target, nn::Reduction::mean());
-    loss.backward();
-    const Tensor norm = config.gradient_clipping > 0
-                            ? optim::clip_grad_norm(parameters, config.gradient_clipping)
-                            : optim::grad_norm(parameters);
-    optimizer.step();
-    run.losses.push_back(loss.data().item());
-    run.norms.push_back(norm.item());
-    run.parameters.push_back(flatten(values_of(parameters, false), Device::cpu()).to_vector());
-    run.gradients.push_back(flatten(values_of(parameters, true), Device::cpu()).to_vector());
-    after_step();
-  }
-  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return run;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-PolicyRun run_policy(const Policy& policy, const RankGroups& groups, const ReproConfig& config,
-                     const nn::Linear& model, const RankData& data) {
-  PolicyRun run;
-  run.policy = &policy;
-  run.skipped = cannot_shard_reason(policy, config.rows, groups.sp);
-  if (!run.skipped.empty()) return run;  // the same on every rank: no collective skipped unevenly
+// The one-rank reference on world rank 0: its own model and optimizer, all rows.
+class ReferenceTrainer {
+ public:
+  ReferenceTrainer(const ReproConfig& config, const RankData& data, Device device)
+      : model_(make_model(config, data, device)),
+        parameters_(model_->parameters()),
+        optimizer_(parameters_, config.adamw),
+        x_(data.inputs),
+        target_(data.inputs.narrow(1, 0, config.out_features)),
+        gradient_clipping_(config.gradient_clipping) {}
 
-  reset_parameters(model, data);
-  PolicyStep engine(policy, model, groups, config.adamw, config.gradient_clipping);
-  engine.broadcast_parameters();
-  const Tensor batch = data.inputs.narrow(0, groups.dp_rank * config.rows, config.rows);
-  const Tensor shard = shard_rows(policy, batch, groups.sp, groups.sp_rank);
-  const Variable x(shard);
-  const Variable target(shard.narrow(1, 0, config.out_features));
-  const nn::Reduction reduction =
-      loss_reduction(policy, config.rows, config.out_features, config.data_parallel_size);
-  const Device device = data.inputs.device();
-
-  double seconds = 0;
-  for (int64_t step = 0; step < config.steps; ++step) {
-    groups.world->barrier();
+  // One step; appends its loss and norm to `run` and leaves the state after the step in
+  // run.parameters and run.gradients (overwriting the previous step's).
+  void step(ReferenceRun& run) {
     const auto start = Clock::now();
-    model.zero_grad();
-    const Variable loss = nn::l1_loss(model.forward(x), target, reduction);
-    engine.backward(loss);
-    const StepNorms norms = engine.step();
-    if (device.is_cuda()) cuda::synchronize(device.index);
-    seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    model_->zero_grad();
+    const Variable loss = nn::l1_loss(model_->forward(x_), target_, nn::Reduction::mean());
+    loss.backward();
+    const Tensor norm = gradient_clipping_ > 0
+                            ? optim::clip_grad_norm(parameters_, gradient_clipping_)
+                            : optim::grad_norm(parameters_);
+    optimizer_.step();
+    run.losses.push_back(loss.data().item());  // item() waits for the device
+    run.norms.push_back(norm.item());
+    run.seconds += seconds_since(start);
+    run.parameters = flatten(values_of(parameters_, false), Device::cpu()).to_vector();
+    run.gradients = flatten(values_of(parameters_, true), Device::cpu()).to_vector();
+  }
+
+ private:
+  std::unique_ptr<nn::Linear> model_;
+  std::vector<Variable> parameters_;
+  optim::AdamW optimizer_;
+  Variable x_, target_;
+  double gradient_clipping_;
+};
+
+// One policy on this rank: its own model and engine, its shard of its replica's rows.
+class PolicyTrainer {
+ public:
+  PolicyTrainer(const Policy& policy, const RankGroups& groups, const ReproConfig& config,
+                const RankData& data, Device device)
+      : model_(make_model(config, data, device)),
+        engine_(policy, *model_, groups, config.adamw, config.gradient_clipping),
+        reduction_(loss_reduction(policy, config.rows, config.out_features,
+                                  config.data_parallel_size)),
+        device_(device) {
+    const Tensor batch = data.inputs.narrow(0, groups.dp_rank * config.rows, config.rows);
+    const Tensor shard = shard_rows(policy, batch, groups.sp, groups.sp_rank);
+    x_ = Variable(shard);
+    target_ = Variable(shard.narrow(1, 0, config.out_features));
+    engine_.broadcast_parameters();
+  }
+
+  // One step on every rank, timed from a barrier (so a rank's wait for the others is
+  // not counted), then every rank's state gathered on world rank 0.
+  StepRecord step(dist::ProcessGroup& world, double& seconds) {
+    world.barrier();
+    const auto start = Clock::now();
+    model_->zero_grad();
+    const Variable loss = nn::l1_loss(model_->forward(x_), target_, reduction_);
+    engine_.backward(loss);
+    const StepNorms norms = engine_.step();
+    if (device_.is_cuda()) cuda::synchronize(device_.index);
+    seconds += seconds_since(start);
 
     StepRecord record;
-    record.parameters = gather(*groups.world, flatten(values_of(engine.parameters(), false), device));
-    record.gradients = gather(*groups.world, flatten(values_of(engine.parameters(), true), device));
-    record.losses = gather_scalar(*groups.world, loss.data());
-    record.local_norms = gather_scalar(*groups.world, norms.local);
-    record.used_norms = gather_scalar(*groups.world, norms.used);
-    run.steps.push_back(std::move(record));
+    record.parameters = gather(world, flatten(values_of(engine_.parameters(), false), device_));
+    record.gradients = gather(world, flatten(values_of(engine_.parameters(), true), device_));
+    record.losses = gather_scalar(world, loss.data());
+    record.local_norms = gather_scalar(world, norms.local);
+    record.used_norms = gather_scalar(world, norms.used);
+    return record;
   }
-  run.seconds = seconds;
-  return run;
-}
+
+ private:
+  std::unique_ptr<nn::Linear> model_;
+  PolicyStep engine_;
+  Variable x_, target_;
+  nn::Reduction reduction_;
+  Device device_;
+};
 
 }  // namespace
 
@@ -164,24 +186,63 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
                         const std::vector<const Policy*>& policies, Device device,
                         const std::string& placement) {
   const RankData data = draw_data(config, device);
-  Generator unused(config.seed);  // the module's parameters are overwritten from `data`
-  const nn::Linear model(config.in_features, config.out_features, unused, device);
-  const bool is_root = groups.world->rank() == 0;
+  dist::ProcessGroup& world = *groups.world;
+  const bool is_root = world.rank() == 0;
+  const double lr = config.adamw.lr;
 
   RunResults results;
   results.config = config;
   results.placement = placement;
   results.mesh_layout = groups.mesh_layout;
   results.initial_parameters =
-      gather(*groups.world, flatten({data.initial_weight, data.initial_bias}, device));
+      gather(world, flatten({data.initial_weight, data.initial_bias}, device));
+  std::unique_ptr<ReferenceTrainer> reference;
   if (is_root) {
     results.inputs = data.inputs.to(Device::cpu());
-    results.reference = run_reference(config, model, data, [&] { groups.world->barrier(); });
-  } else {
-    for (int64_t step = 0; step < config.steps; ++step) groups.world->barrier();
+    reference = std::make_unique<ReferenceTrainer>(config, data, device);
   }
+  // Set up in the policies' order on every rank, so their collectives (the initial
+  // broadcast, then each step's) are called in the same order everywhere. A skipped
+  // policy is skipped on every rank alike.
+  std::vector<std::unique_ptr<PolicyTrainer>> trainers;
+  std::vector<double> seconds(policies.size(), 0);
   for (const Policy* policy : policies) {
-    results.policies.push_back(run_policy(*policy, groups, config, model, data));
+    PolicyRun run;
+    run.figures.policy = policy;
+    run.figures.skipped = cannot_shard_reason(*policy, config.rows, groups.sp);
+    trainers.push_back(run.figures.skipped.empty()
+                           ? std::make_unique<PolicyTrainer>(*policy, groups, config, data, device)
+                           : nullptr);
+    results.policies.push_back(std::move(run));
+  }
+
+  // Lockstep: the other ranks wait for rank 0's reference step at the first policy's
+  // barrier, and for its analysis of a policy's step at the next barrier, so no wait is
+  // longer than about one step, however many steps there are.
+  for (int64_t step = 0; step < config.steps; ++step) {
+    if (is_root) reference->step(results.reference);
+    for (size_t i = 0; i < policies.size(); ++i) {
+      if (trainers[i] == nullptr) continue;
+      StepRecord record = trainers[i]->step(world, seconds[i]);
+      if (!is_root) continue;
+      PolicyFigures& figures = results.policies[i].figures;
+      const ReferenceStep expected{results.reference.parameters, results.reference.gradients,
+                                   results.reference.losses.back(),
+                                   results.reference.norms.back()};
+      figures.steps.push_back(figures_of_step(record, expected, lr));
+      if (step == 0) {
+        figures.first_step_signs = signs_of_first_step(record, lr);
+        figures.gradient_scale = expected.norm > 0 ? record.used_norms[0] / expected.norm : 1;
+      }
+      if (step + 1 == config.steps) results.policies[i].last = std::move(record);
+    }
+  }
+  if (!is_root) return {};
+  for (size_t i = 0; i < policies.size(); ++i) {
+    PolicyFigures& figures = results.policies[i].figures;
+    if (!figures.skipped.empty() || figures.steps.empty()) continue;
+    figures.seconds_per_step = seconds[i] / static_cast<double>(figures.steps.size());
+    decide(figures, lr);
   }
   return results;
 }

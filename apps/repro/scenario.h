@@ -1,6 +1,10 @@
-// One run of the scenario on one rank: draw the data, train the one-rank reference
-// (world rank 0), then train each policy from the same initial state, gathering every
-// rank's parameters, gradients and norms on world rank 0 after each step.
+// One run of the scenario on one rank: draw the data, then train the one-rank reference
+// (world rank 0) and every policy (each its own model and optimizer, from the same
+// initial state) in lockstep: per step, the reference takes its step, then each policy
+// in turn on every rank, gathering every rank's parameters, gradients and norms on world
+// rank 0, which turns them into that step's figures at once and drops them. Memory
+// does not grow with the number of steps (but for a few scalars per step), and no
+// rank waits for another longer than about one step.
 //
 // Determinism made explicit: every rank seeds one Generator with the configured seed
 // and makes the same calls in the same order (the Linear's weight, its bias, then one
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/repro/analysis.h"
 #include "apps/repro/config.h"
 #include "apps/repro/policy_step.h"
 #include "apps/repro/policy.h"
@@ -20,26 +25,18 @@
 
 namespace seqpar::repro {
 
-// Host copies of one step, indexed [rank][parameter element] (weight row-major,
-// then bias), as gathered on world rank 0.
-struct StepRecord {
-  std::vector<std::vector<float>> parameters;  // after the step
-  std::vector<std::vector<float>> gradients;   // as the optimizer used them
-  std::vector<float> losses, local_norms, used_norms;  // [rank]
-};
-
+// One policy's run as world rank 0 keeps it: the per-step figures (computed when each
+// step ends, against the reference's state after the same step) and the final state.
 struct PolicyRun {
-  const Policy* policy = nullptr;
-  std::string skipped;  // why the policy could not run ("" when it ran)
-  std::vector<StepRecord> steps;
-  double seconds = 0;  // wall time of the steps on rank 0
+  PolicyFigures figures;  // policy, skipped, steps, first-step signs and scale, verdict
+  StepRecord last;        // every rank's parameters and gradients after the last step
 };
 
 // The one-rank reference: one rank on all replicas' rows, mean loss.
 struct ReferenceRun {
-  std::vector<std::vector<float>> parameters, gradients;  // [step][element]
-  std::vector<float> losses, norms;                       // [step]
-  double seconds = 0;
+  std::vector<float> parameters, gradients;  // [element], after the last step
+  std::vector<float> losses, norms;          // [step]
+  double seconds = 0;                        // wall time of its steps
 };
 
 struct RunResults {
@@ -52,8 +49,8 @@ struct RunResults {
   std::vector<PolicyRun> policies;
 };
 
-// Runs on every rank with the same arguments; returns the gathered results on world
-// rank 0 (other ranks get an empty RunResults).
+// Runs on every rank with the same arguments; returns the gathered results, figures
+// and verdicts decided, on world rank 0 (other ranks get an empty RunResults).
 RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
                         const std::vector<const Policy*>& policies, Device device,
                         const std::string& placement);

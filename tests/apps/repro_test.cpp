@@ -2,8 +2,12 @@
 // fixes, and the exact policy against one-rank training in several set-ups.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <sstream>
+
 #include "apps/repro/analysis.h"
 #include "apps/repro/config.h"
+#include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
 #include "dist/local_process_group.h"
 #include "dist/mesh.h"
@@ -13,7 +17,7 @@ using namespace seqpar::repro;
 
 namespace {
 
-// Runs `config` with every policy as CPU threads; returns rank 0's analysis.
+// Runs `config` with every policy as CPU threads; returns rank 0's figures.
 std::vector<PolicyFigures> run_on_threads(const ReproConfig& config, RunResults* keep = nullptr) {
   std::vector<const Policy*> policies;
   for (const Policy& policy : all_policies()) policies.push_back(&policy);
@@ -31,9 +35,7 @@ std::vector<PolicyFigures> run_on_threads(const ReproConfig& config, RunResults*
     if (world->rank() == 0) results = std::move(mine);
   });
   std::vector<PolicyFigures> figures;
-  for (const PolicyRun& run : results.policies) {
-    figures.push_back(analyze(run, results.reference, config.adamw.lr));
-  }
+  for (const PolicyRun& run : results.policies) figures.push_back(run.figures);
   if (keep) *keep = std::move(results);
   return figures;
 }
@@ -159,6 +161,49 @@ TEST_CASE("single rank: every policy is one-rank training", "[repro]") {
     CHECK(policy.steps.back().parameters_unlike_reference == 0);
     CHECK(policy.steps.back().gradients_unlike_reference == 0);
   }
+}
+
+TEST_CASE("long runs: figures per step, the final state kept, a short report", "[repro]") {
+  ReproConfig config;
+  config.rows = 40;
+  config.in_features = 6;
+  config.out_features = 2;
+  config.steps = 300;
+  RunResults results;
+  const auto figures = run_on_threads(config, &results);
+  CHECK(results.reference.losses.size() == 300);
+  CHECK(results.reference.parameters.size() == size_t(parameter_count(config)));
+  for (const PolicyRun& run : results.policies) {
+    CHECK(run.figures.steps.size() == 300);
+    CHECK(run.last.parameters.size() == size_t(config.world_size()));
+  }
+  const PolicyFigures& broken = figures_of(figures, PolicyKind::DeepSpeed016);
+  CHECK(broken.verdict == Verdict::RanksDiverge);
+  CHECK(broken.first_broken_step == 1);
+  CHECK(figures_of(figures, PolicyKind::WithMpu).verdict == Verdict::WrongGradientScale);
+  check_consistent_and_exact(figures);
+  CHECK(figures_of(figures, PolicyKind::Exact).first_broken_step == 0);
+  // The exact policy's final state is the reference's, bit for bit.
+  const PolicyRun& exact = results.policies[size_t(PolicyKind::Exact)];
+  REQUIRE(exact.figures.policy->kind == PolicyKind::Exact);
+  CHECK(exact.last.parameters[0] == results.reference.parameters);
+
+  std::ostringstream report;
+  print_report(report, results);
+  const std::string text = report.str();
+  CHECK(std::count(text.begin(), text.end(), '\n') < 100);
+  CHECK_THAT(text, Catch::Contains("first step with ranks apart: 1\n"));
+  CHECK_THAT(text, Catch::Contains("(290 of 300 rows left out"));
+}
+
+TEST_CASE("the report's rows: first steps, log-spaced, the first broken one, the last",
+          "[repro]") {
+  CHECK(steps_to_show(1) == std::vector<int64_t>{1});
+  CHECK(steps_to_show(4) == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(steps_to_show(1000) ==
+        std::vector<int64_t>{1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000});
+  CHECK(steps_to_show(2500, 7) ==
+        std::vector<int64_t>{1, 2, 3, 5, 7, 10, 20, 50, 100, 200, 500, 1000, 2000, 2500});
 }
 
 TEST_CASE("analysis helpers", "[repro]") {
