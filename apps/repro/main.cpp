@@ -3,6 +3,8 @@
 // Reading order: policy.h (the three ways to combine gradients), policy_step.cpp
 // (where the combining happens), scenario.cpp (what every rank runs), analysis.cpp
 // (how each step's figures and the verdicts are derived), then this file (where the ranks run).
+#include <malloc.h>
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -159,6 +161,14 @@ int run(int argc, char** argv) {
 }  // namespace seqpar::repro
 
 int main(int argc, char** argv) {
+#ifdef M_MMAP_THRESHOLD
+  // glibc raises its mmap threshold to the size of the largest block freed so far (here
+  // the data's buffers), after which every step's snapshots and tensors come from the
+  // heap and the process keeps growing by kilobytes a step although nothing is kept
+  // (scripts/repro-memory.sh). Pinning the threshold at glibc's default value keeps
+  // large buffers in their own mappings, returned to the system when freed.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
   if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
   try {
     return seqpar::repro::run(argc, argv);

@@ -204,12 +204,19 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
   // Set up in the policies' order on every rank, so their collectives (the initial
   // broadcast, then each step's) are called in the same order everywhere. A skipped
   // policy is skipped on every rank alike.
+  // The per-step series are sized once: growing them step by step would leave freed
+  // blocks between the short-lived snapshots, and the heap would grow with the steps.
+  if (is_root) {
+    results.reference.losses.reserve(size_t(config.steps));
+    results.reference.norms.reserve(size_t(config.steps));
+  }
   std::vector<std::unique_ptr<PolicyTrainer>> trainers;
   std::vector<double> seconds(policies.size(), 0);
   for (const Policy* policy : policies) {
     PolicyRun run;
     run.figures.policy = policy;
     run.figures.skipped = cannot_shard_reason(*policy, config.rows, groups.sp);
+    if (is_root && run.figures.skipped.empty()) run.figures.steps.reserve(size_t(config.steps));
     trainers.push_back(run.figures.skipped.empty()
                            ? std::make_unique<PolicyTrainer>(*policy, groups, config, data, device)
                            : nullptr);
