@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config time
   libeigen3-dev          # CPU kernels and float64 test references
   libgmp-dev libmpfr-dev # exact references (rationals, correct rounding) in the tests
   libtomlplusplus-dev    # configs/*.toml
