@@ -16,9 +16,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <stdexcept>
+#include <vector>
 
 namespace seqpar::test {
 
@@ -126,5 +129,31 @@ bool same_bits(Float a, Float b) {
 }
 
 inline bool same_float(float a, float b) { return same_bits(a, b); }
+
+// The terms' exact sum rounded once to Float.
+template <typename Float>
+Float exact_reference(const std::vector<double>& terms) {
+  ReferenceSum sum;
+  for (double term : terms) sum.add(term);
+  return sum.rounded<Float>();
+}
+
+
+// A float32 with a random 24-bit significand, exponent in [low, high], random sign;
+// rarely a float32 subnormal.
+inline float random_float(std::mt19937_64& rng, int low, int high) {
+  std::uniform_int_distribution<uint32_t> significand(1u << 23, (1u << 24) - 1);
+  std::uniform_int_distribution<int> exponent(low, high);
+  std::uniform_int_distribution<int> coin(0, 1);
+  std::uniform_int_distribution<int> rare(0, 49);
+  float value;
+  if (rare(rng) == 0) {  // a subnormal: any bit pattern with a zero exponent field
+    const uint32_t bits = std::uniform_int_distribution<uint32_t>(1, (1u << 23) - 1)(rng);
+    std::memcpy(&value, &bits, sizeof value);
+  } else {
+    value = std::ldexp(static_cast<float>(significand(rng)), exponent(rng) - 23);
+  }
+  return coin(rng) ? -value : value;
+}
 
 }  // namespace seqpar::test

@@ -5,8 +5,17 @@
 
 #include "bench/src/bench_util.h"
 #include "dist/environment.h"
+#include "optim/adamw.h"
 
 namespace seqpar::bench {
+
+// The report's AdamW: lr 1e-4, weight decay 0.01, PyTorch's betas and eps.
+inline optim::AdamWOptions issue_adamw() {
+  optim::AdamWOptions options;
+  options.lr = 1e-4;
+  options.weight_decay = 0.01;
+  return options;
+}
 
 struct Settings {
   int repeats = 300, warmup = 30;

@@ -43,6 +43,7 @@
 
 using namespace seqpar;
 using autograd::Variable;
+using bench::issue_adamw;
 using bench::Report;
 using bench::Settings;
 using bench::time_calls;
@@ -52,13 +53,6 @@ namespace {
 constexpr int64_t kRows = 12000, kIn = 640, kOut = 16, kShards = 4;
 constexpr double kF = sizeof(float);
 const Device kGpu = Device::cuda(0);
-
-optim::AdamWOptions issue_adamw() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
-}
 
 // The public API's step, as seqpar-repro's exact policy takes it on one rank.
 struct ApiStep {

@@ -25,13 +25,6 @@ namespace {
 constexpr double kF = sizeof(float);
 const Device kGpu = Device::cuda(0);
 
-optim::AdamWOptions issue_adamw() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
-}
-
 optim::detail::AdamWTensors adamw_tensors(const std::vector<Tensor>& params,
                                           const std::vector<Tensor>& grads, const Tensor& m,
                                           const Tensor& v) {

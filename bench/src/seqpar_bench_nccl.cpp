@@ -44,13 +44,6 @@ namespace {
 constexpr int64_t kRows = 12000, kIn = 640, kOut = 16;
 constexpr double kF = sizeof(float);
 
-optim::AdamWOptions issue_adamw() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
-}
-
 // The issue's model, drawn first from Generator(12345) as in the one-GPU figures.
 std::unique_ptr<nn::Linear> issue_model(Device gpu) {
   Generator generator(12345);
