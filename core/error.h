@@ -24,6 +24,15 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// What the user gave was wrong: an option, a config key or value, a file. The message
+// is written for that user (it names the option or key, the value and the limit) and
+// carries no file:line, because nothing inside seqpar failed. Programs exit 2 on it,
+// the convention for usage errors, and 1 on any other Error.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(what) {}
+};
+
 namespace detail {
 
 // Streams any value; vectors print as [a, b, c] so shapes read naturally.
@@ -58,6 +67,15 @@ std::string concat(const Args&... args) {
                                     ::seqpar::detail::concat(__VA_ARGS__));        \
     }                                                                              \
   } while (0)
+
+// The user's input is wrong (see InputError): SEQPAR_INPUT_CHECK(steps >= 1, "--steps ", s,
+// ": must be at least 1"). The message alone is thrown, without the condition's text.
+#define SEQPAR_INPUT_CHECK(cond, ...)                                              \
+  do {                                                                             \
+    if (!(cond)) throw ::seqpar::InputError(::seqpar::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+#define SEQPAR_INPUT_FAIL(...) throw ::seqpar::InputError(::seqpar::detail::concat(__VA_ARGS__))
 
 // An error that has no single condition to name (an unknown option, a bad key).
 #define SEQPAR_FAIL(...)                                                           \

@@ -172,6 +172,9 @@ int main(int argc, char** argv) {
   if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
   try {
     return seqpar::repro::run(argc, argv);
+  } catch (const seqpar::InputError& error) {
+    std::cerr << "seqpar-repro: " << error.what() << '\n';
+    return 2;
   } catch (const std::exception& error) {
     std::cerr << "seqpar-repro: " << error.what() << '\n';
     return 1;
