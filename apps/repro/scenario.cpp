@@ -26,8 +26,15 @@ struct RankData {
 RankData draw_data(const ReproConfig& config, Device device) {
   Generator generator(config.seed);
   nn::Linear model(config.in_features, config.out_features, generator, device);
-  RankData data{Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device),
-                model.weight().data().clone(), model.bias().data().clone()};
+  RankData data{Tensor(), model.weight().data().clone(), model.bias().data().clone()};
+  // One draw per replica, as each replica's script draws its own batch. With one
+  // replica the draw is the inputs: no second copy of the largest tensor, whose
+  // transient copies on every rank at once would set the run's peak memory.
+  if (config.data_parallel_size == 1) {
+    data.inputs = generator.randn({config.rows, config.in_features}, device);
+    return data;
+  }
+  data.inputs = Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device);
   for (int64_t replica = 0; replica < config.data_parallel_size; ++replica) {
     data.inputs.narrow(0, replica * config.rows, config.rows)
         .copy_(generator.randn({config.rows, config.in_features}, device));
