@@ -171,6 +171,7 @@ void write_policy(JsonWriter& json, const PolicyFigures& figures) {
   json.key("verdict_text").value(figures.verdict_text);
   json.key("gradient_scale").value(figures.gradient_scale);
   json.key("seconds_per_step").value(figures.seconds_per_step);
+  json.key("analysis_seconds_per_step").value(figures.analysis_seconds_per_step);
   json.key("broken_condition").value(figures.broken_condition);
   json.key("first_broken_step").value(figures.first_broken_step);
   json.key("first_step_signs").begin_object(true);
