@@ -56,13 +56,14 @@ enum class LinearProduct { Output, GradInput };
 bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,
                             const Tensor& result);
 
-// The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, one thread
-// a row; the forward takes it whenever it fits. weight [out, in] with its row stride,
-// y with its own.
+// The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, a few
+// threads a row; the forward takes it whenever it fits. weight [out, in] with its row
+// stride, y with its own. outputs_per_thread (4, 8 or 16; 0: the default) changes the
+// speed, never the bits: the benchmark measures each.
 bool narrow_forward_fits(const ConstRows& x, int64_t out);
 void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
-                         int device);
+                         int device, int outputs_per_thread = 0);
 #endif
 
 }  // namespace seqpar::nn::detail

@@ -66,6 +66,19 @@ void bench_kernels(Report& report, const Settings& s) {
   const Tensor bias = generator.randn({out}, kGpu), grad_y = generator.randn({n, out}, kGpu);
   bench_linear(report, s, x, weight, bias, grad_y);
   bench_linear(report, s, x.narrow(0, 0, 3000), weight, bias, grad_y.narrow(0, 0, 3000));
+  {  // the narrow forward's variants (the same bits; linear_fwd above uses the default)
+    const Tensor y = Tensor::empty({n, out}, kGpu);
+    for (int per_thread : {4, 8, 16}) {
+      report.add("kernel/linear_fwd_narrow/" + std::to_string(per_thread) + "_per_thread",
+                 std::to_string(per_thread) + " outputs a thread, 12000x640x16",
+                 time_calls([&] {
+                   nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x), weight.data(),
+                                                   weight.stride(0), bias.data(), out, y.data(),
+                                                   y.stride(0), 0, per_thread);
+                 }, s.warmup, s.repeats),
+                 kF * (n * in + out * in + n * out), 2.0 * n * in * out);
+    }
+  }
 
   cuda::Stream stream = cuda::current_stream(0);
   const Tensor target = x.narrow(1, 0, out);
