@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "core/cuda_runtime.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "nn/rows.h"
@@ -64,6 +65,16 @@ bool narrow_forward_fits(const ConstRows& x, int64_t out);
 void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
                          int device, int outputs_per_thread = 0);
+
+// dW when every dy has one magnitude, as after an L1 loss (linear_ternary_sums.cu):
+// exact integer sums of ±x in fixed point, the same digits' value as the general row
+// sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
+// nonzero magnitude bits (linear_ternary.cuh), which also tell the general kernel to
+// skip its work when this path does it. Only when ternary_weight_grad_fits.
+bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
+void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
+                                const unsigned int* x_largest, unsigned int* words,
+                                exact::ExactSums& sums, cuda::Stream stream);
 #endif
 
 }  // namespace seqpar::nn::detail

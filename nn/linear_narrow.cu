@@ -36,9 +36,10 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
   constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
   extern __shared__ float weight_t[];  // [in][16], zero past `out`
   const int64_t in = x.cols;
+  // Read along W's rows (coalesced), write transposed.
   for (int64_t i = threadIdx.x; i < in * kNarrowOut; i += blockDim.x) {
-    const int64_t k = i / kNarrowOut, j = i % kNarrowOut;
-    weight_t[i] = j < out ? weight[j * weight_row_stride + k] : 0.0f;
+    const int64_t j = i / in, k = i % in;
+    weight_t[k * kNarrowOut + j] = j < out ? weight[j * weight_row_stride + k] : 0.0f;
   }
   __syncthreads();
   const int64_t row =
@@ -59,12 +60,26 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
     }
   };
   if (kVector) {
-    for (int64_t k = 0; k < in; k += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(x_row + k);
-      step(v.x, k);
-      step(v.y, k + 1);
-      step(v.z, k + 2);
-      step(v.w, k + 3);
+    // Two 16-byte reads in flight ahead of the FMAs: each thread's loop is otherwise
+    // one load's latency per four values of x.
+    const float4* x4 = reinterpret_cast<const float4*>(x_row);
+    const int64_t quads = in / 4;
+    auto quad = [&](const float4& v, int64_t q) {
+      step(v.x, 4 * q);
+      step(v.y, 4 * q + 1);
+      step(v.z, 4 * q + 2);
+      step(v.w, 4 * q + 3);
+    };
+    float4 even = quads > 0 ? x4[0] : float4{}, odd = quads > 1 ? x4[1] : float4{};
+    for (int64_t q = 0; q < quads; q += 2) {
+      const float4 v = even;
+      if (q + 2 < quads) even = x4[q + 2];
+      quad(v, q);
+      if (q + 1 < quads) {
+        const float4 w = odd;
+        if (q + 3 < quads) odd = x4[q + 3];
+        quad(w, q + 1);
+      }
     }
   } else {
     for (int64_t k = 0; k < in; ++k) step(x_row[k], k);

@@ -179,7 +179,7 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
   // 4, 8 or 16 outputs a thread: the same chains, other threads. Widths that leave a
   // thread's group partly (10, 7) or wholly (1: three of four groups idle) past `out`.
   const std::vector<LinearCase> cases = {
-      {12000, 640, 16}, {129, 768, 16}, {33, 12, 10}, {300, 3, 1}, {1, 5, 7}};
+      {12000, 640, 16}, {129, 768, 16}, {33, 12, 10}, {5, 4, 16}, {300, 3, 1}, {1, 5, 7}};
   for (const LinearCase& c : cases) {
     Generator generator(c.rows * 3 + c.in * 5 + c.out);
     const Tensor x = generator.randn({c.rows, c.in}), weight = generator.randn({c.out, c.in});
