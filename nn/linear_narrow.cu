@@ -9,9 +9,9 @@
 // Wᵀ at one k touches 64 bytes, one shared-memory wavefront.
 //
 // Why not one thread per row and all 16 outputs: 12,000 rows are then 94 blocks of four
-// warps, one warp per scheduler on most SMs, and every load's latency shows. Four
-// threads a row give four times the warps for the same instructions per FMA (one
-// 16-byte read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
+// warps, one warp per scheduler on most SMs, and every load's latency shows. Two or
+// four threads a row give more warps for the same instructions per FMA (one 16-byte
+// read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -26,7 +26,7 @@ namespace {
 constexpr int kNarrowOut = 16;
 constexpr int64_t kNarrowMaxIn = 768;  // Wᵀ in the default 48 KB of shared memory
 constexpr int kNarrowThreads = 128;
-constexpr int kDefaultPerThread = 4;
+constexpr int kDefaultPerThread = 8;  // measured fastest (bench/RESULTS.md), 4 a close second
 
 template <int kPerThread, bool kVector>
 __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
@@ -36,10 +36,18 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
   constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
   extern __shared__ float weight_t[];  // [in][16], zero past `out`
   const int64_t in = x.cols;
-  // Read along W's rows (coalesced), write transposed.
-  for (int64_t i = threadIdx.x; i < in * kNarrowOut; i += blockDim.x) {
-    const int64_t j = i / in, k = i % in;
-    weight_t[k * kNarrowOut + j] = j < out ? weight[j * weight_row_stride + k] : 0.0f;
+  // Wᵀ: a thread takes every 128th k and its 16 weights, read along W's rows (each
+  // of the 16 loads coalesced across the warp, all 16 in flight at once: staged one
+  // load at a time, this copy took longer than the FMAs) and stored as four float4s.
+  for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) {
+    float column[kNarrowOut];
+#pragma unroll
+    for (int j = 0; j < kNarrowOut; ++j) column[j] = j < out ? weight[j * weight_row_stride + k] : 0.0f;
+    float4* row = reinterpret_cast<float4*>(weight_t + k * kNarrowOut);
+#pragma unroll
+    for (int q = 0; q < kNarrowOut / 4; ++q) {
+      row[q] = make_float4(column[4 * q], column[4 * q + 1], column[4 * q + 2], column[4 * q + 3]);
+    }
   }
   __syncthreads();
   const int64_t row =
@@ -60,26 +68,33 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
     }
   };
   if (kVector) {
-    // Two 16-byte reads in flight ahead of the FMAs: each thread's loop is otherwise
-    // one load's latency per four values of x.
+    // Eight 16-byte reads of the row in flight ahead of the FMAs that use them: a
+    // thread's loop is otherwise one load's latency (hundreds of cycles from memory) per
+    // four values of x, and a few warps per scheduler cannot hide it.
     const float4* x4 = reinterpret_cast<const float4*>(x_row);
     const int64_t quads = in / 4;
-    auto quad = [&](const float4& v, int64_t q) {
-      step(v.x, 4 * q);
-      step(v.y, 4 * q + 1);
-      step(v.z, 4 * q + 2);
-      step(v.w, 4 * q + 3);
-    };
-    float4 even = quads > 0 ? x4[0] : float4{}, odd = quads > 1 ? x4[1] : float4{};
-    for (int64_t q = 0; q < quads; q += 2) {
-      const float4 v = even;
-      if (q + 2 < quads) even = x4[q + 2];
-      quad(v, q);
-      if (q + 1 < quads) {
-        const float4 w = odd;
-        if (q + 3 < quads) odd = x4[q + 3];
-        quad(w, q + 1);
+    constexpr int kAhead = 8;
+    float4 current[kAhead], next[kAhead];
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) current[i] = i < quads ? x4[i] : float4{};
+    for (int64_t q0 = 0; q0 < quads; q0 += kAhead) {
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {
+        next[i] = q0 + kAhead + i < quads ? x4[q0 + kAhead + i] : float4{};
       }
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {
+        if (q0 + i < quads) {
+          const float4 v = current[i];
+          const int64_t k = 4 * (q0 + i);
+          step(v.x, k);
+          step(v.y, k + 1);
+          step(v.z, k + 2);
+          step(v.w, k + 3);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) current[i] = next[i];
     }
   } else {
     for (int64_t k = 0; k < in; ++k) step(x_row[k], k);
