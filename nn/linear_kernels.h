@@ -27,7 +27,12 @@ void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float
                         int64_t c_row_stride);
 
 // sums[j * in + k] += Σ_i dy[i, j] x[i, k]: digits of the exact sums, not yet rounded.
-void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums);
+// Automatic takes the fixed-point integer sums when every dy has one magnitude
+// (nn/one_magnitude.h) and the binned sums otherwise; General always the binned sums.
+// Both add the same exact values (the tests compare them).
+enum class WeightGradPath { Automatic, General };
+void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                WeightGradPath path = WeightGradPath::Automatic);
 // sums[j] += Σ_i dy[i, j].
 void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums);
 

@@ -1,22 +1,9 @@
-// dW = dyᵀ x on the GPU when every dy has one magnitude: dy[row, j] = s * f with s in
-// {-1, 0, +1} and one float f, which is what an L1 loss's backward hands to Linear
-// (sign(y - t) times the loss's scale). Then dW[j, k] = f * Σ_rows s x[row, k], and the
-// sum of ±x is an integer sum once x is written in fixed point: no floating-point
-// rounding anywhere, so the result is the exact row sum of nn/linear_row_sums.cu, the
-// same digits' value and, once rounded, the same bits, at a fraction of the cost (a
-// double FMA a term instead of the binned sum's twenty-odd operations).
-//
-// Fixed point per column k: from the column's largest |x| (2^top <= |x| < 2^(top+1)),
-// each x is an integer multiple of 2^lsb, lsb = top + 1 - 44, below 2^44 in magnitude
-// when its last significant bit is not below 2^lsb (with x from randn: all but about
-// one element in three hundred thousand). A block sums 512 rows, 512 * 2^44 = 2^53: the
-// doubles that carry those integer sums stay exact. Elements outside the window (tiny
-// next to the column's largest, or not finite) take the general path one by one: their
-// products go through a binned sum into the digits, rounded per term by the exact
-// sums' rules, as the general path would. The window also never reaches below the
-// bins' grid (every product f * x it holds is a multiple of 2^-149), and a column whose
-// products could reach 2^129 goes to the general path whole: inside the window every
-// term is one the exact sum holds exactly, so the two paths agree to the last bit.
+// dW = dyᵀ x on the GPU when every dy has one magnitude (dy = s * f, s in {-1, 0, +1}:
+// an L1 loss's backward), by the fixed-point integer sums of nn/one_magnitude.h: the
+// exact row sums of nn/linear_row_sums.cu, the same digits' value and so the same bits
+// once rounded, at a fraction of the cost. Elements outside their column's window take
+// the binned sum one by one (with their own products, so with the general path's
+// rounding and IEEE rules).
 //
 // Whether dy has one magnitude is known only on the device. The pass that finds dy's
 // column maxima (linear_row_sums.cu) also records its largest and smallest nonzero
@@ -42,32 +29,8 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kGroup = 16;  // outputs j per block
-constexpr int kWindowBits = 44;
 constexpr int64_t kRowsPerChunk = 512;  // kRowsPerChunk * 2^kWindowBits = 2^53
 static_assert(kRowsPerChunk << kWindowBits == int64_t{1} << 53, "a chunk's sum stays exact");
-constexpr double kWindowLimit = 0x1p44;
-
-// Column k's fixed-point unit 2^lsb, or `whole` when the column must take the general
-// path (an infinity or NaN in it, or products that could reach 2^129).
-struct Window {
-  int lsb;
-  bool whole;
-};
-
-__device__ Window column_window(unsigned int largest_bits, int f_exponent) {
-  if (largest_bits >= 0x7f800000u) return {0, true};
-  int top;  // 2^top <= the column's largest |x| < 2^(top + 1)
-  if (largest_bits == 0) {
-    top = exact::kLowestExponent;  // all zeros: any window holds them
-  } else if ((largest_bits >> 23) == 0) {
-    top = 31 - __clz(static_cast<int>(largest_bits)) + exact::kLowestExponent;  // subnormal
-  } else {
-    top = static_cast<int>(largest_bits >> 23) - 127;
-  }
-  // |f x| < 2^(f_exponent + 24) * 2^(top + 1): within the bins' range, 2^129?
-  if (top + f_exponent + 25 > 129) return {0, true};
-  return {max(top + 1 - kWindowBits, exact::kLowestExponent - f_exponent), false};
-}
 
 // One element outside the window: its products with the group's dy, each through a
 // binned sum (the general path's rules: rounded to the grid, NaN and inf as IEEE), into
