@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev          # CPU kernels and float64 test references
   libgmp-dev libmpfr-dev # exact references (rationals, correct rounding) in the tests
   libtomlplusplus-dev    # configs/*.toml
+  libyaml-cpp-dev nlohmann-json3-dev  # configs/*.yaml (the report's), DeepSpeed's ds_config.json
   catch2                 # tests (v2: catch2/catch.hpp)
   python3 python3-numpy python3-torch   # the PyTorch cross-check of seqpar-repro
 )

@@ -77,7 +77,8 @@ ReproConfig read_config(const Options& options) {
   SEQPAR_CHECK(file.good(), "cannot open config file ", options.config_path);
   std::stringstream text;
   text << file.rdbuf();
-  return parse_config(text.str(), options.overrides, options.config_path);
+  return parse_config(text.str(), options.overrides, options.config_path,
+                      config_format_for(options.config_path, text.str()));
 }
 
 RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
