@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <fstream>
+#include <iostream>
 
 #include "apps/repro/report.h"
 #include "core/error.h"
@@ -92,6 +93,10 @@ void write_json(const std::string& path, const RunResults& results) {
                                 {"seconds_per_step", results.reference.seconds / double(c.steps)}}},
       {"policies", std::move(policies)},
   };
+  if (path == "-") {  // stdout, by the usual convention
+    std::cout << toml::json_formatter{root} << '\n' << std::flush;
+    return;
+  }
   const std::string temporary = path + ".tmp";
   {
     std::ofstream file(temporary);

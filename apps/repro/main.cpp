@@ -14,6 +14,7 @@
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
 #include "core/error.h"
+#include "core/version.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
 #include "dist/local_process_group.h"
@@ -71,6 +72,18 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
               " (local process group)"};
 }
 
+// DeepSpeed's launcher passes --local_rank=N beside LOCAL_RANK; the two must agree.
+void check_local_rank(const Options& options,
+                      const std::optional<dist::LaunchEnvironment>& launched) {
+  if (!options.local_rank) return;
+  SEQPAR_INPUT_CHECK(launched.has_value(), "--local_rank ", *options.local_rank,
+                     " without a launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK): "
+                     "start seqpar-repro with deepspeed, torchrun, mpirun or srun, or drop it");
+  SEQPAR_INPUT_CHECK(launched->local_rank == *options.local_rank, "--local_rank ",
+                     *options.local_rank, " disagrees with the launcher's local rank ",
+                     launched->local_rank, " (", launched->launcher, ")");
+}
+
 ReproConfig read_config(const Options& options) {
   if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
   std::ifstream file(options.config_path);
@@ -93,19 +106,21 @@ RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const Repr
   return run_scenario(groups, config, policies, device, placement.description);
 }
 
+// With --json - the JSON owns stdout, so the report goes to stderr.
 void report(const RunResults& results, const Options& options) {
-  print_report(std::cout, results);
+  std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
+  print_report(out, results);
   if (!options.plot_path.empty()) {
     write_drift_svg(options.plot_path, results);
-    std::cout << "\ndrift picture: " << options.plot_path << '\n';
+    out << "\ndrift picture: " << options.plot_path << '\n';
   }
   if (!options.json_path.empty()) {
     write_json(options.json_path, results);
-    std::cout << "figures (JSON): " << options.json_path << '\n';
+    if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
   }
   if (!options.dump_directory.empty()) {
     write_dump(options.dump_directory, results);
-    std::cout << "safetensors dump: " << options.dump_directory
+    out << "safetensors dump: " << options.dump_directory
               << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
   }
 }
@@ -115,6 +130,10 @@ int run(int argc, char** argv) {
   const Options options = parse_options(arguments);
   if (options.help) {
     std::cout << kUsage;
+    return 0;
+  }
+  if (options.version) {
+    std::cout << "seqpar-repro " << kSeqparVersion << '\n';
     return 0;
   }
   const ReproConfig config = read_config(options);
@@ -129,6 +148,7 @@ int run(int argc, char** argv) {
     }
   }
   const auto launched = dist::launch_environment_from_process();
+  check_local_rank(options, launched);
   const Placement placement = choose_placement(options, config, launched);
 
   if (placement.backend == Backend::LaunchNccl) {
