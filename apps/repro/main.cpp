@@ -87,7 +87,7 @@ void check_local_rank(const Options& options,
 ReproConfig read_config(const Options& options) {
   if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
   std::ifstream file(options.config_path);
-  SEQPAR_CHECK(file.good(), "cannot open config file ", options.config_path);
+  SEQPAR_INPUT_CHECK(file.good(), "cannot open config file ", options.config_path);
   std::stringstream text;
   text << file.rdbuf();
   return parse_config(text.str(), options.overrides, options.config_path,
