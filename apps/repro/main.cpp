@@ -96,14 +96,14 @@ ReproConfig read_config(const Options& options) {
 
 RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
                     const std::vector<const Policy*>& policies, const Placement& placement,
-                    Device device) {
+                    Device device, Progress* progress) {
   const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
                         static_cast<int>(config.data_parallel_size));
   const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
   RankGroups groups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
                     mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
                     mesh_groups.coordinates.dp_rank, mesh.str()};
-  return run_scenario(groups, config, policies, device, placement.description);
+  return run_scenario(groups, config, policies, device, placement.description, progress);
 }
 
 // With --json - the JSON owns stdout, so the report goes to stderr.
@@ -160,7 +160,11 @@ int run(int argc, char** argv) {
   if (placement.backend == Backend::Nccl) {
 #ifdef SEQPAR_WITH_NCCL
     const auto world = dist::NcclProcessGroup::create_world(*launched);
-    const RunResults results = run_rank(world, config, policies, placement, placement.device);
+    RunResults results;
+    {
+      const auto progress = world->rank() == 0 ? Progress::on_stderr() : nullptr;
+      results = run_rank(world, config, policies, placement, placement.device, progress.get());
+    }
     if (world->rank() == 0) report(results, options);
     return 0;
 #else
@@ -168,12 +172,15 @@ int run(int argc, char** argv) {
 #endif
   }
   RunResults results;
-  dist::run_local_world(static_cast<int>(config.world_size()),
-                        [&](std::shared_ptr<dist::ProcessGroup> world) {
-                          RunResults mine = run_rank(world, config, policies, placement,
-                                                     placement.device);
-                          if (world->rank() == 0) results = std::move(mine);
-                        });
+  {
+    const auto progress = Progress::on_stderr();
+    dist::run_local_world(static_cast<int>(config.world_size()),
+                          [&](std::shared_ptr<dist::ProcessGroup> world) {
+                            RunResults mine = run_rank(world, config, policies, placement,
+                                                       placement.device, progress.get());
+                            if (world->rank() == 0) results = std::move(mine);
+                          });
+  }
   report(results, options);
   return 0;
 }

@@ -184,10 +184,12 @@ int64_t parameter_count(const ReproConfig& config) {
 
 RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
                         const std::vector<const Policy*>& policies, Device device,
-                        const std::string& placement) {
-  const RankData data = draw_data(config, device);
+                        const std::string& placement, Progress* progress) {
   dist::ProcessGroup& world = *groups.world;
   const bool is_root = world.rank() == 0;
+  if (!is_root) progress = nullptr;
+  if (progress) progress->set_phase("drawing the data and the initial parameters");
+  const RankData data = draw_data(config, device);
   const double lr = config.adamw.lr;
 
   RunResults results;
@@ -227,9 +229,11 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
   // barrier, and for its analysis of a policy's step at the next barrier, so no wait is
   // longer than about one step, however many steps there are.
   for (int64_t step = 0; step < config.steps; ++step) {
+    if (progress) progress->set_step("one-rank reference", step, config.steps);
     if (is_root) reference->step(results.reference);
     for (size_t i = 0; i < policies.size(); ++i) {
       if (trainers[i] == nullptr) continue;
+      if (progress) progress->set_step("policy " + policies[i]->name, step, config.steps);
       StepRecord record = trainers[i]->step(world, seconds[i]);
       if (!is_root) continue;
       PolicyFigures& figures = results.policies[i].figures;
@@ -245,6 +249,7 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     }
   }
   if (!is_root) return {};
+  if (progress) progress->set_phase("deciding the verdicts");
   for (size_t i = 0; i < policies.size(); ++i) {
     PolicyFigures& figures = results.policies[i].figures;
     if (!figures.skipped.empty() || figures.steps.empty()) continue;
