@@ -7,6 +7,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/nvtx.h"
 #include "nn/l1_loss.h"
 #include "optim/clip.h"
 
@@ -93,6 +94,12 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+Variable forward_loss(const nn::Linear& model, const Variable& x, const Variable& target,
+                      nn::Reduction reduction) {
+  SEQPAR_NVTX_RANGE("forward");
+  return nn::l1_loss(model.forward(x), target, reduction);
+}
+
 // The one-rank reference on world rank 0: its own model and optimizer, all rows.
 class ReferenceTrainer {
  public:
@@ -107,9 +114,10 @@ class ReferenceTrainer {
   // One step; appends its loss and norm to `run` and leaves the state after the step in
   // run.parameters and run.gradients (overwriting the previous step's).
   void step(ReferenceRun& run) {
+    SEQPAR_NVTX_RANGE("one-rank reference step");
     const auto start = Clock::now();
     model_->zero_grad();
-    const Variable loss = nn::l1_loss(model_->forward(x_), target_, nn::Reduction::mean());
+    const Variable loss = forward_loss(*model_, x_, target_, nn::Reduction::mean());
     loss.backward();
     const Tensor norm = gradient_clipping_ > 0
                             ? optim::clip_grad_norm(parameters_, gradient_clipping_)
@@ -151,9 +159,10 @@ class PolicyTrainer {
   // not counted), then every rank's state gathered on world rank 0.
   StepRecord step(dist::ProcessGroup& world, double& seconds) {
     world.barrier();
+    SEQPAR_NVTX_RANGE_TEXT("policy " + engine_.policy().name);
     const auto start = Clock::now();
     model_->zero_grad();
-    const Variable loss = nn::l1_loss(model_->forward(x_), target_, reduction_);
+    const Variable loss = forward_loss(*model_, x_, target_, reduction_);
     engine_.backward(loss);
     const StepNorms norms = engine_.step();
     if (device_.is_cuda()) cuda::synchronize(device_.index);
