@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what seqpar's build and tests need on Debian 12 / Ubuntu, with apt.
 # Idempotent: packages already installed are left alone, and apt is not touched at
-# all when nothing is missing. The CUDA toolkit (nvcc, cuRAND, NCCL) is expected at
-# /usr/local/cuda; it is not an apt package here.
+# all when nothing is missing. The CUDA toolkit (nvcc, cuRAND, NCCL), needed only for
+# the CUDA backend, is expected at /usr/local/cuda; it is not an apt package here.
 set -euo pipefail
 
 packages=(
@@ -33,6 +33,5 @@ else
 fi
 
 if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
-  echo "install-deps: note: no nvcc found; seqpar builds CPU-only (cuRAND from the CUDA" \
-       "toolkit is still needed)" >&2
+  echo "install-deps: note: no nvcc found; seqpar builds CPU-only (no CUDA toolkit needed)" >&2
 fi
