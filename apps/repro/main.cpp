@@ -139,6 +139,9 @@ int run(int argc, char** argv) {
   const ReproConfig config = read_config(options);
   if (options.print_config) {
     std::cout << to_toml(config);
+    for (const ConfigNote& note : config.ignored) {
+      std::cout << "# ignored: " << note.key << " (" << note.reason << ")\n";
+    }
     return 0;
   }
   std::vector<const Policy*> policies;

@@ -54,6 +54,7 @@ expect 2 "ds_config.fp16" --config /dev/stdin < /dev/null --set 'ds_config.fp16.
 # --opt=value everywhere, and the config formats through --print-config.
 expect 0 "steps = 2" --print-config --steps=2 --config="$source_dir/configs/issue6868.yaml"
 expect 0 "sequence_parallel_size = 4" --print-config --config "$source_dir/configs/ds_config.json"
+expect 0 "# ignored: ds_config.steps_per_print = 10" --print-config --config "$source_dir/configs/ds_config.json"
 
 # --json - : the JSON on stdout (parseable), the report on stderr.
 "$repro" $small --json - > "$work/json" 2> "$work/report"
