@@ -40,7 +40,7 @@ expect 0 "seqpar-repro 0." --version
 expect 2 "unknown option '--bogus'" --bogus
 expect 2 "unknown option '--bogus'" --bogus=1
 expect 2 "option --steps needs a value" --steps
-expect 2 "option --nproc needs a value" --nproc
+expect 2 "--nproc needs a number of ranks" --nproc
 expect 2 "'x' is not an integer" --steps=x
 expect 2 "out of range" --steps 0
 expect 2 "expected cpu or cuda" --device=gpu
