@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -71,6 +72,16 @@ void read_betas(const toml::node& node, const std::string& key, ReproConfig& con
 void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {
   SEQPAR_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
   config.optimizer_type = node.value<std::string>().value();
+  // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
+  // unless optimizer.params.adam_w_mode is false (which is refused).
+  std::string lower = config.optimizer_type;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "adamw") config.optimizer_type = "AdamW";
+  if (lower == "adam") {
+    config.ignored.push_back({key + " = " + describe(node),
+                              "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
+    config.optimizer_type = "AdamW";
+  }
 }
 
 void read_seed(const toml::node& node, const std::string& key, ReproConfig& config) {

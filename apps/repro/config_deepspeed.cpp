@@ -106,6 +106,11 @@ KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& nod
       key == "ds_config.seq_parallel_communication_data_type") {
     return float32_only(node);
   }
+  if (key == "ds_config.optimizer.params.adam_w_mode") {
+    if (is_true(&node)) return ignore("true: decoupled weight decay, AdamW");
+    return refuse("Adam with L2 weight decay in the gradient is not modelled; the scenario "
+                  "is AdamW (adam_w_mode: true, DeepSpeed's default)");
+  }
   if (key == "ds_config.prescale_gradients") {
     if (node.is_boolean() && !is_true(&node)) return ignore("false: DeepSpeed's default");
     return refuse("prescaling divides the gradients before the reduction; the scenario "

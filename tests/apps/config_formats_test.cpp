@@ -119,3 +119,14 @@ TEST_CASE("keys that would change the result are refused with the reason",
           "communication_data_type": "fp32"})");
   CHECK(accepted.ignored.size() == 5);
 }
+
+TEST_CASE("optimizer names as DeepSpeed matches them", "[repro][config]") {
+  CHECK(json(R"({"optimizer": {"type": "adamw"}})").optimizer_type == "AdamW");
+  const ReproConfig adam = json(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": true}}})");
+  CHECK(adam.optimizer_type == "AdamW");
+  CHECK(lists(adam, "ds_config.optimizer.type = \"Adam\""));
+  CHECK(lists(adam, "ds_config.optimizer.params.adam_w_mode = true"));
+  CHECK_THROWS_WITH(json(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})"),
+                    Catch::Contains("adam_w_mode = false") && Catch::Contains("L2"));
+  CHECK_THROWS_WITH(json(R"({"optimizer": {"type": "Lamb"}})"), Catch::Contains("\"Lamb\""));
+}
