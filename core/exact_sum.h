@@ -172,6 +172,36 @@ struct BinnedSums {
   }
 };
 
+// 128-bit integers (a GCC/Clang/nvcc extension, on the host and the device), for the
+// products of fixed-point sums and float significands below.
+__extension__ typedef __int128 Int128;
+__extension__ typedef unsigned __int128 UInt128;
+
+// Adds the exact value p * 2^t to one sum's digits (kDigits words, `stride` apart), for
+// callers whose partial sums are already integers in some power-of-two unit (a count,
+// a fixed-point accumulator): p is cut into kBinBits-bit slices aligned with the bins'
+// units, each added to its bin with p's sign; what lies above the top bin goes to it
+// whole. Requires kLowestExponent <= t < kTopBinExponent + kBinBits and
+// |p| * 2^t < 2^(kTopBinExponent + 62) (the top digit stays within int64); each other
+// digit changes by less than 2^kBinBits, far inside the kMaxTerms budget of a term.
+// |p| < 2^93, so that p shifted to its bin's boundary fits in 128 bits.
+SEQPAR_HOST_DEVICE void add_scaled_integer(int64_t* digits, int64_t stride, Int128 p, int t) {
+  if (p == 0) return;
+  const bool negative = p < 0;
+  const int offset = t - kLowestExponent;  // p's unit, in bits above 2^-149
+  int k = kBins - 1 - offset / kBinBits;   // the bin of p's lowest bit
+  UInt128 magnitude = static_cast<UInt128>(negative ? -p : p) << (offset % kBinBits);
+  constexpr uint64_t kSliceMask = (uint64_t{1} << kBinBits) - 1;
+  while (magnitude != 0) {
+    const auto slice = static_cast<int64_t>(k == 0 ? static_cast<uint64_t>(magnitude)
+                                                   : static_cast<uint64_t>(magnitude) & kSliceMask);
+    digits[k * stride] += negative ? -slice : slice;
+    if (k == 0) break;
+    magnitude >>= kBinBits;
+    --k;
+  }
+}
+
 // The first bin that a term of magnitude at most `bound` can reach: the bins before it
 // have units more than twice the bound. A NaN or infinite bound reaches them all (0).
 SEQPAR_HOST_DEVICE int first_reachable_bin(double bound) {

@@ -13,10 +13,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "core/exact_sum.h"
+#include "nn/one_magnitude.h"
 
 namespace seqpar::nn::detail {
 
@@ -187,6 +189,101 @@ void row_sums(const float* a, int64_t a_stride, const float* x, int64_t x_stride
   }
 }
 
+// ---------------------------------------------------------------- one magnitude
+// dW when every dy has one magnitude (nn/one_magnitude.h): integer sums of ±x in fixed
+// point, int64 accumulators per (j, k), the same exact value as the binned row sums.
+
+// acc[k] += x[k] or -= x[k] over n values: plain integer adds, which the compiler
+// vectorizes (one clone for AVX-512, one for any x86-64).
+__attribute__((target_clones("avx512f", "default"))) void add_row(int64_t* acc, const int64_t* x,
+                                                                  int64_t n, bool negative) {
+  if (negative) {
+    for (int64_t k = 0; k < n; ++k) acc[k] -= x[k];
+  } else {
+    for (int64_t k = 0; k < n; ++k) acc[k] += x[k];
+  }
+}
+
+// One element outside its column's window: its products with every dy of the row
+// through a binned sum each, as the general path adds them.
+void add_outside_window(const ConstRows& grad_y, int64_t row, float value, int64_t k,
+                        int64_t in, exact::ExactSums& sums) {
+  for (int64_t j = 0; j < grad_y.cols; ++j) {
+    const double dy = grad_y.data[row * grad_y.row_stride + j];
+    exact::BinnedSum sum;
+    sum.clear();
+    sum.add(dy * static_cast<double>(value));
+    sum.flush(sums.digits() + j * in + k, sums.count());
+  }
+}
+
+// Returns false (and adds nothing) unless dy has one magnitude.
+bool accumulate_one_magnitude(const ConstRows& grad_y, const ConstRows& x,
+                              const std::vector<float>& largest_x, exact::ExactSums& sums) {
+  unsigned int largest = 0, smallest = 0xffffffffu;
+  for (int64_t row = 0; row < grad_y.rows; ++row) {
+    for (int64_t j = 0; j < grad_y.cols; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, grad_y.data + row * grad_y.row_stride + j, sizeof bits);
+      bits &= 0x7fffffffu;
+      largest = std::max(largest, bits);
+      if (bits != 0) smallest = std::min(smallest, bits);
+    }
+  }
+  const OneMagnitude magnitude = one_magnitude_of(largest, smallest);
+  if (!magnitude.holds) return false;
+  const int64_t in = x.cols, out = grad_y.cols;
+  std::vector<int> lsb(static_cast<size_t>(in));
+  std::vector<double> scale(static_cast<size_t>(in));
+  for (int64_t k = 0; k < in; ++k) {
+    uint32_t bits;
+    std::memcpy(&bits, &largest_x[static_cast<size_t>(k)], sizeof bits);
+    const Window window = column_window(bits, magnitude.exponent);
+    lsb[k] = window.lsb;
+    // NaN for a column without a window: every element then fails the test below.
+    scale[k] = window.whole ? std::nan("") : std::ldexp(1.0, -window.lsb);
+  }
+  // |acc| < rows * 2^44: below 2^63 for 2^19 rows; moved into the digits every 2^18.
+  constexpr int64_t kRowsPerFlush = int64_t{1} << 18;
+  std::vector<int64_t> acc(static_cast<size_t>(out * in), 0), fixed(static_cast<size_t>(in));
+  auto flush = [&] {
+    for (int64_t j = 0; j < out; ++j) {
+      for (int64_t k = 0; k < in; ++k) {
+        int64_t& a = acc[static_cast<size_t>(j * in + k)];
+        exact::add_scaled_integer(sums.digits() + j * in + k, sums.count(),
+                                  exact::Int128{a} * magnitude.significand,
+                                  lsb[k] + magnitude.exponent);
+        a = 0;
+      }
+    }
+  };
+  for (int64_t row = 0; row < x.rows; ++row) {
+    const float* x_row = x.data + row * x.row_stride;
+    bool outside = false;
+    for (int64_t k = 0; k < in; ++k) {
+      const double value = static_cast<double>(x_row[k]) * scale[k];  // exact: a power of two
+      const bool held = std::fabs(value) < kWindowLimit && value == std::trunc(value);
+      fixed[k] = held ? static_cast<int64_t>(value) : 0;
+      outside |= !held;
+    }
+    if (outside) {  // rare: find them and add them one by one
+      for (int64_t k = 0; k < in; ++k) {
+        const double value = static_cast<double>(x_row[k]) * scale[k];
+        if (!(std::fabs(value) < kWindowLimit && value == std::trunc(value))) {
+          add_outside_window(grad_y, row, x_row[k], k, in, sums);
+        }
+      }
+    }
+    for (int64_t j = 0; j < out; ++j) {
+      const float dy = grad_y.data[row * grad_y.row_stride + j];
+      if (dy != 0.0f) add_row(acc.data() + j * in, fixed.data(), in, dy < 0.0f);
+    }
+    if ((row + 1) % kRowsPerFlush == 0) flush();
+  }
+  flush();
+  return true;
+}
+
 }  // namespace
 
 void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float* bias, float* c,
@@ -218,13 +315,17 @@ void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float
   }
 }
 
-void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums) {
+void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                WeightGradPath path) {
   SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols,
                "accumulate_weight_grad_cpu: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", ", sums.count(), " sums");
+  const std::vector<float> largest_x = column_maxima(x.data, x.row_stride, x.rows, x.cols);
+  if (path == WeightGradPath::Automatic && accumulate_one_magnitude(grad_y, x, largest_x, sums)) {
+    return;
+  }
   const std::vector<float> largest_dy =
       column_maxima(grad_y.data, grad_y.row_stride, grad_y.rows, grad_y.cols);
-  const std::vector<float> largest_x = column_maxima(x.data, x.row_stride, x.rows, x.cols);
   // Column blocks outer: a block of x's columns over all rows stays in cache while
   // every output row j reads it.
   for (int64_t k0 = 0; k0 < x.cols; k0 += kSumLanes) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "core/cuda_runtime.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "nn/rows.h"
@@ -26,7 +27,12 @@ void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float
                         int64_t c_row_stride);
 
 // sums[j * in + k] += Σ_i dy[i, j] x[i, k]: digits of the exact sums, not yet rounded.
-void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums);
+// Automatic takes the fixed-point integer sums when every dy has one magnitude
+// (nn/one_magnitude.h) and the binned sums otherwise; General always the binned sums.
+// Both add the same exact values (the tests compare them).
+enum class WeightGradPath { Automatic, General };
+void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                WeightGradPath path = WeightGradPath::Automatic);
 // sums[j] += Σ_i dy[i, j].
 void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums);
 
@@ -56,13 +62,24 @@ enum class LinearProduct { Output, GradInput };
 bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,
                             const Tensor& result);
 
-// The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, one thread
-// a row; the forward takes it whenever it fits. weight [out, in] with its row stride,
-// y with its own.
+// The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, a few
+// threads a row; the forward takes it whenever it fits. weight [out, in] with its row
+// stride, y with its own. outputs_per_thread (4, 8 or 16; 0: the default) changes the
+// speed, never the bits: the benchmark measures each.
 bool narrow_forward_fits(const ConstRows& x, int64_t out);
 void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
-                         int device);
+                         int device, int outputs_per_thread = 0);
+
+// dW when every dy has one magnitude, as after an L1 loss (linear_ternary_sums.cu):
+// exact integer sums of ±x in fixed point, the same digits' value as the general row
+// sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
+// nonzero magnitude bits (linear_ternary.cuh), which also tell the general kernel to
+// skip its work when this path does it. Only when ternary_weight_grad_fits.
+bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
+void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
+                                const unsigned int* x_largest, unsigned int* words,
+                                exact::ExactSums& sums, cuda::Stream stream);
 #endif
 
 }  // namespace seqpar::nn::detail

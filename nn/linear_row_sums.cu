@@ -19,6 +19,7 @@
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
+#include "nn/linear_ternary.cuh"
 
 namespace seqpar::nn::detail {
 
@@ -26,7 +27,9 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int64_t kMinRowsPerChunk = 512;
+// Rows per chunk at least: each thread flushes its digits once per chunk. Few enough
+// that a sum over few columns (db: out of them) still spreads over many blocks.
+constexpr int64_t kMinRowsPerChunk = 64;
 constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value gives the same bits
 
 // Sums per thread. One: the FP64 chains of a term are long, so occupancy (many warps
@@ -39,24 +42,42 @@ constexpr int kOutputs = 1;
 // atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
 // terms never reach the bins (they go to the special sum); an infinity makes every bin
 // reachable. Block: 32 columns x 8 row lanes; grid.y: chunks of 256 rows.
+// With `magnitudes`, also the two words of the one-magnitude test over all of m
+// (linear_ternary.cuh): the largest |m| bits (NaN above infinity) and the complement of
+// the smallest nonzero.
 constexpr int kMaxRowsPerBlock = 256;
-__global__ void column_maxima_kernel(ConstRows m, unsigned int* largest) {
+__global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigned int* magnitudes) {
   const int64_t column = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
   const int64_t row_begin = int64_t{blockIdx.y} * kMaxRowsPerBlock;
   const int64_t row_end = min(m.rows, row_begin + kMaxRowsPerBlock);
-  if (column >= m.cols) return;
   float value = 0.0f;
-  for (int64_t row = row_begin + threadIdx.x / 32; row < row_end; row += kThreads / 32) {
-    value = fmaxf(value, fabsf(m.data[row * m.row_stride + column]));
+  unsigned int most = 0, least_complement = 0;
+  if (column < m.cols) {
+    for (int64_t row = row_begin + threadIdx.x / 32; row < row_end; row += kThreads / 32) {
+      const float element = m.data[row * m.row_stride + column];
+      value = fmaxf(value, fabsf(element));
+      const unsigned int bits = __float_as_uint(element) & 0x7fffffffu;
+      most = max(most, bits);
+      if (bits != 0) least_complement = max(least_complement, ~bits);
+    }
+    atomicMax(largest + column, __float_as_uint(value));
   }
-  atomicMax(largest + column, __float_as_uint(value));
+  if (magnitudes != nullptr) {
+    most = __reduce_max_sync(0xffffffffu, most);
+    least_complement = __reduce_max_sync(0xffffffffu, least_complement);
+    if (threadIdx.x % 32 == 0) {
+      atomicMax(magnitudes, most);
+      atomicMax(magnitudes + 1, least_complement);
+    }
+  }
 }
 
-void column_maxima(const ConstRows& m, unsigned int* largest, cudaStream_t stream) {
+void column_maxima(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
+                   cudaStream_t stream) {
   if (m.rows == 0 || m.cols == 0) return;
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
                   static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
-  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest);
+  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -118,7 +139,10 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                                                             int64_t rows_per_chunk,
                                                             const unsigned int* largest_a,
                                                             const unsigned int* largest_b,
+                                                            const unsigned int* one_magnitude_words,
                                                             int64_t* digits, int64_t count) {
+  // dW when dy had one magnitude is the fixed-point path's (linear_ternary_sums.cu).
+  if (one_magnitude_words != nullptr && one_magnitude(one_magnitude_words).holds) return;
   RowSumsWork w{a, b, 0, 0, 0, 0, 0, digits, columns, count};
   w.k = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
   w.j0 = int64_t{blockIdx.y} * kOutputs<kProducts>;
@@ -166,16 +190,22 @@ void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, in
                " rows exceed the row-sum kernel's grid");
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
-  // The factors' largest magnitudes: b's per column, a's per column (dW only).
-  DeviceBuffer<unsigned int> largest(columns + (kProducts ? outputs : 0), sums.device());
+  // The factors' largest magnitudes: b's per column, a's per column (dW only); then, for
+  // dW, the two words of the one-magnitude path.
+  DeviceBuffer<unsigned int> largest(columns + (kProducts ? outputs + 2 : 0), sums.device());
   largest.zero();
-  column_maxima(b, largest.data(), stream);
-  if (kProducts) column_maxima(a, largest.data() + columns, stream);
+  unsigned int* one_magnitude_words = nullptr;
+  if (kProducts && ternary_weight_grad_fits(a, b)) one_magnitude_words = largest.data() + columns + outputs;
+  column_maxima(b, largest.data(), nullptr, stream);
+  if (kProducts) column_maxima(a, largest.data() + columns, one_magnitude_words, stream);
+  if (one_magnitude_words != nullptr) {
+    launch_ternary_weight_grad(a, b, largest.data(), one_magnitude_words, sums, stream);
+  }
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
   row_sums_kernel<kProducts><<<grid, kThreads, 0, stream>>>(
       a, b, rows, outputs, columns, rows_per_chunk, largest.data() + columns, largest.data(),
-      sums.digits(), sums.count());
+      one_magnitude_words, sums.digits(), sums.count());
   CUDA_LAUNCH_CHECK();
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Recomputes a seqpar-repro run with PyTorch and compares.
 
-    seqpar-repro --dump DIR [...]  &&  scripts/crosscheck.py DIR
+    seqpar-repro --dump DIR [--json FILE] [...]  &&  scripts/crosscheck.py DIR [--json FILE]
 
 Reads DIR/inputs.safetensors (x and the initial weight and bias) and the run's
 configuration (stored as TOML in every file's metadata), then replays, with
@@ -11,6 +11,10 @@ torch.nn.Linear, torch.optim.AdamW and torch.nn.utils.clip_grad_norm_:
     policy prescribes, against DIR/<policy>/rank<R>.safetensors; the exact policy,
     which claims one-rank training's numbers, against the one-rank run.
 Parameters must agree to float32 rounding; exit status 1 when any does not.
+
+With --json FILE (the same run's --json), the per-step series are checked too: the
+schema's keys and types, one entry per step, every step's losses and gradient norms
+against the replay's, and whether the ranks' parameters differ at each step.
 
 The safetensors files are read here with a few lines of NumPy (the format is an
 8-byte header length, a JSON header, then raw little-endian data), independently
@@ -68,23 +72,31 @@ def train(rows_per_rank, weight, bias, reduction_divisors, combine, config):
     out = repro["out_features"]
     smallest = [[torch.full_like(weight, float("inf")), torch.full_like(bias, float("inf"))]
                 for _ in rows_per_rank]
+    history = {"losses": [], "norms": [], "ranks_differ": []}  # [step][rank], [step]
     for _ in range(repro["steps"]):
-        gradients = []
+        gradients, losses, norms = [], [], []
         for model, x, divisor in zip(models, rows_per_rank, reduction_divisors):
             model.zero_grad()
             error = (x[:, :out] - model(x)).abs()
             loss = error.mean() if divisor is None else error.sum() / divisor
             loss.backward()
+            losses.append(float(loss))
             gradients.append([model.weight.grad.clone(), model.bias.grad.clone()])
         for model, optimizer, used, small in zip(models, optimizers, combine(gradients), smallest):
             model.weight.grad, model.bias.grad = used[0].clone(), used[1].clone()
             for i in range(2):
                 small[i] = torch.minimum(small[i], used[i].abs())
+            norms.append(float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in used]))))
             if ds["gradient_clipping"] > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), ds["gradient_clipping"])
             optimizer.step()
+        history["losses"].append(losses)
+        history["norms"].append(norms)
+        history["ranks_differ"].append(any(
+            not (torch.equal(m.weight, models[0].weight) and torch.equal(m.bias, models[0].bias))
+            for m in models[1:]))
     return [(m.weight.detach(), m.bias.detach(), m.weight.grad, m.bias.grad, small)
-            for m, small in zip(models, smallest)]
+            for m, small in zip(models, smallest)], history
 
 
 def policy_setup(policy, x, config):
@@ -143,17 +155,95 @@ def compare(label, ours, theirs, config):
     return failures, sensitive_count
 
 
-def main(directory):
+def close(a, b, rtol):
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
+
+
+def check_json(path, config, reference_history, histories):
+    """The --json file's schema and per-step series against the replay's. Returns the
+    failures. Losses and norms are float32 sums taken in another order: they agree to a
+    relative 1e-5 (the norms of the exact policy, whose gradients are the reference's,
+    as well)."""
+    with open(path) as f:
+        report = json.load(f)
+    failures = []
+
+    def expect(condition, message):
+        if not condition:
+            failures.append(f"{path}: {message}")
+        return condition
+
+    ds, repro = config["ds_config"], config["repro"]
+    steps, sp, dp = repro["steps"], ds["sequence_parallel_size"], ds["data_parallel_size"]
+    expect(report.get("schema") == "seqpar-repro/3", f"schema {report.get('schema')!r}")
+    for key, value in [("steps", steps), ("sequence_parallel_size", sp),
+                       ("data_parallel_size", dp), ("world_size", sp * dp),
+                       ("rows", repro["rows"])]:
+        expect(report.get(key) == value, f"{key} is {report.get(key)!r}, the dump says {value}")
+    expect(len(report.get("initial_parameter_fingerprints", [])) == sp * dp,
+           "one initial fingerprint per rank")
+    reference = report.get("reference", {})
+    for name, series in [("losses", "losses"), ("gradient_norms", "norms")]:
+        got = reference.get(name, [])
+        if expect(len(got) == steps, f"reference.{name} has {len(got)} entries for {steps} steps"):
+            for step, (a, b) in enumerate(zip(got, reference_history[series])):
+                expect(close(a, b[0], 1e-5), f"reference.{name}[{step}] {a} vs PyTorch {b[0]}")
+
+    for policy in report.get("policies", []):
+        name = policy.get("name")
+        if "skipped" in policy:
+            continue
+        expect(isinstance(policy.get("verdict"), str) and policy.get("verdict_text"),
+               f"{name}: verdict and verdict_text")
+        expect(0 <= policy.get("first_broken_step", -1) <= steps,
+               f"{name}: first_broken_step {policy.get('first_broken_step')!r}")
+        series = policy.get("steps", [])
+        if not expect(len(series) == steps, f"{name}: {len(series)} step entries for {steps} steps"):
+            continue
+        history = histories.get(name, "not dumped")
+        for step, entry in enumerate(series):
+            where = f"{name} step {step + 1}"
+            expect(entry.get("step") == step + 1, f"{where}: numbered {entry.get('step')!r}")
+            for key in ["loss_per_rank", "local_gradient_norm_per_rank", "used_gradient_norm_per_rank"]:
+                expect(len(entry.get(key, [])) == sp * dp, f"{where}: {key} has one entry per rank")
+            expect(close(entry["reference_loss"], reference_history["losses"][step][0], 1e-5),
+                   f"{where}: reference_loss")
+            differ = entry.get("differing_parameters", -1) > 0
+            if history == "not dumped":
+                continue
+            if history is None:  # exact: the ranks' shares add up to the one-rank loss
+                expect(not differ, f"{where}: the exact policy's ranks differ")
+                expect(close(sum(entry["loss_per_rank"]), reference_history["losses"][step][0], 1e-5),
+                       f"{where}: the ranks' loss shares sum to {sum(entry['loss_per_rank'])}, "
+                       f"the one-rank loss is {reference_history['losses'][step][0]}")
+                for rank, norm in enumerate(entry["used_gradient_norm_per_rank"]):
+                    expect(close(norm, reference_history["norms"][step][0], 1e-5),
+                           f"{where}: rank {rank}'s gradient norm {norm}")
+                continue
+            expect(differ == history["ranks_differ"][step],
+                   f"{where}: seqpar's ranks {'differ' if differ else 'agree'}, PyTorch's "
+                   f"{'differ' if history['ranks_differ'][step] else 'agree'}")
+            for rank in range(sp * dp):
+                for key, replayed, rtol in [("loss_per_rank", history["losses"], 1e-5),
+                                            ("used_gradient_norm_per_rank", history["norms"], 1e-4)]:
+                    a, b = entry[key][rank], replayed[step][rank]
+                    expect(close(a, b, rtol), f"{where}: {key}[{rank}] {a} vs PyTorch {b}")
+    return failures
+
+
+def main(directory, json_path=None):
     inputs, metadata = read_safetensors(os.path.join(directory, "inputs.safetensors"))
     config = tomllib.loads(metadata["config"])
     x = inputs["x"]
     torch.manual_seed(0)  # Linear's own init is overwritten; seed only for tidiness
     failures = []
 
-    [reference] = train([x], inputs["weight"], inputs["bias"], [None], lambda g: g, config)
+    [reference], reference_history = train([x], inputs["weight"], inputs["bias"], [None],
+                                           lambda g: g, config)
     ours, _ = read_safetensors(os.path.join(directory, "reference.safetensors"))
     failures, sensitive = compare("reference", ours, reference, config)
     checked = ["reference"]
+    histories = {}
 
     for policy in ["deepspeed-0.16", "with-mpu", "exact"]:
         folder = os.path.join(directory, policy)
@@ -166,14 +256,20 @@ def main(directory):
             # order that depends on the batch, so a shard's residuals can round, and
             # sign(), differently from the full batch's.)
             results = [reference] * len(shards)
+            histories[policy] = None
         else:
-            results = train(shards, inputs["weight"], inputs["bias"], divisors, combine, config)
+            results, histories[policy] = train(shards, inputs["weight"], inputs["bias"], divisors,
+                                               combine, config)
         for rank, theirs in enumerate(results):
             ours, _ = read_safetensors(os.path.join(folder, f"rank{rank}.safetensors"))
             more, more_sensitive = compare(f"{policy} rank {rank}", ours, theirs, config)
             failures += more
             sensitive += more_sensitive
         checked.append(f"{policy} ({len(results)} ranks)")
+
+    if json_path is not None:
+        failures += check_json(json_path, config, reference_history, histories)
+        checked.append(f"the per-step series of {json_path}")
 
     print(f"crosscheck: PyTorch {torch.__version__} recomputed {', '.join(checked)}")
     if sensitive:
@@ -187,6 +283,11 @@ def main(directory):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    arguments = sys.argv[1:]
+    json_argument = None
+    if len(arguments) == 3 and arguments[1] == "--json":
+        json_argument = arguments[2]
+        arguments = arguments[:1]
+    if len(arguments) != 1:
         sys.exit(__doc__)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(arguments[0], json_argument))

@@ -26,12 +26,6 @@ done
 [ -x /usr/bin/time ] || { echo "repro-memory.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
 [ -x "$binary" ] || { echo "repro-memory.sh: no program at $binary" >&2; exit 2; }
 
-# glibc gives threads their own malloc arenas as they happen to contend, so the peak of
-# one and the same run varies by ~10 MB with the threads' timing (seen: 49 to 59 MB for
-# 50 steps of 2000 rows). One arena makes the figure reproducible; set MALLOC_ARENA_MAX
-# yourself to measure otherwise.
-export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-1}"
-
 workdir=$(mktemp -d)
 trap 'rm -rf "$workdir"' EXIT
 
@@ -46,7 +40,7 @@ peak_kb() {
   cat "$workdir/peak"
 }
 
-echo "seqpar-repro peak resident memory, $short vs $long steps${*:+ ($*)}, MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX:" >&2
+echo "seqpar-repro peak resident memory, $short vs $long steps${*:+ ($*)}:" >&2
 small=$(peak_kb "$short" "$@")
 large=$(peak_kb "$long" "$@")
 # |large - small| / small < 10 %, in integers: 10 * |large - small| < small.

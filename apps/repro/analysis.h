@@ -74,7 +74,8 @@ struct PolicyFigures {
   std::vector<StepFigures> steps;  // [step - 1]
   SignAgreement first_step_signs;
   double gradient_scale = 1;  // rank 0's synchronized gradient norm / the reference's, step 1
-  double seconds_per_step = 0;
+  double seconds_per_step = 0;           // the step itself, from a barrier (every rank)
+  double analysis_seconds_per_step = 0;  // gathering its state on rank 0 and the figures
   Verdict verdict = Verdict::Skipped;
   std::string verdict_text;
   // The first step (1-based) where the condition behind the verdict broke, 0 when it

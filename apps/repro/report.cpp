@@ -169,7 +169,8 @@ void print_report(std::ostream& out, const RunResults& results) {
     }
     print_steps(out, policy, lr);
     if (policy.verdict == Verdict::RanksDiverge) print_mechanism(out, policy);
-    out << printf_string("  %.2f ms/step on rank 0\n", 1e3 * policy.seconds_per_step);
+    out << printf_string("  %.2f ms/step on rank 0 (and %.2f ms/step gathering and analysing it)\n",
+                         1e3 * policy.seconds_per_step, 1e3 * policy.analysis_seconds_per_step);
     out << "  verdict: " << verdict_name(policy.verdict) << ": " << policy.verdict_text << '\n';
   }
   out << "\nsummary\n";

@@ -27,8 +27,15 @@ struct RankData {
 RankData draw_data(const ReproConfig& config, Device device) {
   Generator generator(config.seed);
   nn::Linear model(config.in_features, config.out_features, generator, device);
-  RankData data{Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device),
-                model.weight().data().clone(), model.bias().data().clone()};
+  RankData data{Tensor(), model.weight().data().clone(), model.bias().data().clone()};
+  // One draw per replica, as each replica's script draws its own batch. With one
+  // replica the draw is the inputs: no second copy of the largest tensor, whose
+  // transient copies on every rank at once would set the run's peak memory.
+  if (config.data_parallel_size == 1) {
+    data.inputs = generator.randn({config.rows, config.in_features}, device);
+    return data;
+  }
+  data.inputs = Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device);
   for (int64_t replica = 0; replica < config.data_parallel_size; ++replica) {
     data.inputs.narrow(0, replica * config.rows, config.rows)
         .copy_(generator.randn({config.rows, config.in_features}, device));
@@ -156,8 +163,9 @@ class PolicyTrainer {
   }
 
   // One step on every rank, timed from a barrier (so a rank's wait for the others is
-  // not counted), then every rank's state gathered on world rank 0.
-  StepRecord step(dist::ProcessGroup& world, double& seconds) {
+  // not counted) into `seconds`, then every rank's state gathered on world rank 0,
+  // timed into `gather_seconds`.
+  StepRecord step(dist::ProcessGroup& world, double& seconds, double& gather_seconds) {
     world.barrier();
     SEQPAR_NVTX_RANGE_TEXT("policy " + engine_.policy().name);
     const auto start = Clock::now();
@@ -168,12 +176,15 @@ class PolicyTrainer {
     if (device_.is_cuda()) cuda::synchronize(device_.index);
     seconds += seconds_since(start);
 
+    const auto gather_start = Clock::now();
+
     StepRecord record;
     record.parameters = gather(world, flatten(values_of(engine_.parameters(), false), device_));
     record.gradients = gather(world, flatten(values_of(engine_.parameters(), true), device_));
     record.losses = gather_scalar(world, loss.data());
     record.local_norms = gather_scalar(world, norms.local);
     record.used_norms = gather_scalar(world, norms.used);
+    gather_seconds += seconds_since(gather_start);
     return record;
   }
 
@@ -222,7 +233,7 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     results.reference.norms.reserve(size_t(config.steps));
   }
   std::vector<std::unique_ptr<PolicyTrainer>> trainers;
-  std::vector<double> seconds(policies.size(), 0);
+  std::vector<double> seconds(policies.size(), 0), analysis_seconds(policies.size(), 0);
   for (const Policy* policy : policies) {
     PolicyRun run;
     run.figures.policy = policy;
@@ -243,8 +254,9 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     for (size_t i = 0; i < policies.size(); ++i) {
       if (trainers[i] == nullptr) continue;
       if (progress) progress->set_step("policy " + policies[i]->name, step, config.steps);
-      StepRecord record = trainers[i]->step(world, seconds[i]);
+      StepRecord record = trainers[i]->step(world, seconds[i], analysis_seconds[i]);
       if (!is_root) continue;
+      const auto start = Clock::now();
       PolicyFigures& figures = results.policies[i].figures;
       const ReferenceStep expected{results.reference.parameters, results.reference.gradients,
                                    results.reference.losses.back(),
@@ -255,6 +267,7 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
         figures.gradient_scale = expected.norm > 0 ? record.used_norms[0] / expected.norm : 1;
       }
       if (step + 1 == config.steps) results.policies[i].last = std::move(record);
+      analysis_seconds[i] += seconds_since(start);
     }
   }
   if (!is_root) return {};
@@ -263,6 +276,8 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     PolicyFigures& figures = results.policies[i].figures;
     if (!figures.skipped.empty() || figures.steps.empty()) continue;
     figures.seconds_per_step = seconds[i] / static_cast<double>(figures.steps.size());
+    figures.analysis_seconds_per_step =
+        analysis_seconds[i] / static_cast<double>(figures.steps.size());
     decide(figures, lr);
   }
   return results;

@@ -66,6 +66,34 @@ void bench_kernels(Report& report, const Settings& s) {
   const Tensor bias = generator.randn({out}, kGpu), grad_y = generator.randn({n, out}, kGpu);
   bench_linear(report, s, x, weight, bias, grad_y);
   bench_linear(report, s, x.narrow(0, 0, 3000), weight, bias, grad_y.narrow(0, 0, 3000));
+  {  // dW and db after an L1 loss: dy = ±1/N, the fixed-point path of dW
+    std::vector<float> signs = grad_y.to(Device::cpu()).to_vector();
+    for (float& value : signs) value = value > 0 ? 1.0f / float(n * out) : -1.0f / float(n * out);
+    Tensor grad_y_l1 = Tensor::empty({n, out});
+    std::copy(signs.begin(), signs.end(), grad_y_l1.data());
+    grad_y_l1 = grad_y_l1.to(kGpu);
+    const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
+    report.add("kernel/linear_dw_db_l1/12000x640x16",
+               "dW = dy^T x and db with dy = +-1/N (an L1 loss's): fixed-point integer sums",
+               time_calls([&] {
+                 nn::detail::linear_backward_cuda(grad_y_l1, x, weight, Tensor(), grad_weight,
+                                                  grad_bias);
+               }, s.warmup, s.repeats),
+               kF * (n * in + out * in + n * out), 2.0 * n * in * out);
+  }
+  {  // the narrow forward's variants (the same bits; linear_fwd above uses the default)
+    const Tensor y = Tensor::empty({n, out}, kGpu);
+    for (int per_thread : {4, 8, 16}) {
+      report.add("kernel/linear_fwd_narrow/" + std::to_string(per_thread) + "_per_thread",
+                 std::to_string(per_thread) + " outputs a thread, 12000x640x16",
+                 time_calls([&] {
+                   nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x), weight.data(),
+                                                   weight.stride(0), bias.data(), out, y.data(),
+                                                   y.stride(0), 0, per_thread);
+                 }, s.warmup, s.repeats),
+                 kF * (n * in + out * in + n * out), 2.0 * n * in * out);
+    }
+  }
 
   cuda::Stream stream = cuda::current_stream(0);
   const Tensor target = x.narrow(1, 0, out);

@@ -172,3 +172,30 @@ TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cu
     check_case(c, {5, 3});  // row stride in + 5, 3 floats in: the scalar reads
   }
 }
+
+TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  // 4, 8 or 16 outputs a thread: the same chains, other threads. Widths that leave a
+  // thread's group partly (10, 7) or wholly (1: three of four groups idle) past `out`.
+  const std::vector<LinearCase> cases = {
+      {12000, 640, 16}, {129, 768, 16}, {33, 12, 10}, {5, 4, 16}, {300, 3, 1}, {1, 5, 7}};
+  for (const LinearCase& c : cases) {
+    Generator generator(c.rows * 3 + c.in * 5 + c.out);
+    const Tensor x = generator.randn({c.rows, c.in}), weight = generator.randn({c.out, c.in});
+    const Tensor bias = generator.randn({c.out});
+    const Tensor y_cpu = nn::linear_forward(x, weight, bias);
+    const Tensor x_gpu = x.to(Device::cuda()), weight_gpu = weight.to(Device::cuda());
+    const Tensor bias_gpu = bias.to(Device::cuda());
+    for (int per_thread : {4, 8, 16}) {
+      INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out << ", " << per_thread
+                   << " outputs a thread");
+      const Tensor y = test::poisoned({c.rows, c.out}, Device::cuda());
+      nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
+                                      weight_gpu.stride(0), bias_gpu.data(), c.out, y.data(),
+                                      y.stride(0), 0, per_thread);
+      CHECK(test::bitwise_equal(y, y_cpu));
+    }
+  }
+#endif
+}

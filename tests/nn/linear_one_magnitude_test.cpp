@@ -1,0 +1,198 @@
+// dW when dy has one magnitude (dy = ±f or 0, as an L1 loss's backward gives:
+// nn/one_magnitude.h, fixed-point integer sums). On the CPU against the general binned
+// row sums (the exact values of the digits, and the rounded bits); on the GPU
+// (nn/linear_ternary_sums.cu) against the CPU, bit for bit. The inputs aim at each way
+// out of the fixed-point window: elements tiny next to their column's largest,
+// subnormals, products below the bins' grid (a tiny f), products near 2^129 (a huge f),
+// infinities and NaNs in x (with dy = 0 beside them: 0 * inf is NaN), columns of zeros,
+// every dy zero; and odd shapes (partial chunks, column blocks and output groups;
+// strided views).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/exact_sum.h"
+#include "core/exact_sums.h"
+#include "nn/linear.h"
+#include "nn/linear_kernels.h"
+#include "tests/cuda_test_util.h"
+#include "tests/test_util.h"
+
+using namespace seqpar;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t rows, in, out;
+  float f;                    // dy's one magnitude
+  double zero_fraction;       // of dy set to ±0
+  int exponent_low, exponent_high;  // x = randn * 2^e, e uniform in [low, high] per element
+  double non_finite_fraction = 0;   // of x set to +-inf or NaN
+};
+
+Tensor from_values(const std::vector<float>& values, const Shape& shape) {
+  Tensor tensor = Tensor::empty(shape);
+  std::copy(values.begin(), values.end(), tensor.data());
+  return tensor;
+}
+
+struct Inputs {
+  Tensor x, dy;
+};
+
+Inputs make_inputs(const Case& c, int64_t pad) {
+  std::mt19937 random(static_cast<unsigned>(c.rows * 131 + c.in * 7 + c.out + pad));
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<double> uniform;
+  std::uniform_int_distribution<int> exponent(c.exponent_low, c.exponent_high);
+  std::vector<float> x(static_cast<size_t>(c.rows * c.in)), dy(static_cast<size_t>(c.rows * c.out));
+  for (float& value : x) {
+    value = std::ldexp(normal(random), exponent(random));
+    const double u = uniform(random);
+    if (u < c.non_finite_fraction / 3) {
+      value = std::numeric_limits<float>::infinity();
+    } else if (u < 2 * c.non_finite_fraction / 3) {
+      value = -std::numeric_limits<float>::infinity();
+    } else if (u < c.non_finite_fraction) {
+      value = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  for (float& value : dy) {
+    const double u = uniform(random);
+    value = u < c.zero_fraction / 2 ? 0.0f : u < c.zero_fraction ? -0.0f
+            : (random() % 2 ? c.f : -c.f);
+  }
+  return {from_values(x, {c.rows, c.in}), from_values(dy, {c.rows, c.out})};
+}
+
+// What a sum's flags word makes of it: finite (0), +inf (1), -inf (2) or NaN (3).
+int outcome(int64_t flags) {
+  const bool nan = flags / exact::kNaNFlag != 0;
+  const bool positive = (flags & exact::kFlagFieldMask) != 0;
+  const bool negative = ((flags / exact::kNegativeInfinityFlag) & exact::kFlagFieldMask) != 0;
+  if (nan || (positive && negative)) return 3;
+  return positive ? 1 : negative ? 2 : 0;
+}
+
+// The CPU's one-magnitude loop against its general binned sums: the same exact value
+// in every sum (so the same bits, and the same flags for the non-finite).
+void check_cpu(const Case& c) {
+  INFO(c.name << ": " << c.rows << " x " << c.in << " -> " << c.out << ", f " << c.f);
+  const Inputs inputs = make_inputs(c, 0);
+  const nn::detail::ConstRows dy = nn::detail::const_rows_of(inputs.dy);
+  const nn::detail::ConstRows x = nn::detail::const_rows_of(inputs.x);
+  exact::ExactSums fixed_point(c.out * c.in, Device::cpu()), binned(c.out * c.in, Device::cpu());
+  nn::detail::accumulate_weight_grad_cpu(dy, x, fixed_point);
+  nn::detail::accumulate_weight_grad_cpu(dy, x, binned, nn::detail::WeightGradPath::General);
+  const std::vector<int64_t> a = fixed_point.to_host(), b = binned.to_host();
+  const int64_t count = c.out * c.in;
+  int64_t differing = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    // Digits may carry differently between bins: the difference of the two sets of
+    // digits must have the exact value 0, and its rounding to double is 0 exactly then
+    // (a nonzero multiple of 2^-149 rounds to a nonzero double). Flags must match.
+    int64_t difference[exact::kDigits] = {};
+    for (int d = 0; d < exact::kBins; ++d) {
+      difference[d] = a[static_cast<size_t>(d * count + i)] - b[static_cast<size_t>(d * count + i)];
+    }
+    // The flags say which non-finite terms a sum saw; how they were or-ed and added
+    // depends on the split (a NaN or both infinities give NaN either way), so they are
+    // compared by what they make of the sum.
+    const size_t flags = static_cast<size_t>(exact::kSpecialDigit * count + i);
+    if (outcome(a[flags]) != outcome(b[flags]) || exact::round_to_double(difference) != 0.0) {
+      ++differing;
+    }
+  }
+  CHECK(differing == 0);
+  Tensor rounded_a = Tensor::empty({c.out, c.in}), rounded_b = Tensor::empty({c.out, c.in});
+  fixed_point.round_into(rounded_a);
+  binned.round_into(rounded_b);
+  CHECK(test::bitwise_equal(rounded_a, rounded_b));
+}
+
+void check(const Case& c, int64_t pad = 0) {
+  INFO(c.name << ": " << c.rows << " x " << c.in << " -> " << c.out << ", f " << c.f
+              << ", pad " << pad);
+  const Inputs inputs = make_inputs(c, pad);
+  const Tensor x_cpu = inputs.x, dy_cpu = inputs.dy;
+  const Tensor weight = Tensor::zeros({c.out, c.in});
+  const nn::LinearGradients cpu = nn::linear_backward(dy_cpu, x_cpu, weight, false, true, true);
+#ifdef SEQPAR_WITH_CUDA
+  const Device gpu = Device::cuda();
+  // Strided views: each tensor a window of a wider buffer.
+  auto place = [&](const Tensor& t) {
+    if (pad == 0) return t.to(gpu);
+    Tensor wide = Tensor::zeros({t.size(0), t.size(1) + pad}, gpu);
+    Tensor window = wide.narrow(1, pad, t.size(1));
+    window.copy_(t);
+    return window;
+  };
+  const Tensor x_gpu = place(x_cpu), dy_gpu = place(dy_cpu);
+  const Tensor grad_weight = test::poisoned({c.out, c.in}, gpu);
+  const Tensor grad_bias = test::poisoned({c.out}, gpu);
+  nn::detail::linear_backward_cuda(dy_gpu, x_gpu, weight.to(gpu), Tensor(), grad_weight, grad_bias);
+  CHECK(test::bitwise_equal(grad_weight, cpu.weight));
+  CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+#else
+  (void)pad;
+#endif
+}
+
+}  // namespace
+
+const std::vector<Case>& cases() {
+  static const float l1_scale = 1.0f / 192000.0f;  // the mean over 12,000 x 16
+  static const std::vector<Case> all = {
+      {"the issue's L1 shape", 12000, 640, 16, l1_scale, 0.01, 0, 0},
+      {"wide dynamic range: many elements outside the window", 3000, 96, 16, l1_scale, 0.05, -70, 10},
+      {"subnormal x", 1500, 64, 16, 0.5f, 0.0, -160, -120},
+      {"products below the grid (tiny f)", 1500, 64, 16, 0x1p-140f, 0.1, -30, 0},
+      {"subnormal f", 700, 33, 5, 0x1p-145f, 0.1, -10, 10},
+      {"products near 2^129 (huge f)", 700, 64, 16, 0x1p100f, 0.1, 20, 28},
+      {"infinities and NaNs in x", 1100, 70, 16, l1_scale, 0.2, -3, 3, 0.002},
+      {"every dy zero", 600, 40, 16, l1_scale, 1.0, -3, 3, 0.01},
+      {"two output groups, partial", 1025, 37, 20, 0.25f, 0.1, -5, 5},
+      {"one row", 1, 300, 3, 3.0f, 0.0, -2, 2},
+      {"chunk edges", 1537, 32, 16, 1.5f, 0.3, -40, 0},
+  };
+  return all;
+}
+
+TEST_CASE("dW from a one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
+          "[cpu]") {
+  for (const Case& c : cases()) check_cpu(c);
+}
+
+TEST_CASE("dW from a one-magnitude dy on the GPU gives the CPU's exact bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (const Case& c : cases()) check(c);
+  check(cases()[1], 3);  // strided dy and x
+}
+
+TEST_CASE("dW from a dy of two magnitudes takes the general row sums, the same bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  // One element of another magnitude (here 2f) is enough to leave the fixed-point path;
+  // if either path missed its turn or both worked, dW would be off by a whole row's share.
+  std::mt19937 random(5);
+  std::normal_distribution<float> normal;
+  const int64_t rows = 2000, in = 64, out = 16;
+  std::vector<float> x(rows * in), dy(rows * out);
+  for (float& value : x) value = normal(random);
+  for (float& value : dy) value = random() % 2 ? 0.125f : -0.125f;
+  dy[777] = 0.25f;
+  const Tensor x_cpu = from_values(x, {rows, in}), dy_cpu = from_values(dy, {rows, out});
+  const Tensor weight = Tensor::zeros({out, in});
+  const nn::LinearGradients cpu = nn::linear_backward(dy_cpu, x_cpu, weight, false, true, true);
+  const Device gpu = Device::cuda();
+  const Tensor grad_weight = test::poisoned({out, in}, gpu), grad_bias = test::poisoned({out}, gpu);
+  nn::detail::linear_backward_cuda(dy_cpu.to(gpu), x_cpu.to(gpu), weight.to(gpu), Tensor(),
+                                   grad_weight, grad_bias);
+  CHECK(test::bitwise_equal(grad_weight, cpu.weight));
+  CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+#endif
+}
