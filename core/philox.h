@@ -44,15 +44,19 @@ class HostStream {
 
   explicit HostStream(uint64_t seed) : seed_(seed) {}
 
+  // Values 4 * index .. 4 * index + 3 of the stream.
+  Block block(uint64_t index) const {
+    const uint64_t subsequence = index % kSubsequences, step = index / kSubsequences;
+    return philox4x32_10({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
+                          static_cast<uint32_t>(subsequence),
+                          static_cast<uint32_t>(subsequence >> 32)},
+                         seed_);
+  }
+
   uint32_t at(uint64_t position) {
-    const uint64_t block = position / 4;
-    if (block != cached_block_) {
-      const uint64_t subsequence = block % kSubsequences, step = block / kSubsequences;
-      cached_ = philox4x32_10({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
-                               static_cast<uint32_t>(subsequence),
-                               static_cast<uint32_t>(subsequence >> 32)},
-                              seed_);
-      cached_block_ = block;
+    if (position / 4 != cached_block_) {
+      cached_block_ = position / 4;
+      cached_ = block(cached_block_);
     }
     return cached_[position % 4];
   }
