@@ -7,6 +7,7 @@
 #include "autograd/node.h"
 #include "core/elementwise.h"
 #include "core/error.h"
+#include "core/nvtx.h"
 
 namespace seqpar::autograd {
 
@@ -67,6 +68,7 @@ void run_backward(const Variable& root, const Tensor& seed_gradient) {
   SEQPAR_CHECK(root_edge.valid(), "backward: the output does not require grad (no input of the "
                "ops that made it requires grad, or it was made under NoGradGuard)");
 
+  SEQPAR_NVTX_RANGE("backward");
   NoGradGuard no_grad;  // backward formulas must not record graphs of their own
   std::unordered_map<Node*, int> dependencies = count_dependencies(root_edge.node.get());
   std::unordered_map<Node*, Tensor> pending;

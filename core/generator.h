@@ -1,5 +1,5 @@
-// Generator: cuRAND's Philox4x32-10 counter-based generator with an explicit seed
-// and offset.
+// Generator: a Philox4x32-10 counter-based generator with an explicit seed and
+// offset, giving the numbers cuRAND's host generator gives (core/philox.h).
 //
 // A Philox stream is a pure function of (seed, position), so the same seed gives the
 // same numbers in any process, on any rank, in any order of construction. A draw of
@@ -8,13 +8,12 @@
 // advance. Two generators with the same seed and offset therefore agree on every
 // later draw.
 //
-// Values are always computed on the host (cuRAND's host API) and copied to the
+// Values are always computed on the host (no CUDA toolkit needed) and copied to the
 // requested device. That makes initialization device-independent: a CPU run and a
 // GPU run start from bitwise-identical parameters and inputs.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "core/tensor.h"
 
@@ -23,9 +22,6 @@ namespace seqpar {
 class Generator {
  public:
   explicit Generator(uint64_t seed, uint64_t offset = 0);
-  ~Generator();
-  Generator(Generator&&) noexcept;
-  Generator& operator=(Generator&&) noexcept;
 
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
@@ -40,8 +36,6 @@ class Generator {
   enum class Distribution { Normal, Uniform };
   Tensor draw(const Shape& shape, Distribution distribution, Device device);
 
-  struct Handle;  // owns the curandGenerator_t
-  std::unique_ptr<Handle> handle_;
   uint64_t seed_;
   uint64_t offset_;
 };

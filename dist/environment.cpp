@@ -22,6 +22,8 @@ constexpr LauncherVariables kLaunchers[] = {
     {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+    // MPICH's and Intel MPI's Hydra (mpiexec); last, since srun can set PMI_* too.
+    {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 };
 
 // Digits only: "4", not " 4", "4x", "-1" or "".

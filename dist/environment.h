@@ -1,9 +1,10 @@
 // Where this process sits in a multi-process run, read from the variables its
-// launcher sets. Three launchers are understood, tried in this order:
+// launcher sets. Four launchers are understood, tried in this order:
 //
 //   torchrun, seqpar --nproc   RANK, WORLD_SIZE, LOCAL_RANK (LOCAL_WORLD_SIZE)
 //   mpirun (Open MPI)          OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK (_LOCAL_SIZE)
 //   srun (Slurm)               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   mpiexec (MPICH, Intel MPI) PMI_RANK, PMI_SIZE, MPI_LOCALRANKID (MPI_LOCALNRANKS)
 //
 // Every launcher also needs to say where rank 0 listens, for NCCL's bootstrap:
 // MASTER_ADDR and MASTER_PORT (torchrun sets them; export them yourself under mpirun
@@ -25,7 +26,8 @@ inline constexpr const char* kSeqparLauncherVariable = "SEQPAR_NPROC_LAUNCHER";
 
 struct LaunchEnvironment {
   // Whose variables were read: "torchrun", "seqpar --nproc" (torchrun's names, set by
-  // dist/launcher.h, which also sets kSeqparLauncherVariable), "mpirun" or "slurm".
+  // dist/launcher.h, which also sets kSeqparLauncherVariable), "mpirun", "slurm" or
+  // "mpich".
   std::string launcher;
   int rank = 0;
   int world_size = 1;

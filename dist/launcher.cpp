@@ -343,13 +343,13 @@ std::optional<int> take_nproc_flag(std::vector<std::string>& arguments) {
       ++i;
       continue;
     }
-    SEQPAR_CHECK(!nproc, "--nproc is given more than once");
-    SEQPAR_CHECK(!separate || i + 1 < arguments.size(), "--nproc needs a number of ranks");
+    SEQPAR_INPUT_CHECK(!nproc, "--nproc is given more than once");
+    SEQPAR_INPUT_CHECK(!separate || i + 1 < arguments.size(), "--nproc needs a number of ranks");
     const std::string value = separate ? arguments[i + 1] : argument.substr(8);
     const bool digits = !value.empty() && value.size() <= 6 &&
                         value.find_first_not_of("0123456789") == std::string::npos;
-    SEQPAR_CHECK(digits && std::stoi(value) >= 1, "--nproc '", value,
-                 "' is not a positive number of ranks");
+    SEQPAR_INPUT_CHECK(digits && std::stoi(value) >= 1, "--nproc '", value,
+                       "' is not a positive number of ranks");
     nproc = std::stoi(value);
     arguments.erase(arguments.begin() + static_cast<std::ptrdiff_t>(i),
                     arguments.begin() + static_cast<std::ptrdiff_t>(i + (separate ? 2 : 1)));

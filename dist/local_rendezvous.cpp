@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/nvtx.h"
 
 namespace seqpar::dist::detail {
 
@@ -64,6 +65,7 @@ std::string Rendezvous::prefix(const std::string& operation) const {
 // The next ticket cannot complete before every rank has left this one (it needs all
 // of them to arrive again), so one outcome slot is enough.
 Outcome Rendezvous::meet(int group_rank, Contribution contribution, const Combine& combine) {
+  SEQPAR_NVTX_RANGE_TEXT(contribution.operation);  // every threads-group collective
   const std::string operation = contribution.operation;
   const int world_rank = world_ranks_[static_cast<size_t>(group_rank)];
   contribution.world_rank = world_rank;

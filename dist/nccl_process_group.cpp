@@ -11,6 +11,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "core/nvtx.h"
 #include "dist/nccl_check.h"
 
 namespace seqpar::dist {
@@ -198,6 +199,7 @@ void NcclProcessGroup::launch_and_settle(const char* operation, cudaStream_t str
 // deadline for the whole call.
 template <typename Launch>
 void NcclProcessGroup::run_collective(const char* operation, Launch launch) {
+  SEQPAR_NVTX_RANGE(operation);
   check_usable(operation);
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   cuda::set_device(device_);

@@ -5,6 +5,7 @@
 
 #include "core/checks.h"
 #include "core/error.h"
+#include "core/nvtx.h"
 
 namespace seqpar::optim {
 
@@ -125,6 +126,7 @@ AdamW::AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options)
 }
 
 void AdamW::step() {
+  SEQPAR_NVTX_RANGE("optimizer: adamw");
   ++step_count_;
   std::vector<ParameterUpdate> updates;
   for (size_t i = 0; i < parameters_.size(); ++i) {

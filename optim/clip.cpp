@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
+#include "core/nvtx.h"
 
 namespace seqpar::optim {
 
@@ -84,6 +85,7 @@ float clip_coefficient(double max_norm, float total_norm) {
 }  // namespace
 
 Tensor grad_norm(const std::vector<Variable>& parameters) {
+  SEQPAR_NVTX_RANGE("gradient norm");
   const std::vector<Tensor> gradients = defined_gradients("grad_norm", parameters);
   if (gradients.empty()) {  // as torch: the norm of no gradients is 0
     return Tensor::zeros({}, parameters.empty() ? Device::cpu() : parameters[0].device());

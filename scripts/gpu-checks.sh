@@ -66,6 +66,12 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
   fi
   step "kernel timings (seqpar-bench --kernel-parts-only)"
   "$bin/seqpar-bench" --kernel-parts-only --repeats 500 --warmup 50 --json "$out/kernel_parts.json" 2>&1
+  if command -v nsys > /dev/null; then
+    step "Nsight Systems: the NVTX ranges of seqpar-repro (4 ranks on one GPU, 5 steps)"
+    nsys profile --trace=cuda,nvtx --force-overwrite=true -o "$out/repro_nvtx" \
+      "$bin/seqpar-repro" --steps 5 --backend local --plot "" > /dev/null 2>&1; echo "rc=$?"
+    nsys stats --report nvtx_sum "$out/repro_nvtx.nsys-rep" 2>&1 | head -n 40
+  fi
   step "memcheck, AdamW and linear tests"
   compute-sanitizer --tool memcheck "$bin/seqpar_nn_tests" "AdamW on the GPU matches the CPU bitwise" 2>&1 | tail -n 2
   step "done"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what seqpar's build and tests need on Debian 12 / Ubuntu, with apt.
 # Idempotent: packages already installed are left alone, and apt is not touched at
-# all when nothing is missing. The CUDA toolkit (nvcc, cuRAND, NCCL) is expected at
-# /usr/local/cuda; it is not an apt package here.
+# all when nothing is missing. The CUDA toolkit (nvcc, cuRAND, NCCL), needed only for
+# the CUDA backend, is expected at /usr/local/cuda; it is not an apt package here.
 set -euo pipefail
 
 packages=(
@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev          # CPU kernels and float64 test references
   libgmp-dev libmpfr-dev # exact references (rationals, correct rounding) in the tests
   libtomlplusplus-dev    # configs/*.toml
+  libyaml-cpp-dev nlohmann-json3-dev  # configs/*.yaml (the report's), DeepSpeed's ds_config.json
   catch2                 # tests (v2: catch2/catch.hpp)
   python3 python3-numpy python3-torch   # the PyTorch cross-check of seqpar-repro
 )
@@ -32,6 +33,5 @@ else
 fi
 
 if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
-  echo "install-deps: note: no nvcc found; seqpar builds CPU-only (cuRAND from the CUDA" \
-       "toolkit is still needed)" >&2
+  echo "install-deps: note: no nvcc found; seqpar builds CPU-only (no CUDA toolkit needed)" >&2
 fi

@@ -1,30 +1,47 @@
 # Finds the system packages seqpar builds on; nothing is vendored.
 #   Debian/Ubuntu: scripts/install-deps.sh installs them with apt.
-#   CUDA toolkit (cuRAND always: the Generator uses cuRAND's host API even in a
-#   CPU-only build; cudart and NCCL for the CUDA backend).
+#   CUDA toolkit: only for the CUDA backend (cudart, cuRAND's device generator, NCCL,
+#   NVTX). A CPU-only build needs none of it; where cuRAND is installed anyway, a test
+#   compares the Generator with cuRAND's host generator bit for bit.
 
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
-# toml++ is used header-only (TOML_HEADER_ONLY=1) even where Debian ships its shared
-# library: the programs then run on machines that have only the CUDA runtime (the GPU
-# machine has no libtomlplusplus.so).
-find_path(TOMLPLUSPLUS_INCLUDE_DIR toml++/toml.h)
-if(NOT TOMLPLUSPLUS_INCLUDE_DIR)
-  message(FATAL_ERROR "toml++ headers (toml++/toml.h) not found: apt install libtomlplusplus-dev")
+if(SEQPAR_BUILD_APPS)  # the configs of seqpar-repro; JSON for the bench programs too
+  # toml++ is used header-only (TOML_HEADER_ONLY=1) even where Debian ships its shared
+  # library: the programs then run on machines that have only the CUDA runtime (the GPU
+  # machine has no libtomlplusplus.so).
+  find_path(TOMLPLUSPLUS_INCLUDE_DIR toml++/toml.h)
+  if(NOT TOMLPLUSPLUS_INCLUDE_DIR)
+    message(FATAL_ERROR "toml++ headers (toml++/toml.h) not found: apt install libtomlplusplus-dev")
+  endif()
+  add_library(seqpar_toml INTERFACE)
+  add_library(seqpar::toml ALIAS seqpar_toml)
+  target_include_directories(seqpar_toml SYSTEM INTERFACE ${TOMLPLUSPLUS_INCLUDE_DIR})
+  target_compile_definitions(seqpar_toml INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
+  # The user's own configs: YAML (the bug report's config.yaml) through yaml-cpp, linked
+  # statically where Debian ships the archive, for the same reason as toml++ above; and
+  # DeepSpeed's JSON through nlohmann-json (header-only).
+  find_path(YAMLCPP_INCLUDE_DIR yaml-cpp/yaml.h)
+  find_library(YAMLCPP_LIBRARY NAMES libyaml-cpp.a yaml-cpp)
+  if(NOT YAMLCPP_INCLUDE_DIR OR NOT YAMLCPP_LIBRARY)
+    message(FATAL_ERROR "yaml-cpp not found: apt install libyaml-cpp-dev")
+  endif()
+  add_library(seqpar_yaml INTERFACE)
+  add_library(seqpar::yaml ALIAS seqpar_yaml)
+  target_include_directories(seqpar_yaml SYSTEM INTERFACE ${YAMLCPP_INCLUDE_DIR})
+  target_link_libraries(seqpar_yaml INTERFACE ${YAMLCPP_LIBRARY})
+  find_package(nlohmann_json 3 REQUIRED)
+  add_library(seqpar_json INTERFACE)
+  add_library(seqpar::json ALIAS seqpar_json)
+  target_link_libraries(seqpar_json INTERFACE nlohmann_json::nlohmann_json)
 endif()
-add_library(seqpar_toml INTERFACE)
-add_library(seqpar::toml ALIAS seqpar_toml)
-target_include_directories(seqpar_toml SYSTEM INTERFACE ${TOMLPLUSPLUS_INCLUDE_DIR})
-target_compile_definitions(seqpar_toml INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
-if(BUILD_TESTING)
+if(SEQPAR_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
 endif()
 
-find_package(CUDAToolkit)
-if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::curand)
-  message(FATAL_ERROR
-    "cuRAND was not found: seqpar's Generator is cuRAND's Philox (host API), so the CUDA "
-    "toolkit is needed even for a CPU-only build. Install it (e.g. /usr/local/cuda) or point "
-    "CUDAToolkit_ROOT at it.")
+if(SEQPAR_WITH_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+else()
+  find_package(CUDAToolkit QUIET)  # for tests/core/philox_test.cpp's comparison only
 endif()
 
 # NCCL ships with the CUDA install here (/usr/local/cuda/{include,lib}) and as Debian's
@@ -38,6 +55,8 @@ if(SEQPAR_WITH_CUDA)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     add_library(seqpar_nccl INTERFACE)
     add_library(seqpar::nccl ALIAS seqpar_nccl)
+    set_target_properties(seqpar_nccl PROPERTIES EXPORT_NAME nccl)
+    install(TARGETS seqpar_nccl EXPORT seqparTargets)
     target_include_directories(seqpar_nccl INTERFACE ${NCCL_INCLUDE_DIR})
     target_link_libraries(seqpar_nccl INTERFACE ${NCCL_LIBRARY})
     set(SEQPAR_WITH_NCCL ON )

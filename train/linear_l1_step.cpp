@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/nvtx.h"
 #include "train/kernels/skinny.h"
 
 #ifdef SEQPAR_WITH_CUDA
@@ -169,6 +170,7 @@ void LinearL1Step::enqueue(size_t batch) {
 }
 
 void LinearL1Step::run(size_t batch) {
+  SEQPAR_NVTX_RANGE("LinearL1Step::run");
   SEQPAR_CHECK(batch < batches_.size(), "LinearL1Step::run: batch ", batch, " of ",
                batches_.size());
   cuda::set_device(device_);
@@ -206,6 +208,7 @@ void LinearL1Step::capture() {
 }
 
 void LinearL1Step::replay(size_t batch) {
+  SEQPAR_NVTX_RANGE("LinearL1Step::replay");
   SEQPAR_CHECK(batch < graphs_.size(), "LinearL1Step::replay: no graph for batch ", batch,
                " (capture() first)");
   cuda::set_device(device_);

@@ -2,11 +2,13 @@
 
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
+#include "apps/repro/config_formats.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -70,6 +72,16 @@ void read_betas(const toml::node& node, const std::string& key, ReproConfig& con
 void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {
   SEQPAR_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
   config.optimizer_type = node.value<std::string>().value();
+  // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
+  // unless optimizer.params.adam_w_mode is false (which is refused).
+  std::string lower = config.optimizer_type;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "adamw") config.optimizer_type = "AdamW";
+  if (lower == "adam") {
+    config.ignored.push_back({key + " = " + describe(node),
+                              "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
+    config.optimizer_type = "AdamW";
+  }
 }
 
 void read_seed(const toml::node& node, const std::string& key, ReproConfig& config) {
@@ -109,6 +121,8 @@ bool is_known_table(const std::string& path) {
   return false;
 }
 
+void read_unmodelled_key(const toml::node& node, const std::string& key, ReproConfig& config);
+
 // Reads every leaf of `table` (recursively) through the schema.
 void read_table(const toml::table& table, const std::string& prefix, ReproConfig& config) {
   for (const auto& [name, node] : table) {
@@ -119,9 +133,29 @@ void read_table(const toml::table& table, const std::string& prefix, ReproConfig
     } else if (node.is_table() && is_known_table(key)) {
       read_table(*node.as_table(), key, config);
     } else {
-      SEQPAR_FAIL("unknown config key ", key, " (known keys: see configs/issue6868.toml)");
+      read_unmodelled_key(node, key, config);
     }
   }
+}
+
+// A key outside the schema: a DeepSpeed key the scenario can do without, or an error.
+void read_unmodelled_key(const toml::node& node, const std::string& key, ReproConfig& config) {
+  const detail::KeyDecision decision = detail::deepspeed_key_decision(key, node);
+  switch (decision.treatment) {
+    case detail::KeyTreatment::Ignore:
+      config.ignored.push_back(
+          {node.is_value() ? key + " = " + describe(node) : key, decision.reason});
+      return;
+    case detail::KeyTreatment::Descend:
+      read_table(*node.as_table(), key, config);
+      return;
+    case detail::KeyTreatment::Refuse:
+      SEQPAR_INPUT_FAIL("config key ", key, node.is_value() ? " = " + describe(node) : "",
+                        " is not supported: ", decision.reason);
+    case detail::KeyTreatment::Unknown:
+      break;
+  }
+  SEQPAR_FAIL("unknown config key ", key, " (known keys: see configs/issue6868.toml)");
 }
 
 // ---------------------------------------------------------------- overrides
@@ -157,17 +191,48 @@ void apply_override(toml::table& table, const std::string& assignment) {
 
 // ---------------------------------------------------------------- public
 
-ReproConfig parse_config(const std::string& toml_text, const std::vector<std::string>& overrides,
-                         const std::string& source_name) {
+ConfigFormat config_format_for(const std::string& path, const std::string& text) {
+  auto ends_with = [&](const char* suffix) {
+    const std::string tail(suffix);
+    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends_with(".toml")) return ConfigFormat::Toml;
+  if (ends_with(".yaml") || ends_with(".yml")) return ConfigFormat::Yaml;
+  if (ends_with(".json")) return ConfigFormat::Json;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    if (line[first] == '{') return ConfigFormat::Json;
+    if (line[first] == '[') return ConfigFormat::Toml;
+    const size_t equals = line.find('='), colon = line.find(':');
+    return equals != std::string::npos && (colon == std::string::npos || equals < colon)
+               ? ConfigFormat::Toml
+               : ConfigFormat::Yaml;
+  }
+  return ConfigFormat::Toml;
+}
+
+ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
+                         const std::string& source_name, ConfigFormat format) {
   toml::table table;
-  try {
-    table = toml::parse(toml_text, source_name);
-  } catch (const toml::parse_error& error) {
-    SEQPAR_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
-                error.source().begin.column, ": ", error.description());
+  std::vector<ConfigNote> ignored;
+  if (format == ConfigFormat::Yaml) {
+    table = detail::read_yaml_document(text, source_name, ignored);
+  } else if (format == ConfigFormat::Json) {
+    table = detail::read_json_document(text, source_name, ignored);
+  } else {
+    try {
+      table = toml::parse(text, source_name);
+    } catch (const toml::parse_error& error) {
+      SEQPAR_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
+                  error.source().begin.column, ": ", error.description());
+    }
   }
   for (const std::string& assignment : overrides) apply_override(table, assignment);
   ReproConfig config;
+  config.ignored = std::move(ignored);
   read_table(table, "", config);
   validate(config);
   return config;
@@ -175,10 +240,10 @@ ReproConfig parse_config(const std::string& toml_text, const std::vector<std::st
 
 ReproConfig load_config(const std::string& path) {
   std::ifstream file(path);
-  SEQPAR_CHECK(file.good(), "cannot open config file ", path);
+  SEQPAR_INPUT_CHECK(file.good(), "cannot open config file ", path);
   std::stringstream text;
   text << file.rdbuf();
-  return parse_config(text.str(), {}, path);
+  return parse_config(text.str(), {}, path, config_format_for(path, text.str()));
 }
 
 void validate(const ReproConfig& c) {

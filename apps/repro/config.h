@@ -13,6 +13,12 @@
 
 namespace seqpar::repro {
 
+// A key that was read but does not change what is reproduced, and why.
+struct ConfigNote {
+  std::string key;  // "ds_config.steps_per_print = 10"
+  std::string reason;
+};
+
 struct ReproConfig {
   // [ds_config]
   int64_t train_micro_batch_size_per_gpu = 4;  // recorded; the script feeds x directly
@@ -28,18 +34,30 @@ struct ReproConfig {
   int64_t in_features = 640;
   int64_t out_features = 16;
   int64_t steps = 1;
+  // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
+  // listed in the report. Not part of the scenario: to_toml leaves them out.
+  std::vector<ConfigNote> ignored;
 
   int64_t world_size() const { return sequence_parallel_size * data_parallel_size; }
 };
 
-// Reads a TOML file; every key must be known and of the right type.
+// The formats --config reads (apps/repro/config_formats.h describes each).
+enum class ConfigFormat { Toml, Yaml, Json };
+
+// By the file's extension (.toml, .yaml/.yml, .json); for any other name, by its first
+// character that is not blank or a comment: '{' is JSON, '[' or a `key =` line TOML,
+// anything else YAML.
+ConfigFormat config_format_for(const std::string& path, const std::string& text);
+
+// Reads a config file in any of the formats; every key must be known and of the right
+// type, or a DeepSpeed key that does not change the scenario (config_formats.h).
 ReproConfig load_config(const std::string& path);
 
 // Applies "section.key=value" overrides (the value in TOML syntax: 3, 1e-4, "AdamW",
-// [0.9, 0.99]) to the configuration in `toml_text` (empty for the defaults), then
+// [0.9, 0.99]) to the configuration in `text` (empty for the defaults), then
 // validates. Errors name the key and the value.
-ReproConfig parse_config(const std::string& toml_text, const std::vector<std::string>& overrides,
-                         const std::string& source_name);
+ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
+                         const std::string& source_name, ConfigFormat format = ConfigFormat::Toml);
 
 // Checks that the values describe a scenario that can run; errors name key and value.
 void validate(const ReproConfig& config);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <vector>
 
 #include "apps/repro/report.h"
@@ -221,6 +222,11 @@ void write_results(std::ostream& out, const RunResults& results) {
 }  // namespace
 
 void write_json(const std::string& path, const RunResults& results) {
+  if (path == "-") {  // stdout, by the usual convention
+    write_results(std::cout, results);
+    std::cout << std::flush;
+    return;
+  }
   const std::string temporary = path + ".tmp";
   {
     std::ofstream file(temporary);

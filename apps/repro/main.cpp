@@ -14,6 +14,7 @@
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
 #include "core/error.h"
+#include "core/version.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
 #include "dist/local_process_group.h"
@@ -71,40 +72,55 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
               " (local process group)"};
 }
 
+// DeepSpeed's launcher passes --local_rank=N beside LOCAL_RANK; the two must agree.
+void check_local_rank(const Options& options,
+                      const std::optional<dist::LaunchEnvironment>& launched) {
+  if (!options.local_rank) return;
+  SEQPAR_INPUT_CHECK(launched.has_value(), "--local_rank ", *options.local_rank,
+                     " without a launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK): "
+                     "start seqpar-repro with deepspeed, torchrun, mpirun or srun, or drop it");
+  SEQPAR_INPUT_CHECK(launched->local_rank == *options.local_rank, "--local_rank ",
+                     *options.local_rank, " disagrees with the launcher's local rank ",
+                     launched->local_rank, " (", launched->launcher, ")");
+}
+
 ReproConfig read_config(const Options& options) {
   if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
   std::ifstream file(options.config_path);
-  SEQPAR_CHECK(file.good(), "cannot open config file ", options.config_path);
+  SEQPAR_INPUT_CHECK(file.good(), "cannot open config file ", options.config_path);
   std::stringstream text;
   text << file.rdbuf();
-  return parse_config(text.str(), options.overrides, options.config_path);
+  return parse_config(text.str(), options.overrides, options.config_path,
+                      config_format_for(options.config_path, text.str()));
 }
 
 RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
                     const std::vector<const Policy*>& policies, const Placement& placement,
-                    Device device) {
+                    Device device, Progress* progress) {
   const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
                         static_cast<int>(config.data_parallel_size));
   const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
   RankGroups groups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
                     mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
                     mesh_groups.coordinates.dp_rank, mesh.str()};
-  return run_scenario(groups, config, policies, device, placement.description);
+  return run_scenario(groups, config, policies, device, placement.description, progress);
 }
 
+// With --json - the JSON owns stdout, so the report goes to stderr.
 void report(const RunResults& results, const Options& options) {
-  print_report(std::cout, results);
+  std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
+  print_report(out, results);
   if (!options.plot_path.empty()) {
     write_drift_svg(options.plot_path, results);
-    std::cout << "\ndrift picture: " << options.plot_path << '\n';
+    out << "\ndrift picture: " << options.plot_path << '\n';
   }
   if (!options.json_path.empty()) {
     write_json(options.json_path, results);
-    std::cout << "figures (JSON): " << options.json_path << '\n';
+    if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
   }
   if (!options.dump_directory.empty()) {
     write_dump(options.dump_directory, results);
-    std::cout << "safetensors dump: " << options.dump_directory
+    out << "safetensors dump: " << options.dump_directory
               << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
   }
 }
@@ -116,9 +132,16 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
+  if (options.version) {
+    std::cout << "seqpar-repro " << kSeqparVersion << '\n';
+    return 0;
+  }
   const ReproConfig config = read_config(options);
   if (options.print_config) {
     std::cout << to_toml(config);
+    for (const ConfigNote& note : config.ignored) {
+      std::cout << "# ignored: " << note.key << " (" << note.reason << ")\n";
+    }
     return 0;
   }
   std::vector<const Policy*> policies;
@@ -128,6 +151,7 @@ int run(int argc, char** argv) {
     }
   }
   const auto launched = dist::launch_environment_from_process();
+  check_local_rank(options, launched);
   const Placement placement = choose_placement(options, config, launched);
 
   if (placement.backend == Backend::LaunchNccl) {
@@ -139,7 +163,11 @@ int run(int argc, char** argv) {
   if (placement.backend == Backend::Nccl) {
 #ifdef SEQPAR_WITH_NCCL
     const auto world = dist::NcclProcessGroup::create_world(*launched);
-    const RunResults results = run_rank(world, config, policies, placement, placement.device);
+    RunResults results;
+    {
+      const auto progress = world->rank() == 0 ? Progress::on_stderr() : nullptr;
+      results = run_rank(world, config, policies, placement, placement.device, progress.get());
+    }
     if (world->rank() == 0) report(results, options);
     return 0;
 #else
@@ -147,12 +175,15 @@ int run(int argc, char** argv) {
 #endif
   }
   RunResults results;
-  dist::run_local_world(static_cast<int>(config.world_size()),
-                        [&](std::shared_ptr<dist::ProcessGroup> world) {
-                          RunResults mine = run_rank(world, config, policies, placement,
-                                                     placement.device);
-                          if (world->rank() == 0) results = std::move(mine);
-                        });
+  {
+    const auto progress = Progress::on_stderr();
+    dist::run_local_world(static_cast<int>(config.world_size()),
+                          [&](std::shared_ptr<dist::ProcessGroup> world) {
+                            RunResults mine = run_rank(world, config, policies, placement,
+                                                       placement.device, progress.get());
+                            if (world->rank() == 0) results = std::move(mine);
+                          });
+  }
   report(results, options);
   return 0;
 }

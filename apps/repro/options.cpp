@@ -1,5 +1,7 @@
 #include "apps/repro/options.h"
 
+#include "apps/repro/policy.h"
+#include "core/command_line.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -7,51 +9,65 @@ namespace seqpar::repro {
 const char* const kUsage =
     "usage: seqpar-repro [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
     "                    [--steps N] [--device cpu|cuda] [--backend local|nccl] [--nproc N]\n"
-    "                    [--dump DIR] [--json FILE] [--plot FILE] [--print-config]\n"
+    "                    [--dump DIR] [--json FILE|-] [--plot FILE] [--print-config]\n"
+    "                    [--local_rank N] [--help] [--version]\n"
     "\n"
     "Reproduces DeepSpeed issue #6868 (sequence-parallel ranks end a training step with\n"
     "different parameters) and its fix. With no arguments: the report's scenario, 4 ranks,\n"
     "sp 4, on the best place available (GPUs over NCCL, one GPU, or CPU threads).\n"
-    "Policies: deepspeed-0.16, with-mpu, exact. See apps/repro/README.md.\n";
+    "--config reads TOML, the report's YAML (ds_config: ...) or a DeepSpeed JSON config.\n"
+    "Every option also takes the form --option=VALUE. --json - writes the JSON to stdout\n"
+    "and the report to stderr. Policies: deepspeed-0.16, with-mpu, exact.\n"
+    "See apps/repro/README.md.\n";
+
+namespace {
+
+std::string one_of(const std::string& option, const std::string& value,
+                   const std::vector<std::string>& allowed) {
+  for (const std::string& name : allowed) {
+    if (value == name) return value;
+  }
+  std::string list;
+  for (const std::string& name : allowed) list += (list.empty() ? "" : " or ") + name;
+  SEQPAR_INPUT_FAIL("option ", option, " '", value, "': expected ", list);
+}
+
+}  // namespace
 
 Options parse_options(const std::vector<std::string>& arguments) {
   Options options;
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const std::string& flag = arguments[i];
-    auto value = [&]() -> const std::string& {
-      SEQPAR_CHECK(i + 1 < arguments.size(), "option ", flag, " needs a value\n", kUsage);
-      return arguments[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
-      options.help = true;
-    } else if (flag == "--config") {
-      options.config_path = value();
-    } else if (flag == "--set") {
-      options.overrides.push_back(value());
-    } else if (flag == "--policy") {
-      options.policy = value();
-    } else if (flag == "--steps") {
-      options.overrides.push_back("repro.steps=" + value());
-    } else if (flag == "--device") {
-      options.device = value();
-      SEQPAR_CHECK(*options.device == "cpu" || *options.device == "cuda", "--device ",
-                   *options.device, ": expected cpu or cuda");
-    } else if (flag == "--backend") {
-      options.backend = value();
-      SEQPAR_CHECK(*options.backend == "local" || *options.backend == "nccl", "--backend ",
-                   *options.backend, ": expected local or nccl");
-    } else if (flag == "--dump") {
-      options.dump_directory = value();
-    } else if (flag == "--json") {
-      options.json_path = value();
-    } else if (flag == "--plot") {
-      options.plot_path = value();
-    } else if (flag == "--print-config") {
-      options.print_config = true;
-    } else {
-      SEQPAR_FAIL("unknown option '", flag, "'\n", kUsage);
-    }
-  }
+  auto flag = [](std::vector<std::string> names, bool& target) {
+    return CommandLineOption{std::move(names), false, [&target](const std::string&) { target = true; }};
+  };
+  auto text = [](std::vector<std::string> names, std::string& target) {
+    return CommandLineOption{std::move(names), true, [&target](const std::string& v) { target = v; }};
+  };
+  parse_command_line(arguments, {
+      flag({"--help", "-h"}, options.help),
+      flag({"--version"}, options.version),
+      flag({"--print-config"}, options.print_config),
+      text({"--config"}, options.config_path),
+      {{"--policy"}, true, [&](const std::string& v) {
+         if (v != "all") policy_named(v);  // rejects an unknown name, listing the known ones
+         options.policy = v;
+       }},
+      text({"--dump"}, options.dump_directory),
+      text({"--json"}, options.json_path),
+      text({"--plot"}, options.plot_path),
+      {{"--set"}, true, [&](const std::string& v) { options.overrides.push_back(v); }},
+      {{"--steps"}, true, [&](const std::string& v) {
+         const int64_t steps = parse_integer_option("--steps", v, 1, int64_t{1} << 40);
+         options.overrides.push_back("repro.steps=" + std::to_string(steps));
+       }},
+      {{"--device"}, true,
+       [&](const std::string& v) { options.device = one_of("--device", v, {"cpu", "cuda"}); }},
+      {{"--backend"}, true,
+       [&](const std::string& v) { options.backend = one_of("--backend", v, {"local", "nccl"}); }},
+      // DeepSpeed's launcher appends --local_rank=N to the program's arguments.
+      {{"--local_rank", "--local-rank"}, true, [&](const std::string& v) {
+         options.local_rank = static_cast<int>(parse_integer_option("--local_rank", v, 0, 1 << 20));
+       }},
+  });
   return options;
 }
 

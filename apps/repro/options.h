@@ -13,13 +13,17 @@ struct Options {
   std::string policy = "all";
   std::optional<std::string> device;   // "cpu" | "cuda"
   std::optional<std::string> backend;  // "local" | "nccl"
-  std::string dump_directory, json_path;
+  std::string dump_directory;
+  std::string json_path;               // "-": stdout (the report then goes to stderr)
   std::string plot_path = "seqpar-repro-drift.svg";
   bool print_config = false;
   bool help = false;
+  bool version = false;
+  std::optional<int> local_rank;       // --local_rank, as DeepSpeed's launcher passes it
 };
 
-// Errors name the offending argument. (--nproc is taken by the launcher before this.)
+// Errors (seqpar::InputError) name the offending argument. (--nproc is taken by the
+// launcher before this.)
 Options parse_options(const std::vector<std::string>& arguments);
 
 extern const char* const kUsage;

@@ -2,6 +2,7 @@
 
 #include "core/elementwise.h"
 #include "core/exact_sums.h"
+#include "core/nvtx.h"
 #include "optim/clip.h"
 
 namespace seqpar::repro {
@@ -33,6 +34,7 @@ void PolicyStep::broadcast_parameters() {
 
 // The heart of the bug and of its fixes: which ranks' partial gradients are added up.
 void PolicyStep::synchronize_gradients() {
+  SEQPAR_NVTX_RANGE("synchronize gradients");
   for (const autograd::Variable& parameter : parameters_) {
     Tensor gradient = parameter.grad();
     switch (policy_.kind) {
@@ -54,6 +56,7 @@ void PolicyStep::synchronize_gradients() {
 }
 
 Tensor PolicyStep::clip_norm() {
+  SEQPAR_NVTX_RANGE("clip");
   Tensor norm = optim::grad_norm(parameters_);
   if (policy_.kind == PolicyKind::DeepSpeed016) {
     // DeepSpeed 0.16 averages the norm over the same group it reduced over.
@@ -64,6 +67,7 @@ Tensor PolicyStep::clip_norm() {
 }
 
 StepNorms PolicyStep::step() {
+  SEQPAR_NVTX_RANGE("optimizer step");
   StepNorms norms;
   norms.local = optim::grad_norm(parameters_);
   synchronize_gradients();

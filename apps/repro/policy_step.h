@@ -46,6 +46,7 @@ class PolicyStep {
   StepNorms step();
 
   const std::vector<autograd::Variable>& parameters() const { return parameters_; }
+  const Policy& policy() const { return policy_; }
 
  private:
   void synchronize_gradients();

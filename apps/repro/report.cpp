@@ -42,6 +42,22 @@ std::string without_prefix(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
 }
 
+// The config's keys that were accepted without changing the scenario, grouped by why.
+std::string ignored_keys(const ReproConfig& config) {
+  std::vector<std::pair<std::string, std::string>> groups;  // reason, keys
+  for (const ConfigNote& note : config.ignored) {
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& entry) { return entry.first == note.reason; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {note.reason, ""});
+    group->second += (group->second.empty() ? "" : ", ") + without_prefix(note.key, "ds_config.");
+  }
+  std::string out;
+  for (const auto& [reason, keys] : groups) {
+    out += (out.empty() ? "  ignored     " : "              ") + keys + " (" + reason + ")\n";
+  }
+  return out;
+}
+
 void print_scenario(std::ostream& out, const RunResults& results) {
   const ReproConfig& c = results.config;
   out << "seqpar-repro: DeepSpeed issue #6868, sequence-parallel ranks end a step with "
@@ -57,6 +73,7 @@ void print_scenario(std::ostream& out, const RunResults& results) {
                        "gradient_clipping %g; %lld step(s)\n",
                        c.adamw.lr, c.adamw.beta1, c.adamw.beta2, c.adamw.eps,
                        c.adamw.weight_decay, c.gradient_clipping, (long long)c.steps)
+      << ignored_keys(c)
       << "  placement   " << results.placement << '\n'
       << "  mesh        " << indent_lines(without_prefix(results.mesh_layout, "mesh: "), 14) << '\n';
   out << "  initial parameters, fingerprint per rank:";

@@ -7,6 +7,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/nvtx.h"
 #include "nn/l1_loss.h"
 #include "optim/clip.h"
 
@@ -100,6 +101,12 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+Variable forward_loss(const nn::Linear& model, const Variable& x, const Variable& target,
+                      nn::Reduction reduction) {
+  SEQPAR_NVTX_RANGE("forward");
+  return nn::l1_loss(model.forward(x), target, reduction);
+}
+
 // The one-rank reference on world rank 0: its own model and optimizer, all rows.
 class ReferenceTrainer {
  public:
@@ -114,9 +121,10 @@ class ReferenceTrainer {
   // One step; appends its loss and norm to `run` and leaves the state after the step in
   // run.parameters and run.gradients (overwriting the previous step's).
   void step(ReferenceRun& run) {
+    SEQPAR_NVTX_RANGE("one-rank reference step");
     const auto start = Clock::now();
     model_->zero_grad();
-    const Variable loss = nn::l1_loss(model_->forward(x_), target_, nn::Reduction::mean());
+    const Variable loss = forward_loss(*model_, x_, target_, nn::Reduction::mean());
     loss.backward();
     const Tensor norm = gradient_clipping_ > 0
                             ? optim::clip_grad_norm(parameters_, gradient_clipping_)
@@ -159,9 +167,10 @@ class PolicyTrainer {
   // timed into `gather_seconds`.
   StepRecord step(dist::ProcessGroup& world, double& seconds, double& gather_seconds) {
     world.barrier();
+    SEQPAR_NVTX_RANGE_TEXT("policy " + engine_.policy().name);
     const auto start = Clock::now();
     model_->zero_grad();
-    const Variable loss = nn::l1_loss(model_->forward(x_), target_, reduction_);
+    const Variable loss = forward_loss(*model_, x_, target_, reduction_);
     engine_.backward(loss);
     const StepNorms norms = engine_.step();
     if (device_.is_cuda()) cuda::synchronize(device_.index);
@@ -195,10 +204,12 @@ int64_t parameter_count(const ReproConfig& config) {
 
 RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
                         const std::vector<const Policy*>& policies, Device device,
-                        const std::string& placement) {
-  const RankData data = draw_data(config, device);
+                        const std::string& placement, Progress* progress) {
   dist::ProcessGroup& world = *groups.world;
   const bool is_root = world.rank() == 0;
+  if (!is_root) progress = nullptr;
+  if (progress) progress->set_phase("drawing the data and the initial parameters");
+  const RankData data = draw_data(config, device);
   const double lr = config.adamw.lr;
 
   RunResults results;
@@ -238,9 +249,11 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
   // barrier, and for its analysis of a policy's step at the next barrier, so no wait is
   // longer than about one step, however many steps there are.
   for (int64_t step = 0; step < config.steps; ++step) {
+    if (progress) progress->set_step("one-rank reference", step, config.steps);
     if (is_root) reference->step(results.reference);
     for (size_t i = 0; i < policies.size(); ++i) {
       if (trainers[i] == nullptr) continue;
+      if (progress) progress->set_step("policy " + policies[i]->name, step, config.steps);
       StepRecord record = trainers[i]->step(world, seconds[i], analysis_seconds[i]);
       if (!is_root) continue;
       const auto start = Clock::now();
@@ -258,6 +271,7 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     }
   }
   if (!is_root) return {};
+  if (progress) progress->set_phase("deciding the verdicts");
   for (size_t i = 0; i < policies.size(); ++i) {
     PolicyFigures& figures = results.policies[i].figures;
     if (!figures.skipped.empty() || figures.steps.empty()) continue;

@@ -21,6 +21,7 @@
 #include "apps/repro/config.h"
 #include "apps/repro/policy_step.h"
 #include "apps/repro/policy.h"
+#include "apps/repro/progress.h"
 #include "core/tensor.h"
 
 namespace seqpar::repro {
@@ -50,10 +51,11 @@ struct RunResults {
 };
 
 // Runs on every rank with the same arguments; returns the gathered results, figures
-// and verdicts decided, on world rank 0 (other ranks get an empty RunResults).
+// and verdicts decided, on world rank 0 (other ranks get an empty RunResults). World
+// rank 0 tells `progress`, when given, what it is doing.
 RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
                         const std::vector<const Policy*>& policies, Device device,
-                        const std::string& placement);
+                        const std::string& placement, Progress* progress = nullptr);
 
 // Element counts of the model's parameters in the flattened order (weight, bias).
 int64_t parameter_count(const ReproConfig& config);

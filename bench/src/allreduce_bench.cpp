@@ -123,11 +123,11 @@ int main(int argc, char** argv) {
   if (auto status = dist::maybe_launch(argc, argv)) return *status;
   Settings settings;
   const std::string usage =
-      "usage: seqpar-allreduce-bench --nproc N [--repeats N] [--warmup N]\n"
+      "usage: seqpar-allreduce-bench --nproc N [--repeats N] [--warmup N] [--help] [--version]\n"
       "  (or one rank of a world started by torchrun, mpirun or srun)\n";
-  const int status = bench::parse_arguments(argc, argv, usage, {
-      {"--repeats", true, [&](const std::string& v) { settings.repeats = std::max(1, std::atoi(v.c_str())); }},
-      {"--warmup", true, [&](const std::string& v) { settings.warmup = std::max(0, std::atoi(v.c_str())); }},
+  const int status = bench::parse_arguments(argc, argv, "seqpar-allreduce-bench", usage, {
+      bench::integer_option("--repeats", settings.repeats, 1),
+      bench::integer_option("--warmup", settings.warmup, 0),
   });
   if (status >= 0) return status;
   const auto environment = dist::launch_environment_from_process();

@@ -8,54 +8,47 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "core/command_line.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/version.h"
 
 namespace seqpar::bench {
 
-// One command-line option: "--name VALUE" when it takes a value, "--name" when not.
-struct Option {
-  std::string name;
-  bool takes_value = true;
-  std::function<void(const std::string& value)> set;
-};
-
 // Every bench program parses its arguments with this (after dist::maybe_launch has
-// taken --nproc): --help prints `usage` to stdout and returns 0; an unknown option or
-// an option missing its value is an error naming it, on stderr, and returns 2.
-// Returns -1 when the program should go on.
-inline int parse_arguments(int argc, char** argv, const std::string& usage,
-                           const std::vector<Option>& options) {
-  const std::string program = argc > 0 ? argv[0] : "bench";
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%s", usage.c_str());
-      return 0;
-    }
-    const Option* match = nullptr;
-    for (const Option& option : options) {
-      if (option.name == arg) match = &option;
-    }
-    if (match == nullptr) {
-      std::fprintf(stderr, "%s: unknown option %s\n%s", program.c_str(), arg.c_str(), usage.c_str());
-      return 2;
-    }
-    if (!match->takes_value) {
-      match->set("");
-    } else if (i + 1 < argc) {
-      match->set(argv[++i]);
-    } else {
-      std::fprintf(stderr, "%s: option %s needs a value\n%s", program.c_str(), arg.c_str(),
-                   usage.c_str());
-      return 2;
-    }
+// taken --nproc), through the parser all seqpar programs share (core/command_line.h):
+// --help prints `usage` to stdout and returns 0, --version likewise; an unknown option,
+// a missing or malformed value is one line on stderr and returns 2. Returns -1 when the
+// program should go on.
+inline int parse_arguments(int argc, char** argv, const std::string& program,
+                           const std::string& usage, std::vector<CommandLineOption> options) {
+  bool help = false, version = false;
+  options.push_back({{"--help", "-h"}, false, [&](const std::string&) { help = true; }});
+  options.push_back({{"--version"}, false, [&](const std::string&) { version = true; }});
+  try {
+    parse_command_line(std::vector<std::string>(argv + 1, argv + argc), options);
+  } catch (const InputError& error) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), error.what());
+    return 2;
   }
-  return -1;
+  if (help) std::printf("%s", usage.c_str());
+  if (version && !help) std::printf("%s %s\n", program.c_str(), kSeqparVersion);
+  return help || version ? 0 : -1;
+}
+
+// An option whose value is an integer of at least `minimum`.
+inline CommandLineOption integer_option(const std::string& name, int& target, int minimum) {
+  return {{name}, true, [name, &target, minimum](const std::string& value) {
+            target = static_cast<int>(parse_integer_option(name, value, minimum, 1 << 30));
+          }};
 }
 
 struct Timing {
@@ -106,20 +99,21 @@ class Report {
                 timing.median_us, timing.min_us, timing.repeats, what.c_str());
     std::fflush(stdout);
   }
+  // A JSON writer, so names and descriptions are escaped whatever they hold.
   void write_json(const std::string& path, const std::string& gpu) const {
-    std::FILE* file = std::fopen(path.c_str(), "w");
-    if (file == nullptr) return;
-    std::fprintf(file, "{\"source\": \"seqpar-bench\", \"gpu\": \"%s\", \"results\": [\n", gpu.c_str());
-    for (size_t i = 0; i < records_.size(); ++i) {
-      const Record& r = records_[i];
-      std::fprintf(file,
-                   "  {\"name\": \"%s\", \"what\": \"%s\", \"median_us\": %.3f, \"min_us\": %.3f, "
-                   "\"repeats\": %d, \"bytes\": %.0f, \"flops\": %.0f}%s\n",
-                   r.name.c_str(), r.what.c_str(), r.timing.median_us, r.timing.min_us,
-                   r.timing.repeats, r.bytes, r.flops, i + 1 < records_.size() ? "," : "");
+    nlohmann::json results = nlohmann::json::array();
+    for (const Record& r : records_) {
+      results.push_back({{"name", r.name}, {"what", r.what}, {"median_us", r.timing.median_us},
+                         {"min_us", r.timing.min_us}, {"repeats", r.timing.repeats},
+                         {"bytes", r.bytes}, {"flops", r.flops}});
     }
-    std::fprintf(file, "]}\n");
-    std::fclose(file);
+    const nlohmann::json root = {{"source", "seqpar-bench"}, {"gpu", gpu}, {"results", results}};
+    std::ofstream file(path);
+    if (!file) {
+      std::fprintf(stderr, "seqpar-bench: cannot write %s\n", path.c_str());
+      return;
+    }
+    file << root.dump(1) << '\n';
   }
 
  private:

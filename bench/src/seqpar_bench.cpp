@@ -208,17 +208,17 @@ int main(int argc, char** argv) {
   Settings settings;
   const std::string usage =
       "usage: seqpar-bench [--nproc N] [--repeats N] [--warmup N] [--json PATH] [--no-stress]\n"
-      "                    [--kernel-parts | --kernel-parts-only]\n"
+      "                    [--kernel-parts | --kernel-parts-only] [--help] [--version]\n"
       "  --kernel-parts       also time the issue's kernels one launcher at a time (dx, L1\n"
       "                       forward, L1 backward, grad norm, clip, axpby)\n"
       "  --kernel-parts-only  only that section\n";
-  const int status = bench::parse_arguments(argc, argv, usage, {
-      {"--repeats", true, [&](const std::string& v) { settings.repeats = std::max(1, std::atoi(v.c_str())); }},
-      {"--warmup", true, [&](const std::string& v) { settings.warmup = std::atoi(v.c_str()); }},
-      {"--json", true, [&](const std::string& v) { settings.json = v; }},
-      {"--no-stress", false, [&](const std::string&) { settings.stress = false; }},
-      {"--kernel-parts", false, [&](const std::string&) { settings.kernel_parts = true; }},
-      {"--kernel-parts-only", false, [&](const std::string&) { settings.kernel_parts_only = true; }},
+  const int status = bench::parse_arguments(argc, argv, "seqpar-bench", usage, {
+      bench::integer_option("--repeats", settings.repeats, 1),
+      bench::integer_option("--warmup", settings.warmup, 0),
+      {{"--json"}, true, [&](const std::string& v) { settings.json = v; }},
+      {{"--no-stress"}, false, [&](const std::string&) { settings.stress = false; }},
+      {{"--kernel-parts"}, false, [&](const std::string&) { settings.kernel_parts = true; }},
+      {{"--kernel-parts-only"}, false, [&](const std::string&) { settings.kernel_parts_only = true; }},
   });
   if (status >= 0) return status;
   if (cuda_device_count() == 0) {

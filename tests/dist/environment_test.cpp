@@ -74,6 +74,25 @@ TEST_CASE("environment: Slurm variables, with NCCL_COMM_ID instead of MASTER_*",
   CHECK(env->nccl_comm_id == "192.168.1.1:7000");
 }
 
+TEST_CASE("environment: MPICH / Intel MPI (Hydra) PMI variables", "[dist]") {
+  const auto env = dist::parse_launch_environment(Variables{
+      {"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"},
+      {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  REQUIRE(env.has_value());
+  CHECK(env->launcher == "mpich");
+  CHECK(env->rank == 3);
+  CHECK(env->world_size == 4);
+  CHECK(env->local_rank == 1);
+  CHECK(env->local_world_size == 2);
+  CHECK(env->nccl_comm_id == "node0:29500");
+  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"PMI_RANK", "0"}}),
+                    Contains("PMI_RANK is set (a mpich launch) but PMI_SIZE is not"));
+  // srun --mpi=pmi2 sets PMI_* beside its own: Slurm's names are read first.
+  Variables slurm{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
+                  {"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"NCCL_COMM_ID", "h:1"}};
+  CHECK(dist::parse_launch_environment(slurm)->launcher == "slurm");
+}
+
 TEST_CASE("environment: torchrun's variables win over Slurm's", "[dist]") {
   Variables variables = torchrun("1");
   variables["SLURM_PROCID"] = "0";

@@ -1,0 +1,129 @@
+// DeepSpeed keys the scenario does not read, and what each means for what is
+// reproduced. The scenario models one thing: how gradients are synchronized over the
+// sequence- and data-parallel ranks, in float32, with AdamW at a constant learning
+// rate. A key that leaves that untouched (logging, monitoring, communication buckets)
+// is accepted and listed in the report; one that would change the numbers (half
+// precision, ZeRO-3's partitioned parameters, offload, a learning-rate schedule) is
+// refused with the reason, because running without it would reproduce something
+// other than what the user's config describes.
+#include <map>
+
+#include "apps/repro/config_formats.h"
+
+namespace seqpar::repro::detail {
+
+namespace {
+
+KeyDecision ignore(std::string reason) { return {KeyTreatment::Ignore, std::move(reason)}; }
+KeyDecision refuse(std::string reason) { return {KeyTreatment::Refuse, std::move(reason)}; }
+
+bool is_true(const toml::node* node) {
+  return node && node->is_boolean() && node->value<bool>().value();
+}
+
+// fp16 / bf16 / amp: a section with enabled = false changes nothing.
+KeyDecision precision(const toml::node& node, const char* what) {
+  const toml::table* table = node.as_table();
+  const toml::node* enabled = table ? table->get("enabled") : nullptr;
+  if (enabled && enabled->is_boolean() && !is_true(enabled)) return ignore("disabled");
+  return refuse(std::string(what) +
+                " changes every number the step computes; the scenario is float32 "
+                "(set enabled: false, or remove it)");
+}
+
+KeyDecision zero_stage(const toml::node& node) {
+  const int64_t stage = node.value<int64_t>().value_or(-1);
+  if (node.is_integer() && stage >= 0 && stage <= 2) {
+    return ignore("ZeRO stages 0-2 reduce gradients over the same group as stage 0, which "
+                  "the scenario models; they only partition optimizer state and gradients");
+  }
+  return refuse("stage 3 partitions the parameters themselves, which the scenario does not "
+                "model; use 0, 1 or 2");
+}
+
+KeyDecision offload(const toml::node& node) {
+  const toml::table* table = node.as_table();
+  const toml::node* device = table ? table->get("device") : nullptr;
+  if (device && device->value<std::string>().value_or("") == "none") return ignore("device none");
+  return refuse("offloading moves the optimizer step to another device and kernel, which the "
+                "scenario does not model (use device: none, or remove it)");
+}
+
+KeyDecision float32_only(const toml::node& node) {
+  const std::string type = node.value<std::string>().value_or("?");
+  if (type == "fp32" || type == "float32") return ignore("float32, as the scenario");
+  return refuse("a " + type + " reduction rounds the gradients differently; the scenario "
+                "reduces in float32");
+}
+
+KeyDecision scheduler(const toml::node& node) {
+  const toml::table* table = node.as_table();
+  const toml::node* type = table ? table->get("type") : nullptr;
+  return refuse("a learning-rate schedule (" + (type ? type->value<std::string>().value_or("?") : "?") +
+                ") changes the learning rate each step uses, from warm-up on; the scenario "
+                "steps at a constant optimizer.params.lr: remove the scheduler");
+}
+
+}  // namespace
+
+KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& node) {
+  static const std::string logging = "logging only";
+  static const std::string monitoring = "monitoring only";
+  static const std::map<std::string, std::string> ignored = {
+      {"ds_config.steps_per_print", logging},
+      {"ds_config.wall_clock_breakdown", logging},
+      {"ds_config.memory_breakdown", logging},
+      {"ds_config.dump_state", logging},
+      {"ds_config.comms_logger", logging},
+      {"ds_config.flops_profiler", monitoring},
+      {"ds_config.tensorboard", monitoring},
+      {"ds_config.wandb", monitoring},
+      {"ds_config.csv_monitor", monitoring},
+      {"ds_config.comet", monitoring},
+      {"ds_config.train_batch_size",
+       "the batch is repro.rows rows of x; DeepSpeed only checks this product"},
+      {"ds_config.checkpoint", "checkpoint layout"},
+      {"ds_config.activation_checkpointing",
+       "recomputes activations to save memory; the same numbers"},
+      {"ds_config.zero_allow_untested_optimizer", "a permission, no computation"},
+      {"ds_config.optimizer.params.torch_adam", "the same AdamW update, another kernel"},
+  };
+  const auto found = ignored.find(key);
+  if (found != ignored.end()) return ignore(found->second);
+
+  const std::string zero = "ds_config.zero_optimization.";
+  if (key == "ds_config.zero_optimization" && node.is_table()) return {KeyTreatment::Descend, ""};
+  if (key == "ds_config.zero_optimization.stage") return zero_stage(node);
+  if (key == zero + "offload_optimizer" || key == zero + "offload_param") return offload(node);
+  if (key.rfind(zero, 0) == 0) {
+    return ignore("communication tuning: when gradients move, not over which ranks");
+  }
+  if (key == "ds_config.fp16") return precision(node, "fp16");
+  if (key == "ds_config.bf16") return precision(node, "bf16");
+  if (key == "ds_config.amp") return precision(node, "amp");
+  if (key == "ds_config.scheduler") return scheduler(node);
+  if (key == "ds_config.communication_data_type" ||
+      key == "ds_config.seq_parallel_communication_data_type") {
+    return float32_only(node);
+  }
+  if (key == "ds_config.optimizer.params.adam_w_mode") {
+    if (is_true(&node)) return ignore("true: decoupled weight decay, AdamW");
+    return refuse("Adam with L2 weight decay in the gradient is not modelled; the scenario "
+                  "is AdamW (adam_w_mode: true, DeepSpeed's default)");
+  }
+  if (key == "ds_config.prescale_gradients") {
+    if (node.is_boolean() && !is_true(&node)) return ignore("false: DeepSpeed's default");
+    return refuse("prescaling divides the gradients before the reduction; the scenario "
+                  "models DeepSpeed's default (false)");
+  }
+  if (key == "ds_config.gradient_predivide_factor") {
+    if (node.is_number() && node.value<double>().value() == 1.0) {
+      return ignore("1.0: DeepSpeed's default");
+    }
+    return refuse("a predivide factor rescales the gradients around the reduction; the "
+                  "scenario models DeepSpeed's default (1.0)");
+  }
+  return {};
+}
+
+}  // namespace seqpar::repro::detail
