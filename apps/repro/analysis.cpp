@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "dist/consistency.h"
 
 namespace seqpar::repro {
 
@@ -112,7 +113,7 @@ SignAgreement signs_of_first_step(const StepRecord& record, double lr) {
   return signs;
 }
 
-void decide(PolicyFigures& figures, double lr) {
+void decide(PolicyFigures& figures, double lr, int sp, int dp) {
   const StepFigures* worst = &figures.steps.front();
   double gradient_error = 0;
   for (const StepFigures& step : figures.steps) {
@@ -144,11 +145,14 @@ void decide(PolicyFigures& figures, double lr) {
       return step.reference_norm > 0 &&
              std::abs(double(step.used_norms[0]) / step.reference_norm - 1) > 1e-3;
     });
+    const std::string cause = dist::name_scale(figures.gradient_scale, sp, dp);
     figures.verdict_text = format(
-        "the ranks agree bitwise, but the gradient is %.3gx the one-rank gradient. Adam is "
-        "nearly blind to a steady scale (max %.3g from one-rank training here); clipping is "
-        "not: it acts as if its threshold were %.3gx the configured one.",
-        figures.gradient_scale, last.max_difference_from_reference, 1 / figures.gradient_scale);
+        "the ranks agree bitwise, but the gradient is %.3gx the one-rank gradient", figures.gradient_scale);
+    if (!cause.empty()) figures.verdict_text += " (" + cause + ")";
+    figures.verdict_text += format(
+        ". Adam is nearly blind to a steady scale (max %.3g from one-rank training here); "
+        "clipping is not: it acts as if its threshold were %.3gx the configured one.",
+        last.max_difference_from_reference, 1 / figures.gradient_scale);
   } else {
     // Anything short of the same bits is a difference: with exact row sums, summing the
     // rows of several ranks is the same arithmetic as summing them on one.

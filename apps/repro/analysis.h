@@ -97,8 +97,9 @@ StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& refer
 // Step 1's gradient signs against the parameter differences they produced.
 SignAgreement signs_of_first_step(const StepRecord& record, double lr);
 
-// The verdict (and first_broken_step) from figures.steps and figures.gradient_scale.
-void decide(PolicyFigures& figures, double lr);
+// The verdict (and first_broken_step) from figures.steps and figures.gradient_scale; a
+// wrong scale is named against the mesh's sp and dp (dist::name_scale: "x sp (4)").
+void decide(PolicyFigures& figures, double lr, int sp = 1, int dp = 1);
 
 // Units in the last place between two floats (0 when bitwise equal).
 double ulps_between(float a, float b);

@@ -278,7 +278,8 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     figures.seconds_per_step = seconds[i] / static_cast<double>(figures.steps.size());
     figures.analysis_seconds_per_step =
         analysis_seconds[i] / static_cast<double>(figures.steps.size());
-    decide(figures, lr);
+    decide(figures, lr, static_cast<int>(config.sequence_parallel_size),
+           static_cast<int>(config.data_parallel_size));
   }
   return results;
 }
