@@ -2,10 +2,11 @@
 // JSON formatter (one library for both formats). Schema: apps/repro/README.md.
 #include <toml++/toml.h>
 
-#include <fstream>
+#include <sstream>
 
 #include "apps/repro/report.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace seqpar::repro {
 
@@ -92,14 +93,9 @@ void write_json(const std::string& path, const RunResults& results) {
                                 {"seconds_per_step", results.reference.seconds / double(c.steps)}}},
       {"policies", std::move(policies)},
   };
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary);
-    SEQPAR_CHECK(file.good(), "cannot write ", temporary);
-    file << toml::json_formatter{root} << '\n';
-  }
-  SEQPAR_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot rename ", temporary,
-               " to ", path);
+  std::ostringstream text;
+  text << toml::json_formatter{root} << '\n';
+  write_output_file(path, text.str());
 }
 
 }  // namespace seqpar::repro

@@ -1,5 +1,8 @@
 #include "apps/repro/options.h"
 
+#include <stdexcept>
+
+#include "apps/repro/config_input.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -7,19 +10,39 @@ namespace seqpar::repro {
 const char* const kUsage =
     "usage: seqpar-repro [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
     "                    [--steps N] [--device cpu|cuda] [--backend local|nccl] [--nproc N]\n"
-    "                    [--dump DIR] [--json FILE] [--plot FILE] [--print-config]\n"
+    "                    [--dump DIR [--overwrite]] [--json FILE] [--plot FILE]\n"
+    "                    [--timeout SECONDS] [--print-config]\n"
     "\n"
     "Reproduces DeepSpeed issue #6868 (sequence-parallel ranks end a training step with\n"
     "different parameters) and its fix. With no arguments: the report's scenario, 4 ranks,\n"
     "sp 4, on the best place available (GPUs over NCCL, one GPU, or CPU threads).\n"
     "Policies: deepspeed-0.16, with-mpu, exact. See apps/repro/README.md.\n";
 
+namespace {
+
+// Seconds, a number from 1 to a week: a collective that waits longer is a hang.
+double parse_timeout(const std::string& text) {
+  double seconds = 0;
+  size_t used = 0;
+  try {
+    seconds = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SEQPAR_INPUT_CHECK(used > 0 && used == text.size() && seconds >= 1 && seconds <= kMaxTimeoutSeconds,
+                     "--timeout ", printable(text), ": expected seconds from 1 to ",
+                     kMaxTimeoutSeconds);
+  return seconds;
+}
+
+}  // namespace
+
 Options parse_options(const std::vector<std::string>& arguments) {
   Options options;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& flag = arguments[i];
     auto value = [&]() -> const std::string& {
-      SEQPAR_CHECK(i + 1 < arguments.size(), "option ", flag, " needs a value\n", kUsage);
+      SEQPAR_INPUT_CHECK(i + 1 < arguments.size(), "option ", flag, " needs a value (see --help)");
       return arguments[++i];
     };
     if (flag == "--help" || flag == "-h") {
@@ -34,11 +57,11 @@ Options parse_options(const std::vector<std::string>& arguments) {
       options.overrides.push_back("repro.steps=" + value());
     } else if (flag == "--device") {
       options.device = value();
-      SEQPAR_CHECK(*options.device == "cpu" || *options.device == "cuda", "--device ",
+      SEQPAR_INPUT_CHECK(*options.device == "cpu" || *options.device == "cuda", "--device ",
                    *options.device, ": expected cpu or cuda");
     } else if (flag == "--backend") {
       options.backend = value();
-      SEQPAR_CHECK(*options.backend == "local" || *options.backend == "nccl", "--backend ",
+      SEQPAR_INPUT_CHECK(*options.backend == "local" || *options.backend == "nccl", "--backend ",
                    *options.backend, ": expected local or nccl");
     } else if (flag == "--dump") {
       options.dump_directory = value();
@@ -46,10 +69,14 @@ Options parse_options(const std::vector<std::string>& arguments) {
       options.json_path = value();
     } else if (flag == "--plot") {
       options.plot_path = value();
+    } else if (flag == "--overwrite") {
+      options.overwrite = true;
+    } else if (flag == "--timeout") {
+      options.timeout_seconds = parse_timeout(value());
     } else if (flag == "--print-config") {
       options.print_config = true;
     } else {
-      SEQPAR_FAIL("unknown option '", flag, "'\n", kUsage);
+      SEQPAR_INPUT_FAIL("unknown option '", printable(flag), "' (see --help)");
     }
   }
   return options;

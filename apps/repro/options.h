@@ -15,6 +15,8 @@ struct Options {
   std::optional<std::string> backend;  // "local" | "nccl"
   std::string dump_directory, json_path;
   std::string plot_path = "seqpar-repro-drift.svg";
+  bool overwrite = false;               // --overwrite: --dump may replace an earlier dump
+  std::optional<double> timeout_seconds;  // --timeout: a collective's longest wait
   bool print_config = false;
   bool help = false;
 };
@@ -23,5 +25,7 @@ struct Options {
 Options parse_options(const std::vector<std::string>& arguments);
 
 extern const char* const kUsage;
+
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
 
 }  // namespace seqpar::repro

@@ -25,7 +25,7 @@ const Policy& policy_named(const std::string& name) {
     if (policy.name == name) return policy;
     known += (known.empty() ? "" : ", ") + policy.name;
   }
-  SEQPAR_FAIL("unknown policy '", name, "' (known: ", known, ", all)");
+  SEQPAR_INPUT_FAIL("unknown policy '", name, "' (known: ", known, ", all)");
 }
 
 bool uses_chunk(const Policy& policy) { return policy.kind != PolicyKind::Exact; }
