@@ -1,6 +1,6 @@
 #include "apps/repro/config.h"
 
-#include <toml++/toml.h>
+#include "third_party/toml.h"
 
 #include <functional>
 #include <map>

@@ -61,6 +61,15 @@ size_t utf8_sequence(const std::string& text, size_t at, uint32_t& code_point) {
   return length;
 }
 
+// The code points that toml++ 3.3's whitespace test (is_non_ascii_horizontal_whitespace)
+// sends to __builtin_unreachable: those of its lookup's blocks 0, 11 and 63 that it does
+// not name. It runs that test wherever whitespace may stand, which includes places
+// inside strings (after a line-ending backslash), so these are refused everywhere.
+bool breaks_toml_whitespace_test(uint32_t c) {
+  return (c >= 0xA1 && c <= 0x499) || (c >= 0x2C5E && c <= 0x3057 && c != 0x3000) ||
+         (c >= 0xFAE6 && c <= 0xFEFE);
+}
+
 struct Position {
   size_t line = 1, column = 1;
 };
@@ -87,27 +96,85 @@ size_t run_of(const std::string& text, size_t at, char c) {
   return end - at;
 }
 
+bool is_bare_key_character(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-';
+}
+
+size_t skip_blanks(const std::string& text, size_t at) {
+  while (at < text.size() && (text[at] == ' ' || text[at] == '\t')) ++at;
+  return at;
+}
+
+// A table header ("[a]", "[[a]]") at `at`: the offset of the first character of its key
+// when that cannot begin a key, else npos. toml++ 3.3 assumes that it can (an assertion
+// that is undefined behaviour in release builds) instead of reporting the error.
+size_t bad_table_header(const std::string& text, size_t at) {
+  size_t next = skip_blanks(text, at + 1);
+  if (next < text.size() && text[next] == '[') next = skip_blanks(text, next + 1);
+  if (next >= text.size()) return std::string::npos;
+  const char c = text[next];
+  return is_bare_key_character(c) || c == '"' || c == '\'' || c == ']' ? std::string::npos : next;
+}
+
+// What toml++ 3.3 must not see, and where.
+struct Unsafe {
+  size_t offset = std::string::npos;
+  const char* reason = nullptr;
+};
+
+bool is_digit(const std::string& text, size_t at) {
+  return at < text.size() && text[at] >= '0' && text[at] <= '9';
+}
+
 // Scans TOML just far enough to know, for each byte, whether it is in a string or a
-// comment. It errs towards "outside": text it cannot place is checked as if outside.
-// Returns the offset of the first non-ASCII byte outside strings and comments, or npos.
-size_t first_non_ascii_outside_strings(const std::string& text, size_t start) {
+// comment, and where the table headers are (a '[' that opens a line outside any array
+// or inline table). Up to TOML's first error, which ends toml++'s parse, it places every
+// byte as toml++ does. Finds the first text toml++ 3.3 must not see outside strings and
+// comments: a non-ASCII byte, a table header without a key, or a date or time (':', or
+// '-' between digits), whose parser assumes digits where the text may have none. No
+// configuration value is a date or a time, so refusing them loses nothing.
+Unsafe first_unsafe_text(const std::string& text, size_t start) {
   Context context = Context::Outside;
+  int depth = 0;             // open arrays and inline tables of values
+  bool line_start = true;    // only blanks since the last line break
+  char previous = '\n';      // the last character outside strings that is not a blank
   for (size_t i = start; i < text.size();) {
     const char c = text[i];
     switch (context) {
-      case Context::Outside:
-        if (static_cast<unsigned char>(c) >= 0x80) return i;
+      case Context::Outside: {
+        if (static_cast<unsigned char>(c) >= 0x80) return {i, "a non-ASCII character"};
+        if (c == ':' || (c == '-' && i > 0 && is_digit(text, i - 1) && is_digit(text, i + 1))) {
+          return {i, "a date or time (not a configuration value)"};
+        }
+        if (c == '[' && depth == 0 && line_start) {
+          const size_t bad = bad_table_header(text, i);
+          if (bad != std::string::npos) return {bad, "a table header without a key"};
+          line_start = false;
+          i += text.compare(i, 2, "[[") == 0 ? 2 : 1;
+          continue;
+        }
+        if (c == '[' || c == '{') ++depth;
+        if ((c == ']' || c == '}') && depth > 0) --depth;
         if (c == '#') context = Context::Comment;
-        if (c == '"' || c == '\'') {
+        // A quote opens a string only where a key or a value begins; elsewhere (after
+        // "--x" in `a = --x"y"`) toml++ reads it as part of a malformed bare value.
+        const bool value_or_key_start = previous != 0 && std::strchr("\n=[{,.", previous) != nullptr;
+        if (c != ' ' && c != '\t' && c != '\r') previous = c;
+        if ((c == '"' || c == '\'') && value_or_key_start) {
           const bool multi = run_of(text, i, c) >= 3;
           context = c == '"' ? (multi ? Context::MultiBasic : Context::Basic)
                              : (multi ? Context::MultiLiteral : Context::Literal);
+          line_start = false;
           i += multi ? 3 : 1;
           continue;
         }
+        if (c == '\n') line_start = true;
+        else if (c != ' ' && c != '\t' && c != '\r') line_start = false;
         break;
+      }
       case Context::Comment:
-        if (c == '\n') context = Context::Outside;
+        if (c == '\n') context = Context::Outside, line_start = true, previous = '\n';
         break;
       case Context::Basic:
       case Context::Literal:
@@ -115,6 +182,7 @@ size_t first_non_ascii_outside_strings(const std::string& text, size_t start) {
           i += 2;  // an escaped character never ends the string
           continue;
         }
+        if (c == '\n') line_start = true, previous = '\n';
         if (c == '\n' || c == (context == Context::Basic ? '"' : '\'')) context = Context::Outside;
         break;
       case Context::MultiBasic:
@@ -136,7 +204,7 @@ size_t first_non_ascii_outside_strings(const std::string& text, size_t start) {
     }
     ++i;
   }
-  return std::string::npos;
+  return {};
 }
 
 }  // namespace
@@ -178,11 +246,26 @@ void check_config_text(const std::string& text, const std::string& source_name) 
       SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column,
                         ": not valid UTF-8 (byte ", byte, ")");
     }
+    if (breaks_toml_whitespace_test(code_point)) {
+      const Position at = position_of(text, i);
+      char name[16];
+      std::snprintf(name, sizeof name, "U+%04X", static_cast<unsigned>(code_point));
+      SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column,
+                        ": character ", name, " is not accepted (the TOML parser, toml++ 3.3, "
+                        "mishandles U+00A1-U+0499, U+2C5E-U+3057 and U+FAE6-U+FEFE)");
+    }
     i += length;
   }
   const size_t bom = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // a leading byte-order mark
-  const size_t at = first_non_ascii_outside_strings(text, bom);
-  if (at == std::string::npos) return;
+  const Unsafe unsafe = first_unsafe_text(text, bom);
+  if (unsafe.reason == nullptr) return;
+  const size_t at = unsafe.offset;
+  if (static_cast<unsigned char>(text[at]) < 0x80) {
+    const Position position = position_of(text, at);
+    SEQPAR_INPUT_FAIL("config ", source_name, " line ", position.line, " column ",
+                      position.column, ": ", unsafe.reason, ", saw '",
+                      printable(std::string(1, text[at])), "' (not accepted outside strings)");
+  }
   uint32_t code_point = 0;
   utf8_sequence(text, at, code_point);
   char name[16];
@@ -215,10 +298,6 @@ std::string printable(const std::string& text) {
 std::vector<std::string> split_override_key(const std::string& key) {
   std::vector<std::string> parts;
   const auto is_space = [](char c) { return c == ' ' || c == '\t'; };
-  const auto is_bare = [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
-  };
   size_t i = 0;
   for (;;) {
     while (i < key.size() && is_space(key[i])) ++i;
@@ -231,7 +310,7 @@ std::vector<std::string> split_override_key(const std::string& key) {
                          ": escapes in quoted key parts are not supported");
       i = close + 1;
     } else {
-      while (i < key.size() && is_bare(key[i])) part += key[i++];
+      while (i < key.size() && is_bare_key_character(key[i])) part += key[i++];
     }
     SEQPAR_INPUT_CHECK(!part.empty(), "--set ", key, ": empty key part at position ", i + 1,
                        " (expected section.key=value)");

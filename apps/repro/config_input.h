@@ -16,11 +16,12 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 // would block, read forever or read as empty) of at most kMaxConfigBytes.
 std::string read_config_file(const std::string& path);
 
-// Rejects text that is not well-formed UTF-8, and any non-ASCII character outside a
-// TOML string or comment. Outside those, TOML 1.0 allows only ASCII anyway, and the
-// toml++ release Debian ships reaches undefined behaviour when it classifies some
-// non-ASCII characters there (a whitespace test that ends in `unreachable`), so such
-// text is refused here with its line and column instead of reaching it.
+// Rejects text that is not well-formed UTF-8, any non-ASCII character outside a TOML
+// string or comment, and a table header without a key ("[ =]"). Outside strings and
+// comments TOML 1.0 allows only ASCII anyway, and the toml++ release Debian ships
+// (3.3) reaches undefined behaviour on both (a whitespace test that ends in
+// `unreachable`; an assumption that a header's key starts with a key character), so such
+// text is refused here, with its line and column, before toml++ sees it.
 void check_config_text(const std::string& text, const std::string& source_name);
 
 // The parts of a --set key: `ds_config.optimizer.params.lr` or `repro."rows"`. Parts are

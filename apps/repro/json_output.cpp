@@ -1,6 +1,6 @@
 // --json FILE: the report's figures, built as a toml++ table and written with its
 // JSON formatter (one library for both formats). Schema: apps/repro/README.md.
-#include <toml++/toml.h>
+#include "third_party/toml.h"
 
 #include <sstream>
 
