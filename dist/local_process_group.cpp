@@ -212,4 +212,41 @@ std::shared_ptr<ProcessGroup> LocalProcessGroup::new_group(const std::vector<int
                                              static_cast<int>(position - members.begin()));
 }
 
+std::shared_ptr<ProcessGroup> LocalProcessGroup::split(const std::vector<std::vector<int>>& groups,
+                                                       const std::vector<std::string>& names) {
+  const std::string what = "split on group " + name();
+  SEQPAR_CHECK(names.size() == groups.size(), what, ": ", groups.size(), " groups but ",
+               names.size(), " names");
+  Contribution mine{"split"};
+  mine.groups = &groups;
+  mine.names = &names;
+  // The last rank to arrive checks the lists once and makes every group's meeting point.
+  const Outcome outcome = rendezvous_->meet(rank_, mine, [&](const std::vector<Contribution>& all) {
+    for (const Contribution& c : all) {
+      SEQPAR_CHECK(*c.groups == *all[0].groups && *c.names == *all[0].names, what, ": rank ",
+                   c.world_rank, " asked for other groups than rank ", all[0].world_rank);
+    }
+    checked_partition(groups, size(), this->name());
+    Outcome made;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      std::vector<int> members = groups[i];
+      std::sort(members.begin(), members.end());
+      for (int& member : members) member = global_ranks()[static_cast<size_t>(member)];
+      made.groups.push_back(std::make_shared<detail::Rendezvous>(rendezvous_->world(), members,
+                                                                 names[i]));
+    }
+    return made;
+  });
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::vector<int> members = groups[i];
+    std::sort(members.begin(), members.end());
+    const auto position = std::find(members.begin(), members.end(), rank_);
+    if (position != members.end()) {
+      return std::make_shared<LocalProcessGroup>(outcome.groups[i],
+                                                 static_cast<int>(position - members.begin()));
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace seqpar::dist

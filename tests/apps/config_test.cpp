@@ -136,7 +136,7 @@ TEST_CASE("sizes: products checked, memory estimated, timeouts scaled", "[repro]
         default_collective_timeout(defaults) + std::chrono::seconds(600));
 }
 
-TEST_CASE("--set keys honour TOML quotes", "[repro][config]") {
+TEST_CASE("override (--set) keys honour TOML quotes", "[repro][config]") {
   CHECK(split_override_key("repro.rows") == std::vector<std::string>{"repro", "rows"});
   CHECK(split_override_key(" repro . \"rows\" ") == std::vector<std::string>{"repro", "rows"});
   CHECK(split_override_key("a.'b.c'") == std::vector<std::string>{"a", "b.c"});
@@ -168,7 +168,7 @@ TEST_CASE("config text is checked before the TOML parser reads it", "[repro][con
                     Catch::Contains("unknown config key x"));  // an array, not a table header
 }
 
-TEST_CASE("--config reads regular files of bounded size only", "[repro][config][errors]") {
+TEST_CASE("config files (--config): regular files of bounded size only", "[repro][config][errors]") {
   CHECK_THROWS_WITH(load_config("/tmp"), Catch::Contains("/tmp: a directory, not a regular file"));
   CHECK_THROWS_WITH(load_config("/dev/zero"), Catch::Contains("a character device"));
   const std::string fifo = "/tmp/seqpar_config_test_fifo";
