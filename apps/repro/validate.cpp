@@ -86,12 +86,12 @@ void check_beta(double beta, const char* which) {
 ScenarioSizes checked_sizes(const ReproConfig& c) {
   ScenarioSizes sizes{};
   sizes.world_size = product(c.sequence_parallel_size, c.data_parallel_size,
-                             "the world size sequence_parallel_size x data_parallel_size");
-  sizes.input_rows = product(c.data_parallel_size, c.rows, "the rows data_parallel_size x rows");
+                             "the world size ds_config.sequence_parallel_size x ds_config.data_parallel_size");
+  sizes.input_rows = product(c.data_parallel_size, c.rows, "the rows ds_config.data_parallel_size x repro.rows");
   sizes.input_values = product(sizes.input_rows, c.in_features,
-                               "the inputs data_parallel_size x rows x in_features");
+                               "the inputs ds_config.data_parallel_size x repro.rows x repro.in_features");
   const int64_t weights = product(c.out_features, c.in_features,
-                                  "the weight out_features x in_features");
+                                  "the weight repro.out_features x repro.in_features");
   SEQPAR_INPUT_CHECK(!__builtin_add_overflow(weights, c.out_features, &sizes.parameters),
                      "config: the parameter count overflows a 64-bit integer");
   return sizes;
@@ -184,9 +184,15 @@ void check_memory(const ReproConfig& config, uint64_t available) {
 
 std::chrono::milliseconds default_collective_timeout(const ReproConfig& config) {
   const ScenarioSizes sizes = checked_sizes(config);
+  // Rank 0's reference step and analysis, and every rank's drawing of the data and its
+  // share of a step: ranks that are threads share the machine's cores, so a wait can
+  // last as long as all of their work together.
+  const double world = double(sizes.world_size);
   const double multiply_adds =
       3.0 * double(sizes.input_values) * double(config.out_features) +
-      10.0 * double(sizes.world_size) * double(sizes.parameters);
+      10.0 * world * double(sizes.parameters) +
+      world * (10.0 * double(sizes.input_values) +
+               3.0 * 3.0 * double(sizes.input_values) / world * double(config.out_features));
   const double seconds = 60 + multiply_adds / 1e7;
   return std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 7 * 86400.0) * 1000));
 }

@@ -47,8 +47,9 @@ void check_memory(const ReproConfig& config, uint64_t available);
 
 // How long a collective may wait for its last member. Rank 0 alone runs the one-rank
 // reference and the analysis of each step while the others wait at the next
-// collective, so the wait grows with a step's work: a minute plus a second for every
-// 10^7 multiply-adds of one reference step (a rate far below any machine's).
+// collective, and ranks that are threads share the cores, so the wait grows with the
+// work of a step (or of drawing the data) over all ranks: a minute plus a second for
+// every 10^7 multiply-adds (a rate far below any machine's). --timeout overrides it.
 std::chrono::milliseconds default_collective_timeout(const ReproConfig& config);
 
 }  // namespace seqpar::repro
