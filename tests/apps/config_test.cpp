@@ -121,7 +121,7 @@ TEST_CASE("every config error is an InputError of one line naming key, value and
 
 TEST_CASE("sizes: products checked, memory estimated, timeouts scaled", "[repro][config]") {
   CHECK_THROWS_WITH(with({"repro.in_features=4294967296", "repro.out_features=4294967296"}),
-                    Catch::Contains("out_features x in_features = 4294967296 x 4294967296"));
+                    Catch::Contains("repro.out_features x repro.in_features = 4294967296 x 4294967296"));
   const ReproConfig defaults = with({});
   CHECK(estimated_memory_bytes(defaults) > 4 * 12000 * 640 * 4);  // every rank's inputs
   CHECK(estimated_memory_bytes(defaults) < (1ull << 30));
