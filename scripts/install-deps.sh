@@ -12,6 +12,7 @@ packages=(
   libtomlplusplus-dev    # configs/*.toml
   catch2                 # tests (v2: catch2/catch.hpp)
   python3 python3-numpy python3-torch   # the PyTorch cross-check of seqpar-repro
+  clang libclang-rt-14-dev  # libFuzzer (scripts/fuzz.sh)
 )
 
 missing=()

@@ -151,5 +151,16 @@ else
   echo "FAIL  dump --overwrite: $(find "$dump" | tr '\n' ' ')"
 fi
 
+# A report that cannot be written is a failed run, not exit 0.
+(cd "$work" && timeout -s KILL 120 "$program" --print-config > /dev/full 2> "$work/stderr")
+status=$?
+if [ "$status" -eq 1 ] && grep -q "cannot write the report to standard output" "$work/stderr"; then
+  passed=$((passed + 1))
+  echo "ok    report to /dev/full"
+else
+  failed=$((failed + 1))
+  echo "FAIL  report to /dev/full: exit status $status, stderr: $(cat "$work/stderr")"
+fi
+
 echo "bad-input corpus: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
