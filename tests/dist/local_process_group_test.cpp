@@ -160,6 +160,11 @@ TEST_CASE("local mesh of 1024 ranks is built in a few collectives", "[dist][cpu]
     if (groups.dp_group->size() == 1 && groups.sp_group->size() == 1024) ++one_rank_dp_groups;
   });
   CHECK(one_rank_dp_groups == 1024);
-  // One collective per group took tens of seconds here.
+  // One collective per group took tens of seconds here. (ThreadSanitizer runs the 1024
+  // threads one at a time, far slower: there the groups alone are checked.)
+#ifndef __SANITIZE_THREAD__
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+#else
+  (void)start;
+#endif
 }
