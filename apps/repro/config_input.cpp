@@ -183,6 +183,7 @@ Unsafe first_unsafe_text(const std::string& text, size_t start) {
           continue;
         }
         if (c == '\n') line_start = true, previous = '\n';
+        if (c == (context == Context::Basic ? '"' : '\'')) previous = c;  // a value ended
         if (c == '\n' || c == (context == Context::Basic ? '"' : '\'')) context = Context::Outside;
         break;
       case Context::MultiBasic:
@@ -195,7 +196,7 @@ Unsafe first_unsafe_text(const std::string& text, size_t start) {
         if (c == quote) {
           // Up to two quotes may precede the closing three; the whole run goes at once.
           const size_t run = run_of(text, i, quote);
-          if (run >= 3) context = Context::Outside;
+          if (run >= 3) context = Context::Outside, previous = quote;
           i += run;
           continue;
         }
