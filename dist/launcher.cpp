@@ -287,7 +287,8 @@ int supervise(std::vector<RankProcess>& ranks, std::vector<OutputStream>& stream
               const LaunchOptions& options) {
   Failure failure;
   int received_signal = 0;
-  std::optional<Clock::time_point> terminate_at, kill_at, all_exited_at;
+  std::optional<Clock::time_point> kill_at, all_exited_at;
+  Clock::time_point terminate_at = Clock::time_point::max();  // max: not planned
   while (any_running(ranks) || any_open(streams)) {
     if (const int signal_number = pending_signal) {
       pending_signal = 0;
@@ -305,9 +306,9 @@ int supervise(std::vector<RankProcess>& ranks, std::vector<OutputStream>& stream
     if (reap_exited(ranks, failure, options.error_fd, received_signal != 0)) {
       terminate_at = Clock::now() + options.drain;
     }
-    if (terminate_at && Clock::now() >= *terminate_at) {
+    if (Clock::now() >= terminate_at) {
       signal_running(ranks, SIGTERM);
-      terminate_at.reset();
+      terminate_at = Clock::time_point::max();
       if (!kill_at) kill_at = Clock::now() + options.grace;
     }
     if (kill_at && Clock::now() >= *kill_at) signal_running(ranks, SIGKILL);
