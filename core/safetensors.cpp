@@ -1,13 +1,11 @@
 #include "core/safetensors.h"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace seqpar {
 
@@ -63,7 +61,7 @@ std::string header_json(const NamedTensors& tensors,
 }  // namespace
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, bool read_back) {
   for (const auto& [name, tensor] : tensors) {
     SEQPAR_CHECK(tensor.defined(), "save_safetensors ", path, ": tensor '", name,
                  "' is undefined");
@@ -71,27 +69,17 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
                  ": invalid tensor name '", name, "'");
   }
   const std::string header = header_json(tensors, metadata);
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    SEQPAR_CHECK(file.good(), "cannot create ", temporary);
-    uint64_t length = header.size();
-    unsigned char length_bytes[8];
-    for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(length >> (8 * i));
-    file.write(reinterpret_cast<const char*>(length_bytes), 8);
-    file.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& [name, tensor] : tensors) {
-      const std::vector<float> values = tensor.to_vector();  // row-major host copy
-      file.write(reinterpret_cast<const char*>(values.data()),
-                 static_cast<std::streamsize>(values.size() * sizeof(float)));
-    }
-    file.flush();
-    SEQPAR_CHECK(file.good(), "write to ", temporary, " failed");
+  OutputFile file(path);
+  uint64_t length = header.size();
+  unsigned char length_bytes[8];
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(length >> (8 * i));
+  file.write(length_bytes, 8);
+  file.write(header);
+  for (const auto& [name, tensor] : tensors) {
+    const std::vector<float> values = tensor.to_vector();  // row-major host copy
+    file.write(values.data(), values.size() * sizeof(float));
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    SEQPAR_FAIL("cannot rename ", temporary, " to ", path);
-  }
+  file.commit(read_back);
 }
 
 }  // namespace seqpar

@@ -6,8 +6,10 @@
 //             "data_offsets": [begin, end]}, ...}, padded with spaces to 8 bytes
 //   the data  each tensor's float32 values, row-major, little-endian, back to back
 //
-// The file appears atomically: it is written under a temporary name in the same
-// folder and renamed into place, so a reader never sees half a file.
+// The file appears atomically (core/output_file.h): it is written under a unique
+// temporary name in the same folder, fsynced and renamed into place, so a reader never
+// sees half a file, and a failed write leaves nothing behind. With read_back the file
+// is read again and compared with what was written before it is put in place.
 #pragma once
 
 #include <map>
@@ -22,6 +24,7 @@ namespace seqpar {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      bool read_back = false);
 
 }  // namespace seqpar

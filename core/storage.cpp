@@ -1,5 +1,6 @@
 #include "core/storage.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -12,6 +13,8 @@ namespace seqpar {
 static constexpr size_t kHostAlignment = 64;
 
 Storage::Storage(size_t elements, Device device) : elements_(elements), device_(device) {
+  SEQPAR_CHECK(elements <= (SIZE_MAX - kHostAlignment) / sizeof(float), "storage of ", elements,
+               " floats: the size in bytes overflows");
   const size_t bytes = elements * sizeof(float);
   if (device.is_cuda()) {
     data_ = static_cast<float*>(cuda::allocate(bytes, device.index));

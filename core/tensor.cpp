@@ -12,7 +12,11 @@ namespace seqpar {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t count = 1;
-  for (int64_t size : shape) count *= size;
+  for (int64_t size : shape) {
+    SEQPAR_CHECK(size >= 0, "negative dimension in shape ", shape);
+    SEQPAR_CHECK(!__builtin_mul_overflow(count, size, &count), "shape ", shape,
+                 " has more elements than a 64-bit integer can count");
+  }
   return count;
 }
 

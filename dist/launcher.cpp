@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -242,15 +243,17 @@ int status_code(int wait_status) {
 }
 
 // Collects ranks that exited. The first to fail is remembered and reported, and the
-// others are asked to stop. Returns true when that happened just now.
-bool reap_exited(std::vector<RankProcess>& ranks, Failure& failure, int error_fd) {
+// others are asked to stop. Returns true when that happened just now. After the user's
+// interrupt (`interrupted`), ranks that end are not failures of their own.
+bool reap_exited(std::vector<RankProcess>& ranks, Failure& failure, int error_fd,
+                 bool interrupted) {
   bool first_failure_now = false;
   for (RankProcess& rank : ranks) {
     int wait_status = 0;
     if (!rank.running || waitpid(rank.pid, &wait_status, WNOHANG) != rank.pid) continue;
     rank.running = false;
     const int status = status_code(wait_status);
-    if (status == 0 || failure.rank >= 0) continue;
+    if (status == 0 || failure.rank >= 0 || interrupted) continue;
     failure = {rank.rank, status};
     first_failure_now = true;
     std::string how = WIFSIGNALED(wait_status)
@@ -285,17 +288,28 @@ int supervise(std::vector<RankProcess>& ranks, std::vector<OutputStream>& stream
   Failure failure;
   int received_signal = 0;
   std::optional<Clock::time_point> kill_at, all_exited_at;
+  Clock::time_point terminate_at = Clock::time_point::max();  // max: not planned
   while (any_running(ranks) || any_open(streams)) {
     if (const int signal_number = pending_signal) {
       pending_signal = 0;
+      if (!received_signal && failure.rank < 0) {
+        write_all(options.error_fd, std::string("[launcher] ") +
+                                        (signal_number == SIGINT ? "interrupted by the user"
+                                                                 : strsignal(signal_number)) +
+                                        "; stopping the ranks\n");
+      }
       received_signal = signal_number;
       signal_running(ranks, signal_number);
       if (!kill_at) kill_at = Clock::now() + options.grace;
     }
     pump_ready_streams(streams, 50);
-    if (reap_exited(ranks, failure, options.error_fd)) {
+    if (reap_exited(ranks, failure, options.error_fd, received_signal != 0)) {
+      terminate_at = Clock::now() + options.drain;
+    }
+    if (Clock::now() >= terminate_at) {
       signal_running(ranks, SIGTERM);
-      kill_at = Clock::now() + options.grace;
+      terminate_at = Clock::time_point::max();
+      if (!kill_at) kill_at = Clock::now() + options.grace;
     }
     if (kill_at && Clock::now() >= *kill_at) signal_running(ranks, SIGKILL);
     if (!any_running(ranks) && !all_exited_at) all_exited_at = Clock::now();
@@ -314,8 +328,24 @@ int supervise(std::vector<RankProcess>& ranks, std::vector<OutputStream>& stream
 
 }  // namespace
 
+// The launcher holds two pipes per rank open, and briefly four while one starts; a
+// limit below that would fail midway, after some ranks had started. The soft limit is
+// raised towards the hard one where that is enough.
+void ensure_descriptors_for(int nproc) {
+  const rlim_t needed = static_cast<rlim_t>(nproc) * 2 + 64;
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= needed) return;
+  if (limit.rlim_max == RLIM_INFINITY || limit.rlim_max >= needed) {
+    limit.rlim_cur = needed;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) return;
+  }
+  SEQPAR_INPUT_FAIL("--nproc ", nproc, ": needs about ", needed,
+                    " open files, but the limit is ", limit.rlim_cur, " (see ulimit -n)");
+}
+
 int launch_ranks(const LaunchOptions& options) {
   SEQPAR_CHECK(options.nproc >= 1, "launcher: --nproc must be at least 1, got ", options.nproc);
+  ensure_descriptors_for(options.nproc);
   SEQPAR_CHECK(!options.arguments.empty(), "launcher: the arguments need at least argv[0]");
   const int port = pick_free_port();
   SignalGuard signals;
@@ -350,6 +380,8 @@ std::optional<int> take_nproc_flag(std::vector<std::string>& arguments) {
                         value.find_first_not_of("0123456789") == std::string::npos;
     SEQPAR_INPUT_CHECK(digits && std::stoi(value) >= 1, "--nproc '", value,
                        "' is not a positive number of ranks");
+    SEQPAR_INPUT_CHECK(std::stoi(value) <= kMaxLaunchedRanks, "--nproc ", value,
+                       ": at most ", kMaxLaunchedRanks, " ranks on one machine");
     nproc = std::stoi(value);
     arguments.erase(arguments.begin() + static_cast<std::ptrdiff_t>(i),
                     arguments.begin() + static_cast<std::ptrdiff_t>(i + (separate ? 2 : 1)));

@@ -30,10 +30,15 @@ struct LaunchOptions {
   std::vector<std::string> arguments;  // argv for the children, argv[0] included
   int output_fd = 1;  // where the children's prefixed stdout lines go
   int error_fd = 2;   // and their stderr lines
-  // After one rank fails (or a signal arrives), how long the others get between
-  // SIGTERM and SIGKILL.
+  // After one rank fails, how long the others may go on before SIGTERM: a failure
+  // usually makes them fail too, and their own error lines say more than a signal.
+  std::chrono::milliseconds drain{3000};
+  // After SIGTERM (or a forwarded signal), how long until SIGKILL.
   std::chrono::milliseconds grace{5000};
 };
+
+// The most ranks one launcher starts (each holds two pipes and a process).
+constexpr int kMaxLaunchedRanks = 1024;
 
 // Runs options.nproc ranks of options.executable and waits for all of them. Returns
 // 0 when every rank exited 0, else the first failing rank's exit code (128 + signal
@@ -41,7 +46,8 @@ struct LaunchOptions {
 int launch_ranks(const LaunchOptions& options);
 
 // Removes "--nproc N" or "--nproc=N" from `arguments` and returns N; nullopt when
-// the flag is absent. Throws seqpar::Error for a missing or non-positive N.
+// the flag is absent. Throws seqpar::InputError for a missing N, or one outside
+// 1..kMaxLaunchedRanks.
 std::optional<int> take_nproc_flag(std::vector<std::string>& arguments);
 
 // The entry point for programs: returns the exit status when this process was the

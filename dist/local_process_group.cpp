@@ -74,7 +74,7 @@ static Outcome max_over_ranks(const std::string& what, const std::vector<Contrib
   }
   Tensor result = all[0].tensor->clone();
   for (size_t r = 1; r < all.size(); ++r) detail::reduce_into(result, *all[r].tensor, ReduceOp::Max);
-  return {result, nullptr, nullptr};
+  return {result, nullptr, nullptr, {}};
 }
 
 // Integer additions of the digits: the order of the ranks cannot matter.
@@ -89,7 +89,7 @@ static Outcome sum_digits(const std::string& what, const std::vector<Contributio
                  " on ", first.device());
     total->add(*c.sums);
   }
-  return {Tensor(), nullptr, total};
+  return {Tensor(), nullptr, total, {}};
 }
 
 static Outcome gather_in_rank_order(const std::string& what, const std::vector<Contribution>& all) {
@@ -102,7 +102,7 @@ static Outcome gather_in_rank_order(const std::string& what, const std::vector<C
   for (size_t r = 0; r < all.size(); ++r) {
     result.narrow(0, static_cast<int64_t>(r) * rows, rows).copy_(*all[r].tensor);
   }
-  return {result, nullptr, nullptr};
+  return {result, nullptr, nullptr, {}};
 }
 
 static Outcome copy_of_root(const std::string& what, const std::vector<Contribution>& all) {
@@ -112,7 +112,7 @@ static Outcome copy_of_root(const std::string& what, const std::vector<Contribut
     SEQPAR_CHECK(c.root == root, what, ": rank ", c.world_rank, " names root ", c.root,
                  " but rank ", all[0].world_rank, " names root ", root);
   }
-  return {all[static_cast<size_t>(root)].tensor->clone(), nullptr, nullptr};
+  return {all[static_cast<size_t>(root)].tensor->clone(), nullptr, nullptr, {}};
 }
 
 // ---------------------------------------------------------------- LocalProcessGroup
@@ -204,12 +204,49 @@ std::shared_ptr<ProcessGroup> LocalProcessGroup::new_group(const std::vector<int
     }
     auto group = std::make_shared<detail::Rendezvous>(rendezvous_->world(), member_world_ranks,
                                                       all[0].name);
-    return Outcome{Tensor(), group, nullptr};
+    return Outcome{Tensor(), group, nullptr, {}};
   });
   const auto position = std::find(members.begin(), members.end(), rank_);
   if (position == members.end()) return nullptr;
   return std::make_shared<LocalProcessGroup>(outcome.group,
                                              static_cast<int>(position - members.begin()));
+}
+
+std::shared_ptr<ProcessGroup> LocalProcessGroup::split(const std::vector<std::vector<int>>& groups,
+                                                       const std::vector<std::string>& names) {
+  const std::string what = "split on group " + name();
+  SEQPAR_CHECK(names.size() == groups.size(), what, ": ", groups.size(), " groups but ",
+               names.size(), " names");
+  Contribution mine{"split"};
+  mine.groups = &groups;
+  mine.names = &names;
+  // The last rank to arrive checks the lists once and makes every group's meeting point.
+  const Outcome outcome = rendezvous_->meet(rank_, mine, [&](const std::vector<Contribution>& all) {
+    for (const Contribution& c : all) {
+      SEQPAR_CHECK(*c.groups == *all[0].groups && *c.names == *all[0].names, what, ": rank ",
+                   c.world_rank, " asked for other groups than rank ", all[0].world_rank);
+    }
+    checked_partition(groups, size(), this->name());
+    Outcome made;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      std::vector<int> members = groups[i];
+      std::sort(members.begin(), members.end());
+      for (int& member : members) member = global_ranks()[static_cast<size_t>(member)];
+      made.groups.push_back(std::make_shared<detail::Rendezvous>(rendezvous_->world(), members,
+                                                                 names[i]));
+    }
+    return made;
+  });
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::vector<int> members = groups[i];
+    std::sort(members.begin(), members.end());
+    const auto position = std::find(members.begin(), members.end(), rank_);
+    if (position != members.end()) {
+      return std::make_shared<LocalProcessGroup>(outcome.groups[i],
+                                                 static_cast<int>(position - members.begin()));
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace seqpar::dist

@@ -63,6 +63,9 @@ class LocalProcessGroup final : public ProcessGroup {
   void barrier() override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
                                           const std::string& name) override;
+  // All the groups in one collective.
+  std::shared_ptr<ProcessGroup> split(const std::vector<std::vector<int>>& groups,
+                                      const std::vector<std::string>& names) override;
 
  protected:
   void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,

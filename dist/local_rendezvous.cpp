@@ -106,9 +106,13 @@ void Rendezvous::wait_for_everyone(std::unique_lock<std::mutex>& lock, uint64_t 
     why << "rank " << finished << " returned without calling " << operation;
   } else {
     const double seconds = std::chrono::duration<double>(world_->timeout()).count();
-    const std::vector<int> missing = missing_ranks();
+    std::vector<int> missing = missing_ranks();
+    const size_t missing_count = missing.size();
+    if (missing.size() > 16) missing.resize(16);  // one readable line, whatever the world
     why << "timed out after " << std::setprecision(3) << seconds << " s: rank"
-        << (missing.size() > 1 ? "s " : " ") << rank_list_label(missing) << " never arrived";
+        << (missing.size() > 1 ? "s " : " ") << rank_list_label(missing)
+        << (missing_count > missing.size() ? ", ... (" + std::to_string(missing_count) + " in all)" : "")
+        << " never arrived";
   }
   world_->record_failure_locked(world_rank, why.str());
   SEQPAR_FAIL(why.str());

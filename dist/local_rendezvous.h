@@ -71,6 +71,9 @@ struct Contribution {
   int root = 0;
   std::vector<int> ranks;  // new_group: the members (sorted group ranks)
   std::string name;        // new_group: the new group's name
+  // split: the new groups' members and names, the caller's own (valid while it waits)
+  const std::vector<std::vector<int>>* groups = nullptr;
+  const std::vector<std::string>* names = nullptr;
 };
 
 // What every rank leaves with.
@@ -78,6 +81,7 @@ struct Outcome {
   Tensor tensor;                      // the reduced / gathered / broadcast values
   std::shared_ptr<Rendezvous> group;  // new_group: the members' new meeting point
   std::shared_ptr<exact::ExactSums> sums;  // all_reduce_sums: the total
+  std::vector<std::shared_ptr<Rendezvous>> groups;  // split: one per new group
 };
 
 // Runs on the last rank to arrive, with the contributions in group-rank order.

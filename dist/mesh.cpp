@@ -75,16 +75,15 @@ std::string Mesh::str() const {
   return out.str();
 }
 
-// new_group takes ranks of the group it is called on; those are world ranks here.
+// One split per kind of group: a few collectives however many groups the mesh has
+// (one new_group each would make a world of N ranks meet N times). split takes ranks
+// of the group it is called on; those are world ranks here.
 static std::shared_ptr<ProcessGroup> create_groups(ProcessGroup& world,
                                                    const std::vector<std::vector<int>>& groups,
                                                    std::string (*name_of)(const std::vector<int>&)) {
-  std::shared_ptr<ProcessGroup> mine;
-  for (const auto& group : groups) {
-    auto created = world.new_group(group, name_of(group));
-    if (created) mine = created;
-  }
-  return mine;
+  std::vector<std::string> names;
+  for (const auto& group : groups) names.push_back(name_of(group));
+  return world.split(groups, names);
 }
 
 MeshGroups build_mesh_groups(const Mesh& mesh, ProcessGroup& world) {

@@ -72,10 +72,10 @@ struct MeshGroups {
 };
 
 // Collective over `world` (whose ranks must be the mesh's world ranks 0..N-1):
-// creates every group of the mesh by new_group, in one fixed order on every rank
-// (all sp groups, then all dp groups, then the sp x dp group), because new_group is
-// collective and must be called identically everywhere, even for groups a rank is
-// not in. Returns the three this rank belongs to.
+// creates every group of the mesh by split (ProcessGroup::split: many new groups in one
+// collective), in one fixed order on every rank (the sp groups, then the dp groups,
+// then the sp x dp group), because it is collective and must be called identically
+// everywhere. Returns the three this rank belongs to.
 MeshGroups build_mesh_groups(const Mesh& mesh, ProcessGroup& world);
 
 }  // namespace seqpar::dist

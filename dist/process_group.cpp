@@ -26,6 +26,32 @@ void ProcessGroup::all_reduce_exact(Tensor& tensor, ReduceOp op) {
   tensor.copy_(total);
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<std::vector<int>>& groups,
+                                                const std::vector<std::string>& names) {
+  SEQPAR_CHECK(names.size() == groups.size(), "split on group ", name(), ": ", groups.size(),
+               " groups but ", names.size(), " names");
+  std::shared_ptr<ProcessGroup> mine;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    auto created = new_group(groups[i], names[i]);
+    if (created) mine = created;
+  }
+  return mine;
+}
+
+std::vector<int> checked_partition(const std::vector<std::vector<int>>& groups, int group_size,
+                                   const std::string& group_name) {
+  std::vector<int> group_of(static_cast<size_t>(group_size), -1);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (int rank : checked_member_ranks(groups[i], group_size, group_name)) {
+      SEQPAR_CHECK(group_of[static_cast<size_t>(rank)] < 0, "split on group ", group_name,
+                   ": rank ", rank, " is in two groups (", group_of[static_cast<size_t>(rank)],
+                   " and ", i, ")");
+      group_of[static_cast<size_t>(rank)] = static_cast<int>(i);
+    }
+  }
+  return group_of;
+}
+
 std::string rank_list_label(const std::vector<int>& ranks) {
   if (ranks.empty()) return "";
   bool consecutive = true;

@@ -64,6 +64,14 @@ class ProcessGroup {
   virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
                                                   const std::string& name) = 0;
 
+  // Collective over this group, like new_group for several disjoint groups at once:
+  // `groups` lists each new group's members (group ranks of this group), `names` their
+  // names, the same on every rank. Each rank gets the group it is in, or nullptr. This
+  // default makes one new_group per group; a group that can create them all in one
+  // collective overrides it, so a mesh of N ranks needs a few collectives, not N.
+  virtual std::shared_ptr<ProcessGroup> split(const std::vector<std::vector<int>>& groups,
+                                              const std::vector<std::string>& names);
+
  protected:
   // all_reduce_sums, named `operation` in errors; `values` (may be null) are the
   // tensor the sums were made from, whose shape a group may check across ranks.
@@ -92,5 +100,11 @@ std::string rank_list_label(const std::vector<int>& ranks);
 // empty, in range, no repeats) and returns them sorted.
 std::vector<int> checked_member_ranks(const std::vector<int>& ranks, int group_size,
                                       const std::string& group_name);
+
+// Checks the `groups` handed to split on a group of `group_size` ranks (each as
+// checked_member_ranks, no rank in two) and returns, for each rank, the index of its
+// group (-1: none).
+std::vector<int> checked_partition(const std::vector<std::vector<int>>& groups, int group_size,
+                                   const std::string& group_name);
 
 }  // namespace seqpar::dist

@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev  # configs/*.yaml (the report's), DeepSpeed's ds_config.json
   catch2                 # tests (v2: catch2/catch.hpp)
   python3 python3-numpy python3-torch   # the PyTorch cross-check of seqpar-repro
+  clang libclang-rt-14-dev  # libFuzzer (scripts/fuzz.sh)
 )
 
 missing=()

@@ -36,6 +36,12 @@ void count_in_lr_units(LrHistogram& histogram, float a, float b, double lr) {
   else ++histogram.beyond;
 }
 
+int64_t count_non_finite(const std::vector<float>& values) {
+  int64_t count = 0;
+  for (float value : values) count += std::isfinite(value) ? 0 : 1;
+  return count;
+}
+
 std::string format(const char* pattern, double a, double b = 0, double c = 0) {
   char text[512];
   std::snprintf(text, sizeof text, pattern, a, b, c);
@@ -90,6 +96,12 @@ StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& refer
   figures.used_norms = record.used_norms;
   figures.reference_loss = reference.loss;
   figures.reference_norm = reference.norm;
+  for (const auto& rank_values : record.parameters) figures.non_finite_values += count_non_finite(rank_values);
+  for (const auto& rank_values : record.gradients) figures.non_finite_values += count_non_finite(rank_values);
+  figures.non_finite_values += count_non_finite(reference.parameters) +
+                               count_non_finite(reference.gradients) + count_non_finite(record.losses) +
+                               count_non_finite(record.used_norms) +
+                               count_non_finite({reference.loss, reference.norm});
   return figures;
 }
 
@@ -128,7 +140,20 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
     }
     return 0;
   };
-  if (worst->differing_parameters > 0) {
+  // Comparisons with NaN are false and inf - inf is NaN: figures from such values would
+  // read as agreement. So the first non-finite value ends the analysis.
+  figures.first_broken_step =
+      first_step_where([](const StepFigures& step) { return step.non_finite_values > 0; });
+  if (figures.first_broken_step > 0) {
+    const StepFigures& broken = figures.steps[size_t(figures.first_broken_step - 1)];
+    figures.verdict = Verdict::NumericallyInvalid;
+    figures.broken_condition = "values not finite";
+    figures.verdict_text = format(
+        "at step %.0f, %.0f parameters, gradients, losses or norms are inf or NaN (the "
+        "training overflowed); no verdict can be drawn from them. Lower the learning rate "
+        "or turn gradient clipping on.",
+        double(figures.first_broken_step), double(broken.non_finite_values));
+  } else if (worst->differing_parameters > 0) {
     figures.verdict = Verdict::RanksDiverge;
     figures.broken_condition = "ranks apart";
     figures.first_broken_step =
@@ -182,6 +207,7 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
 const char* verdict_name(Verdict verdict) {
   switch (verdict) {
     case Verdict::Skipped: return "SKIPPED";
+    case Verdict::NumericallyInvalid: return "NUMERICALLY INVALID";
     case Verdict::RanksDiverge: return "BROKEN: RANKS DIVERGE";
     case Verdict::WrongGradientScale: return "CONSISTENT, WRONG GRADIENT SCALE";
     case Verdict::NotExact: return "CONSISTENT, NOT EXACT";

@@ -64,9 +64,19 @@ struct StepFigures {
   double gradient_relative_error = 0;
   std::vector<float> losses, local_norms, used_norms;  // [rank]
   float reference_loss = 0, reference_norm = 0;
+  // Parameters, gradients, losses and norms (every rank's and the reference's) that are
+  // inf or NaN: the run overflowed, and no comparison of its numbers means anything.
+  int64_t non_finite_values = 0;
 };
 
-enum class Verdict { Skipped, RanksDiverge, WrongGradientScale, NotExact, Identical };
+enum class Verdict {
+  Skipped,
+  NumericallyInvalid,  // some value is inf or NaN: no verdict is drawn from the figures
+  RanksDiverge,
+  WrongGradientScale,
+  NotExact,
+  Identical
+};
 
 struct PolicyFigures {
   const Policy* policy = nullptr;

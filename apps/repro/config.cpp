@@ -1,14 +1,14 @@
 #include "apps/repro/config.h"
 
-#include <toml++/toml.h>
+#include "third_party/toml.h"
 
 #include <cctype>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
 #include "apps/repro/config_formats.h"
+#include "apps/repro/config_input.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -24,7 +24,7 @@ using Reader = std::function<void(const toml::node&, const std::string& key, Rep
 std::string describe(const toml::node& node) {
   std::ostringstream out;
   if (node.is_string()) {
-    out << '"' << node.value<std::string>().value_or("") << '"';
+    out << '"' << printable(node.value<std::string>().value_or("")) << '"';
   } else if (node.is_array() || node.is_table()) {
     out << (node.is_array() ? "an array" : "a table");
   } else {
@@ -34,12 +34,12 @@ std::string describe(const toml::node& node) {
 }
 
 int64_t read_integer(const toml::node& node, const std::string& key) {
-  SEQPAR_CHECK(node.is_integer(), "config key ", key, " must be an integer, got ", describe(node));
+  SEQPAR_INPUT_CHECK(node.is_integer(), "config key ", key, " must be an integer, got ", describe(node));
   return node.value<int64_t>().value();
 }
 
 double read_number(const toml::node& node, const std::string& key) {
-  SEQPAR_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
+  SEQPAR_INPUT_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
   return node.value<double>().value();
 }
 
@@ -63,14 +63,14 @@ Reader adamw_number_into(double optim::AdamWOptions::*field) {
 
 void read_betas(const toml::node& node, const std::string& key, ReproConfig& config) {
   const toml::array* betas = node.as_array();
-  SEQPAR_CHECK(betas && betas->size() == 2, "config key ", key,
+  SEQPAR_INPUT_CHECK(betas && betas->size() == 2, "config key ", key,
                " must be an array of two numbers, got ", describe(node));
   config.adamw.beta1 = read_number(*betas->get(0), key + "[0]");
   config.adamw.beta2 = read_number(*betas->get(1), key + "[1]");
 }
 
 void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {
-  SEQPAR_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
+  SEQPAR_INPUT_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
   config.optimizer_type = node.value<std::string>().value();
   // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
   // unless optimizer.params.adam_w_mode is false (which is refused).
@@ -86,7 +86,7 @@ void read_optimizer_type(const toml::node& node, const std::string& key, ReproCo
 
 void read_seed(const toml::node& node, const std::string& key, ReproConfig& config) {
   const int64_t seed = read_integer(node, key);
-  SEQPAR_CHECK(seed >= 0, "config key ", key, " = ", seed, ": the seed must not be negative");
+  SEQPAR_INPUT_CHECK(seed >= 0, "config key ", key, " = ", seed, ": the seed must not be negative");
   config.seed = static_cast<uint64_t>(seed);
 }
 
@@ -150,41 +150,50 @@ void read_unmodelled_key(const toml::node& node, const std::string& key, ReproCo
       read_table(*node.as_table(), key, config);
       return;
     case detail::KeyTreatment::Refuse:
-      SEQPAR_INPUT_FAIL("config key ", key, node.is_value() ? " = " + describe(node) : "",
+      SEQPAR_INPUT_FAIL("config key ", printable(key), node.is_value() ? " = " + describe(node) : "",
                         " is not supported: ", decision.reason);
     case detail::KeyTreatment::Unknown:
       break;
   }
-  SEQPAR_FAIL("unknown config key ", key, " (known keys: see configs/issue6868.toml)");
+  SEQPAR_INPUT_FAIL("unknown config key ", printable(key), " (known keys: see configs/issue6868.toml)");
 }
 
 // ---------------------------------------------------------------- overrides
 
 // "ds_config.optimizer.params.lr=3e-4": sets that key in `table`, creating tables on
-// the way. The value is parsed as TOML, so its type is what it looks like.
+// the way. The value is parsed as TOML, so its type is what it looks like. It must be
+// one value on one line: a line break would let the rest of the text become more TOML
+// (new tables and keys) that the parser would take in silence.
 void apply_override(toml::table& table, const std::string& assignment) {
+  for (const char c : assignment) {
+    SEQPAR_INPUT_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7F, "--set ",
+                       printable(assignment), ": control characters (line breaks, ...) are "
+                       "not allowed; the value must be one TOML value on one line");
+  }
   const size_t equals = assignment.find('=');
-  SEQPAR_CHECK(equals != std::string::npos && equals > 0, "--set ", assignment,
-               ": expected section.key=value");
+  SEQPAR_INPUT_CHECK(equals != std::string::npos && equals > 0, "--set ", assignment,
+                     ": expected section.key=value");
   const std::string key = assignment.substr(0, equals);
   const std::string text = assignment.substr(equals + 1);
+  const std::vector<std::string> parts = split_override_key(key);
+  const std::string value_text = "value = " + text;
+  check_config_text(value_text, "--set " + key);
   toml::table parsed;
   try {
-    parsed = toml::parse("value = " + text);
+    parsed = toml::parse(value_text);
   } catch (const toml::parse_error& error) {
-    SEQPAR_FAIL("--set ", key, "=", text, ": the value is not TOML (", error.description(),
-                "); strings need quotes, e.g. --set ds_config.optimizer.type='\"AdamW\"'");
+    SEQPAR_INPUT_FAIL("--set ", key, "=", text, ": the value is not TOML (", error.description(),
+                      "); strings need quotes, e.g. --set ds_config.optimizer.type='\"AdamW\"'");
   }
+  SEQPAR_INPUT_CHECK(parsed.size() == 1 && parsed.contains("value"), "--set ", key, "=", text,
+                     ": expected one TOML value");
   toml::table* where = &table;
-  std::string::size_type start = 0, dot;
-  while ((dot = key.find('.', start)) != std::string::npos) {
-    const std::string part = key.substr(start, dot - start);
-    if (!where->contains(part)) where->insert(part, toml::table{});
-    where = (*where)[part].as_table();
-    SEQPAR_CHECK(where != nullptr, "--set ", key, ": ", part, " is not a table");
-    start = dot + 1;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (!where->contains(parts[i])) where->insert(parts[i], toml::table{});
+    where = (*where)[parts[i]].as_table();
+    SEQPAR_INPUT_CHECK(where != nullptr, "--set ", key, ": ", parts[i], " is not a table");
   }
-  where->insert_or_assign(key.substr(start), *parsed.get("value"));
+  where->insert_or_assign(parts.back(), *parsed.get("value"));
 }
 
 }  // namespace
@@ -223,11 +232,12 @@ ReproConfig parse_config(const std::string& text, const std::vector<std::string>
   } else if (format == ConfigFormat::Json) {
     table = detail::read_json_document(text, source_name, ignored);
   } else {
+    check_config_text(text, source_name);  // before toml++ sees it (config_input.h)
     try {
       table = toml::parse(text, source_name);
     } catch (const toml::parse_error& error) {
-      SEQPAR_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
-                  error.source().begin.column, ": ", error.description());
+      SEQPAR_INPUT_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
+                        error.source().begin.column, ": ", error.description());
     }
   }
   for (const std::string& assignment : overrides) apply_override(table, assignment);
@@ -239,45 +249,8 @@ ReproConfig parse_config(const std::string& text, const std::vector<std::string>
 }
 
 ReproConfig load_config(const std::string& path) {
-  std::ifstream file(path);
-  SEQPAR_INPUT_CHECK(file.good(), "cannot open config file ", path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_config(text.str(), {}, path, config_format_for(path, text.str()));
-}
-
-void validate(const ReproConfig& c) {
-  auto positive = [](int64_t value, const char* key) {
-    SEQPAR_CHECK(value >= 1, "config key ", key, " = ", value, ": must be at least 1");
-  };
-  positive(c.train_micro_batch_size_per_gpu, "ds_config.train_micro_batch_size_per_gpu");
-  positive(c.sequence_parallel_size, "ds_config.sequence_parallel_size");
-  positive(c.data_parallel_size, "ds_config.data_parallel_size");
-  positive(c.rows, "repro.rows");
-  positive(c.in_features, "repro.in_features");
-  positive(c.out_features, "repro.out_features");
-  positive(c.steps, "repro.steps");
-  SEQPAR_CHECK(c.gradient_accumulation_steps == 1, "config key ds_config.gradient_accumulation_steps = ",
-               c.gradient_accumulation_steps, ": only 1 is supported (the report's value)");
-  SEQPAR_CHECK(c.optimizer_type == "AdamW", "config key ds_config.optimizer.type = \"",
-               c.optimizer_type, "\": only \"AdamW\" is supported");
-  SEQPAR_CHECK(c.gradient_clipping >= 0, "config key ds_config.gradient_clipping = ",
-               c.gradient_clipping, ": must be >= 0 (0 turns clipping off, as in DeepSpeed)");
-  SEQPAR_CHECK(c.out_features <= c.in_features, "config key repro.out_features = ", c.out_features,
-               " exceeds repro.in_features = ", c.in_features,
-               ": the target is the first out_features columns of x");
-  SEQPAR_CHECK(c.rows >= c.sequence_parallel_size, "config key repro.rows = ", c.rows,
-               " is smaller than ds_config.sequence_parallel_size = ", c.sequence_parallel_size,
-               ": every rank of a sequence-parallel group needs at least one row");
-  SEQPAR_CHECK(c.adamw.lr > 0, "config key ds_config.optimizer.params.lr = ", c.adamw.lr,
-               ": must be positive");
-  SEQPAR_CHECK(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1 && c.adamw.beta2 >= 0 && c.adamw.beta2 < 1,
-               "config key ds_config.optimizer.params.betas = [", c.adamw.beta1, ", ",
-               c.adamw.beta2, "]: each must be in [0, 1)");
-  SEQPAR_CHECK(c.adamw.eps > 0, "config key ds_config.optimizer.params.eps = ", c.adamw.eps,
-               ": must be positive");
-  SEQPAR_CHECK(c.adamw.weight_decay >= 0, "config key ds_config.optimizer.params.weight_decay = ",
-               c.adamw.weight_decay, ": must not be negative");
+  const std::string text = read_config_file(path);
+  return parse_config(text, {}, path, config_format_for(path, text));
 }
 
 std::string to_toml(const ReproConfig& c) {

@@ -15,7 +15,7 @@
 // read it as a string) and a quoted scalar stays a string.
 #pragma once
 
-#include <toml++/toml.h>
+#include "third_party/toml.h"
 
 #include <string>
 #include <vector>

@@ -3,11 +3,11 @@
 // ranks stay bitwise identical runs along the floor, labelled as such.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include "apps/repro/report.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace seqpar::repro {
 
@@ -26,9 +26,12 @@ struct Axes {
     const double span = std::max<double>(double(steps - 1), 1);
     return kLeft + (kWidth - kLeft - kRight) * (steps == 1 ? 0.5 : (step - 1) / span);
   }
+  // A difference that is not finite (the run overflowed) is drawn at the top.
   double y(double difference) const {
     const double exponent =
-        difference > 0 ? std::max(std::log10(difference), kFloorExponent) : kFloorExponent;
+        std::isnan(difference) || difference > std::pow(10.0, top_exponent)
+            ? top_exponent
+            : difference > 0 ? std::max(std::log10(difference), kFloorExponent) : kFloorExponent;
     return kTop + (kHeight - kTop - kBottom) * (top_exponent - exponent) /
                       (top_exponent - kFloorExponent);
   }
@@ -90,22 +93,26 @@ void draw_policy(std::ostringstream& svg, const Axes& axes, const PolicyFigures&
 void write_drift_svg(const std::string& path, const RunResults& results) {
   std::vector<const PolicyFigures*> figures;
   for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
+  // The axis ends above the largest finite difference, and never beyond float32's range:
+  // one grid line per power of ten is drawn up to it.
   double largest = 2 * results.config.adamw.lr;
   for (const PolicyFigures* policy : figures) {
     for (const StepFigures& step : policy->steps) {
-      largest = std::max<double>(largest, step.max_cross_rank_difference);
+      if (std::isfinite(step.max_cross_rank_difference)) {
+        largest = std::max<double>(largest, step.max_cross_rank_difference);
+      }
     }
   }
-  const Axes axes{results.config.steps, std::ceil(std::log10(largest)) + 0.0};
+  const double top = std::ceil(std::log10(largest));
+  const Axes axes{results.config.steps,
+                  std::isfinite(top) ? std::clamp(top, kFloorExponent + 1, 39.0) : 39.0};
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
       << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n";
   draw_axes(svg, axes, results.config.adamw.lr);
   for (size_t i = 0; i < figures.size(); ++i) draw_policy(svg, axes, *figures[i], i);
   svg << "</svg>\n";
-  std::ofstream file(path);
-  SEQPAR_CHECK(file.good(), "cannot write ", path);
-  file << svg.str();
+  write_output_file(path, svg.str());
 }
 
 }  // namespace seqpar::repro

@@ -6,12 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
+#include <streambuf>
 #include <vector>
 
 #include "apps/repro/report.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace seqpar::repro {
 
@@ -131,6 +132,37 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
+// An ostream's buffer that hands its bytes to an OutputFile 64 KB at a time.
+class OutputFileBuffer : public std::streambuf {
+ public:
+  explicit OutputFileBuffer(OutputFile& file) : file_(file), bytes_(kBytes) {
+    setp(bytes_.data(), bytes_.data() + bytes_.size());
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    drain();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override {
+    drain();
+    return 0;
+  }
+
+ private:
+  static constexpr size_t kBytes = 64 * 1024;
+  void drain() {
+    file_.write(pbase(), static_cast<size_t>(pptr() - pbase()));  // throws on failure
+    setp(bytes_.data(), bytes_.data() + bytes_.size());
+  }
+  OutputFile& file_;
+  std::vector<char> bytes_;
+};
+
 void write_step(JsonWriter& json, const StepFigures& s, size_t step) {
   const LrHistogram& h = s.histogram;
   json.begin_object(true);
@@ -227,14 +259,15 @@ void write_json(const std::string& path, const RunResults& results) {
     std::cout << std::flush;
     return;
   }
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary);
-    SEQPAR_CHECK(file.good(), "cannot write ", temporary);
-    write_results(file, results);
-  }
-  SEQPAR_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot rename ", temporary,
-               " to ", path);
+  // Formatted straight into the output file (through a small buffer): the JSON text is
+  // never held whole either.
+  OutputFile file(path);
+  OutputFileBuffer buffer(file);
+  std::ostream out(&buffer);
+  out.exceptions(std::ios::badbit);  // the file's error (a full disk, ...) reaches the caller
+  write_results(out, results);
+  out.flush();
+  file.commit();
 }
 
 }  // namespace seqpar::repro

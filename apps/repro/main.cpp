@@ -5,15 +5,17 @@
 // (how each step's figures and the verdicts are derived), then this file (where the ranks run).
 #include <malloc.h>
 
-#include <fstream>
+#include <chrono>
 #include <iostream>
-#include <sstream>
 
 #include "apps/repro/analysis.h"
+#include "apps/repro/config_input.h"
 #include "apps/repro/options.h"
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
+#include "apps/repro/validate.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/version.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
@@ -46,11 +48,11 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
   const int gpus = cuda_device_count();
   const std::string ranks = std::to_string(world) + (world == 1 ? " rank" : " ranks");
   if (launched) {
-    SEQPAR_CHECK(options.backend.value_or("nccl") == "nccl" && options.device.value_or("cuda") == "cuda",
+    SEQPAR_INPUT_CHECK(options.backend.value_or("nccl") == "nccl" && options.device.value_or("cuda") == "cuda",
                  "this process was started by a launcher (", launched->launcher,
                  "), which means one process per GPU over NCCL; --backend local and --device cpu "
                  "run all ranks in one process: drop --nproc / the launcher");
-    SEQPAR_CHECK(launched->world_size == world, "launched with a world of ", launched->world_size,
+    SEQPAR_INPUT_CHECK(launched->world_size == world, "launched with a world of ", launched->world_size,
                  " processes, but the scenario needs sp ", config.sequence_parallel_size, " x dp ",
                  config.data_parallel_size, " = ", world, " ranks");
     return {Backend::Nccl, Device::cuda(launched->local_rank),
@@ -60,13 +62,13 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
   const bool want_nccl = options.backend == std::string("nccl") ||
                          (!options.backend && !options.device && gpus >= world && nccl_built);
   if (want_nccl) {
-    SEQPAR_CHECK(nccl_built, "--backend nccl: this seqpar was built without NCCL");
-    SEQPAR_CHECK(gpus >= world, "--backend nccl needs one GPU per rank: ", world,
+    SEQPAR_INPUT_CHECK(nccl_built, "--backend nccl: this seqpar was built without NCCL");
+    SEQPAR_INPUT_CHECK(gpus >= world, "--backend nccl needs one GPU per rank: ", world,
                  " ranks, but this machine has ", gpus, " GPU(s); use --backend local");
     return {Backend::LaunchNccl, Device::cuda(0), ranks + ", one process per GPU over NCCL"};
   }
   const bool on_gpu = options.device ? *options.device == "cuda" : gpus > 0;
-  SEQPAR_CHECK(!on_gpu || gpus > 0, "--device cuda: this machine has no CUDA device");
+  SEQPAR_INPUT_CHECK(!on_gpu || gpus > 0, "--device cuda: this machine has no CUDA device");
   return {Backend::LocalThreads, on_gpu ? Device::cuda(0) : Device::cpu(),
           ranks + " as threads of one process" + (on_gpu ? " sharing cuda:0" : " on the CPU") +
               " (local process group)"};
@@ -86,12 +88,25 @@ void check_local_rank(const Options& options,
 
 ReproConfig read_config(const Options& options) {
   if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
-  std::ifstream file(options.config_path);
-  SEQPAR_INPUT_CHECK(file.good(), "cannot open config file ", options.config_path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_config(text.str(), options.overrides, options.config_path,
-                      config_format_for(options.config_path, text.str()));
+  const std::string text = read_config_file(options.config_path);
+  return parse_config(text, options.overrides, options.config_path,
+                      config_format_for(options.config_path, text));
+}
+
+// Everything the run will need from its surroundings, checked before its work starts:
+// the outputs can be written and the scenario fits in memory.
+void check_before_running(const Options& options, const ReproConfig& config) {
+  if (!options.json_path.empty() && options.json_path != "-") {
+    check_output_path("--json", options.json_path);
+  }
+  if (!options.plot_path.empty()) check_output_path("--plot", options.plot_path);
+  if (!options.dump_directory.empty()) check_dump_directory(options.dump_directory, options.overwrite);
+  if (const auto available = available_memory_bytes()) check_memory(config, *available);
+}
+
+std::chrono::milliseconds collective_timeout(const Options& options, const ReproConfig& config) {
+  if (!options.timeout_seconds) return default_collective_timeout(config);
+  return std::chrono::milliseconds(static_cast<int64_t>(*options.timeout_seconds * 1000));
 }
 
 RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
@@ -106,22 +121,27 @@ RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const Repr
   return run_scenario(groups, config, policies, device, placement.description, progress);
 }
 
-// With --json - the JSON owns stdout, so the report goes to stderr.
+// The report, then the files: the dump first, since a failed dump removes itself and
+// then nothing else is written. Each file appears whole or not at all. With --json -
+// the JSON owns stdout, so the report goes to stderr.
 void report(const RunResults& results, const Options& options) {
   std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
   print_report(out, results);
+  out << '\n';
+  if (!options.dump_directory.empty()) {
+    write_dump(options.dump_directory, results, options.overwrite);
+    out << "safetensors dump: " << options.dump_directory
+        << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
+  }
   if (!options.plot_path.empty()) {
+    out.flush();  // the picture may go to /dev/stdout, after the report
     write_drift_svg(options.plot_path, results);
-    out << "\ndrift picture: " << options.plot_path << '\n';
+    out << "drift picture: " << options.plot_path << '\n';
   }
   if (!options.json_path.empty()) {
+    out.flush();
     write_json(options.json_path, results);
     if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
-  }
-  if (!options.dump_directory.empty()) {
-    write_dump(options.dump_directory, results);
-    out << "safetensors dump: " << options.dump_directory
-              << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
   }
 }
 
@@ -153,6 +173,8 @@ int run(int argc, char** argv) {
   const auto launched = dist::launch_environment_from_process();
   check_local_rank(options, launched);
   const Placement placement = choose_placement(options, config, launched);
+  if (placement.backend != Backend::LaunchNccl) check_before_running(options, config);
+  const std::chrono::milliseconds timeout = collective_timeout(options, config);
 
   if (placement.backend == Backend::LaunchNccl) {
     dist::LaunchOptions launch;
@@ -162,7 +184,9 @@ int run(int argc, char** argv) {
   }
   if (placement.backend == Backend::Nccl) {
 #ifdef SEQPAR_WITH_NCCL
-    const auto world = dist::NcclProcessGroup::create_world(*launched);
+    dist::NcclOptions nccl_options;
+    nccl_options.timeout = timeout;
+    const auto world = dist::NcclProcessGroup::create_world(*launched, nccl_options);
     RunResults results;
     {
       const auto progress = world->rank() == 0 ? Progress::on_stderr() : nullptr;
@@ -182,7 +206,8 @@ int run(int argc, char** argv) {
                             RunResults mine = run_rank(world, config, policies, placement,
                                                        placement.device, progress.get());
                             if (world->rank() == 0) results = std::move(mine);
-                          });
+                          },
+                          dist::LocalOptions{timeout});
   }
   report(results, options);
   return 0;
@@ -202,7 +227,14 @@ int main(int argc, char** argv) {
 #endif
   if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
   try {
-    return seqpar::repro::run(argc, argv);
+    const int status = seqpar::repro::run(argc, argv);
+    // A report lost to a full disk or a closed pipe is a failed run.
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "seqpar-repro: cannot write the report to standard output\n";
+      return 1;
+    }
+    return status;
   } catch (const seqpar::InputError& error) {
     std::cerr << "seqpar-repro: " << error.what() << '\n';
     return 2;

@@ -1,5 +1,8 @@
 #include "apps/repro/options.h"
 
+#include <stdexcept>
+
+#include "apps/repro/config_input.h"
 #include "apps/repro/policy.h"
 #include "core/command_line.h"
 #include "core/error.h"
@@ -9,8 +12,9 @@ namespace seqpar::repro {
 const char* const kUsage =
     "usage: seqpar-repro [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
     "                    [--steps N] [--device cpu|cuda] [--backend local|nccl] [--nproc N]\n"
-    "                    [--dump DIR] [--json FILE|-] [--plot FILE] [--print-config]\n"
-    "                    [--local_rank N] [--help] [--version]\n"
+    "                    [--dump DIR [--overwrite]] [--json FILE|-] [--plot FILE]\n"
+    "                    [--timeout SECONDS] [--print-config] [--local_rank N] [--help]\n"
+    "                    [--version]\n"
     "\n"
     "Reproduces DeepSpeed issue #6868 (sequence-parallel ranks end a training step with\n"
     "different parameters) and its fix. With no arguments: the report's scenario, 4 ranks,\n"
@@ -29,7 +33,22 @@ std::string one_of(const std::string& option, const std::string& value,
   }
   std::string list;
   for (const std::string& name : allowed) list += (list.empty() ? "" : " or ") + name;
-  SEQPAR_INPUT_FAIL("option ", option, " '", value, "': expected ", list);
+  SEQPAR_INPUT_FAIL("option ", option, " '", printable(value), "': expected ", list);
+}
+
+// Seconds, a number from 1 to a week: a collective that waits longer is a hang.
+double parse_timeout(const std::string& text) {
+  double seconds = 0;
+  size_t used = 0;
+  try {
+    seconds = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SEQPAR_INPUT_CHECK(used > 0 && used == text.size() && seconds >= 1 && seconds <= kMaxTimeoutSeconds,
+                     "--timeout ", printable(text), ": expected seconds from 1 to ",
+                     kMaxTimeoutSeconds);
+  return seconds;
 }
 
 }  // namespace
@@ -46,6 +65,7 @@ Options parse_options(const std::vector<std::string>& arguments) {
       flag({"--help", "-h"}, options.help),
       flag({"--version"}, options.version),
       flag({"--print-config"}, options.print_config),
+      flag({"--overwrite"}, options.overwrite),
       text({"--config"}, options.config_path),
       {{"--policy"}, true, [&](const std::string& v) {
          if (v != "all") policy_named(v);  // rejects an unknown name, listing the known ones
@@ -63,6 +83,7 @@ Options parse_options(const std::vector<std::string>& arguments) {
        [&](const std::string& v) { options.device = one_of("--device", v, {"cpu", "cuda"}); }},
       {{"--backend"}, true,
        [&](const std::string& v) { options.backend = one_of("--backend", v, {"local", "nccl"}); }},
+      {{"--timeout"}, true, [&](const std::string& v) { options.timeout_seconds = parse_timeout(v); }},
       // DeepSpeed's launcher appends --local_rank=N to the program's arguments.
       {{"--local_rank", "--local-rank"}, true, [&](const std::string& v) {
          options.local_rank = static_cast<int>(parse_integer_option("--local_rank", v, 0, 1 << 20));

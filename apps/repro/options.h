@@ -16,6 +16,8 @@ struct Options {
   std::string dump_directory;
   std::string json_path;               // "-": stdout (the report then goes to stderr)
   std::string plot_path = "seqpar-repro-drift.svg";
+  bool overwrite = false;               // --overwrite: --dump may replace an earlier dump
+  std::optional<double> timeout_seconds;  // --timeout: a collective's longest wait
   bool print_config = false;
   bool help = false;
   bool version = false;
@@ -27,5 +29,7 @@ struct Options {
 Options parse_options(const std::vector<std::string>& arguments);
 
 extern const char* const kUsage;
+
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
 
 }  // namespace seqpar::repro

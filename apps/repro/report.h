@@ -26,7 +26,14 @@ void write_json(const std::string& path, const RunResults& results);
 // one line per policy, on a log scale; bitwise-identical ranks sit on the floor line.
 void write_drift_svg(const std::string& path, const RunResults& results);
 
-// DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors.
-void write_dump(const std::string& directory, const RunResults& results);
+// DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors,
+// each read back before it is put in place. DIR must be new or empty; with `overwrite`
+// an earlier dump's files in it are removed first, so no two runs' files mix. A dump
+// that fails takes away every file and directory it wrote.
+void write_dump(const std::string& directory, const RunResults& results, bool overwrite);
+
+// Fails (seqpar::InputError) when write_dump could not write to `directory`: it is a
+// file, a non-empty directory without `overwrite`, or its parent is missing.
+void check_dump_directory(const std::string& directory, bool overwrite);
 
 }  // namespace seqpar::repro

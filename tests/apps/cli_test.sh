@@ -49,8 +49,9 @@ expect 2 "unknown policy 'fixed'" --policy fixed
 expect 2 "unexpected argument 'extra'" extra
 expect 2 "takes no value" --print-config=yes
 expect 2 "without a launcher's environment" --local_rank=0 $small
-expect 2 "cannot open config file" --config "$work/missing.toml"
-expect 2 "ds_config.fp16" --config /dev/stdin < /dev/null --set 'ds_config.fp16.enabled=true'
+expect 2 "missing.toml: cannot open" --config "$work/missing.toml"
+: > "$work/empty.toml"
+expect 2 "ds_config.fp16" --config "$work/empty.toml" --set 'ds_config.fp16.enabled=true'
 # --opt=value everywhere, and the config formats through --print-config.
 expect 0 "steps = 2" --print-config --steps=2 --config="$source_dir/configs/issue6868.yaml"
 expect 0 "sequence_parallel_size = 4" --print-config --config "$source_dir/configs/ds_config.json"

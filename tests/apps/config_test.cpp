@@ -1,9 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "apps/repro/config.h"
+#include "apps/repro/config_input.h"
+#include "apps/repro/validate.h"
 #include "apps/repro/policy.h"
 #include "core/error.h"
 
@@ -74,4 +79,106 @@ TEST_CASE("policies shard rows like torch.chunk and torch.tensor_split", "[repro
   CHECK_THAT(cannot_shard_reason(chunk, 6, 4), Catch::Contains("rank 3 would have no rows"));
   CHECK(cannot_shard_reason(chunk, 10, 4).empty());  // 3, 3, 3, 1
   CHECK(cannot_shard_reason(split, 10, 4).empty());
+}
+
+TEST_CASE("every config error is an InputError of one line naming key, value and limit",
+          "[repro][config][errors]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"repro.rows=4611686018427387904", "overflows"},
+      {"ds_config.data_parallel_size=4611686018427387904", "world size"},
+      {"ds_config.sequence_parallel_size=2000", "at most 1024"},
+      {"repro.steps=1000000000000", "repro.steps = 1000000000000: must be at most 1000000"},
+      {"ds_config.optimizer.params.lr=1e39", "lr = 1e+39: not representable in float32"},
+      {"ds_config.optimizer.params.lr=2", "lr = 2: must be in (0, 1]"},
+      {"ds_config.optimizer.params.lr=1e-50", "not representable in float32"},
+      {"ds_config.optimizer.params.lr=nan", "lr = nan: must be a finite number"},
+      {"ds_config.optimizer.params.eps=inf", "eps = inf: must be a finite number"},
+      {"ds_config.optimizer.params.weight_decay=inf", "weight_decay = inf"},
+      {"ds_config.gradient_clipping=inf", "gradient_clipping = inf"},
+      {"ds_config.gradient_clipping=-1", "gradient_clipping = -1: must be in [0, "},
+      {"ds_config.optimizer.params.betas=[0.9, 0.99999999]", "rounds to 1"},
+      {"ds_config.optimizer.params.betas=[nan, 0.9]", "betas[0] = nan"},
+      {"repro.=3", "empty key part"},
+      {"repro.", "expected section.key=value"},
+      {".rows=3", "empty key part"},
+      {"repro..rows=3", "empty key part"},
+      {"repro.rows=64\n[repro]\nseed = 5", "control characters"},
+      {"repro.rows={}", "must be an integer"},
+      {"repro.'rows=3", "unterminated quote"},
+  };
+  for (const auto& [assignment, expected] : cases) {
+    INFO(assignment);
+    try {
+      parse_config("", {assignment}, "test");
+      FAIL("accepted");
+    } catch (const seqpar::InputError& error) {
+      const std::string message = error.what();
+      CHECK_THAT(message, Catch::Contains(expected));
+      CHECK(message.find('\n') == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("sizes: products checked, memory estimated, timeouts scaled", "[repro][config]") {
+  CHECK_THROWS_WITH(with({"repro.in_features=4294967296", "repro.out_features=4294967296"}),
+                    Catch::Contains("repro.out_features x repro.in_features = 4294967296 x 4294967296"));
+  const ReproConfig defaults = with({});
+  CHECK(estimated_memory_bytes(defaults) > 4 * 12000 * 640 * 4);  // every rank's inputs
+  CHECK(estimated_memory_bytes(defaults) < (1ull << 30));
+  CHECK_NOTHROW(check_memory(defaults, 1ull << 30));
+  const ReproConfig huge = with({"repro.rows=100000000"});
+  CHECK_THROWS_AS(check_memory(huge, 64ull << 30), seqpar::InputError);
+  CHECK_THROWS_WITH(check_memory(huge, 64ull << 30),
+                    Catch::Contains("GiB of memory") && Catch::Contains("repro.rows = 100000000"));
+  CHECK(available_memory_bytes().value_or(1) > 0);
+  CHECK(default_collective_timeout(defaults) >= std::chrono::seconds(60));
+  CHECK(default_collective_timeout(with({"repro.rows=1200000"})) >
+        default_collective_timeout(defaults) + std::chrono::seconds(600));
+}
+
+TEST_CASE("override (--set) keys honour TOML quotes", "[repro][config]") {
+  CHECK(split_override_key("repro.rows") == std::vector<std::string>{"repro", "rows"});
+  CHECK(split_override_key(" repro . \"rows\" ") == std::vector<std::string>{"repro", "rows"});
+  CHECK(split_override_key("a.'b.c'") == std::vector<std::string>{"a", "b.c"});
+  CHECK(with({"repro.\"rows\"=1001"}).rows == 1001);
+  CHECK_THROWS_WITH(with({"repro.'a.b'=1"}), Catch::Contains("unknown config key repro.a.b"));
+  CHECK_THROWS_AS(split_override_key("repro.\"\""), seqpar::InputError);
+  CHECK_THROWS_AS(split_override_key("repro rows"), seqpar::InputError);
+}
+
+TEST_CASE("config text is checked before the TOML parser reads it", "[repro][config][errors]") {
+  const auto rejects = [](const std::string& text, const std::string& expected) {
+    INFO(text);
+    CHECK_THROWS_AS(parse_config(text, {}, "t.toml"), seqpar::InputError);
+    CHECK_THROWS_WITH(parse_config(text, {}, "t.toml"), Catch::Contains(expected));
+  };
+  rejects("a = 1\xEF\xB8\x8F\n", "U+FE0F");                // toml++ 3.3's unreachable branch
+  rejects("x = \"\"\"\\\t\xEF\xB8\x8F\"\"\"\n", "U+FE0F");  // ... also inside a string
+  rejects("a = 1 \xE2\x80\x83\n", "non-ASCII character U+2003 outside a string");
+  rejects("[repro]\nrows = \xff\n", "not valid UTF-8 (byte 0xFF)");
+  rejects("a = \"\xed\xa0\x80\"\n", "not valid UTF-8");          // a surrogate
+  rejects("[ =\"\"[repro]\n", "table header without a key");     // toml++ asserted here
+  rejects("[repro]\nrows = 1979-05-27T07:32:00Z\n", "date or time");
+  rejects("a = --help\"caf\xe2\x80\x94\"\n", "non-ASCII");       // the quote opens no string
+  // Non-ASCII where TOML allows it: in strings and comments.
+  CHECK_THROWS_WITH(parse_config("a = \"caf\xe2\x80\x94\" # \xe2\x80\x94\n", {}, "t.toml"),
+                    Catch::Contains("unknown config key a"));
+  CHECK_NOTHROW(parse_config("# \xe2\x80\x94 a comment\n[repro]\nrows = 64\n", {}, "t.toml"));
+  CHECK_THROWS_WITH(parse_config("x = [\n  [1, 2],\n]\n", {}, "t.toml"),
+                    Catch::Contains("unknown config key x"));  // an array, not a table header
+}
+
+TEST_CASE("config files (--config): regular files of bounded size only", "[repro][config][errors]") {
+  CHECK_THROWS_WITH(load_config("/tmp"), Catch::Contains("/tmp: a directory, not a regular file"));
+  CHECK_THROWS_WITH(load_config("/dev/zero"), Catch::Contains("a character device"));
+  const std::string fifo = "/tmp/seqpar_config_test_fifo";
+  std::remove(fifo.c_str());
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(load_config(fifo), Catch::Contains("a FIFO"));  // used to block
+  std::remove(fifo.c_str());
+  const std::string big = "/tmp/seqpar_config_test_big.toml";
+  std::ofstream(big) << std::string(kMaxConfigBytes + 1, '#');
+  CHECK_THROWS_WITH(load_config(big), Catch::Contains("more than the limit"));
+  std::remove(big.c_str());
+  CHECK_THROWS_AS(load_config("/nonexistent.toml"), seqpar::InputError);
 }

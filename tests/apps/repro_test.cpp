@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "apps/repro/analysis.h"
@@ -211,4 +214,52 @@ TEST_CASE("analysis helpers", "[repro]") {
   CHECK(ulps_between(1.0f, std::nextafter(1.0f, 2.0f)) == Approx(1));
   CHECK(ulps_between(0.25f, 0.25f + 4 * (std::nextafter(0.25f, 1.0f) - 0.25f)) == Approx(4));
   CHECK(fingerprint({1.0f, 2.0f}) != fingerprint({2.0f, 1.0f}));
+}
+
+TEST_CASE("no verdict from values that are not finite", "[repro]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> reference_parameters = {1, 2}, reference_gradients = {0.5f, 0.5f};
+  const ReferenceStep reference{reference_parameters, reference_gradients, 1, 1};
+  // Every rank holds NaN alike: bitwise "agreement" that must not read as a verdict.
+  StepRecord record{{{nan, 2}, {nan, 2}}, {{0.5f, 0.5f}, {0.5f, 0.5f}}, {1, 1}, {1, 1}, {1, 1}};
+  PolicyFigures figures;
+  figures.steps.push_back(figures_of_step(record, reference, 1e-4));
+  record.parameters = {{inf, 2}, {inf, 2}};
+  figures.steps.push_back(figures_of_step(record, reference, 1e-4));
+  CHECK(figures.steps[0].non_finite_values == 2);
+  decide(figures, 1e-4);
+  CHECK(figures.verdict == Verdict::NumericallyInvalid);
+  CHECK(std::string(verdict_name(figures.verdict)) == "NUMERICALLY INVALID");
+  CHECK(figures.first_broken_step == 1);
+  CHECK_THAT(figures.verdict_text, Catch::Contains("inf or NaN"));
+  // Finite figures keep their verdicts.
+  PolicyFigures finite;
+  finite.steps.push_back(figures_of_step(
+      StepRecord{{{1, 2}, {1, 2}}, {{0.5f, 0.5f}, {0.5f, 0.5f}}, {1, 1}, {1, 1}, {1, 1}}, reference,
+      1e-4));
+  decide(finite, 1e-4);
+  CHECK(finite.verdict == Verdict::Identical);
+}
+
+TEST_CASE("the drift picture ends for infinite and NaN differences", "[repro]") {
+  RunResults results;
+  results.config.steps = 2;
+  PolicyRun run;
+  run.figures.policy = &all_policies()[0];
+  for (const float difference : {std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::quiet_NaN()}) {
+    StepFigures step;
+    step.max_cross_rank_difference = difference;
+    run.figures.steps.push_back(step);
+  }
+  results.policies.push_back(run);
+  const std::string path = "/tmp/seqpar_drift_test.svg";
+  write_drift_svg(path, results);  // used to loop forever drawing grid lines up to inf
+  std::ifstream file(path);
+  std::stringstream svg;
+  svg << file.rdbuf();
+  CHECK_THAT(svg.str(), Catch::EndsWith("</svg>\n"));
+  CHECK_THAT(svg.str(), !Catch::Contains("inf") && !Catch::Contains("nan"));
+  std::remove(path.c_str());
 }

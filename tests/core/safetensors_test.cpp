@@ -35,5 +35,5 @@ TEST_CASE("safetensors: header, offsets and data", "[core][safetensors]") {
   CHECK(std::vector<float>(data.begin(), data.begin() + 15) == expected_a);
   CHECK(std::vector<float>(data.begin() + 15, data.end()) == expected_b);
   CHECK_THROWS_WITH(save_safetensors("/nonexistent/dir/x.safetensors", {{"a", a}}),
-                    Catch::Contains("cannot create"));
+                    Catch::Contains("No such file or directory"));
 }

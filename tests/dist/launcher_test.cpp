@@ -112,3 +112,31 @@ TEST_CASE("launcher: a rank killed by a signal reports 128 + its number", "[dist
   CHECK(dist::launch_ranks(shell(1, "kill -9 $$", out, err)) == 128 + 9);
   CHECK_THAT(err.text(), Contains("rank 0 was killed by signal 9"));
 }
+
+TEST_CASE("launcher: the other ranks may report their own errors before SIGTERM", "[dist]") {
+  const CapturedOutput out, err;
+  const int status = dist::launch_ranks(shell(
+      2, "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 0.5; echo 'rank 0: my own error' >&2; exit 1",
+      out, err));
+  CHECK(status == 3);
+  CHECK_THAT(err.text(), Contains("[rank 0] rank 0: my own error"));
+}
+
+TEST_CASE("launcher: Ctrl-C is the user's interrupt, status 130", "[dist]") {
+  const CapturedOutput out, err;
+  // Rank 0 plays the terminal: SIGINT to the launcher (this process), which forwards it.
+  const int status = dist::launch_ranks(
+      shell(2, "if [ \"$RANK\" = 0 ]; then kill -INT $PPID; fi; sleep 30", out, err));
+  CHECK(status == 130);
+  CHECK_THAT(err.text(), Contains("[launcher] interrupted by the user"));
+  CHECK_THAT(err.text(), !Contains("killed by signal"));
+}
+
+TEST_CASE("launcher: --nproc is bounded", "[dist]") {
+  Arguments arguments{"prog", "--nproc", "100000"};
+  CHECK_THROWS_AS(dist::take_nproc_flag(arguments), InputError);
+  arguments = {"prog", "--nproc", "1025"};
+  CHECK_THROWS_WITH(dist::take_nproc_flag(arguments), Contains("at most 1024"));
+  arguments = {"prog", "--nproc", "1024"};
+  CHECK(dist::take_nproc_flag(arguments) == 1024);
+}

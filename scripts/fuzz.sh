@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses of tests/fuzz/ with clang (ASan and the whole of UBSan,
+# `unreachable` included, every report fatal; toml++'s own asserts on) and runs each for
+# SECONDS (default 60) on one core, from the seed corpus with the TOML dictionary.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     # targets: config set options (default: all)
+#
+# The corpus grown by a run stays in build-fuzz/corpus/ (the seeds in tests/fuzz/corpus/
+# are never written). A crash input is kept in build-fuzz/ and the script exits 1. The
+# last line of each run's log says how many executions it made.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(config set options)
+out=build-fuzz
+mkdir -p "$out"
+
+CXX=${FUZZ_CXX:-clang++}
+flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
+       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+       -I. -DTOML_HEADER_ONLY=1 -DTOML_EXCEPTIONS=1)
+sources=(apps/repro/config.cpp apps/repro/config_input.cpp apps/repro/validate.cpp
+         apps/repro/options.cpp core/error.cpp)
+# The shared sources once, then one link per harness.
+objects=()
+for source in "${sources[@]}"; do
+  object="$out/$(basename "$source" .cpp).o"
+  if [ ! -f "$object" ] || [ "$source" -nt "$object" ]; then
+    "$CXX" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -c "$source" -o "$object"
+  fi
+  objects+=("$object")
+done
+
+status=0
+for target in "${targets[@]}"; do
+  binary="$out/fuzz_$target"
+  "$CXX" "${flags[@]}" "tests/fuzz/fuzz_$target.cpp" "${objects[@]}" -o "$binary"
+  corpus="$out/corpus/$target"
+  mkdir -p "$corpus"
+  log="$out/fuzz_$target.log"
+  echo "fuzz_$target: ${seconds} s"
+  if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+       "$binary" "$corpus" "tests/fuzz/corpus/$target" -dict=tests/fuzz/toml.dict \
+       -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+       -print_final_stats=1 -artifact_prefix="$out/crash_${target}_" > "$log" 2>&1; then
+    echo "fuzz_$target FAILED (log: $log)"
+    tail -40 "$log"
+    status=1
+  fi
+  grep -E "^stat::number_of_executed_units" "$log" | sed "s/^/fuzz_$target: /" || true
+done
+exit $status

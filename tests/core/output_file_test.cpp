@@ -1,0 +1,117 @@
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/output_file.h"
+
+using namespace seqpar;
+
+namespace {
+
+// A fresh directory for one test case, removed with its files at the end.
+struct ScratchDirectory {
+  std::string path;
+  ScratchDirectory() {
+    char name[] = "/tmp/seqpar_output_file_XXXXXX";
+    REQUIRE(::mkdtemp(name) != nullptr);
+    path = name;
+  }
+  ~ScratchDirectory() {
+    for (const std::string& entry : entries()) ::unlink((path + "/" + entry).c_str());
+    ::rmdir(path.c_str());
+  }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    DIR* listing = ::opendir(path.c_str());
+    while (const dirent* entry = ::readdir(listing)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(listing);
+    return names;
+  }
+};
+
+std::string contents_of(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("OutputFile: written whole, through a temporary that does not stay", "[core][output]") {
+  ScratchDirectory scratch;
+  const std::string path = scratch.path + "/out.json";
+  write_output_file(path, "first");
+  write_output_file(path, "second, longer");  // replaces
+  CHECK(contents_of(path) == "second, longer");
+  CHECK(scratch.entries() == std::vector<std::string>{"out.json"});
+  OutputFile checked(path);
+  checked.write("read back");
+  checked.commit(true);
+  CHECK(contents_of(path) == "read back");
+}
+
+TEST_CASE("OutputFile: an abandoned or failed file leaves nothing", "[core][output]") {
+  ScratchDirectory scratch;
+  {
+    OutputFile abandoned(scratch.path + "/never.json");
+    abandoned.write("half");
+  }  // an exception on the way would end here
+  CHECK(scratch.entries().empty());
+  CHECK_THROWS_WITH(write_output_file(scratch.path, "x"), Catch::Contains("Is a directory"));
+  CHECK_THROWS_WITH(write_output_file(scratch.path + "/missing/x.json", "x"),
+                    Catch::Contains("No such file or directory"));
+  CHECK(scratch.entries().empty());
+}
+
+TEST_CASE("OutputFile: devices are written through and their errors reported", "[core][output]") {
+  write_output_file("/dev/null", "discarded");
+  struct stat status {};
+  if (::stat("/dev/full", &status) == 0) {
+    CHECK_THROWS_WITH(write_output_file("/dev/full", "x"),
+                      Catch::Contains("/dev/full") && Catch::Contains("No space left on device"));
+    REQUIRE(::stat("/dev/full", &status) == 0);
+    CHECK(S_ISCHR(status.st_mode));  // still the device, not a regular file
+  }
+}
+
+TEST_CASE("OutputFile: a FIFO without a reader fails instead of blocking", "[core][output]") {
+  ScratchDirectory scratch;
+  const std::string fifo = scratch.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(write_output_file(fifo, "x"), Catch::Contains("No such device or address"));
+}
+
+TEST_CASE("OutputFile: a link to a file replaces the file and keeps the link", "[core][output]") {
+  ScratchDirectory scratch;
+  const std::string target = scratch.path + "/target", link = scratch.path + "/link";
+  write_output_file(target, "old");
+  REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+  write_output_file(link, "new");
+  struct stat status {};
+  REQUIRE(::lstat(link.c_str(), &status) == 0);
+  CHECK(S_ISLNK(status.st_mode));
+  CHECK(contents_of(target) == "new");
+}
+
+TEST_CASE("check_output_path refuses directories and missing parents", "[core][output]") {
+  ScratchDirectory scratch;
+  CHECK_NOTHROW(check_output_path("--json", scratch.path + "/x.json"));
+  CHECK_NOTHROW(check_output_path("--json", "/dev/null"));
+  CHECK_THROWS_AS(check_output_path("--json", scratch.path), InputError);
+  CHECK_THROWS_WITH(check_output_path("--json", scratch.path),
+                    Catch::Contains("--json") && Catch::Contains("is a directory"));
+  CHECK_THROWS_WITH(check_output_path("--plot", scratch.path + "/no/x.svg"),
+                    Catch::Contains("--plot") && Catch::Contains("No such file"));
+}
