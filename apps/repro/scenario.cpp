@@ -43,11 +43,15 @@ RankData draw_data(const ReproConfig& config, Device device) {
   return data;
 }
 
-// The parameters' (or gradients') values as one flat tensor: weight row-major, then bias.
-Tensor flatten(const std::vector<Tensor>& tensors, Device device) {
+int64_t flatten_count(const std::vector<Tensor>& tensors) {
   int64_t total = 0;
   for (const Tensor& tensor : tensors) total += tensor.numel();
-  Tensor flat = Tensor::empty({total}, device);
+  return total;
+}
+
+// The parameters' (or gradients') values as one flat tensor: weight row-major, then bias.
+Tensor flatten(const std::vector<Tensor>& tensors, Device device) {
+  Tensor flat = Tensor::empty({flatten_count(tensors)}, device);
   int64_t offset = 0;
   for (const Tensor& tensor : tensors) {
     flat.narrow(0, offset, tensor.numel()).view(tensor.shape()).copy_(tensor);
@@ -68,13 +72,6 @@ std::vector<std::vector<float>> gather(dist::ProcessGroup& world, const Tensor& 
                           values.begin() + (rank + 1) * flat.numel());
   }
   return per_rank;
-}
-
-std::vector<float> gather_scalar(dist::ProcessGroup& world, const Tensor& scalar) {
-  std::vector<std::vector<float>> per_rank = gather(world, scalar.view({1}));
-  std::vector<float> values;
-  for (const auto& one : per_rank) values.push_back(one[0]);
-  return values;
 }
 
 std::vector<Tensor> values_of(const std::vector<Variable>& variables, bool gradients) {
@@ -178,12 +175,24 @@ class PolicyTrainer {
 
     const auto gather_start = Clock::now();
 
+    // One gather of everything the figures need: parameters, gradients, then the loss
+    // and the two norms (each collective and host copy is a round trip, which on a GPU
+    // costs more than the step's kernels).
+    std::vector<Tensor> state = values_of(engine_.parameters(), false);
+    for (const Tensor& gradient : values_of(engine_.parameters(), true)) state.push_back(gradient);
+    state.push_back(loss.data().view({1}));
+    state.push_back(norms.local.view({1}));
+    state.push_back(norms.used.view({1}));
+    const std::vector<std::vector<float>> per_rank = gather(world, flatten(state, device_));
     StepRecord record;
-    record.parameters = gather(world, flatten(values_of(engine_.parameters(), false), device_));
-    record.gradients = gather(world, flatten(values_of(engine_.parameters(), true), device_));
-    record.losses = gather_scalar(world, loss.data());
-    record.local_norms = gather_scalar(world, norms.local);
-    record.used_norms = gather_scalar(world, norms.used);
+    const size_t count = static_cast<size_t>(flatten_count(values_of(engine_.parameters(), false)));
+    for (const std::vector<float>& values : per_rank) {
+      record.parameters.emplace_back(values.begin(), values.begin() + count);
+      record.gradients.emplace_back(values.begin() + count, values.begin() + 2 * count);
+      record.losses.push_back(values[2 * count]);
+      record.local_norms.push_back(values[2 * count + 1]);
+      record.used_norms.push_back(values[2 * count + 2]);
+    }
     gather_seconds += seconds_since(gather_start);
     return record;
   }
