@@ -54,7 +54,11 @@ Options parse_options(const std::vector<std::string>& arguments) {
     } else if (flag == "--policy") {
       options.policy = value();
     } else if (flag == "--steps") {
-      options.overrides.push_back("repro.steps=" + value());
+      const std::string& steps = value();
+      SEQPAR_INPUT_CHECK(!steps.empty() && steps.size() <= 18 &&
+                             steps.find_first_not_of("0123456789") == std::string::npos,
+                         "--steps ", printable(steps), ": expected a whole number of steps");
+      options.overrides.push_back("repro.steps=" + steps);
     } else if (flag == "--device") {
       options.device = value();
       SEQPAR_INPUT_CHECK(*options.device == "cpu" || *options.device == "cuda", "--device ",
