@@ -82,6 +82,7 @@ check "lr 1e39" 2 "ds_config.optimizer.params.lr = 1e+39" -- --set ds_config.opt
 check "steps 10^12" 2 "repro.steps = 1000000000000" -- --steps 1000000000000
 check "steps 0" 2 "--steps 0 is out of range" -- --steps 0
 check "steps not a number" 2 "--steps 'abc' is not an integer" -- --steps abc
+check "steps beyond int64" 2 "--steps '99999999999999999999'" -- --steps 99999999999999999999
 check "config FIFO" 2 "a FIFO, not a regular file" -- --config "$fixtures/fifo"
 check "config /dev/zero" 2 "/dev/zero: a character device" -- --config /dev/zero
 check "config directory" 2 "a directory, not a regular file" -- --config "$fixtures/empty-dir"
