@@ -120,9 +120,10 @@ std::string name_scale(double ratio, int sp, int dp, double tolerance) {
     const char* name;
     double factor;
   } candidates[] = {
-      {"sp", s},           {"1/sp", 1 / s},       {"sqrt(sp)", std::sqrt(s)},
-      {"1/sqrt(sp)", 1 / std::sqrt(s)}, {"dp", d}, {"1/dp", 1 / d},
-      {"sp*dp", s * d},    {"1/(sp*dp)", 1 / (s * d)}, {"sp/dp", s / d}, {"dp/sp", d / s},
+      // The plainer cause first where two factors coincide (sp 4, dp 2: 1/dp = 1/sqrt(sp)).
+      {"sp", s},       {"1/sp", 1 / s},          {"dp", d},     {"1/dp", 1 / d},
+      {"sp*dp", s * d}, {"1/(sp*dp)", 1 / (s * d)}, {"sqrt(sp)", std::sqrt(s)},
+      {"1/sqrt(sp)", 1 / std::sqrt(s)}, {"sp/dp", s / d}, {"dp/sp", d / s},
   };
   for (const auto& candidate : candidates) {
     if (std::fabs(candidate.factor - 1.0) <= tolerance) continue;  // no mistake looks like 1

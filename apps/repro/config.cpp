@@ -5,6 +5,7 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "apps/repro/config_formats.h"
@@ -84,6 +85,14 @@ void read_optimizer_type(const toml::node& node, const std::string& key, ReproCo
   }
 }
 
+void read_scenario(const toml::node& node, const std::string& key, ReproConfig& config) {
+  const std::optional<std::string> name = node.value<std::string>();
+  SEQPAR_INPUT_CHECK(node.is_string() && (*name == "issue-6868" || *name == "zero-stage"),
+                     "config key ", key, " = ", describe(node),
+                     ": expected \"issue-6868\" or \"zero-stage\" (seqpar-repro --list-scenarios)");
+  config.scenario = *name;
+}
+
 void read_seed(const toml::node& node, const std::string& key, ReproConfig& config) {
   const int64_t seed = read_integer(node, key);
   SEQPAR_INPUT_CHECK(seed >= 0, "config key ", key, " = ", seed, ": the seed must not be negative");
@@ -110,6 +119,7 @@ const std::map<std::string, Reader>& schema() {
       {"repro.in_features", integer_into(&ReproConfig::in_features)},
       {"repro.out_features", integer_into(&ReproConfig::out_features)},
       {"repro.steps", integer_into(&ReproConfig::steps)},
+      {"repro.scenario", read_scenario},
   };
   return keys;
 }
@@ -267,7 +277,7 @@ std::string to_toml(const ReproConfig& c) {
                         {"optimizer", optimizer}};
   toml::table repro{{"seed", static_cast<int64_t>(c.seed)}, {"rows", c.rows},
                     {"in_features", c.in_features}, {"out_features", c.out_features},
-                    {"steps", c.steps}};
+                    {"steps", c.steps}, {"scenario", c.scenario}};
   std::ostringstream out;
   out << toml::table{{"ds_config", ds_config}, {"repro", repro}} << '\n';
   return out.str();

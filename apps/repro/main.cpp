@@ -7,12 +7,14 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 
 #include "apps/repro/analysis.h"
 #include "apps/repro/config_input.h"
 #include "apps/repro/options.h"
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
+#include "apps/repro/zero_stage.h"
 #include "apps/repro/validate.h"
 #include "core/error.h"
 #include "core/output_file.h"
@@ -109,16 +111,13 @@ std::chrono::milliseconds collective_timeout(const Options& options, const Repro
   return std::chrono::milliseconds(static_cast<int64_t>(*options.timeout_seconds * 1000));
 }
 
+RankGroups rank_groups(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config);
+
 RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
                     const std::vector<const Policy*>& policies, const Placement& placement,
                     Device device, Progress* progress) {
-  const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
-                        static_cast<int>(config.data_parallel_size));
-  const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
-  RankGroups groups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
-                    mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
-                    mesh_groups.coordinates.dp_rank, mesh.str()};
-  return run_scenario(groups, config, policies, device, placement.description, progress);
+  return run_scenario(rank_groups(world, config), config, policies, device,
+                      placement.description, progress);
 }
 
 // The report, then the files: the dump first, since a failed dump removes itself and
@@ -145,6 +144,58 @@ void report(const RunResults& results, const Options& options) {
   }
 }
 
+// Runs `body(world, progress)` on every rank where the placement puts them (NCCL
+// processes started by a launcher, or threads of this process) and returns world rank
+// 0's result (nothing on the other ranks).
+template <typename Results, typename Body>
+std::optional<Results> run_world(const Placement& placement,
+                                 const std::optional<dist::LaunchEnvironment>& launched,
+                                 const ReproConfig& config, std::chrono::milliseconds timeout,
+                                 const Body& body) {
+  if (placement.backend == Backend::Nccl) {
+#ifdef SEQPAR_WITH_NCCL
+    dist::NcclOptions nccl_options;
+    nccl_options.timeout = timeout;
+    const auto world = dist::NcclProcessGroup::create_world(*launched, nccl_options);
+    Results results;
+    {
+      const auto progress = world->rank() == 0 ? Progress::on_stderr() : nullptr;
+      results = body(world, progress.get());
+    }
+    if (world->rank() != 0) return std::nullopt;
+    return results;
+#else
+    (void)launched;
+    SEQPAR_FAIL("started by a launcher, but this seqpar was built without NCCL");
+#endif
+  }
+  Results results;
+  const auto progress = Progress::on_stderr();
+  dist::run_local_world(static_cast<int>(config.world_size()),
+                        [&](std::shared_ptr<dist::ProcessGroup> world) {
+                          Results mine = body(world, progress.get());
+                          if (world->rank() == 0) results = std::move(mine);
+                        },
+                        dist::LocalOptions{timeout});
+  return results;
+}
+
+RankGroups rank_groups(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config) {
+  const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
+                        static_cast<int>(config.data_parallel_size));
+  const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
+  return RankGroups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
+                    mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
+                    mesh_groups.coordinates.dp_rank, mesh.str()};
+}
+
+const char* const kScenarioList =
+    "issue-6868   DeepSpeed #6868: the report's sp 4 run; the bug, the usual fix and the exact\n"
+    "             policy, each against one-rank training (the default)\n"
+    "zero-stage   the gradient's scale under ZeRO 0-2's and ZeRO-3's reductions with each loss\n"
+    "             convention (local mean, global count, all-gather with a sum or a slice\n"
+    "             backward): 1, sp or 1/sp, measured (configs/zero-stage.toml)\n";
+
 int run(int argc, char** argv) {
   const std::vector<std::string> arguments(argv + 1, argv + argc);
   const Options options = parse_options(arguments);
@@ -162,6 +213,10 @@ int run(int argc, char** argv) {
     for (const ConfigNote& note : config.ignored) {
       std::cout << "# ignored: " << note.key << " (" << note.reason << ")\n";
     }
+    return 0;
+  }
+  if (options.list_scenarios) {
+    std::cout << kScenarioList;
     return 0;
   }
   std::vector<const Policy*> policies;
@@ -182,34 +237,31 @@ int run(int argc, char** argv) {
     launch.arguments.assign(argv, argv + argc);
     return dist::launch_ranks(launch);
   }
-  if (placement.backend == Backend::Nccl) {
-#ifdef SEQPAR_WITH_NCCL
-    dist::NcclOptions nccl_options;
-    nccl_options.timeout = timeout;
-    const auto world = dist::NcclProcessGroup::create_world(*launched, nccl_options);
-    RunResults results;
-    {
-      const auto progress = world->rank() == 0 ? Progress::on_stderr() : nullptr;
-      results = run_rank(world, config, policies, placement, placement.device, progress.get());
+  if (config.scenario == "zero-stage") {
+    SEQPAR_INPUT_CHECK(options.dump_directory.empty(), "--dump: the zero-stage scenario writes no dump");
+    check_zero_stage_config(config);
+    const auto results = run_world<ZeroStageResults>(
+        placement, launched, config, timeout,
+        [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress*) {
+          return run_zero_stage(rank_groups(world, config), config, placement.device,
+                                placement.description);
+        });
+    if (!results) return 0;
+    std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
+    print_zero_stage(out, *results);
+    if (!options.json_path.empty()) {
+      out.flush();
+      write_zero_stage_json(options.json_path, *results);
+      if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
     }
-    if (world->rank() == 0) report(results, options);
     return 0;
-#else
-    SEQPAR_FAIL("started by a launcher, but this seqpar was built without NCCL");
-#endif
   }
-  RunResults results;
-  {
-    const auto progress = Progress::on_stderr();
-    dist::run_local_world(static_cast<int>(config.world_size()),
-                          [&](std::shared_ptr<dist::ProcessGroup> world) {
-                            RunResults mine = run_rank(world, config, policies, placement,
-                                                       placement.device, progress.get());
-                            if (world->rank() == 0) results = std::move(mine);
-                          },
-                          dist::LocalOptions{timeout});
-  }
-  report(results, options);
+  const auto results = run_world<RunResults>(
+      placement, launched, config, timeout,
+      [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {
+        return run_rank(world, config, policies, placement, placement.device, progress);
+      });
+  if (results) report(*results, options);
   return 0;
 }
 

@@ -10,7 +10,8 @@
 namespace seqpar::repro {
 
 const char* const kUsage =
-    "usage: seqpar-repro [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
+    "usage: seqpar-repro [--scenario NAME] [--list-scenarios]\n"
+    "                    [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
     "                    [--steps N] [--device cpu|cuda] [--backend local|nccl] [--nproc N]\n"
     "                    [--dump DIR [--overwrite]] [--json FILE|-] [--plot FILE]\n"
     "                    [--timeout SECONDS] [--print-config] [--local_rank N] [--help]\n"
@@ -66,6 +67,12 @@ Options parse_options(const std::vector<std::string>& arguments) {
       flag({"--version"}, options.version),
       flag({"--print-config"}, options.print_config),
       flag({"--overwrite"}, options.overwrite),
+      flag({"--list-scenarios"}, options.list_scenarios),
+      // --scenario NAME is --set repro.scenario="NAME", so a config's choice can be overridden.
+      {{"--scenario"}, true, [&](const std::string& v) {
+         options.overrides.push_back("repro.scenario=\"" +
+                                     one_of("--scenario", v, {"issue-6868", "zero-stage"}) + "\"");
+       }},
       text({"--config"}, options.config_path),
       {{"--policy"}, true, [&](const std::string& v) {
          if (v != "all") policy_named(v);  // rejects an unknown name, listing the known ones

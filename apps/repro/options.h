@@ -11,6 +11,7 @@ struct Options {
   std::string config_path;             // empty: the built-in scenario
   std::vector<std::string> overrides;  // --set section.key=value, in order
   std::string policy = "all";
+  bool list_scenarios = false;
   std::optional<std::string> device;   // "cpu" | "cuda"
   std::optional<std::string> backend;  // "local" | "nccl"
   std::string dump_directory;
