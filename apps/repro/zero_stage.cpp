@@ -331,6 +331,8 @@ void write_zero_stage_json(const std::string& path, const ZeroStageResults& resu
                                {"sequence_parallel_size", c.sequence_parallel_size},
                                {"data_parallel_size", c.data_parallel_size},
                                {"rows", c.rows},
+                               {"in_features", c.in_features},
+                               {"out_features", c.out_features},
                                {"steps", c.steps},
                                {"placement", results.placement},
                                {"reference_gradient_norm", results.reference_norm},
