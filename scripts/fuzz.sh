@@ -21,8 +21,11 @@ CXX=${FUZZ_CXX:-clang++}
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -I. -DTOML_HEADER_ONLY=1 -DTOML_EXCEPTIONS=1)
-sources=(apps/repro/config.cpp apps/repro/config_input.cpp apps/repro/validate.cpp
-         apps/repro/options.cpp core/error.cpp)
+sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
+         apps/repro/config_input.cpp apps/repro/validate.cpp apps/repro/options.cpp
+         apps/repro/policy_list.cpp core/command_line.cpp core/error.cpp)
+# yaml-cpp (the YAML configs), its static library as the app links it.
+libraries=(-l:libyaml-cpp.a)
 # The shared sources once, then one link per harness.
 objects=()
 for source in "${sources[@]}"; do
@@ -36,7 +39,7 @@ done
 status=0
 for target in "${targets[@]}"; do
   binary="$out/fuzz_$target"
-  "$CXX" "${flags[@]}" "tests/fuzz/fuzz_$target.cpp" "${objects[@]}" -o "$binary"
+  "$CXX" "${flags[@]}" "tests/fuzz/fuzz_$target.cpp" "${objects[@]}" "${libraries[@]}" -o "$binary"
   corpus="$out/corpus/$target"
   mkdir -p "$corpus"
   log="$out/fuzz_$target.log"
