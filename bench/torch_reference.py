@@ -12,7 +12,8 @@ PyTorch's CUDA graphs notes). Matmuls in fp32 with TF32 off (cuBLAS fp32).
 
 With 2 GPUs, the same step over NCCL (bench_nccl_step): 2 processes, each holding 6000
 of the 12000 rows, as seqpar-bench --nproc 2 takes it (the figures step/2gpu_nccl/...
-and allreduce/2gpu_nccl/...). --only-nccl runs that part alone.
+and allreduce/2gpu_nccl/...). --only-nccl runs that part alone; --nccl-world 4 runs it on
+4 GPUs (step/4gpu_nccl/..., beside seqpar-bench --nproc 4).
 """
 import argparse
 import json
@@ -397,11 +398,12 @@ def _nccl_worker(rank, world, port, warmup, repeats, out_path):
 
 def bench_nccl_step(args):
     count = torch.cuda.device_count()
-    if count < 2:
-        print(f"step/2gpu_nccl: skipped, it needs 2 GPUs and this machine has {count}", flush=True)
+    world = args.nccl_world
+    if count < world:
+        print(f"step/{world}gpu_nccl: skipped, it needs {world} GPUs and this machine has {count}",
+              flush=True)
         return
     import torch.multiprocessing as mp
-    world = 2
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     with tempfile.TemporaryDirectory() as folder:
@@ -421,7 +423,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--json", default="torch_reference.json")
     parser.add_argument("--no-stress", action="store_true")
-    parser.add_argument("--only-nccl", action="store_true", help="only the step on 2 GPUs over NCCL")
+    parser.add_argument("--only-nccl", action="store_true", help="only the step on GPUs over NCCL")
+    parser.add_argument("--nccl-world", type=int, default=2,
+                        help="GPUs for the NCCL step (default 2; seqpar-bench --nproc N is its twin)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
