@@ -111,8 +111,6 @@ std::chrono::milliseconds collective_timeout(const Options& options, const Repro
   return std::chrono::milliseconds(static_cast<int64_t>(*options.timeout_seconds * 1000));
 }
 
-RankGroups rank_groups(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config);
-
 RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
                     const std::vector<const Policy*>& policies, const Placement& placement,
                     Device device, Progress* progress) {
@@ -178,15 +176,6 @@ std::optional<Results> run_world(const Placement& placement,
                         },
                         dist::LocalOptions{timeout});
   return results;
-}
-
-RankGroups rank_groups(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config) {
-  const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
-                        static_cast<int>(config.data_parallel_size));
-  const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
-  return RankGroups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
-                    mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
-                    mesh_groups.coordinates.dp_rank, mesh.str()};
 }
 
 const char* const kScenarioList =

@@ -7,6 +7,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "dist/mesh.h"
 #include "core/nvtx.h"
 #include "nn/l1_loss.h"
 #include "optim/clip.h"
@@ -18,30 +19,6 @@ namespace {
 using autograd::Variable;
 using Clock = std::chrono::steady_clock;
 
-// Every rank's copy of the same data and initial parameters.
-struct RankData {
-  Tensor inputs;  // all replicas' rows, [dp * rows, in]
-  Tensor initial_weight, initial_bias;
-};
-
-RankData draw_data(const ReproConfig& config, Device device) {
-  Generator generator(config.seed);
-  nn::Linear model(config.in_features, config.out_features, generator, device);
-  RankData data{Tensor(), model.weight().data().clone(), model.bias().data().clone()};
-  // One draw per replica, as each replica's script draws its own batch. With one
-  // replica the draw is the inputs: no second copy of the largest tensor, whose
-  // transient copies on every rank at once would set the run's peak memory.
-  if (config.data_parallel_size == 1) {
-    data.inputs = generator.randn({config.rows, config.in_features}, device);
-    return data;
-  }
-  data.inputs = Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device);
-  for (int64_t replica = 0; replica < config.data_parallel_size; ++replica) {
-    data.inputs.narrow(0, replica * config.rows, config.rows)
-        .copy_(generator.randn({config.rows, config.in_features}, device));
-  }
-  return data;
-}
 
 int64_t flatten_count(const std::vector<Tensor>& tensors) {
   int64_t total = 0;
@@ -82,17 +59,6 @@ std::vector<Tensor> values_of(const std::vector<Variable>& variables, bool gradi
   return tensors;
 }
 
-// A fresh model holding the drawn initial parameters. Its own generator's numbers are
-// overwritten, so making one draws nothing from the data's generator.
-std::unique_ptr<nn::Linear> make_model(const ReproConfig& config, const RankData& data,
-                                       Device device) {
-  Generator unused(config.seed);
-  auto model = std::make_unique<nn::Linear>(config.in_features, config.out_features, unused, device);
-  model->weight().data().copy_(data.initial_weight);
-  model->bias().data().copy_(data.initial_bias);
-  model->zero_grad();
-  return model;
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -206,6 +172,46 @@ class PolicyTrainer {
 };
 
 }  // namespace
+
+RankData draw_data(const ReproConfig& config, Device device) {
+  Generator generator(config.seed);
+  nn::Linear model(config.in_features, config.out_features, generator, device);
+  RankData data{Tensor(), model.weight().data().clone(), model.bias().data().clone()};
+  // One draw per replica, as each replica's script draws its own batch. With one
+  // replica the draw is the inputs: no second copy of the largest tensor, whose
+  // transient copies on every rank at once would set the run's peak memory.
+  if (config.data_parallel_size == 1) {
+    data.inputs = generator.randn({config.rows, config.in_features}, device);
+    return data;
+  }
+  data.inputs = Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device);
+  for (int64_t replica = 0; replica < config.data_parallel_size; ++replica) {
+    data.inputs.narrow(0, replica * config.rows, config.rows)
+        .copy_(generator.randn({config.rows, config.in_features}, device));
+  }
+  return data;
+}
+
+// A fresh model holding the drawn initial parameters. Its own generator's numbers are
+// overwritten, so making one draws nothing from the data's generator.
+std::unique_ptr<nn::Linear> make_model(const ReproConfig& config, const RankData& data,
+                                       Device device) {
+  Generator unused(config.seed);
+  auto model = std::make_unique<nn::Linear>(config.in_features, config.out_features, unused, device);
+  model->weight().data().copy_(data.initial_weight);
+  model->bias().data().copy_(data.initial_bias);
+  model->zero_grad();
+  return model;
+}
+
+RankGroups rank_groups(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config) {
+  const dist::Mesh mesh(world->size(), static_cast<int>(config.sequence_parallel_size),
+                        static_cast<int>(config.data_parallel_size));
+  const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
+  return RankGroups{world, mesh_groups.sp_group, mesh_groups.dp_group, mesh_groups.sp_dp_group,
+                    mesh.sp_size(), mesh.dp_size(), mesh_groups.coordinates.sp_rank,
+                    mesh_groups.coordinates.dp_rank, mesh.str()};
+}
 
 int64_t parameter_count(const ReproConfig& config) {
   return config.out_features * config.in_features + config.out_features;

@@ -14,15 +14,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "apps/repro/analysis.h"
 #include "apps/repro/config.h"
-#include "apps/repro/policy_step.h"
 #include "apps/repro/policy.h"
+#include "apps/repro/policy_step.h"
 #include "apps/repro/progress.h"
 #include "core/tensor.h"
+#include "nn/linear.h"
 
 namespace seqpar::repro {
 
@@ -49,6 +51,21 @@ struct RunResults {
   ReferenceRun reference;
   std::vector<PolicyRun> policies;
 };
+
+// Every rank's copy of the same data and initial parameters: the Linear's
+// initialization from repro.seed, then each replica's batch.
+struct RankData {
+  Tensor inputs;  // all replicas' rows, [dp * rows, in]
+  Tensor initial_weight, initial_bias;
+};
+RankData draw_data(const ReproConfig& config, Device device);
+
+// A fresh model holding the drawn initial parameters (it draws nothing itself).
+std::unique_ptr<nn::Linear> make_model(const ReproConfig& config, const RankData& data,
+                                       Device device);
+
+// This rank's groups of the sp x dp mesh over `world` (a collective: every rank calls it).
+RankGroups rank_groups(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config);
 
 // Runs on every rank with the same arguments; returns the gathered results, figures
 // and verdicts decided, on world rank 0 (other ranks get an empty RunResults). World

@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "autograd/node.h"
+#include "apps/repro/scenario.h"
 #include "core/elementwise.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -61,34 +62,6 @@ Variable all_gather_rows(const Variable& y, const std::shared_ptr<dist::ProcessG
   return Variable::from_op(all, std::move(node));
 }
 
-struct Data {
-  Tensor inputs;  // every replica's rows, [dp * rows, in]
-  Tensor weight, bias;
-};
-
-// The same draws as the scenario (apps/repro/scenario.cpp): the Linear's
-// initialization, then each replica's batch.
-Data draw(const ReproConfig& config, Device device) {
-  Generator generator(config.seed);
-  nn::Linear model(config.in_features, config.out_features, generator, device);
-  Data data{Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device),
-            model.weight().data().clone(), model.bias().data().clone()};
-  for (int64_t replica = 0; replica < config.data_parallel_size; ++replica) {
-    data.inputs.narrow(0, replica * config.rows, config.rows)
-        .copy_(generator.randn({config.rows, config.in_features}, device));
-  }
-  return data;
-}
-
-std::unique_ptr<nn::Linear> model_from(const ReproConfig& config, const Data& data, Device device) {
-  Generator unused(config.seed);
-  auto model = std::make_unique<nn::Linear>(config.in_features, config.out_features, unused, device);
-  model->weight().data().copy_(data.weight);
-  model->bias().data().copy_(data.bias);
-  model->zero_grad();
-  return model;
-}
-
 std::vector<float> flat_parameters(const nn::Linear& model) {
   std::vector<float> values = model.weight().data().to_vector();
   const std::vector<float> bias = model.bias().data().to_vector();
@@ -111,8 +84,8 @@ struct Reference {
 };
 
 // One rank on every row, the mean loss: what every variant is measured against.
-Reference train_reference(const ReproConfig& config, const Data& data, Device device) {
-  auto model = model_from(config, data, device);
+Reference train_reference(const ReproConfig& config, const RankData& data, Device device) {
+  auto model = make_model(config, data, device);
   const std::vector<Variable> parameters = model->parameters();
   optim::AdamW optimizer(parameters, config.adamw);
   const Variable x(data.inputs), target(data.inputs.narrow(1, 0, config.out_features));
@@ -134,8 +107,8 @@ struct VariantRun {
 };
 
 VariantRun train_variant(const ZeroStageVariant& variant, const RankGroups& groups,
-                         const ReproConfig& config, const Data& data, Device device) {
-  auto model = model_from(config, data, device);
+                         const ReproConfig& config, const RankData& data, Device device) {
+  auto model = make_model(config, data, device);
   const std::vector<Variable> parameters = model->parameters();
   optim::AdamW optimizer(parameters, config.adamw);
   const int64_t shard_rows = config.rows / groups.sp;
@@ -228,7 +201,7 @@ void check_zero_stage_config(const ReproConfig& config) {
 ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& config, Device device,
                                 const std::string& placement) {
   check_zero_stage_config(config);
-  const Data data = draw(config, device);
+  const RankData data = draw_data(config, device);
   dist::ProcessGroup& world = *groups.world;
   const bool is_root = world.rank() == 0;
   ZeroStageResults results;

@@ -27,13 +27,7 @@ std::vector<PolicyFigures> run_on_threads(const ReproConfig& config, RunResults*
   RunResults results;
   dist::run_local_world(static_cast<int>(config.world_size()),
                         [&](std::shared_ptr<dist::ProcessGroup> world) {
-    const dist::Mesh mesh(world->size(), int(config.sequence_parallel_size),
-                          int(config.data_parallel_size));
-    const dist::MeshGroups mesh_groups = dist::build_mesh_groups(mesh, *world);
-    const RankGroups groups{world, mesh_groups.sp_group, mesh_groups.dp_group,
-                            mesh_groups.sp_dp_group, mesh.sp_size(), mesh.dp_size(),
-                            mesh_groups.coordinates.sp_rank, mesh_groups.coordinates.dp_rank,
-                            mesh.str()};
+    const RankGroups groups = rank_groups(world, config);
     RunResults mine = run_scenario(groups, config, policies, Device::cpu(), "test");
     if (world->rank() == 0) results = std::move(mine);
   });
