@@ -26,25 +26,22 @@ namespace seqpar::nn::detail {
 
 namespace {
 
-// The block: 32 columns of x (four tiles of 8) and a group of 16 outputs, over a chunk of
-// kRowsPerChunk rows. Warp w takes column tile w % 4 and every kRowWarps-th step of 32
-// rows from step w / 4.
+// The block: 64 columns of x (one tile of 8 a warp) and a group of 16 outputs, over a
+// chunk of kRowsPerChunk rows, 32 rows a step.
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kColumnWarps = 4;
-constexpr int kRowWarps = kWarps / kColumnWarps;
 constexpr int kGroup = 16;             // outputs j per block: one m16 tile
-constexpr int kColumns = 32;           // columns k per block
+constexpr int kColumns = 8 * kWarps;   // columns k per block
 constexpr int kStepRows = 32;          // rows per tensor-core step: the k32 of m16n8k32
 constexpr int kLimbs = 6;              // bytes of a fixed-point element plus 2^44: 45 bits
-constexpr int64_t kRowsPerChunk = 512;
+constexpr int64_t kRowsPerChunk = 256;
 // The int32 accumulators hold at most kRowsPerChunk products of ±1 and a byte.
 static_assert(kRowsPerChunk * 255 < (int64_t{1} << 31), "a chunk's limb sums fit in int32");
 // A chunk's sum of ±(an element below 2^44) times f's significand (below 2^24) stays below
 // add_scaled_integer's 2^93.
 static_assert(kWindowBits + 24 + 25 <= 93 && kRowsPerChunk <= (int64_t{1} << 25), "in range");
 static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the limbs");
-static_assert(kRowsPerChunk % (kStepRows * kRowWarps) == 0, "whole steps per warp");
+static_assert(kThreads * 2 == kStepRows * kGroup, "each thread reads two dy of a step");
 
 // One element outside the window: its products with the group's dy, each through a
 // binned sum (the general path's rules: rounded to the grid, NaN and inf as IEEE), into
@@ -65,22 +62,44 @@ __device__ void add_outside_window(const ConstRows& dy, float value, int64_t row
 // D = A B + D on the integer tensor cores, m16n8k32: A 16 outputs x 32 rows of signs
 // (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of the offset fixed-point x (u8).
 // Integer products and sums: exact in any order.
-__device__ inline void imma_16x8x32(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+__device__ inline void imma_16x8x32(int (&d)[4], const uint4& a, unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 __device__ inline int sign_of(float value) { return value > 0.0f ? 1 : value < 0.0f ? -1 : 0; }
 
-// Byte `limb` of u[first], ..., u[first + 3], packed low to high.
-__device__ inline unsigned byte_of_four(const unsigned long long (&u)[8], int first, int limb) {
-  const int word = limb / 4, byte = limb % 4;
-  auto part = [&](int i) {
-    return static_cast<unsigned>(word == 0 ? u[first + i] : u[first + i] >> 32);
-  };
+// x in its column's fixed point, offset: u = x / 2^lsb + 2^44, in [0, 2^45), when x / 2^lsb
+// is an integer (below 2^44 in magnitude: the window is the column's largest |x|'s),
+// as its low and high 32 bits; `outside` when it is not an integer or x is not finite.
+// 32-bit integer arithmetic on the float's fields, x = ±m 2^e.
+struct Offset {
+  unsigned low, high;
+};
+__device__ inline Offset offset_fixed(float x, int lsb, bool& outside) {
+  const unsigned bits = __float_as_uint(x);
+  const unsigned field = (bits >> 23) & 0xffu;
+  const unsigned m = (bits & 0x7fffffu) | (field != 0 ? 0x800000u : 0u);
+  const int shift = static_cast<int>(field != 0 ? field : 1) - 150 - lsb;
+  // Right shifts past the significand leave 0, and `outside` unless m was 0 (m < 2^24);
+  // left shifts stay below 2^44 inside the window (at most 20 places).
+  const unsigned right = static_cast<unsigned>(min(max(-shift, 0), 31));
+  const unsigned left = static_cast<unsigned>(max(shift, 0));
+  const unsigned kept = m >> right;
+  outside = (kept << right) != m || field == 0xffu;
+  const unsigned v_low = kept << (left & 31u), v_high = __funnelshift_l(kept, 0u, left);
+  constexpr unsigned kOffsetHigh = 1u << (kWindowBits - 32);
+  if ((bits >> 31) == 0) return {v_low, kOffsetHigh + v_high};
+  return {0u - v_low, kOffsetHigh - v_high - (v_low != 0 ? 1u : 0u)};  // 2^44 - v
+}
+
+// Byte `limb` of the offsets u[first], ..., u[first + 3], packed low to high.
+__device__ inline unsigned byte_of_four(const Offset (&u)[8], int first, int limb) {
+  const int byte = limb % 4;
+  auto part = [&](int i) { return limb < 4 ? u[first + i].low : u[first + i].high; };
   // __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the pair (x, y).
   const unsigned low = __byte_perm(part(0), part(1), byte | ((byte + 4) << 4));
   const unsigned high = __byte_perm(part(2), part(3), byte | ((byte + 4) << 4));
@@ -90,11 +109,14 @@ __device__ inline unsigned byte_of_four(const unsigned long long (&u)[8], int fi
 // dW[j, k] = f * Σ_rows s[row, j] v[row, k], v the fixed-point x of column k's window.
 // With u = v + 2^44 in [0, 2^45) cut into six bytes u_l, Σ s v = Σ_l 2^(8 l) Σ s u_l -
 // 2^44 Σ s: six tensor-core products of the sign matrix with a byte matrix, and the
-// signs' own sums. Fragments (PTX m16n8k32, lane = 4 g + t): a0/a1 = the signs of rows
-// 4t..4t+3 for outputs g / g+8, a2/a3 those of rows 16+4t..16+4t+3; b0/b1 = byte l of x
-// at rows 4t.. / 16+4t.. of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at
-// columns 2t, 2t+1. The block's row warps add their sums in shared memory; then each
-// (j, k) goes into the digits at once, with integer atomics.
+// signs' own sums.
+//
+// Fragments (PTX m16n8k32, lane = 4 g + t): a0/a1 = the signs of rows 4t..4t+3 for outputs
+// g / g+8, a2/a3 those of rows 16+4t..16+4t+3; b0/b1 = byte l of x at rows 4t.. / 16+4t..
+// of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at columns 2t, 2t+1. The
+// block reads each step's 32 x 16 dy once, two a thread, and lays their signs out in
+// shared memory as the warps' A fragments (the same for all eight), double-buffered: one
+// barrier a step. Then each (j, k) goes into the digits at once, with integer atomics.
 __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
     int64_t* digits, int64_t count) {
@@ -102,81 +124,99 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   if (!magnitude.holds) return;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
-  const int tile = warp % kColumnWarps, row_warp = warp / kColumnWarps;
   const int64_t in = x.cols, out = dy.cols;
   const int64_t j0 = int64_t{blockIdx.y} * kGroup;
-  const int64_t k_warp = int64_t{blockIdx.x} * kColumns + 8 * tile;  // this warp's 8 columns
+  const int64_t k_warp = int64_t{blockIdx.x} * kColumns + 8 * warp;  // this warp's 8 columns
   const int64_t row_begin = int64_t{blockIdx.z} * kRowsPerChunk;
   const int64_t rows = min(x.rows - row_begin, kRowsPerChunk);
 
-  // This lane's column of x (k_warp + g) as one factor: 2^-lsb, a power of two (x times
-  // it is exact); NaN for a column that takes the general path whole (every element then
-  // fails the window test); 0 past the edge (zeros, inside any window).
-  const int64_t my_column = k_warp + g;
-  double scale = 0.0;
-  if (my_column < in) {
-    const Window window = column_window(x_largest[my_column], magnitude.exponent);
-    scale = window.whole ? CUDART_NAN : ldexp(1.0, -window.lsb);
-  }
-  const bool output_valid[2] = {j0 + g < out, j0 + 8 + g < out};
+  __shared__ uint4 fragments[2][32];   // a step's A fragments, by lane
+  __shared__ int sign_totals[kGroup];  // Σ s over the chunk, by output
+  if (threadIdx.x < kGroup) sign_totals[threadIdx.x] = 0;
 
-  // One step's loads: this lane's 8 rows (4t + i and 16 + 4t + i), its 2 outputs of dy
-  // and its column of x. Loaded a step ahead, so that their latency overlaps a step.
+  // This thread's two dy of each step: row dy_row, outputs dy_j and dy_j + 1, and where
+  // their signs go among the fragments' bytes.
+  const int dy_row = static_cast<int>(threadIdx.x) / 8, dy_j = 2 * (static_cast<int>(threadIdx.x) % 8);
+  int byte_at[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int jj = dy_j + e, part = dy_row / 16, tt = (dy_row % 16) / 4, i = dy_row % 4;
+    byte_at[e] = 16 * (4 * (jj % 8) + tt) + 4 * (2 * part + jj / 8) + i;
+  }
+  const bool dy_valid[2] = {j0 + dy_j < out, j0 + dy_j + 1 < out};
+  int my_sign_sums[2] = {0, 0};
+
+  // This lane's column of x and its window: lsb, or every element outside (a column with
+  // no window); past the edge the lane reads zeros, inside any window.
+  const int64_t my_column = k_warp + g;
+  const bool column_valid = my_column < in;
+  int lsb = 0;
+  bool whole = false;
+  if (column_valid) {
+    const Window window = column_window(x_largest[my_column], magnitude.exponent);
+    lsb = window.lsb;
+    whole = window.whole;
+  }
+  const float* x_column = x.data + (column_valid ? my_column : 0);
+  // Row r of a step, for r < 8: 4t + r, then 16 + 4t + r - 4; its offset from the step's
+  // first row (32-bit: ternary_weight_grad_fits bounds the row stride).
+  auto step_row_of = [&](int r) { return r < 4 ? 4 * t + r : 12 + 4 * t + r; };
+  int x_offset[8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) x_offset[r] = step_row_of(r) * static_cast<int>(x.row_stride);
+  const int dy_offset = dy_row * static_cast<int>(dy.row_stride) + dy_j;
+
   struct Loaded {
-    float dy[2][8], x[8];
+    float dy[2], x[8];
   };
   auto load = [&](int64_t step_row) {
     Loaded loaded;
+    const float* dy_step = dy.data + (row_begin + step_row) * dy.row_stride + j0 + dy_offset;
+    const float* x_step = x_column + (row_begin + step_row) * x.row_stride;
+    if (step_row + kStepRows <= rows && column_valid && dy_valid[1]) {  // the usual case
+#pragma unroll
+      for (int e = 0; e < 2; ++e) loaded.dy[e] = dy_step[e];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) loaded.x[r] = x_step[x_offset[r]];
+      return loaded;
+    }
+    const bool dy_row_valid = step_row + dy_row < rows;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) loaded.dy[e] = dy_row_valid && dy_valid[e] ? dy_step[e] : 0.0f;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-      const int64_t local = step_row + (r < 4 ? 4 * t + r : 16 + 4 * t + r - 4);
-      const bool row_valid = local < rows;
-      const int64_t row = row_begin + local;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        loaded.dy[h][r] = row_valid && output_valid[h] ? dy.data[row * dy.row_stride + j0 + 8 * h + g] : 0.0f;
-      }
-      loaded.x[r] = row_valid && my_column < in ? x.data[row * x.row_stride + my_column] : 0.0f;
+      loaded.x[r] = step_row + step_row_of(r) < rows && column_valid ? x_step[x_offset[r]] : 0.0f;
     }
     return loaded;
   };
 
-  int sums[kLimbs][4] = {};     // [limb][fragment d0..d3]
-  int sign_sums[2] = {0, 0};    // Σ s over this lane's rows, outputs g and g + 8
-  constexpr int64_t kStride = int64_t{kStepRows} * kRowWarps;
-  Loaded next = load(int64_t{kStepRows} * row_warp);
-  for (int64_t step_row = int64_t{kStepRows} * row_warp; step_row < rows; step_row += kStride) {
+  int sums[kLimbs][4] = {};  // [limb][fragment d0..d3]
+  Loaded next = load(0);
+  int buffer = 0;
+  for (int64_t step_row = 0; step_row < rows; step_row += kStepRows, buffer ^= 1) {
     const Loaded current = next;
-    if (step_row + kStride < rows) next = load(step_row + kStride);
-    // The signs as s8 bytes (-1 is 0xff), four rows a register.
-    unsigned a[4];
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(fragments[buffer]);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int part = 0; part < 2; ++part) {
-        unsigned packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int s = sign_of(current.dy[h][4 * part + i]);
-          sign_sums[h] += s;
-          packed |= (static_cast<unsigned>(s) & 0xffu) << (8 * i);
-        }
-        a[2 * part + h] = packed;
-      }
+    for (int e = 0; e < 2; ++e) {
+      const int s = sign_of(current.dy[e]);
+      my_sign_sums[e] += s;
+      bytes[byte_at[e]] = static_cast<unsigned char>(s);
     }
-    unsigned long long u[8];
+    __syncthreads();  // the step's fragments are laid out (and last-but-one step's read)
+    const uint4 a = fragments[buffer][lane];
+    if (step_row + kStepRows < rows) next = load(step_row + kStepRows);
+    Offset u[8];
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-      double fixed = static_cast<double>(current.x[r]) * scale;
-      // An integer below 2^44 (false for NaN and the infinities too).
-      if (!(fabs(fixed) < kWindowLimit && fixed == trunc(fixed))) {
-        const int64_t local = step_row + (r < 4 ? 4 * t + r : 16 + 4 * t + r - 4);
-        if (local < rows) {  // (a row past the chunk's end reads 0, NaN in a whole column)
+      bool outside;
+      u[r] = offset_fixed(current.x[r], lsb, outside);
+      if (outside || whole) {
+        const int64_t local = step_row + step_row_of(r);
+        if (local < rows) {
           add_outside_window(dy, current.x[r], row_begin + local, my_column, j0, in, digits, count);
         }
-        fixed = 0.0;
+        u[r] = {0u, 1u << (kWindowBits - 32)};  // 2^44: 0 in the window's sums
       }
-      u[r] = static_cast<unsigned long long>(static_cast<long long>(fixed) + (1ll << kWindowBits));
     }
     __syncwarp();  // mma.sync wants the whole warp
 #pragma unroll
@@ -184,53 +224,21 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
       imma_16x8x32(sums[limb], a, byte_of_four(u, 0, limb), byte_of_four(u, 4, limb));
     }
   }
-
-  // The signs' sums of outputs g and g + 8 over the warp's rows: the four lanes of a g
-  // hold its rows between them.
+  // Σ s of each output over the chunk (integers: exact in any order).
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    sign_sums[h] += __shfl_xor_sync(0xffffffffu, sign_sums[h], 1);
-    sign_sums[h] += __shfl_xor_sync(0xffffffffu, sign_sums[h], 2);
-  }
-  // The row warps' sums added in shared memory (integers: exact), into row warp 0's.
-  constexpr int kWords = kLimbs * 4 + 2;
-  __shared__ int shared_sums[kRowWarps - 1][kColumnWarps][kWords][32];
-  if (row_warp > 0) {
-    int* mine = &shared_sums[row_warp - 1][tile][0][lane];
-    int w = 0;
-#pragma unroll
-    for (int limb = 0; limb < kLimbs; ++limb) {
-#pragma unroll
-      for (int d = 0; d < 4; ++d) mine[32 * w++] = sums[limb][d];
-    }
-    mine[32 * w++] = sign_sums[0];
-    mine[32 * w] = sign_sums[1];
-  }
+  for (int e = 0; e < 2; ++e) atomicAdd(&sign_totals[dy_j + e], my_sign_sums[e]);
   __syncthreads();
-  if (row_warp > 0) return;
-  for (int other = 0; other < kRowWarps - 1; ++other) {
-    const int* theirs = &shared_sums[other][tile][0][lane];
-    int w = 0;
-#pragma unroll
-    for (int limb = 0; limb < kLimbs; ++limb) {
-#pragma unroll
-      for (int d = 0; d < 4; ++d) sums[limb][d] += theirs[32 * w++];
-    }
-    sign_sums[0] += theirs[32 * w++];
-    sign_sums[1] += theirs[32 * w];
-  }
 
   // Each of this lane's 4 sums: Σ s v = Σ_l 2^(8 l) (Σ s u_l) - 2^44 Σ s, times f's
-  // significand, into the digits at the window's unit times f's. (Σ s over rows: the
-  // four lanes of a g hold the same total now.)
+  // significand, into the digits at the window's unit times f's.
 #pragma unroll
   for (int d = 0; d < 4; ++d) {
-    const int64_t j = j0 + g + (d < 2 ? 0 : 8);
-    const int64_t k = k_warp + 2 * t + (d % 2);
+    const int jj = g + (d < 2 ? 0 : 8);
+    const int64_t j = j0 + jj, k = k_warp + 2 * t + (d % 2);
     if (j >= out || k >= in) continue;
     const Window window = column_window(x_largest[k], magnitude.exponent);
     if (window.whole) continue;
-    exact::Int128 total = -(exact::Int128{sign_sums[d < 2 ? 0 : 1]} << kWindowBits);
+    exact::Int128 total = -(exact::Int128{sign_totals[jj]} << kWindowBits);
 #pragma unroll
     for (int limb = 0; limb < kLimbs; ++limb) total += exact::Int128{sums[limb][d]} << (8 * limb);
     if (total == 0) continue;
@@ -243,8 +251,10 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
 }  // namespace
 
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
+  // Row offsets within a step are 32-bit.
   return cuda::ceil_div(x.rows, kRowsPerChunk) <= 65535 &&
-         cuda::ceil_div(grad_y.cols, kGroup) <= 65535 && cuda::ceil_div(x.cols, kColumns) <= 0x7fffffff;
+         cuda::ceil_div(grad_y.cols, kGroup) <= 65535 && cuda::ceil_div(x.cols, kColumns) <= 0x7fffffff &&
+         x.row_stride * kStepRows < (int64_t{1} << 31) && grad_y.row_stride * kStepRows < (int64_t{1} << 31);
 }
 
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
