@@ -20,6 +20,17 @@ std::string percent(double fraction) {
   return text;
 }
 
+// Where each step's mask starts: one whole mask over every replica's rows per step,
+// from the first word after the data's.
+struct MaskOffsets {
+  uint64_t first = 0, per_step = 0;
+  uint64_t at(int64_t step) const { return first + static_cast<uint64_t>(step) * per_step; }
+};
+
+MaskOffsets mask_offsets(const ReproConfig& config, uint64_t random_offset) {
+  return {random_offset, nn::dropout_positions(config.data_parallel_size * config.rows, config.out_features)};
+}
+
 // The one-rank mask of step `step` over every replica's rows (1 kept, 0 dropped), on the host.
 Tensor one_rank_mask(const ReproConfig& config, uint64_t random_offset, int64_t step) {
   const nn::DropoutMask mask{static_cast<float>(config.dropout), config.seed,
@@ -34,10 +45,9 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   const int64_t global_count = dp * rows * out;
   const float p = static_cast<float>(config.dropout);
   const uint64_t seed = config.seed;
-  const uint64_t first_offset = dropout_mask_offset(config, data.random_offset, 0);
-  const uint64_t per_step = nn::dropout_positions(dp * rows, out);
   // Every rank advances the offset by one whole mask per step, so each step draws fresh words.
-  const auto offset_at = [=](int64_t step) { return first_offset + static_cast<uint64_t>(step) * per_step; };
+  const MaskOffsets offsets = mask_offsets(config, data.random_offset);
+  const auto offset_at = [=](int64_t step) { return offsets.at(step); };
 
   ScenarioPlan plan;
   plan.reference = [=](const nn::Linear& model, StepContext& context) {
@@ -71,7 +81,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
     double kept = 0;
     for (const float value : mask.to_vector()) kept += value;
     kept /= static_cast<double>(mask.numel());
-    int64_t outside_first_shards = rows - shard_of(rows, sp, 0).count;
+    const int64_t outside_first_shards = rows - shard_of(rows, sp, 0).count;
     const double q = 1.0 - static_cast<double>(p);
     const double expected = 2 * q * (1 - q) * static_cast<double>(outside_first_shards) / static_cast<double>(rows);
     plan.notes = {
@@ -79,8 +89,8 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
                        nn::dropout_scale(p), "; the mask of element"),
         detail::concat("            (row, column) is word offset + row x ", out,
                        " + column of repro.seed's stream, row the"),
-        detail::concat("            global row of all ", dp * rows, " rows; offset ", first_offset,
-                       " (after the data's words), + ", per_step, " a step"),
+        detail::concat("            global row of all ", dp * rows, " rows; offset ", offsets.first,
+                       " (after the data's words), + ", offsets.per_step, " a step"),
         detail::concat("masks       step 1's one-rank mask keeps ", percent(kept), " (1 - p = ", percent(q),
                        "); with the same seed and"),
         detail::concat("            offset on every rank, ",
@@ -101,8 +111,7 @@ void check(const ReproConfig& config) {
 }  // namespace
 
 uint64_t dropout_mask_offset(const ReproConfig& config, uint64_t random_offset, int64_t step) {
-  return random_offset + static_cast<uint64_t>(step) *
-                             nn::dropout_positions(config.data_parallel_size * config.rows, config.out_features);
+  return mask_offsets(config, random_offset).at(step);
 }
 
 double same_offset_mask_mismatch(const ReproConfig& config, uint64_t random_offset, int64_t step) {
