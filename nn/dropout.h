@@ -10,7 +10,7 @@
 // A rank that holds rows [a, b) and passes first_row = a therefore reads exactly the
 // words one rank reads for those rows when it holds them all. A rank that passes
 // first_row = 0 for its own shard reads the words of the sequence's first rows instead:
-// every shard then gets the first shard's mask (the sequence-parallel dropout bug).
+// every shard then gets the first shard's mask rather than its own rows' mask.
 //
 // The numbers, each computed once on the host from p and then shared by both devices:
 //
