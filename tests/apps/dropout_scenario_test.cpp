@@ -145,7 +145,7 @@ TEST_CASE("dropout: p = 0 is refused by the scenario, p outside [0, 1) by the co
   config.dropout = 0;
   CHECK_THROWS_AS(dropout_scenario().check(config), InputError);
   CHECK_THROWS_WITH(dropout_scenario().check(config), Catch::Contains("repro.dropout = 0 drops nothing"));
-  for (const std::string& value : {"1", "1.5", "-0.1", "0.99999999", "nan", "1e-300"}) {
+  for (const std::string value : {"1", "1.5", "-0.1", "0.99999999", "nan", "1e-300"}) {
     INFO(value);
     CHECK_THROWS_AS(parse_config("", {"repro.dropout=" + value}, "test"), InputError);
     CHECK_THROWS_WITH(parse_config("", {"repro.dropout=" + value}, "test"), Catch::Contains("repro.dropout"));
