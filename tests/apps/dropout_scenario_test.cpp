@@ -140,7 +140,7 @@ TEST_CASE("dropout: the report, the notes and the dump's one-rank mask", "[app]"
   CHECK(test::bitwise_equal(inputs[3].second, expected));
 }
 
-TEST_CASE("dropout: p = 0 is refused by the scenario, p outside [0, 1) by the config", "[app]") {
+TEST_CASE("dropout: p = 0 is refused by the scenario, p of 1 or more or below 0 by the config", "[app]") {
   ReproConfig config = small(4, 1);
   config.dropout = 0;
   CHECK_THROWS_AS(dropout_scenario().check(config), InputError);
