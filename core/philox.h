@@ -10,17 +10,23 @@
 // (n / 4) % 65536 in its upper 64 bits and the position (n / 4) / 65536 in its lower
 // 64 bits. Normal values come in Box-Muller pairs from consecutive values, in float,
 // with the C library's logf and sincosf, as cuRAND computes them on the host.
+//
+// The block function and the stream layout are integer arithmetic only, compiled for
+// the host and for CUDA kernels alike (SEQPAR_HOST_DEVICE): a kernel that reads the
+// stream gets the host's words bit for bit (nn/dropout.cu does).
 #pragma once
 
 #include <array>
 #include <cmath>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace seqpar::philox {
 
 using Block = std::array<uint32_t, 4>;
 
-inline Block philox4x32_10(Block counter, uint64_t key) {
+SEQPAR_HOST_DEVICE Block philox4x32_10(Block counter, uint64_t key) {
   constexpr uint32_t kMultiplier0 = 0xD2511F53u, kMultiplier1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   uint32_t key0 = static_cast<uint32_t>(key), key1 = static_cast<uint32_t>(key >> 32);
@@ -37,21 +43,26 @@ inline Block philox4x32_10(Block counter, uint64_t key) {
   return counter;
 }
 
+constexpr uint64_t kSubsequences = 65536;
+
+// Values 4 * index .. 4 * index + 3 of cuRAND's host stream for `seed`.
+SEQPAR_HOST_DEVICE Block stream_block(uint64_t seed, uint64_t index) {
+  const uint64_t subsequence = index % kSubsequences, step = index / kSubsequences;
+  return philox4x32_10({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
+                        static_cast<uint32_t>(subsequence),
+                        static_cast<uint32_t>(subsequence >> 32)},
+                       seed);
+}
+
 // cuRAND's host stream for `seed`, read from any position.
 class HostStream {
  public:
-  static constexpr uint64_t kSubsequences = 65536;
+  static constexpr uint64_t kSubsequences = philox::kSubsequences;
 
   explicit HostStream(uint64_t seed) : seed_(seed) {}
 
   // Values 4 * index .. 4 * index + 3 of the stream.
-  Block block(uint64_t index) const {
-    const uint64_t subsequence = index % kSubsequences, step = index / kSubsequences;
-    return philox4x32_10({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
-                          static_cast<uint32_t>(subsequence),
-                          static_cast<uint32_t>(subsequence >> 32)},
-                         seed_);
-  }
+  Block block(uint64_t index) const { return stream_block(seed_, index); }
 
   uint32_t at(uint64_t position) {
     if (position / 4 != cached_block_) {

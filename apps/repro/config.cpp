@@ -133,6 +133,7 @@ const std::map<std::string, Reader>& schema() {
       {"repro.in_features", integer_into(&ReproConfig::in_features)},
       {"repro.out_features", integer_into(&ReproConfig::out_features)},
       {"repro.steps", integer_into(&ReproConfig::steps)},
+      {"repro.dropout", number_into(&ReproConfig::dropout)},
       {"repro.scenario", read_scenario},
       {"ds_config.zero_optimization.stage", read_zero_stage},
   };
@@ -296,7 +297,7 @@ std::string to_toml(const ReproConfig& c) {
   }
   toml::table repro{{"seed", static_cast<int64_t>(c.seed)}, {"rows", c.rows},
                     {"in_features", c.in_features}, {"out_features", c.out_features},
-                    {"steps", c.steps}, {"scenario", c.scenario}};
+                    {"steps", c.steps}, {"dropout", c.dropout}, {"scenario", c.scenario}};
   std::ostringstream out;
   out << toml::table{{"ds_config", ds_config}, {"repro", repro}} << '\n';
   return out.str();

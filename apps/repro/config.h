@@ -37,6 +37,9 @@ struct ReproConfig {
   int64_t in_features = 640;
   int64_t out_features = 16;
   int64_t steps = 1;
+  // repro.dropout: the drop probability of the dropout scenario's dropout on the Linear's
+  // output, in [0, 1) also in float32 (other scenarios do not read it).
+  double dropout = 0.1;
   std::string scenario = "issue-6868";  // repro.scenario (apps/repro/scenario_list.h)
   // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
   // listed in the report. Not part of the scenario: to_toml leaves them out.

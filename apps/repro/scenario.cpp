@@ -182,6 +182,7 @@ RankData draw_data(const ReproConfig& config, Device device) {
   // transient copies on every rank at once would set the run's peak memory.
   if (config.data_parallel_size == 1) {
     data.inputs = generator.randn({config.rows, config.in_features}, device);
+    data.random_offset = generator.offset();
     return data;
   }
   data.inputs = Tensor::empty({config.data_parallel_size * config.rows, config.in_features}, device);
@@ -189,6 +190,7 @@ RankData draw_data(const ReproConfig& config, Device device) {
     data.inputs.narrow(0, replica * config.rows, config.rows)
         .copy_(generator.randn({config.rows, config.in_features}, device));
   }
+  data.random_offset = generator.offset();
   return data;
 }
 

@@ -57,6 +57,9 @@ struct RunResults {
 struct RankData {
   Tensor inputs;  // all replicas' rows, [dp * rows, in]
   Tensor initial_weight, initial_bias;
+  // The Generator's offset after these draws: where a scenario's own random numbers
+  // (the dropout scenario's masks) start in repro.seed's stream, fresh words after the data's.
+  uint64_t random_offset = 0;
 };
 RankData draw_data(const ReproConfig& config, Device device);
 

@@ -20,6 +20,10 @@ const std::vector<ScenarioInfo>& scenario_list() {
        "the norm gradient clipping uses: a mean of per-rank norms, a replicated\n"
        "gradient counted on every rank (sqrt(sp)), each element once\n"
        "(configs/clipping-norms.toml)"},
+      {"dropout",
+       "dropout on the Linear's output: the same seed and offset on every rank gives\n"
+       "every shard the first shard's mask; a mask keyed by the global row is exact\n"
+       "(configs/dropout.toml)"},
   };
   return list;
 }

@@ -81,6 +81,15 @@ void check_beta(double beta, const char* which) {
                      ": must be in [0, 1)", beta < 1 ? " also in float32 (it rounds to 1)" : "");
 }
 
+// A probability p with p < 1 also in float32, which the dropout op takes: 0.99999999
+// is below 1 as a double but rounds to 1, which keeps nothing and scales by infinity.
+void check_drop_probability(double p, const char* key) {
+  check_float(p, key, 0, true, 1);
+  SEQPAR_INPUT_CHECK(static_cast<float>(p) < 1.0f, "config key ", key, " = ", number(p),
+                     ": the drop probability must be in [0, 1)",
+                     p < 1 ? " also in float32 (it rounds to 1)" : "");
+}
+
 }  // namespace
 
 ScenarioSizes checked_sizes(const ReproConfig& c) {
@@ -136,6 +145,7 @@ void validate(const ReproConfig& c) {
   check_float(c.adamw.eps, kEps, 0, false, kMaxEps);
   check_float(c.adamw.weight_decay, kWeightDecay, 0, true, kMaxWeightDecay);
   check_float(c.gradient_clipping, kClipping, 0, true, FLT_MAX);  // 0 turns clipping off
+  check_drop_probability(c.dropout, "repro.dropout");
   estimated_memory_bytes(c);  // overflow-checks the estimate's products
 }
 

@@ -97,6 +97,10 @@ check "lr 0" 2 "lr = 0: must be in (0, 1]" -- --set ds_config.optimizer.params.l
 check "lr below float32" 2 "not representable in float32" -- --set ds_config.optimizer.params.lr=1e-60
 check "beta rounds to 1" 2 "betas[1] = 0.99999999" -- \
   --set 'ds_config.optimizer.params.betas=[0.9, 0.99999999]'
+check "dropout 1" 2 "repro.dropout = 1: the drop probability must be in [0, 1)" -- --set repro.dropout=1
+check "dropout rounds to 1" 2 "repro.dropout = 0.99999999" -- --set repro.dropout=0.99999999
+check "dropout nan" 2 "repro.dropout = nan" -- --set repro.dropout=nan
+check "dropout scenario, p 0" 2 "repro.dropout = 0 drops nothing" -- --scenario dropout --set repro.dropout=0
 check "set with line breaks" 2 "control characters" -- --set $'repro.rows=64\n[repro]\nseed = 5'
 check "set empty key part" 2 "empty key part" -- --set 'repro.=3'
 check "set leading dot" 2 "empty key part" -- --set '.rows=3'
