@@ -107,6 +107,21 @@ void combine_across_ranks(ExactSums& sums) {
   if (current_combiner != nullptr) current_combiner->combine(sums);
 }
 
+void AccumulatedSums::combine(ExactSums& sums) {
+  if (across_ != nullptr) across_->combine(sums);
+  if (next_ == totals_.size()) {
+    totals_.emplace_back(sums.count(), sums.device());
+  }
+  ExactSums& total = totals_[next_];
+  SEQPAR_CHECK(total.count() == sums.count() && total.device() == sums.device(),
+               "AccumulatedSums: combine ", next_ + 1, " of this pass has ", sums.count(),
+               " sums on ", sums.device(), ", but the first pass's had ", total.count(), " on ",
+               total.device(), " (every pass must run the same ops)");
+  total.add(sums);
+  sums.copy_from(total);
+  ++next_;
+}
+
 void check_term_count(const char* op, int64_t terms) {
   SEQPAR_CHECK(terms <= kMaxTerms, op, ": a sum of ", terms,
                " terms exceeds the exact sums' range of ", kMaxTerms,

@@ -69,6 +69,32 @@ class CrossRankScope {
   CrossRankSums* previous_;
 };
 
+// Gradient accumulation without rounding: the sums of successive passes (the
+// micro-batches of one optimizer step) added exactly. The n-th combine of a pass adds
+// `sums` (first combined across ranks by `across`, when given) into the n-th running
+// total and hands the total back, so each pass's rounded outputs are the sums over every
+// pass so far, rounded once. A caller that zeroes its gradients before each pass thus
+// ends the step with gradients bitwise equal to one pass over all the micro-batches'
+// rows. Every pass makes the same combines, with the same counts, in the same order
+// (backward over the same graph does).
+class AccumulatedSums final : public CrossRankSums {
+ public:
+  explicit AccumulatedSums(CrossRankSums* across = nullptr) : across_(across) {}
+  // The next combine is the first of a new pass.
+  void start_pass() { next_ = 0; }
+  // Forgets the running totals (a new optimizer step).
+  void reset() {
+    totals_.clear();
+    next_ = 0;
+  }
+  void combine(ExactSums& sums) override;
+
+ private:
+  CrossRankSums* across_;
+  std::vector<ExactSums> totals_;
+  size_t next_ = 0;
+};
+
 // Adds the sums of every rank of the current scope's group; nothing outside a scope.
 void combine_across_ranks(ExactSums& sums);
 

@@ -124,6 +124,7 @@ std::string name_scale(double ratio, int sp, int dp, double tolerance) {
       {"sp", s},       {"1/sp", 1 / s},          {"dp", d},     {"1/dp", 1 / d},
       {"sp*dp", s * d}, {"1/(sp*dp)", 1 / (s * d)}, {"sqrt(sp)", std::sqrt(s)},
       {"1/sqrt(sp)", 1 / std::sqrt(s)}, {"sp/dp", s / d}, {"dp/sp", d / s},
+      {"sqrt(sp*dp)", std::sqrt(s * d)}, {"1/sqrt(sp*dp)", 1 / std::sqrt(s * d)},
   };
   for (const auto& candidate : candidates) {
     if (std::fabs(candidate.factor - 1.0) <= tolerance) continue;  // no mistake looks like 1

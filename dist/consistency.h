@@ -96,7 +96,7 @@ uint64_t fingerprint(const std::vector<Tensor>& tensors);
 // Names a gradient-scale ratio against the factors that gradient-scale mistakes
 // produce in a sequence-parallel group of `sp` ranks (and `dp` replicas): "x sp (4)",
 // "x 1/sp (0.25)", "x sqrt(sp) (2)", "x 1/sqrt(sp)", "x dp", "x 1/dp", "x sp*dp",
-// "x 1/(sp*dp)", each only where the factor is not 1; where two coincide, the plainer
+// "x 1/(sp*dp)", "x sqrt(sp*dp)", each only where the factor is not 1; where two coincide, the plainer
 // (sp, dp, their product) before the square roots. "" for a ratio within
 // `tolerance` (relative) of 1 or of none of them.
 std::string name_scale(double ratio, int sp, int dp = 1, double tolerance = 1e-3);

@@ -23,7 +23,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -I. -DTOML_HEADER_ONLY=1 -DTOML_EXCEPTIONS=1)
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
          apps/repro/config_input.cpp apps/repro/validate.cpp apps/repro/options.cpp
-         apps/repro/policy_list.cpp core/command_line.cpp core/error.cpp)
+         apps/repro/policy_list.cpp apps/repro/scenario_list.cpp core/command_line.cpp core/error.cpp)
 # yaml-cpp (the YAML configs), its static library as the app links it.
 libraries=(-l:libyaml-cpp.a)
 # The shared sources once, then one link per harness.

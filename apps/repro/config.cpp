@@ -10,6 +10,7 @@
 
 #include "apps/repro/config_formats.h"
 #include "apps/repro/config_input.h"
+#include "apps/repro/scenario_list.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -87,9 +88,9 @@ void read_optimizer_type(const toml::node& node, const std::string& key, ReproCo
 
 void read_scenario(const toml::node& node, const std::string& key, ReproConfig& config) {
   const std::optional<std::string> name = node.value<std::string>();
-  SEQPAR_INPUT_CHECK(node.is_string() && (*name == "issue-6868" || *name == "zero-stage"),
-                     "config key ", key, " = ", describe(node),
-                     ": expected \"issue-6868\" or \"zero-stage\" (seqpar-repro --list-scenarios)");
+  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(*name), "config key ", key, " = ",
+                     describe(node), ": expected one of ", scenario_names(),
+                     " (seqpar-repro --list-scenarios)");
   config.scenario = *name;
 }
 

@@ -34,7 +34,7 @@ struct ReproConfig {
   int64_t in_features = 640;
   int64_t out_features = 16;
   int64_t steps = 1;
-  std::string scenario = "issue-6868";  // repro.scenario: issue-6868 | zero-stage
+  std::string scenario = "issue-6868";  // repro.scenario (apps/repro/scenario_list.h)
   // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
   // listed in the report. Not part of the scenario: to_toml leaves them out.
   std::vector<ConfigNote> ignored;

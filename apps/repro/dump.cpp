@@ -69,6 +69,8 @@ void remove_earlier_dump(const std::string& directory) {
   }
 }
 
+}  // namespace
+
 // The flat [weight..., bias...] vector as the two named tensors.
 NamedTensors unflatten(const std::vector<float>& flat, const ReproConfig& config,
                        const std::string& prefix) {
@@ -87,6 +89,8 @@ NamedTensors parameters_and_gradients(const std::vector<float>& parameters,
   for (auto& named : unflatten(gradients, config, "grad.")) tensors.push_back(std::move(named));
   return tensors;
 }
+
+namespace {
 
 }  // namespace
 
@@ -136,6 +140,35 @@ void write_dump(const std::string& directory, const RunResults& results, bool ov
   } catch (...) {
     // Half a dump would be read as a whole one: take away what this run wrote.
     for (const std::string& file : files) ::unlink(file.c_str());
+    for (auto folder = created.rbegin(); folder != created.rend(); ++folder) ::rmdir(folder->c_str());
+    throw;
+  }
+}
+
+void write_dump_files(const std::string& directory,
+                      const std::vector<std::pair<std::string, NamedTensors>>& files,
+                      const ReproConfig& config, bool overwrite) {
+  check_dump_directory(directory, overwrite);
+  const std::map<std::string, std::string> metadata = {{"config", to_toml(config)},
+                                                       {"producer", "seqpar-repro"}};
+  std::vector<std::string> created, written;
+  try {
+    make_directory(directory, created);
+    if (overwrite) {
+      for (const std::string& name : entries_of(directory)) {
+        const std::string suffix = ".safetensors";
+        if (name.size() > suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          ::unlink((directory + "/" + name).c_str());
+        }
+      }
+    }
+    for (const auto& [name, tensors] : files) {
+      written.push_back(directory + "/" + name);
+      save_safetensors(written.back(), tensors, metadata, true);
+    }
+  } catch (...) {
+    for (const std::string& file : written) ::unlink(file.c_str());
     for (auto folder = created.rbegin(); folder != created.rend(); ++folder) ::rmdir(folder->c_str());
     throw;
   }

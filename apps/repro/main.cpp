@@ -12,8 +12,10 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/config_input.h"
 #include "apps/repro/options.h"
+#include "apps/repro/pitfall.h"
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
+#include "apps/repro/scenario_list.h"
 #include "apps/repro/zero_stage.h"
 #include "apps/repro/validate.h"
 #include "core/error.h"
@@ -22,7 +24,6 @@
 #include "dist/environment.h"
 #include "dist/launcher.h"
 #include "dist/local_process_group.h"
-#include "dist/mesh.h"
 #ifdef SEQPAR_WITH_NCCL
 #include "dist/nccl_process_group.h"
 #endif
@@ -178,13 +179,6 @@ std::optional<Results> run_world(const Placement& placement,
   return results;
 }
 
-const char* const kScenarioList =
-    "issue-6868   DeepSpeed #6868: the report's sp 4 run; the bug, the usual fix and the exact\n"
-    "             policy, each against one-rank training (the default)\n"
-    "zero-stage   the gradient's scale under ZeRO 0-2's and ZeRO-3's reductions with each loss\n"
-    "             convention (local mean, global count, all-gather with a sum or a slice\n"
-    "             backward): 1, sp or 1/sp, measured (configs/zero-stage.toml)\n";
-
 int run(int argc, char** argv) {
   const std::vector<std::string> arguments(argv + 1, argv + argc);
   const Options options = parse_options(arguments);
@@ -205,7 +199,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (options.list_scenarios) {
-    std::cout << kScenarioList;
+    std::cout << scenario_list_text();
     return 0;
   }
   std::vector<const Policy*> policies;
@@ -241,6 +235,29 @@ int run(int argc, char** argv) {
     if (!options.json_path.empty()) {
       out.flush();
       write_zero_stage_json(options.json_path, *results);
+      if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+    }
+    return 0;
+  }
+  if (const PitfallScenario* scenario = pitfall_scenario_named(config.scenario)) {
+    scenario->check(config);
+    const bool dump = !options.dump_directory.empty();
+    const auto results = run_world<PitfallResults>(
+        placement, launched, config, timeout,
+        [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {
+          return run_pitfall(*scenario, rank_groups(world, config), config, placement.device,
+                             placement.description, dump, progress);
+        });
+    if (!results) return 0;
+    std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
+    print_pitfall(out, *results);
+    if (dump) {
+      write_dump_files(options.dump_directory, results->dump, config, options.overwrite);
+      out << "\nsafetensors dump: " << options.dump_directory << '\n';
+    }
+    if (!options.json_path.empty()) {
+      out.flush();
+      write_pitfall_json(options.json_path, *results);
       if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
     }
     return 0;

@@ -4,6 +4,7 @@
 
 #include "apps/repro/config_input.h"
 #include "apps/repro/policy.h"
+#include "apps/repro/scenario_list.h"
 #include "core/command_line.h"
 #include "core/error.h"
 
@@ -52,6 +53,12 @@ double parse_timeout(const std::string& text) {
   return seconds;
 }
 
+std::string scenario_named(const std::string& value) {
+  std::vector<std::string> names;
+  for (const ScenarioInfo& info : scenario_list()) names.emplace_back(info.name);
+  return one_of("--scenario", value, names);
+}
+
 }  // namespace
 
 Options parse_options(const std::vector<std::string>& arguments) {
@@ -71,7 +78,7 @@ Options parse_options(const std::vector<std::string>& arguments) {
       // --scenario NAME is --set repro.scenario="NAME", so a config's choice can be overridden.
       {{"--scenario"}, true, [&](const std::string& v) {
          options.overrides.push_back("repro.scenario=\"" +
-                                     one_of("--scenario", v, {"issue-6868", "zero-stage"}) + "\"");
+                                     scenario_named(v) + "\"");
        }},
       text({"--config"}, options.config_path),
       {{"--policy"}, true, [&](const std::string& v) {

@@ -9,6 +9,7 @@
 
 #include "apps/repro/analysis.h"
 #include "apps/repro/scenario.h"
+#include "core/safetensors.h"
 
 namespace seqpar::repro {
 
@@ -35,5 +36,16 @@ void write_dump(const std::string& directory, const RunResults& results, bool ov
 // Fails (seqpar::InputError) when write_dump could not write to `directory`: it is a
 // file, a non-empty directory without `overwrite`, or its parent is missing.
 void check_dump_directory(const std::string& directory, bool overwrite);
+
+// A flat dump: DIR/<name> for each named file, each read back before it is put in
+// place; with `overwrite` the directory's earlier *.safetensors files go first. A failed
+// dump removes what it wrote. The config is every file's metadata.
+void write_dump_files(const std::string& directory,
+                      const std::vector<std::pair<std::string, NamedTensors>>& files,
+                      const ReproConfig& config, bool overwrite);
+
+// The flat [weight..., bias...] vector as the tensors `prefix`weight and `prefix`bias.
+NamedTensors unflatten(const std::vector<float>& flat, const ReproConfig& config,
+                       const std::string& prefix);
 
 }  // namespace seqpar::repro

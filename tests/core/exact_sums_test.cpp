@@ -226,6 +226,58 @@ TEST_CASE("combine_across_ranks uses the innermost CrossRankScope", "[exact][cpu
   for (size_t w = static_cast<size_t>(sums.count()); w < after.size(); ++w) CHECK(after[w] == before[w]);
 }
 
+TEST_CASE("AccumulatedSums: passes add exactly and round once, as one pass over every term",
+          "[exact][cpu]") {
+  // Three passes of two combines each (5 and 3 sums). Values within 2^-10..2^10, so the
+  // double sum of three is exact and its float rounding is the correctly rounded total.
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  constexpr int kPasses = 3;
+  const int64_t counts[2] = {5, 3};
+  std::vector<std::vector<float>> values[2];
+  for (int which = 0; which < 2; ++which) {
+    for (int pass = 0; pass < kPasses; ++pass) {
+      std::vector<float> v(static_cast<size_t>(counts[which]));
+      for (float& x : v) x = (rng() % 2 ? 1.0f : -1.0f) * random_float(rng, -10, 10);
+      values[which].push_back(v);
+    }
+  }
+  RecordingCombiner across(0);
+  exact::AccumulatedSums accumulated(&across);
+  std::vector<float> rounded[2];
+  for (int pass = 0; pass < kPasses; ++pass) {
+    accumulated.start_pass();
+    for (int which = 0; which < 2; ++which) {
+      exact::ExactSums sums =
+          exact::ExactSums::of_values(Tensor::from_data({counts[which]}, values[which][pass]));
+      accumulated.combine(sums);
+      const Tensor out = Tensor::empty({counts[which]});
+      sums.round_into(out);
+      rounded[which] = out.to_vector();
+    }
+  }
+  CHECK(across.calls.size() == 2 * kPasses);  // each pass is combined across ranks first
+  for (int which = 0; which < 2; ++which) {
+    for (int64_t i = 0; i < counts[which]; ++i) {
+      double total = 0;
+      for (int pass = 0; pass < kPasses; ++pass) total += values[which][pass][static_cast<size_t>(i)];
+      CHECK(rounded[which][static_cast<size_t>(i)] == static_cast<float>(total));
+    }
+  }
+  // A pass that runs other ops is refused, naming the combine.
+  accumulated.start_pass();
+  exact::ExactSums wrong = exact::ExactSums::of_values(Tensor::from_data({4}, {1, 2, 3, 4}));
+  CHECK_THROWS_WITH(accumulated.combine(wrong), Catch::Contains("combine 1") && Catch::Contains("5"));
+  // After reset the totals start again from zero.
+  accumulated.reset();
+  exact::ExactSums fresh = exact::ExactSums::of_values(Tensor::from_data({4}, {1, 2, 3, 4}));
+  accumulated.combine(fresh);
+  const Tensor out = Tensor::empty({4});
+  fresh.round_into(out);
+  CHECK(out.to_vector() == std::vector<float>{1, 2, 3, 4});
+}
+
 // ---------------------------------------------------------------- 7. CUDA
 
 namespace {

@@ -182,6 +182,8 @@ TEST_CASE("name_scale matches the usual factors and nothing else", "[dist]") {
   CHECK(dist::name_scale(2.0, 4, 2) == "x dp (2)");  // the plainer of two that match
   CHECK(dist::name_scale(0.5, 4, 2) == "x 1/dp (0.5)");
   CHECK(dist::name_scale(8.0, 4, 2) == "x sp*dp (8)");
+  CHECK(dist::name_scale(std::sqrt(8.0), 4, 2) == "x sqrt(sp*dp) (2.83)");
+  CHECK(dist::name_scale(1 / std::sqrt(8.0), 4, 2) == "x 1/sqrt(sp*dp) (0.354)");
   CHECK(dist::name_scale(1.0004, 4) == "");
   CHECK(dist::name_scale(3.0, 4) == "");
   CHECK(dist::name_scale(std::nan(""), 4) == "");

@@ -1,0 +1,299 @@
+#include "apps/repro/pitfall.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+
+#include "apps/repro/report.h"
+#include "core/elementwise.h"
+#include "core/error.h"
+#include "core/output_file.h"
+#include "dist/consistency.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+
+namespace seqpar::repro {
+
+using autograd::Variable;
+
+StepContext::StepContext(int64_t step, const RankGroups* groups, const Parameters& parameters,
+                         exact::AccumulatedSums* exact_sums)
+    : step_(step), groups_(groups), parameters_(parameters), exact_sums_(exact_sums) {}
+
+void StepContext::backward(const Variable& loss) {
+  if (exact_sums_ == nullptr) return loss.backward();
+  // The running totals hold every earlier micro-batch: each pass's rounded gradient
+  // is the step's total so far, so it replaces the one before instead of adding to it.
+  for (const Variable& parameter : parameters_) parameter.zero_grad();
+  exact_sums_->start_pass();
+  const exact::CrossRankScope scope(*exact_sums_);
+  loss.backward();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<float> flat_values(const Parameters& parameters, bool gradients) {
+  std::vector<float> values;
+  for (const Variable& parameter : parameters) {
+    const std::vector<float> part = (gradients ? parameter.grad() : parameter.data()).to_vector();
+    values.insert(values.end(), part.begin(), part.end());
+  }
+  return values;
+}
+
+double norm_of(const std::vector<float>& values) {
+  double sum = 0;
+  for (const float v : values) sum += double(v) * double(v);
+  return std::sqrt(sum);
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+NamedTensors run_tensors(const TrainedRun& run, const ReproConfig& config) {
+  NamedTensors tensors = unflatten(run.final_parameters, config, "");
+  for (auto& named : unflatten(run.first_gradient, config, "grad.")) tensors.push_back(std::move(named));
+  tensors.push_back({"clip_norm", Tensor::from_data({1}, {static_cast<float>(run.first_clip_norm)})});
+  return tensors;
+}
+
+}  // namespace
+
+Variable rows_of(const Tensor& x, int64_t first, int64_t count) {
+  return Variable(x.narrow(0, first, count));
+}
+
+Variable target_of(const Tensor& x, int64_t first, int64_t count, int64_t out) {
+  return Variable(x.narrow(0, first, count).narrow(1, 0, out));
+}
+
+RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank) {
+  const int64_t base = rows / sp, extra = rows % sp;
+  return {sp_rank * base + std::min(sp_rank, extra), base + (sp_rank < extra ? 1 : 0)};
+}
+
+void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups) {
+  for (const Variable& parameter : parameters) {
+    Tensor gradient = parameter.grad();
+    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
+    if (groups.dp > 1) mul_(gradient, 1.0f / static_cast<float>(groups.dp));
+  }
+}
+
+Tensor gradient_norm(const Parameters& parameters) { return optim::grad_norm(parameters); }
+
+TrainedRun train_variant(const Variant& variant, const ReproConfig& config, const RankData& data,
+                         Device device, const RankGroups* groups, Progress* progress) {
+  SEQPAR_CHECK(groups != nullptr || (!variant.reduce && !variant.clip_norm && !variant.exact),
+               "train_variant: the reference runs on one rank and combines nothing");
+  auto model = make_model(config, data, device);
+  const Parameters parameters = model->parameters();
+  optim::AdamW optimizer(parameters, config.adamw);
+  std::unique_ptr<dist::GroupSums> across;
+  std::unique_ptr<exact::AccumulatedSums> exact_sums;
+  if (variant.exact) {
+    across = std::make_unique<dist::GroupSums>(*groups->sequence_data_parallel);
+    exact_sums = std::make_unique<exact::AccumulatedSums>(across.get());
+  }
+  TrainedRun run;
+  for (int64_t step = 0; step < config.steps; ++step) {
+    if (progress != nullptr) progress->set_step(variant.name, step, config.steps);
+    if (groups != nullptr) groups->world->barrier();
+    const auto start = Clock::now();
+    model->zero_grad();
+    if (exact_sums) exact_sums->reset();
+    StepContext context(step, groups, parameters, exact_sums.get());
+    variant.backward(*model, context);
+    if (variant.reduce) variant.reduce(parameters, *groups);
+    const Tensor combined_norm = gradient_norm(parameters);
+    const Tensor clip_norm = variant.clip_norm ? variant.clip_norm(parameters, *groups) : combined_norm;
+    if (step == 0) {
+      run.first_gradient = flat_values(parameters, true);
+      run.first_norm = combined_norm.item();
+      run.first_clip_norm = clip_norm.item();
+    }
+    if (config.gradient_clipping > 0) {
+      optim::clip_grads_with_norm(parameters, config.gradient_clipping, clip_norm);
+    }
+    optimizer.step();
+    (void)clip_norm.item();  // waits for the device: the step's time is its own
+    run.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  run.final_parameters = flat_values(parameters, false);
+  return run;
+}
+
+PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& groups,
+                           const ReproConfig& config, Device device, const std::string& placement,
+                           bool keep_dump, Progress* progress) {
+  scenario.check(config);
+  if (progress != nullptr) progress->set_phase("drawing the data");
+  const RankData data = draw_data(config, device);
+  const ScenarioPlan plan = scenario.plan(config, data, groups);
+  const bool is_root = groups.world->rank() == 0;
+  if (!is_root) progress = nullptr;
+  PitfallResults results;
+  TrainedRun reference;
+  if (is_root) {
+    reference = train_variant(Variant{"one rank", plan.reference, {}, {}, false}, config, data, device,
+                              nullptr, progress);
+    results.reference_norm = reference.first_norm;
+    if (keep_dump) {
+      NamedTensors inputs = {{"x", data.inputs.to(Device::cpu())},
+                             {"weight", data.initial_weight.to(Device::cpu())},
+                             {"bias", data.initial_bias.to(Device::cpu())}};
+      for (const auto& [name, tensor] : plan.dump_tensors) inputs.push_back({name, tensor.to(Device::cpu())});
+      results.dump.push_back({"inputs.safetensors", std::move(inputs)});
+      results.dump.push_back({"reference.safetensors", run_tensors(reference, config)});
+    }
+  }
+  for (size_t i = 0; i < plan.variants.size(); ++i) {
+    const Variant& variant = plan.variants[i];
+    const TrainedRun run = train_variant(variant, config, data, device, &groups, progress);
+    const Tensor mine = Tensor::from_data({static_cast<int64_t>(run.final_parameters.size())},
+                                          run.final_parameters);
+    dist::ConsistencyChecker checker(groups.world, "world");
+    const dist::ConsistencyReport consistency = checker.check(config.steps, {mine.to(device)});
+    if (!is_root) continue;
+    VariantFigures figures;
+    figures.name = variant.name;
+    figures.exact = variant.exact;
+    const double reference_norm = reference.first_norm;
+    const auto scale = [&](double value) { return reference_norm > 0 ? value / reference_norm : 1.0; };
+    figures.gradient_scale = scale(run.first_norm);
+    figures.cause = dist::name_scale(figures.gradient_scale, static_cast<int>(groups.sp),
+                                     static_cast<int>(groups.dp));
+    std::vector<float> difference(run.first_gradient.size());
+    for (size_t e = 0; e < difference.size(); ++e) {
+      difference[e] = static_cast<float>(double(run.first_gradient[e]) - double(reference.first_gradient[e]));
+    }
+    figures.gradient_error = scale(norm_of(difference));
+    figures.clip_norm_scale = scale(run.first_clip_norm);
+    figures.clip_cause = dist::name_scale(figures.clip_norm_scale, static_cast<int>(groups.sp),
+                                          static_cast<int>(groups.dp));
+    figures.ranks_agree = consistency.consistent;
+    figures.equals_reference =
+        std::memcmp(run.final_parameters.data(), reference.final_parameters.data(),
+                    run.final_parameters.size() * sizeof(float)) == 0;
+    for (size_t e = 0; e < run.final_parameters.size(); ++e) {
+      figures.max_difference =
+          std::max(figures.max_difference,
+                   std::fabs(double(run.final_parameters[e]) - double(reference.final_parameters[e])));
+    }
+    figures.seconds_per_step = run.seconds / static_cast<double>(config.steps);
+    results.variants.push_back(figures);
+    if (keep_dump) results.dump.push_back({"variant" + std::to_string(i) + ".safetensors", run_tensors(run, config)});
+  }
+  if (!is_root) return {};
+  results.scenario = scenario.name;
+  results.title = scenario.title;
+  results.why = scenario.why;
+  results.config = config;
+  results.placement = placement;
+  results.mesh_layout = groups.mesh_layout;
+  results.notes = plan.notes;
+  return results;
+}
+
+void print_run_header(std::ostream& out, const ReproConfig& c, const std::string& placement,
+                      const std::string& mesh_layout) {
+  out << "  model       Linear(" << c.in_features << ", " << c.out_features << "), L1 loss; "
+      << c.rows << " rows per replica; " << c.steps << " step(s); gradient_clipping "
+      << c.gradient_clipping << '\n';
+  out << "  placement   " << placement << '\n';
+  out << "  mesh        ";
+  std::string layout = mesh_layout;
+  while (!layout.empty() && layout.back() == '\n') layout.pop_back();
+  for (const char ch : layout) out << ch << (ch == '\n' ? "              " : "");
+  out << '\n';
+}
+
+void print_pitfall(std::ostream& out, const PitfallResults& results) {
+  const ReproConfig& c = results.config;
+  out << "seqpar-repro scenario " << results.scenario << ": " << results.title << "\n\n";
+  print_run_header(out, c, results.placement, results.mesh_layout);
+  for (const std::string& note : results.notes) out << "  " << note << '\n';
+  out << "  one-rank reference: gradient norm " << number_text(results.reference_norm)
+      << " at step 1\n\n";
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-36s %-18s %-10s %-18s %-7s %s\n", "variant",
+                "gradient / 1 rank", "error", "clip norm / 1 rank", "ranks",
+                ("vs one rank after " + std::to_string(c.steps) + " step(s)").c_str());
+  out << line;
+  for (const VariantFigures& f : results.variants) {
+    const std::string gradient = number_text(f.gradient_scale) + (f.cause.empty() ? "" : " " + f.cause);
+    const std::string clip = number_text(f.clip_norm_scale) + (f.clip_cause.empty() ? "" : " " + f.clip_cause);
+    const std::string after = f.equals_reference ? "bitwise equal"
+                                                 : "max |difference| " + number_text(f.max_difference);
+    std::snprintf(line, sizeof line, "  %-36s %-18s %-10s %-18s %-7s %s\n", f.name.c_str(),
+                  gradient.c_str(), number_text(f.gradient_error).c_str(), clip.c_str(),
+                  f.ranks_agree ? "agree" : "DIFFER", after.c_str());
+    out << line;
+  }
+  out << "\n  error: ||g - g_one_rank|| / ||g_one_rank|| at step 1, rank 0's combined gradient.\n";
+  bool exact_ok = true;
+  for (const VariantFigures& f : results.variants) {
+    if (f.exact) exact_ok = exact_ok && f.equals_reference && f.ranks_agree;
+  }
+  out << (exact_ok ? "  exact: every rank's and micro-batch's rows added exactly before one rounding\n"
+                     "  (docs/numerics.md); one-rank training, bit for bit.\n"
+                   : "  exact: NOT bitwise equal to one-rank training, which is a bug.\n");
+  out << '\n';
+  std::string why = results.why;
+  while (!why.empty() && why.back() == '\n') why.pop_back();
+  out << "  why: ";
+  for (const char ch : why) out << ch << (ch == '\n' ? "  " : "");
+  out << '\n';
+}
+
+void write_pitfall_json(const std::string& path, const PitfallResults& results) {
+  const ReproConfig& c = results.config;
+  nlohmann::json variants = nlohmann::json::array();
+  for (const VariantFigures& f : results.variants) {
+    variants.push_back({{"name", f.name},
+                        {"exact", f.exact},
+                        {"gradient_scale", f.gradient_scale},
+                        {"cause", f.cause},
+                        {"gradient_error", f.gradient_error},
+                        {"clip_norm_scale", f.clip_norm_scale},
+                        {"clip_cause", f.clip_cause},
+                        {"ranks_agree", f.ranks_agree},
+                        {"equals_reference", f.equals_reference},
+                        {"max_difference_from_reference", f.max_difference},
+                        {"seconds_per_step", f.seconds_per_step}});
+  }
+  const nlohmann::json root = {{"schema", "seqpar-repro-pitfall/1"},
+                               {"scenario", results.scenario},
+                               {"sequence_parallel_size", c.sequence_parallel_size},
+                               {"data_parallel_size", c.data_parallel_size},
+                               {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+                               {"gradient_clipping", c.gradient_clipping},
+                               {"rows", c.rows},
+                               {"in_features", c.in_features},
+                               {"out_features", c.out_features},
+                               {"steps", c.steps},
+                               {"seed", c.seed},
+                               {"placement", results.placement},
+                               {"reference_gradient_norm", results.reference_norm},
+                               {"notes", results.notes},
+                               {"variants", variants}};
+  const std::string text = root.dump(2) + "\n";
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  write_output_file(path, text);
+}
+
+}  // namespace seqpar::repro

@@ -1,0 +1,174 @@
+// The kit seqpar-repro's pitfall scenarios are built from (shifted-targets,
+// clipping-norms, ...; zero-stage trains with it too).
+//
+// A scenario is a one-rank reference and a list of variants. A variant is one way a
+// sequence-parallel job computes its gradient: the loss each rank takes on its rows
+// (and micro-batches), how the ranks' gradients are combined, and the norm it clips
+// with. The kit trains the reference and every variant from the same initial state on
+// the same data, then measures each variant against the reference:
+//
+//   gradient scale   ||g|| / ||g_ref|| at step 1 (rank 0's combined gradient), named
+//                    when it is a known mistake's factor (sp, 1/sp, sqrt(sp), ...)
+//   gradient error   ||g - g_ref|| / ||g_ref|| at step 1: a scale shows here too, and
+//                    so does a gradient of the right size that weighs rows wrongly
+//   clip norm scale  the norm the step clipped with / the reference's
+//   ranks agree      every rank's parameters bitwise equal after the last step
+//   vs one rank      rank 0's parameters after the last step against the reference's:
+//                    bitwise equal, or the largest difference
+//
+// A variant marked `exact` runs its backward passes with the exact cross-rank sums
+// (core/exact_sums.h): every sum over rows adds the digits of every rank of sp x dp
+// and of every micro-batch of the step before it rounds once, so a loss normalized by
+// the global count gives the one-rank gradient bit for bit, and the kit checks that
+// it does.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/repro/config.h"
+#include "apps/repro/policy_step.h"
+#include "apps/repro/progress.h"
+#include "apps/repro/scenario.h"
+#include "autograd/variable.h"
+#include "core/device.h"
+#include "core/exact_sums.h"
+#include "core/safetensors.h"
+#include "nn/linear.h"
+
+namespace seqpar::repro {
+
+// What a variant's step function gets: where it runs and how to run a backward pass.
+class StepContext {
+ public:
+  StepContext(int64_t step, const RankGroups* groups, const std::vector<autograd::Variable>& parameters,
+              exact::AccumulatedSums* exact_sums);
+
+  int64_t step() const { return step_; }
+  // The rank's groups; nullptr for the one-rank reference.
+  const RankGroups* groups() const { return groups_; }
+
+  // loss.backward(), once per micro-batch. Plain: the gradients accumulate in float32,
+  // as frameworks accumulate them. Exact: the row sums of every micro-batch and rank
+  // add up exactly and the gradients hold the step's total, rounded once.
+  void backward(const autograd::Variable& loss);
+
+ private:
+  int64_t step_;
+  const RankGroups* groups_;
+  const std::vector<autograd::Variable>& parameters_;
+  exact::AccumulatedSums* exact_sums_;
+};
+
+using StepFunction = std::function<void(const nn::Linear& model, StepContext& context)>;
+using Parameters = std::vector<autograd::Variable>;
+
+struct Variant {
+  std::string name;  // a row of the report: "shard-local shift"
+  // Forward, loss and backward on this rank (all rows for the reference).
+  StepFunction backward;
+  // Combines the ranks' gradients; empty: nothing to combine (exact variants).
+  std::function<void(const Parameters&, const RankGroups&)> reduce;
+  // The norm the step clips with; empty: the norm of the combined gradient.
+  std::function<Tensor(const Parameters&, const RankGroups&)> clip_norm;
+  bool exact = false;  // backward with the exact cross-rank sums (see above)
+};
+
+// One scenario's plan for this rank (the same on every rank but for the data it cuts).
+struct ScenarioPlan {
+  StepFunction reference;         // one rank, all rows, no combining
+  std::vector<Variant> variants;  // in the report's order
+  std::vector<std::string> notes;  // facts of the data, printed above the table
+  NamedTensors dump_tensors;       // scenario inputs beside x, W and b in --dump
+};
+
+struct PitfallScenario {
+  std::string name;   // --scenario
+  std::string title;  // the report's first line
+  std::string why;    // the causes, printed under the table
+  // Fails (InputError, naming the key) when the configuration cannot run the scenario.
+  std::function<void(const ReproConfig&)> check;
+  std::function<ScenarioPlan(const ReproConfig&, const RankData&, const RankGroups&)> plan;
+};
+
+// The scenarios run by the kit, by --scenario name (nullptr for another name).
+const PitfallScenario* pitfall_scenario_named(const std::string& name);
+
+struct VariantFigures {
+  std::string name;
+  bool exact = false;
+  double gradient_scale = 0;  // step 1
+  std::string cause;          // the scale named ("x sp (4)"), "" when it is 1 or unnamed
+  double gradient_error = 0;  // step 1, relative
+  double clip_norm_scale = 0;
+  std::string clip_cause;
+  bool ranks_agree = true;
+  bool equals_reference = false;  // final parameters, bitwise
+  double max_difference = 0;      // final parameters
+  double seconds_per_step = 0;
+};
+
+struct PitfallResults {
+  std::string scenario, title, why;
+  ReproConfig config;
+  std::string placement, mesh_layout;
+  double reference_norm = 0;  // the one-rank gradient norm at step 1
+  std::vector<std::string> notes;
+  std::vector<VariantFigures> variants;
+  // With a dump asked for: inputs.safetensors (x, weight, bias and the plan's tensors),
+  // reference.safetensors and variant<i>.safetensors (grad.* at step 1, the final
+  // weight and bias, the clip norm), for write_dump_files.
+  std::vector<std::pair<std::string, NamedTensors>> dump;
+};
+
+// What one training run of a step function gives on this rank.
+struct TrainedRun {
+  std::vector<float> first_gradient;  // combined, before clipping, at step 1 (weight, bias)
+  double first_norm = 0;              // its norm
+  double first_clip_norm = 0;         // the norm the step clipped with
+  std::vector<float> final_parameters;  // weight, bias
+  double seconds = 0;                   // the steps' wall time
+};
+
+// Trains a fresh model from `data`'s initial state with `variant` for config.steps
+// steps (zero_grad, backward, reduce, clip, AdamW); groups == nullptr: the reference,
+// on this rank alone.
+TrainedRun train_variant(const Variant& variant, const ReproConfig& config, const RankData& data,
+                         Device device, const RankGroups* groups, Progress* progress = nullptr);
+
+// Runs `scenario` on every rank (the same arguments everywhere): the reference on world
+// rank 0, every variant on every rank. Returns the figures on world rank 0, an empty
+// result elsewhere. With `keep_dump`, also the tensors of a --dump. World rank 0 tells
+// `progress`, when given, which variant and step it is at.
+PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& groups,
+                           const ReproConfig& config, Device device, const std::string& placement,
+                           bool keep_dump = false, Progress* progress = nullptr);
+
+// The model, placement and mesh lines every scenario's report starts with.
+void print_run_header(std::ostream& out, const ReproConfig& config, const std::string& placement,
+                      const std::string& mesh_layout);
+void print_pitfall(std::ostream& out, const PitfallResults& results);
+// Schema seqpar-repro-pitfall/1; "-" writes to standard output.
+void write_pitfall_json(const std::string& path, const PitfallResults& results);
+
+// Helpers the scenarios share.
+// Rows [first, first + count) of x as a Variable, and its first `out` columns, the
+// model's target (the default scenario's: y should reproduce x's leading features).
+autograd::Variable rows_of(const Tensor& x, int64_t first, int64_t count);
+autograd::Variable target_of(const Tensor& x, int64_t first, int64_t count, int64_t out);
+// The rows [first, first + count) of a replica's `rows` that sequence-parallel rank
+// `sp_rank` of `sp` holds, split as torch.tensor_split splits them (the first rows % sp
+// ranks hold one row more).
+struct RowRange {
+  int64_t first = 0, count = 0;
+};
+RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank);
+// The combined-gradient conventions of DeepSpeed's reductions over sp x dp.
+void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups);
+// The 2-norm of all gradients (what a step clips with by default).
+Tensor gradient_norm(const Parameters& parameters);
+
+}  // namespace seqpar::repro

@@ -1,0 +1,57 @@
+#include "apps/repro/scenario_list.h"
+
+#include <algorithm>
+
+namespace seqpar::repro {
+
+const std::vector<ScenarioInfo>& scenario_list() {
+  static const std::vector<ScenarioInfo> list = {
+      {"issue-6868",
+       "DeepSpeed #6868: the report's sp 4 run; the bug, the usual fix and the exact\n"
+       "policy, each against one-rank training (the default)"},
+      {"zero-stage",
+       "the gradient's scale under ZeRO 0-2's and ZeRO-3's reductions with each loss\n"
+       "convention (local mean, global count, all-gather with a sum or a slice\n"
+       "backward): 1, sp or 1/sp, measured (configs/zero-stage.toml)"},
+      {"shifted-targets",
+       "next-row targets: a shift inside each shard loses the row at every shard\n"
+       "boundary; shifting before sharding is exact (configs/shifted-targets.toml)"},
+      {"clipping-norms",
+       "the norm gradient clipping uses: a mean of per-rank norms, a replicated\n"
+       "gradient counted on every rank (sqrt(sp)), each element once\n"
+       "(configs/clipping-norms.toml)"},
+  };
+  return list;
+}
+
+bool is_scenario(const std::string& name) {
+  for (const ScenarioInfo& info : scenario_list()) {
+    if (name == info.name) return true;
+  }
+  return false;
+}
+
+std::string scenario_names() {
+  std::string names;
+  for (const ScenarioInfo& info : scenario_list()) {
+    names += (names.empty() ? "\"" : ", \"") + std::string(info.name) + "\"";
+  }
+  return names;
+}
+
+std::string scenario_list_text() {
+  std::string text;
+  for (const ScenarioInfo& info : scenario_list()) {
+    std::string name = info.name;
+    name.resize(std::max<size_t>(name.size() + 1, 17), ' ');
+    text += name;
+    for (const char* c = info.summary; *c != '\0'; ++c) {
+      text += *c;
+      if (*c == '\n') text += std::string(17, ' ');
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+}  // namespace seqpar::repro
