@@ -1,13 +1,15 @@
 // The scenarios the pitfall kit runs (apps/repro/scenario_list.cpp lists every
 // scenario's name and summary).
 #include "apps/repro/clipping_norms.h"
+#include "apps/repro/masked_tokens.h"
 #include "apps/repro/pitfall.h"
 #include "apps/repro/shifted_targets.h"
 
 namespace seqpar::repro {
 
 const PitfallScenario* pitfall_scenario_named(const std::string& name) {
-  for (const PitfallScenario* scenario : {&shifted_targets_scenario(), &clipping_norms_scenario()}) {
+  for (const PitfallScenario* scenario : {&shifted_targets_scenario(), &clipping_norms_scenario(),
+                                            &masked_tokens_scenario()}) {
     if (scenario->name == name) return scenario;
   }
   return nullptr;

@@ -20,6 +20,11 @@ const std::vector<ScenarioInfo>& scenario_list() {
        "the norm gradient clipping uses: a mean of per-rank norms, a replicated\n"
        "gradient counted on every rank (sqrt(sp)), each element once\n"
        "(configs/clipping-norms.toml)"},
+      {"masked-tokens",
+       "ignored tokens (label -100) with gradient accumulation: means per micro-batch\n"
+       "or per rank weigh tokens by their part's count; the global valid count\n"
+       "(num_items_in_batch) is right (configs/masked-tokens.toml)",
+       true},
   };
   return list;
 }
@@ -27,6 +32,13 @@ const std::vector<ScenarioInfo>& scenario_list() {
 bool is_scenario(const std::string& name) {
   for (const ScenarioInfo& info : scenario_list()) {
     if (name == info.name) return true;
+  }
+  return false;
+}
+
+bool scenario_accumulates_gradients(const std::string& name) {
+  for (const ScenarioInfo& info : scenario_list()) {
+    if (name == info.name) return info.accumulates_gradients;
   }
   return false;
 }
