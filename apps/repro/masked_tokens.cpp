@@ -227,11 +227,11 @@ const PitfallScenario& masked_tokens_scenario() {
       "masked-tokens",
       "ignored tokens (label -100) under gradient accumulation and sequence parallelism, "
       "against one rank's mean over every valid row",
-      "a mean over a part's own valid tokens weighs each token by 1/(that part's count);\n"
+      "a mean over a part's own valid tokens weighs each token by 1/(that part's count), so\n"
       "averaging such means over micro-batches and ranks gives (x1/n1 + x2/n2)/2, not\n"
-      "(x1 + x2)/(n1 + n2), so tokens of sparsely valid parts count more. A per-rank count\n"
-      "fixes the micro-batches but not the ranks. Dividing every part's sum by the global\n"
-      "valid count (num_items_in_batch, all-reduced) and summing is the one-rank mean.\n",
+      "(x1 + x2)/(n1 + n2): tokens of sparsely valid parts count more (a per-rank count\n"
+      "fixes the micro-batches, not the ranks). Dividing every part's sum by the global\n"
+      "valid count (num_items_in_batch, all-reduced) and summing gives the one-rank mean.\n",
       check, plan};
   return scenario;
 }
