@@ -26,11 +26,25 @@ namespace seqpar::nn::detail {
 
 namespace {
 
+// The block: 32 columns of x (four tiles of 8) and a group of 16 outputs, over a chunk of
+// kRowsPerChunk rows. Warp w takes column tile w % 4 and every kRowWarps-th step of 32
+// rows from step w / 4.
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kGroup = 16;  // outputs j per block
-constexpr int64_t kRowsPerChunk = 512;  // kRowsPerChunk * 2^kWindowBits = 2^53
-static_assert(kRowsPerChunk << kWindowBits == int64_t{1} << 53, "a chunk's sum stays exact");
+constexpr int kColumnWarps = 4;
+constexpr int kRowWarps = kWarps / kColumnWarps;
+constexpr int kGroup = 16;             // outputs j per block: one m16 tile
+constexpr int kColumns = 32;           // columns k per block
+constexpr int kStepRows = 32;          // rows per tensor-core step: the k32 of m16n8k32
+constexpr int kLimbs = 6;              // bytes of a fixed-point element plus 2^44: 45 bits
+constexpr int64_t kRowsPerChunk = 512;
+// The int32 accumulators hold at most kRowsPerChunk products of ±1 and a byte.
+static_assert(kRowsPerChunk * 255 < (int64_t{1} << 31), "a chunk's limb sums fit in int32");
+// A chunk's sum of ±(an element below 2^44) times f's significand (below 2^24) stays below
+// add_scaled_integer's 2^93.
+static_assert(kWindowBits + 24 + 25 <= 93 && kRowsPerChunk <= (int64_t{1} << 25), "in range");
+static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the limbs");
+static_assert(kRowsPerChunk % (kStepRows * kRowWarps) == 0, "whole steps per warp");
 
 // One element outside the window: its products with the group's dy, each through a
 // binned sum (the general path's rules: rounded to the grid, NaN and inf as IEEE), into
@@ -48,168 +62,199 @@ __device__ void add_outside_window(const ConstRows& dy, float value, int64_t row
   }
 }
 
-// D = A B + C on the FP64 tensor cores, m8n8k4 (A: 8 outputs x 4 rows of signs; B: 4 rows
-// x 8 columns of fixed-point x). Every product is ±an integer or 0 and every partial
-// sum an integer below 2^53, so each of the unit's FMAs is exact in whatever order it
-// takes them: the result is the integer sum.
-__device__ inline void dmma_8x8x4(double (&c)[2], double a, double b) {
-  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-               : "+d"(c[0]), "+d"(c[1])
-               : "d"(a), "d"(b));
+// D = A B + D on the integer tensor cores, m16n8k32: A 16 outputs x 32 rows of signs
+// (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of the offset fixed-point x (u8).
+// Integer products and sums: exact in any order.
+__device__ inline void imma_16x8x32(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ inline double sign_of(float value) {
-  return value > 0.0f ? 1.0 : value < 0.0f ? -1.0 : 0.0;
+__device__ inline int sign_of(float value) { return value > 0.0f ? 1 : value < 0.0f ? -1 : 0; }
+
+// Byte `limb` of u[first], ..., u[first + 3], packed low to high.
+__device__ inline unsigned byte_of_four(const unsigned long long (&u)[8], int first, int limb) {
+  const int word = limb / 4, byte = limb % 4;
+  auto part = [&](int i) {
+    return static_cast<unsigned>(word == 0 ? u[first + i] : u[first + i] >> 32);
+  };
+  // __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the pair (x, y).
+  const unsigned low = __byte_perm(part(0), part(1), byte | ((byte + 4) << 4));
+  const unsigned high = __byte_perm(part(2), part(3), byte | ((byte + 4) << 4));
+  return __byte_perm(low, high, 0x5410);
 }
 
-// Block (32 columns, a group of 16 outputs, a chunk of 512 rows), 8 warps on every 8th
-// group of 4 rows. Per 4 rows a warp does 8 DMMAs: 2 halves of 8 outputs x 4 groups of
-// 8 columns. Fragments (PTX m8n8k4 .f64): lane = 4 g + t; A[g][t] = sign(dy[row t,
-// output g]), B[t][g] = x[row t, column g] in fixed point, C[g][2t + e] = the sum of
-// (output g, column 2t + e). So a lane converts 4 elements of x (row t, columns
-// 8c + g) and reads 2 of dy per 4 rows. The block's 8 partial sums of each (j, k) are
-// then added in shared memory (still exact) and stored for the finishing kernel.
-__global__ void __launch_bounds__(kThreads, 4) ternary_weight_grad_kernel(
+// dW[j, k] = f * Σ_rows s[row, j] v[row, k], v the fixed-point x of column k's window.
+// With u = v + 2^44 in [0, 2^45) cut into six bytes u_l, Σ s v = Σ_l 2^(8 l) Σ s u_l -
+// 2^44 Σ s: six tensor-core products of the sign matrix with a byte matrix, and the
+// signs' own sums. Fragments (PTX m16n8k32, lane = 4 g + t): a0/a1 = the signs of rows
+// 4t..4t+3 for outputs g / g+8, a2/a3 those of rows 16+4t..16+4t+3; b0/b1 = byte l of x
+// at rows 4t.. / 16+4t.. of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at
+// columns 2t, 2t+1. The block's row warps add their sums in shared memory; then each
+// (j, k) goes into the digits at once, with integer atomics.
+__global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
-    double* partials, int64_t* digits, int64_t count) {
+    int64_t* digits, int64_t count) {
   const OneMagnitude magnitude = one_magnitude(words);
   if (!magnitude.holds) return;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
+  const int tile = warp % kColumnWarps, row_warp = warp / kColumnWarps;
   const int64_t in = x.cols, out = dy.cols;
-  const int64_t k0 = int64_t{blockIdx.x} * 32, j0 = int64_t{blockIdx.y} * kGroup;
-  const int64_t chunk = blockIdx.z, row_begin = chunk * kRowsPerChunk;
+  const int64_t j0 = int64_t{blockIdx.y} * kGroup;
+  const int64_t k_warp = int64_t{blockIdx.x} * kColumns + 8 * tile;  // this warp's 8 columns
+  const int64_t row_begin = int64_t{blockIdx.z} * kRowsPerChunk;
   const int64_t rows = min(x.rows - row_begin, kRowsPerChunk);
 
-  // This lane's 4 columns of x (k0 + 8c + g) as one factor each: 2^-lsb, a power of two
-  // (x times it is exact); NaN for a column that takes the general path whole (every
-  // element then fails the window test); 0 past the edge (zeros, inside any window).
-  double scale[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const int64_t k = k0 + 8 * c + g;
-    if (k >= in) {
-      scale[c] = 0.0;
-    } else {
-      const Window window = column_window(x_largest[k], magnitude.exponent);
-      scale[c] = window.whole ? CUDART_NAN : ldexp(1.0, -window.lsb);
-    }
+  // This lane's column of x (k_warp + g) as one factor: 2^-lsb, a power of two (x times
+  // it is exact); NaN for a column that takes the general path whole (every element then
+  // fails the window test); 0 past the edge (zeros, inside any window).
+  const int64_t my_column = k_warp + g;
+  double scale = 0.0;
+  if (my_column < in) {
+    const Window window = column_window(x_largest[my_column], magnitude.exponent);
+    scale = window.whole ? CUDART_NAN : ldexp(1.0, -window.lsb);
   }
   const bool output_valid[2] = {j0 + g < out, j0 + 8 + g < out};
 
-  // Group r of 4 rows: this lane's row r + t, its 4 elements of x and 2 of dy, loaded
-  // before the previous group's work so that their latency overlaps it.
+  // One step's loads: this lane's 8 rows (4t + i and 16 + 4t + i), its 2 outputs of dy
+  // and its column of x. Loaded a step ahead, so that their latency overlaps a step.
   struct Loaded {
-    float x[4], dy[2];
+    float dy[2][8], x[8];
   };
-  auto load = [&](int64_t r) {
+  auto load = [&](int64_t step_row) {
     Loaded loaded;
-    const bool row_valid = r + t < rows;
-    const int64_t row = row_begin + r + t;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      loaded.x[c] = row_valid && k0 + 8 * c + g < in ? x.data[row * x.row_stride + k0 + 8 * c + g] : 0.0f;
-    }
+    for (int r = 0; r < 8; ++r) {
+      const int64_t local = step_row + (r < 4 ? 4 * t + r : 16 + 4 * t + r - 4);
+      const bool row_valid = local < rows;
+      const int64_t row = row_begin + local;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      loaded.dy[h] = row_valid && output_valid[h] ? dy.data[row * dy.row_stride + j0 + 8 * h + g] : 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        loaded.dy[h][r] = row_valid && output_valid[h] ? dy.data[row * dy.row_stride + j0 + 8 * h + g] : 0.0f;
+      }
+      loaded.x[r] = row_valid && my_column < in ? x.data[row * x.row_stride + my_column] : 0.0f;
     }
     return loaded;
   };
 
-  double sums[2][4][2] = {};  // [half][column group][pair]
-  constexpr int64_t kStride = 4 * kWarps;
-  Loaded next = load(4 * warp);
-  for (int64_t r = 4 * warp; r < rows; r += kStride) {
+  int sums[kLimbs][4] = {};     // [limb][fragment d0..d3]
+  int sign_sums[2] = {0, 0};    // Σ s over this lane's rows, outputs g and g + 8
+  constexpr int64_t kStride = int64_t{kStepRows} * kRowWarps;
+  Loaded next = load(int64_t{kStepRows} * row_warp);
+  for (int64_t step_row = int64_t{kStepRows} * row_warp; step_row < rows; step_row += kStride) {
     const Loaded current = next;
-    if (r + kStride < rows) next = load(r + kStride);
-    const double a[2] = {sign_of(current.dy[0]), sign_of(current.dy[1])};
-    double fixed[4];
+    if (step_row + kStride < rows) next = load(step_row + kStride);
+    // The signs as s8 bytes (-1 is 0xff), four rows a register.
+    unsigned a[4];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      fixed[c] = static_cast<double>(current.x[c]) * scale[c];
-      // An integer below 2^44 (false for NaN and the infinities too).
-      if (!(fabs(fixed[c]) < kWindowLimit && fixed[c] == trunc(fixed[c]))) {
-        if (r + t < rows) {  // (a row past the chunk's end reads 0, NaN in a whole column)
-          add_outside_window(dy, current.x[c], row_begin + r + t, k0 + 8 * c + g, j0, in,
-                             digits, count);
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        unsigned packed = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int s = sign_of(current.dy[h][4 * part + i]);
+          sign_sums[h] += s;
+          packed |= (static_cast<unsigned>(s) & 0xffu) << (8 * i);
         }
-        fixed[c] = 0.0;
+        a[2 * part + h] = packed;
       }
+    }
+    unsigned long long u[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      double fixed = static_cast<double>(current.x[r]) * scale;
+      // An integer below 2^44 (false for NaN and the infinities too).
+      if (!(fabs(fixed) < kWindowLimit && fixed == trunc(fixed))) {
+        const int64_t local = step_row + (r < 4 ? 4 * t + r : 16 + 4 * t + r - 4);
+        if (local < rows) {  // (a row past the chunk's end reads 0, NaN in a whole column)
+          add_outside_window(dy, current.x[r], row_begin + local, my_column, j0, in, digits, count);
+        }
+        fixed = 0.0;
+      }
+      u[r] = static_cast<unsigned long long>(static_cast<long long>(fixed) + (1ll << kWindowBits));
     }
     __syncwarp();  // mma.sync wants the whole warp
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      dmma_8x8x4(sums[0][c], a[0], fixed[c]);
-      dmma_8x8x4(sums[1][c], a[1], fixed[c]);
+    for (int limb = 0; limb < kLimbs; ++limb) {
+      imma_16x8x32(sums[limb], a, byte_of_four(u, 0, limb), byte_of_four(u, 4, limb));
     }
   }
 
-  __shared__ double block_sums[kWarps][kGroup][32];
+  // The signs' sums of outputs g and g + 8 over the warp's rows: the four lanes of a g
+  // hold its rows between them.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    sign_sums[h] += __shfl_xor_sync(0xffffffffu, sign_sums[h], 1);
+    sign_sums[h] += __shfl_xor_sync(0xffffffffu, sign_sums[h], 2);
+  }
+  // The row warps' sums added in shared memory (integers: exact), into row warp 0's.
+  constexpr int kWords = kLimbs * 4 + 2;
+  __shared__ int shared_sums[kRowWarps - 1][kColumnWarps][kWords][32];
+  if (row_warp > 0) {
+    int* mine = &shared_sums[row_warp - 1][tile][0][lane];
+    int w = 0;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      block_sums[warp][8 * h + g][8 * c + 2 * t] = sums[h][c][0];
-      block_sums[warp][8 * h + g][8 * c + 2 * t + 1] = sums[h][c][1];
+    for (int limb = 0; limb < kLimbs; ++limb) {
+#pragma unroll
+      for (int d = 0; d < 4; ++d) mine[32 * w++] = sums[limb][d];
     }
+    mine[32 * w++] = sign_sums[0];
+    mine[32 * w] = sign_sums[1];
   }
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < kGroup * 32; i += kThreads) {
-    const int jj = i / 32, k = i % 32;
-    double total = 0.0;
-    for (int w = 0; w < kWarps; ++w) total += block_sums[w][jj][k];  // below 2^53: exact
-    if (k0 + k < in && j0 + jj < out) partials[(chunk * out + j0 + jj) * in + k0 + k] = total;
+  if (row_warp > 0) return;
+  for (int other = 0; other < kRowWarps - 1; ++other) {
+    const int* theirs = &shared_sums[other][tile][0][lane];
+    int w = 0;
+#pragma unroll
+    for (int limb = 0; limb < kLimbs; ++limb) {
+#pragma unroll
+      for (int d = 0; d < 4; ++d) sums[limb][d] += theirs[32 * w++];
+    }
+    sign_sums[0] += theirs[32 * w++];
+    sign_sums[1] += theirs[32 * w];
   }
-}
 
-// One thread per (j, k): the chunks' integer sums added in 128 bits, times f's
-// significand, into the digits at the window's unit times f's.
-__global__ void ternary_finish_kernel(const unsigned int* x_largest, const unsigned int* words,
-                                      const double* partials, int64_t chunks, int64_t out,
-                                      int64_t in, int64_t* digits, int64_t count) {
-  const OneMagnitude magnitude = one_magnitude(words);
-  if (!magnitude.holds) return;
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // j * in + k
-  if (i >= out * in) return;
-  const Window window = column_window(x_largest[i % in], magnitude.exponent);
-  if (window.whole) return;
-  exact::Int128 total = 0;
-#pragma unroll 8
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    total += static_cast<int64_t>(partials[chunk * out * in + i]);
+  // Each of this lane's 4 sums: Σ s v = Σ_l 2^(8 l) (Σ s u_l) - 2^44 Σ s, times f's
+  // significand, into the digits at the window's unit times f's. (Σ s over rows: the
+  // four lanes of a g hold the same total now.)
+#pragma unroll
+  for (int d = 0; d < 4; ++d) {
+    const int64_t j = j0 + g + (d < 2 ? 0 : 8);
+    const int64_t k = k_warp + 2 * t + (d % 2);
+    if (j >= out || k >= in) continue;
+    const Window window = column_window(x_largest[k], magnitude.exponent);
+    if (window.whole) continue;
+    exact::Int128 total = -(exact::Int128{sign_sums[d < 2 ? 0 : 1]} << kWindowBits);
+#pragma unroll
+    for (int limb = 0; limb < kLimbs; ++limb) total += exact::Int128{sums[limb][d]} << (8 * limb);
+    if (total == 0) continue;
+    int64_t local[exact::kDigits] = {};
+    exact::add_scaled_integer(local, 1, total * magnitude.significand, window.lsb + magnitude.exponent);
+    exact::add_digits_atomically(local, digits + j * in + k, count);
   }
-  // total < 2^72 (2^19 chunks of 2^53 at most) and the significand < 2^24: two halves
-  // keep each product below add_scaled_integer's 2^93.
-  constexpr int kLowBits = 40;
-  const exact::Int128 low = total & ((exact::Int128{1} << kLowBits) - 1);
-  const exact::Int128 high = total >> kLowBits;  // floor: low + high 2^40 = total
-  const int unit = window.lsb + magnitude.exponent;
-  exact::add_scaled_integer(digits + i, count, low * magnitude.significand, unit);
-  exact::add_scaled_integer(digits + i, count, high * magnitude.significand, unit + kLowBits);
 }
 
 }  // namespace
 
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
   return cuda::ceil_div(x.rows, kRowsPerChunk) <= 65535 &&
-         cuda::ceil_div(grad_y.cols, kGroup) <= 65535 && cuda::ceil_div(x.cols, 32) <= 0x7fffffff;
+         cuda::ceil_div(grad_y.cols, kGroup) <= 65535 && cuda::ceil_div(x.cols, kColumns) <= 0x7fffffff;
 }
 
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, unsigned int* words,
                                 exact::ExactSums& sums, cuda::Stream stream) {
-  const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
-  const int64_t chunks = cuda::ceil_div(rows, kRowsPerChunk);
-  DeviceBuffer<double> partials(chunks * out * in, sums.device());
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(in, 32)),
-                  static_cast<unsigned>(cuda::ceil_div(out, kGroup)), static_cast<unsigned>(chunks));
-  ternary_weight_grad_kernel<<<grid, kThreads, 0, stream>>>(
-      grad_y, x, x_largest, words, partials.data(), sums.digits(), sums.count());
-  CUDA_LAUNCH_CHECK();
-  const int64_t finish_blocks = cuda::ceil_div(out * in, kThreads);
-  ternary_finish_kernel<<<static_cast<unsigned>(finish_blocks), kThreads, 0, stream>>>(
-      x_largest, words, partials.data(), chunks, out, in, sums.digits(), sums.count());
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(x.cols, kColumns)),
+                  static_cast<unsigned>(cuda::ceil_div(grad_y.cols, kGroup)),
+                  static_cast<unsigned>(cuda::ceil_div(x.rows, kRowsPerChunk)));
+  ternary_weight_grad_kernel<<<grid, kThreads, 0, stream>>>(grad_y, x, x_largest, words,
+                                                            sums.digits(), sums.count());
   CUDA_LAUNCH_CHECK();
 }
 

@@ -14,7 +14,7 @@ DeepSpeed would:
   - all-gather, slice backward: an all-gather whose backward keeps the rank's own slice,
     as DeepSpeed's sequence/cross_entropy.py does;
   - ZeRO 0-2: all_reduce SUM over sp x dp, divided by dp; ZeRO-3: all_reduce SUM over
-    sp x dp divided by sp x dp (an average).
+    sp x dp divided by sp x dp (an average); exact sums: the plain sum over sp x dp.
 Each variant's gradient norm over the one-rank gradient's must match FILE's
 gradient_scale (relative 1e-4), and every rank must hold the same reduced gradient.
 The data are PyTorch's own random numbers of FILE's sizes: the factors do not depend
@@ -114,7 +114,9 @@ def worker(rank, world, port, spec, out_path):
         loss.backward()
         for p in model.parameters():
             dist.all_reduce(p.grad)  # SUM over sp x dp
-            p.grad /= dp if variant["reduction"] == "ZeRO 0-2" else sp * dp
+            # "exact sums": seqpar adds the rows over sp x dp exactly inside backward; in
+            # PyTorch that is the float sum over sp x dp.
+            p.grad /= {"ZeRO 0-2": dp, "ZeRO-3": sp * dp, "exact sums": 1}[variant["reduction"]]
         flat = torch.cat([p.grad.flatten() for p in model.parameters()])
         gathered_grads = [torch.empty_like(flat) for _ in range(world)]
         dist.all_gather(gathered_grads, flat)

@@ -100,6 +100,19 @@ void read_seed(const toml::node& node, const std::string& key, ReproConfig& conf
   config.seed = static_cast<uint64_t>(seed);
 }
 
+void read_zero_stage(const toml::node& node, const std::string& key, ReproConfig& config) {
+  const int64_t stage = read_integer(node, key);
+  SEQPAR_INPUT_CHECK(stage >= 0 && stage <= 3, "config key ", key, " = ", stage,
+                     ": DeepSpeed's ZeRO stages are 0, 1, 2 and 3");
+  config.zero_stage = stage;
+  if (stage <= 2) {
+    config.ignored.push_back({key + " = " + std::to_string(stage),
+                              "ZeRO stages 0-2 reduce gradients over the same group as stage 0, "
+                              "which the scenario models; they only partition optimizer state "
+                              "and gradients"});
+  }
+}
+
 const std::map<std::string, Reader>& schema() {
   static const std::map<std::string, Reader> keys = {
       {"ds_config.train_micro_batch_size_per_gpu",
@@ -121,6 +134,7 @@ const std::map<std::string, Reader>& schema() {
       {"repro.out_features", integer_into(&ReproConfig::out_features)},
       {"repro.steps", integer_into(&ReproConfig::steps)},
       {"repro.scenario", read_scenario},
+      {"ds_config.zero_optimization.stage", read_zero_stage},
   };
   return keys;
 }
@@ -276,6 +290,10 @@ std::string to_toml(const ReproConfig& c) {
                         {"sequence_parallel_size", c.sequence_parallel_size},
                         {"data_parallel_size", c.data_parallel_size},
                         {"optimizer", optimizer}};
+  // Only the zero-stage scenario reads the stage; elsewhere it is an ignored key.
+  if (c.scenario == "zero-stage" && c.zero_stage >= 0) {
+    ds_config.insert("zero_optimization", toml::table{{"stage", c.zero_stage}});
+  }
   toml::table repro{{"seed", static_cast<int64_t>(c.seed)}, {"rows", c.rows},
                     {"in_features", c.in_features}, {"out_features", c.out_features},
                     {"steps", c.steps}, {"scenario", c.scenario}};

@@ -27,6 +27,9 @@ struct ReproConfig {
   int64_t sequence_parallel_size = 4;
   int64_t data_parallel_size = 1;
   std::string optimizer_type = "AdamW";
+  // ds_config.zero_optimization.stage; -1 when not given. Stages 0-2 reduce over the
+  // same group; the zero-stage scenario runs only the given stage's reduction.
+  int64_t zero_stage = -1;
   optim::AdamWOptions adamw{1e-4, 0.9, 0.999, 1e-8, 0.01};
   // [repro]
   uint64_t seed = 12345;

@@ -31,16 +31,6 @@ KeyDecision precision(const toml::node& node, const char* what) {
                 "(set enabled: false, or remove it)");
 }
 
-KeyDecision zero_stage(const toml::node& node) {
-  const int64_t stage = node.value<int64_t>().value_or(-1);
-  if (node.is_integer() && stage >= 0 && stage <= 2) {
-    return ignore("ZeRO stages 0-2 reduce gradients over the same group as stage 0, which "
-                  "the scenario models; they only partition optimizer state and gradients");
-  }
-  return refuse("stage 3 partitions the parameters themselves, which the scenario does not "
-                "model; use 0, 1 or 2");
-}
-
 KeyDecision offload(const toml::node& node) {
   const toml::table* table = node.as_table();
   const toml::node* device = table ? table->get("device") : nullptr;
@@ -93,7 +83,6 @@ KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& nod
 
   const std::string zero = "ds_config.zero_optimization.";
   if (key == "ds_config.zero_optimization" && node.is_table()) return {KeyTreatment::Descend, ""};
-  if (key == "ds_config.zero_optimization.stage") return zero_stage(node);
   if (key == zero + "offload_optimizer" || key == zero + "offload_param") return offload(node);
   if (key.rfind(zero, 0) == 0) {
     return ignore("communication tuning: when gradients move, not over which ranks");

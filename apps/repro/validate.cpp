@@ -121,6 +121,11 @@ void validate(const ReproConfig& c) {
                        ": only 1 is supported (the report's value; scenario masked-tokens "
                        "accumulates micro-batches)");
   }
+  SEQPAR_INPUT_CHECK(c.zero_stage != 3 || c.scenario == "zero-stage",
+                     "config key ds_config.zero_optimization.stage = 3: stage 3 partitions the "
+                     "parameters themselves, which scenario ", c.scenario,
+                     " does not model; use 0, 1 or 2 (scenario zero-stage runs stage 3's "
+                     "reduction)");
   SEQPAR_INPUT_CHECK(c.optimizer_type == "AdamW", "config key ds_config.optimizer.type = \"",
                      c.optimizer_type, "\": only \"AdamW\" is supported");
   const ScenarioSizes sizes = checked_sizes(c);

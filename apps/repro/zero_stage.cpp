@@ -2,31 +2,22 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <ostream>
 
+#include "apps/repro/pitfall.h"
 #include "autograd/node.h"
-#include "apps/repro/scenario.h"
-#include "core/elementwise.h"
 #include "core/error.h"
-#include "core/generator.h"
 #include "core/output_file.h"
-#include "dist/consistency.h"
 #include "nn/l1_loss.h"
-#include "nn/linear.h"
-#include "optim/adamw.h"
-#include "optim/clip.h"
 
 namespace seqpar::repro {
 
 namespace {
 
 using autograd::Variable;
-using Clock = std::chrono::steady_clock;
 
 // y_full = every sp rank's y, stacked in sp-rank order; a differentiable all-gather with
 // either of the two backward conventions in use.
@@ -62,100 +53,64 @@ Variable all_gather_rows(const Variable& y, const std::shared_ptr<dist::ProcessG
   return Variable::from_op(all, std::move(node));
 }
 
-std::vector<float> flat_parameters(const nn::Linear& model) {
-  std::vector<float> values = model.weight().data().to_vector();
-  const std::vector<float> bias = model.bias().data().to_vector();
-  values.insert(values.end(), bias.begin(), bias.end());
-  return values;
-}
-
-// Clip (when configured) and step: the same on every path.
-Tensor clip_and_step(const std::vector<Variable>& parameters, optim::AdamW& optimizer,
-                     double clipping) {
-  const Tensor norm = optim::grad_norm(parameters);
-  if (clipping > 0) optim::clip_grads_with_norm(parameters, clipping, norm);
-  optimizer.step();
-  return norm;
-}
-
-struct Reference {
-  double first_norm = 0;
-  std::vector<float> final_parameters;
-};
-
-// One rank on every row, the mean loss: what every variant is measured against.
-Reference train_reference(const ReproConfig& config, const RankData& data, Device device) {
-  auto model = make_model(config, data, device);
-  const std::vector<Variable> parameters = model->parameters();
-  optim::AdamW optimizer(parameters, config.adamw);
-  const Variable x(data.inputs), target(data.inputs.narrow(1, 0, config.out_features));
-  Reference reference;
-  for (int64_t step = 0; step < config.steps; ++step) {
-    model->zero_grad();
-    nn::l1_loss(model->forward(x), target, nn::Reduction::mean()).backward();
-    const Tensor norm = clip_and_step(parameters, optimizer, config.gradient_clipping);
-    if (step == 0) reference.first_norm = norm.item();
-  }
-  reference.final_parameters = flat_parameters(*model);
-  return reference;
-}
-
-// One variant on this rank; returns its first reduced gradient norm and its seconds.
-struct VariantRun {
-  double first_norm = 0, seconds = 0;
-  std::vector<float> final_parameters;
-};
-
-VariantRun train_variant(const ZeroStageVariant& variant, const RankGroups& groups,
-                         const ReproConfig& config, const RankData& data, Device device) {
-  auto model = make_model(config, data, device);
-  const std::vector<Variable> parameters = model->parameters();
-  optim::AdamW optimizer(parameters, config.adamw);
+// The rank's loss under `loss`, on its shard of its replica's rows.
+StepFunction variant_step(LossConvention loss, const ReproConfig& config, const RankData& data,
+                          const RankGroups& groups) {
   const int64_t shard_rows = config.rows / groups.sp;
-  const Tensor replica = data.inputs.narrow(0, groups.dp_rank * config.rows, config.rows);
-  const Tensor shard = replica.narrow(0, groups.sp_rank * shard_rows, shard_rows);
-  const Variable x(shard), target(shard.narrow(1, 0, config.out_features));
-  const Variable replica_target(replica.narrow(1, 0, config.out_features));
-  VariantRun run;
-  for (int64_t step = 0; step < config.steps; ++step) {
-    groups.world->barrier();
-    const auto start = Clock::now();
-    model->zero_grad();
-    const Variable y = model->forward(x);
-    Variable loss;
-    switch (variant.loss) {
+  const int64_t replica_first = groups.dp_rank * config.rows;
+  const int64_t first = replica_first + groups.sp_rank * shard_rows;
+  const int64_t out = config.out_features;
+  const Tensor x = data.inputs;
+  const std::shared_ptr<dist::ProcessGroup> sp_group = groups.sequence_parallel;
+  const int64_t global_count = config.data_parallel_size * config.rows * out;
+  return [=](const nn::Linear& model, StepContext& context) {
+    const Variable y = model.forward(rows_of(x, first, shard_rows));
+    const Variable target = target_of(x, first, shard_rows, out);
+    switch (loss) {
       case LossConvention::LocalMean:
-        loss = nn::l1_loss(y, target, nn::Reduction::mean());
-        break;
+        return context.backward(nn::l1_loss(y, target, nn::Reduction::mean()));
       case LossConvention::GlobalCount:
-        loss = nn::l1_loss(y, target,
-                           nn::Reduction::sum_divided_by(config.data_parallel_size * config.rows *
-                                                         config.out_features));
-        break;
+        return context.backward(nn::l1_loss(y, target, nn::Reduction::sum_divided_by(global_count)));
       case LossConvention::GatherSumBackward:
       case LossConvention::GatherSliceBackward:
-        loss = nn::l1_loss(all_gather_rows(y, groups.sequence_parallel,
-                                           variant.loss == LossConvention::GatherSumBackward),
-                           replica_target, nn::Reduction::mean());
-        break;
+        return context.backward(nn::l1_loss(
+            all_gather_rows(y, sp_group, loss == LossConvention::GatherSumBackward),
+            target_of(x, replica_first, config.rows, out), nn::Reduction::mean()));
     }
-    loss.backward();
-    for (const Variable& parameter : parameters) {
-      Tensor gradient = parameter.grad();
-      if (variant.reduction == GradientReduction::SumSpAverageDp) {
-        groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
-        mul_(gradient, 1.0f / static_cast<float>(groups.dp));
-      } else {
-        groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
-      }
-    }
-    const Tensor norm = clip_and_step(parameters, optimizer, config.gradient_clipping);
-    const double norm_value = norm.item();  // waits for the device
-    run.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    if (step == 0) run.first_norm = norm_value;
+  };
+}
+
+void reduce_as(GradientReduction reduction, const Parameters& parameters, const RankGroups& groups) {
+  if (reduction == GradientReduction::SumSpAverageDp) return sum_over_sp_average_over_dp(parameters, groups);
+  for (const Variable& parameter : parameters) {
+    Tensor gradient = parameter.grad();
+    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
   }
-  run.final_parameters = flat_parameters(*model);
-  return run;
+}
+
+ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, const RankGroups& groups) {
+  ScenarioPlan plan;
+  const Tensor x = data.inputs;
+  const int64_t out = config.out_features;
+  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+    context.backward(nn::l1_loss(model.forward(Variable(x)), target_of(x, 0, x.size(0), out),
+                                 nn::Reduction::mean()));
+  };
+  for (const ZeroStageVariant& v : zero_stage_variants(config)) {
+    Variant variant;
+    variant.name = std::string(loss_convention_name(v.loss)) + " / " +
+                   (v.exact ? "exact sums" : gradient_reduction_name(v.reduction));
+    variant.backward = variant_step(v.loss, config, data, groups);
+    variant.exact = v.exact;
+    if (!v.exact) {
+      const GradientReduction reduction = v.reduction;
+      variant.reduce = [reduction](const Parameters& parameters, const RankGroups& g) {
+        reduce_as(reduction, parameters, g);
+      };
+    }
+    plan.variants.push_back(std::move(variant));
+  }
+  return plan;
 }
 
 std::string scale_text(double scale) {
@@ -180,14 +135,20 @@ const char* gradient_reduction_name(GradientReduction reduction) {
   return reduction == GradientReduction::SumSpAverageDp ? "ZeRO 0-2" : "ZeRO-3";
 }
 
-std::vector<ZeroStageVariant> zero_stage_variants() {
+std::vector<ZeroStageVariant> zero_stage_variants(const ReproConfig& config) {
+  std::vector<GradientReduction> reductions = {GradientReduction::SumSpAverageDp,
+                                               GradientReduction::AverageAll};
+  if (config.zero_stage >= 0) {
+    reductions = {config.zero_stage == 3 ? GradientReduction::AverageAll
+                                         : GradientReduction::SumSpAverageDp};
+  }
   std::vector<ZeroStageVariant> variants;
   for (LossConvention loss : {LossConvention::LocalMean, LossConvention::GlobalCount,
                               LossConvention::GatherSumBackward, LossConvention::GatherSliceBackward}) {
-    for (GradientReduction reduction : {GradientReduction::SumSpAverageDp, GradientReduction::AverageAll}) {
-      variants.push_back({loss, reduction});
-    }
+    for (GradientReduction reduction : reductions) variants.push_back({loss, reduction, false});
   }
+  // The global-count loss with its rows summed exactly over sp x dp inside backward.
+  variants.push_back({LossConvention::GlobalCount, GradientReduction::SumSpAverageDp, true});
   return variants;
 }
 
@@ -200,42 +161,27 @@ void check_zero_stage_config(const ReproConfig& config) {
 
 ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& config, Device device,
                                 const std::string& placement) {
-  check_zero_stage_config(config);
-  const RankData data = draw_data(config, device);
-  dist::ProcessGroup& world = *groups.world;
-  const bool is_root = world.rank() == 0;
+  const PitfallScenario scenario{"zero-stage", "", "", check_zero_stage_config, zero_stage_plan};
+  const PitfallResults run = run_pitfall(scenario, groups, config, device, placement);
+  if (groups.world->rank() != 0) return {};
   ZeroStageResults results;
-  Reference reference;
-  if (is_root) {
-    reference = train_reference(config, data, device);
-    results.reference_norm = reference.first_norm;
-  }
-  for (const ZeroStageVariant& variant : zero_stage_variants()) {
-    const VariantRun run = train_variant(variant, groups, config, data, device);
-    // Every rank's final parameters, to see whether the copies agree.
-    const Tensor mine = Tensor::from_data({static_cast<int64_t>(run.final_parameters.size())},
-                                          run.final_parameters, device);
-    dist::ConsistencyChecker checker(groups.world, "world");
-    const dist::ConsistencyReport consistency = checker.check(config.steps, {mine});
-    if (!is_root) continue;
-    ZeroStageFigures figures;
-    figures.variant = variant;
-    figures.scale = reference.first_norm > 0 ? run.first_norm / reference.first_norm : 1;
-    figures.cause = dist::name_scale(figures.scale, static_cast<int>(groups.sp),
-                                     static_cast<int>(groups.dp));
-    figures.ranks_agree = consistency.consistent;
-    for (size_t i = 0; i < run.final_parameters.size(); ++i) {
-      figures.max_difference_from_reference =
-          std::max(figures.max_difference_from_reference,
-                   std::fabs(double(run.final_parameters[i]) - double(reference.final_parameters[i])));
-    }
-    figures.seconds_per_step = run.seconds / static_cast<double>(config.steps);
-    results.variants.push_back(figures);
-  }
-  if (!is_root) return {};
   results.config = config;
   results.placement = placement;
   results.mesh_layout = groups.mesh_layout;
+  results.reference_norm = run.reference_norm;
+  const std::vector<ZeroStageVariant> variants = zero_stage_variants(config);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const VariantFigures& f = run.variants[i];
+    ZeroStageFigures figures;
+    figures.variant = variants[i];
+    figures.scale = f.gradient_scale;
+    figures.cause = f.cause;
+    figures.ranks_agree = f.ranks_agree;
+    figures.equals_reference = f.equals_reference;
+    figures.max_difference_from_reference = f.max_difference;
+    figures.seconds_per_step = f.seconds_per_step;
+    results.variants.push_back(figures);
+  }
   return results;
 }
 
@@ -243,44 +189,69 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
   const ReproConfig& c = results.config;
   out << "seqpar-repro scenario zero-stage: the gradient's scale under each ZeRO stage's\n"
          "reduction and each sequence-parallel loss convention, against one rank on all rows\n\n";
-  out << "  model       Linear(" << c.in_features << ", " << c.out_features << "), L1 loss; "
-      << c.rows << " rows per replica; " << c.steps << " step(s); gradient_clipping "
-      << c.gradient_clipping << '\n';
-  out << "  placement   " << results.placement << '\n';
-  out << "  mesh        ";
-  std::string layout = results.mesh_layout;
-  while (!layout.empty() && layout.back() == '\n') layout.pop_back();
-  for (const char c : layout) out << c << (c == '\n' ? "              " : "");
-  out << '\n';
+  print_run_header(out, c, results.placement, results.mesh_layout);
   out << "  reductions  ZeRO 0-2: gradients summed over sp, averaged over dp; ZeRO-3: averaged\n"
-         "              over sp x dp (its reduce-scatter)\n";
-  out << "  one-rank reference: gradient norm " << scale_text(results.reference_norm)
+         "              over sp x dp (its reduce-scatter)";
+  if (c.zero_stage >= 0) {
+    out << "; ds_config.zero_optimization.stage = " << c.zero_stage << " selects " <<
+        (c.zero_stage == 3 ? "ZeRO-3's" : "ZeRO 0-2's");
+  }
+  out << "\n  one-rank reference: gradient norm " << scale_text(results.reference_norm)
       << " at step 1\n\n";
   out << "  gradient at step 1 / the one-rank gradient (norms; named where it is a mistake's factor):\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-28s %-24s %-24s\n", "loss convention", "ZeRO 0-2", "ZeRO-3");
-  out << line;
-  for (size_t i = 0; i + 1 < results.variants.size(); i += 2) {
-    auto cell = [](const ZeroStageFigures& f) {
-      return scale_text(f.scale) + (f.cause.empty() ? "" : " " + f.cause);
-    };
-    std::snprintf(line, sizeof line, "  %-28s %-24s %-24s\n",
-                  loss_convention_name(results.variants[i].variant.loss),
-                  cell(results.variants[i]).c_str(), cell(results.variants[i + 1]).c_str());
-    out << line;
+  // The reductions that ran, in the table's column order.
+  std::vector<GradientReduction> columns;
+  for (const ZeroStageFigures& f : results.variants) {
+    if (f.variant.exact) continue;
+    if (std::find(columns.begin(), columns.end(), f.variant.reduction) == columns.end()) {
+      columns.push_back(f.variant.reduction);
+    }
+  }
+  std::string header = "  loss convention              ";
+  for (const GradientReduction reduction : columns) {
+    std::string name = gradient_reduction_name(reduction);
+    name.resize(25, ' ');
+    header += name;
+  }
+  while (!header.empty() && header.back() == ' ') header.pop_back();
+  out << header << '\n';
+  const ZeroStageFigures* exact = nullptr;
+  for (size_t i = 0; i < results.variants.size();) {
+    const ZeroStageFigures& first = results.variants[i];
+    if (first.variant.exact) {
+      exact = &first;
+      ++i;
+      continue;
+    }
+    std::string row = "  " + std::string(loss_convention_name(first.variant.loss));
+    row.resize(31, ' ');
+    for (size_t column = 0; column < columns.size(); ++column, ++i) {
+      const ZeroStageFigures& f = results.variants[i];
+      std::string cell = scale_text(f.scale) + (f.cause.empty() ? "" : " " + f.cause);
+      cell.resize(25, ' ');
+      row += cell;
+    }
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out << row << '\n';
   }
   bool all_agree = true;
   double worst_correct = 0;
   for (const ZeroStageFigures& f : results.variants) {
     all_agree = all_agree && f.ranks_agree;
-    if (f.cause.empty()) worst_correct = std::max(worst_correct, f.max_difference_from_reference);
+    if (f.cause.empty() && !f.variant.exact) {
+      worst_correct = std::max(worst_correct, f.max_difference_from_reference);
+    }
+  }
+  if (exact != nullptr) {
+    out << "  global row count, exact sums " << scale_text(exact->scale)
+        << (exact->equals_reference ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
+        << "\n                               (rows summed exactly over sp x dp inside backward)\n";
   }
   out << "\n  after " << c.steps << " step(s): the ranks' parameters "
       << (all_agree ? "agree bitwise in every variant (each\n  reduction spans sp x dp)"
                     : "DIFFER in some variant")
-      << "; the variants with the right scale are within " << scale_text(worst_correct)
-      << "\n  of one-rank training (float32 sums in another order; the default scenario's exact\n"
-         "  policy makes it 0)\n\n";
+      << "; the float32 variants with the right scale are within " << scale_text(worst_correct)
+      << "\n  of one-rank training (float32 sums in another order)\n\n";
   out << "  why: a local mean is 1/shard of a sum, sp times the global mean's 1/rows, and a\n"
          "  sum-backward all-gather hands each rank sp copies of its slice's gradient; ZeRO\n"
          "  0-2 then adds sp of those, while ZeRO-3's average divides by sp. A loss already\n"
@@ -293,7 +264,9 @@ void write_zero_stage_json(const std::string& path, const ZeroStageResults& resu
   nlohmann::json variants = nlohmann::json::array();
   for (const ZeroStageFigures& f : results.variants) {
     variants.push_back({{"loss", loss_convention_name(f.variant.loss)},
-                        {"reduction", gradient_reduction_name(f.variant.reduction)},
+                        {"reduction", f.variant.exact ? "exact sums"
+                                                      : gradient_reduction_name(f.variant.reduction)},
+                        {"equals_reference", f.equals_reference},
                         {"gradient_scale", f.scale},
                         {"cause", f.cause},
                         {"ranks_agree", f.ranks_agree},

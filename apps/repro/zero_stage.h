@@ -33,6 +33,9 @@ enum class GradientReduction { SumSpAverageDp, AverageAll };
 struct ZeroStageVariant {
   LossConvention loss;
   GradientReduction reduction;
+  // The rows summed exactly over sp x dp inside backward (no reduction after it):
+  // with the global-count loss, one-rank training bit for bit.
+  bool exact = false;
 };
 
 struct ZeroStageFigures {
@@ -40,6 +43,7 @@ struct ZeroStageFigures {
   double scale = 0;               // rank 0's first reduced gradient norm / the reference's
   std::string cause;              // the scale named ("x sp (4)"), "" when it is 1
   bool ranks_agree = true;        // every rank's parameters bitwise equal after the last step
+  bool equals_reference = false;  // rank 0's parameters bitwise the reference's after the last step
   double max_difference_from_reference = 0;  // rank 0's parameters after the last step
   double seconds_per_step = 0;
 };
@@ -53,8 +57,9 @@ struct ZeroStageResults {
 
 const char* loss_convention_name(LossConvention loss);
 const char* gradient_reduction_name(GradientReduction reduction);
-// Every variant, in the report's order.
-std::vector<ZeroStageVariant> zero_stage_variants();
+// Every variant, in the report's order: each loss convention under each reduction (only
+// the one ds_config.zero_optimization.stage selects, when given), then the exact one.
+std::vector<ZeroStageVariant> zero_stage_variants(const ReproConfig& config);
 
 // Fails (InputError) unless the replica's rows split evenly over sp, which the
 // all-gather needs (one size everywhere). main checks it before any rank starts.

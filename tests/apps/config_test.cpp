@@ -46,6 +46,12 @@ TEST_CASE("bad configurations name the key and the value", "[repro][config][erro
   CHECK_THROWS_WITH(with({"repro.colums=3"}), Catch::Contains("unknown config key repro.colums"));
   CHECK_THROWS_WITH(with({"ds_config.zero_optimization.stage=3"}),
                     Catch::Contains("ds_config.zero_optimization.stage = 3"));
+  CHECK_THROWS_WITH(with({"ds_config.zero_optimization.stage=4"}),
+                    Catch::Contains("ds_config.zero_optimization.stage = 4"));
+  // The zero-stage scenario models stage 3's reduction, and keeps the stage on a round trip.
+  const ReproConfig zero3 = with({"ds_config.zero_optimization.stage=3", "repro.scenario=\"zero-stage\""});
+  CHECK(zero3.zero_stage == 3);
+  CHECK(parse_config(to_toml(zero3), {}, "round trip").zero_stage == 3);
   CHECK_THROWS_WITH(with({"repro.rows=\"many\""}),
                     Catch::Contains("repro.rows must be an integer") && Catch::Contains("\"many\""));
   CHECK_THROWS_WITH(with({"repro.rows=0"}), Catch::Contains("repro.rows = 0"));

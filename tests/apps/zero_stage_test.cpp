@@ -44,6 +44,7 @@ ReproConfig small(int64_t sp, int64_t dp) {
 std::map<std::string, std::string> causes(const ZeroStageResults& results) {
   std::map<std::string, std::string> named;
   for (const ZeroStageFigures& f : results.variants) {
+    if (f.variant.exact) continue;
     named[std::string(loss_convention_name(f.variant.loss)) + " / " +
           gradient_reduction_name(f.variant.reduction)] = f.cause;
   }
@@ -54,7 +55,7 @@ std::map<std::string, std::string> causes(const ZeroStageResults& results) {
 
 TEST_CASE("zero-stage: each loss convention's factor under ZeRO 0-2 and ZeRO-3, sp 4", "[app]") {
   const ZeroStageResults results = run_on_threads(small(4, 1));
-  REQUIRE(results.variants.size() == 8);
+  REQUIRE(results.variants.size() == 9);
   const std::map<std::string, std::string> expected = {
       {"local mean / ZeRO 0-2", "x sp (4)"},
       {"local mean / ZeRO-3", ""},
@@ -69,6 +70,10 @@ TEST_CASE("zero-stage: each loss convention's factor under ZeRO 0-2 and ZeRO-3, 
   for (const ZeroStageFigures& f : results.variants) {
     INFO(loss_convention_name(f.variant.loss) << " / " << gradient_reduction_name(f.variant.reduction));
     CHECK(f.ranks_agree);
+    if (f.variant.exact) {
+      CHECK(f.equals_reference);
+      CHECK(f.max_difference_from_reference == 0);
+    }
     if (f.cause.empty()) {
       CHECK(f.scale == Approx(1.0).epsilon(1e-5));
       CHECK(f.max_difference_from_reference < 1e-6);  // the same training, up to rounding
@@ -87,7 +92,30 @@ TEST_CASE("zero-stage: with dp 2 replicas a global-count loss is 1/dp under ZeRO
   CHECK(named.at("global row count / ZeRO 0-2") == "x 1/dp (0.5)");
   CHECK(named.at("global row count / ZeRO-3") == "x 1/(sp*dp) (0.125)");
   CHECK(named.at("all-gather, slice backward / ZeRO 0-2") == "");
-  for (const ZeroStageFigures& f : results.variants) CHECK(f.ranks_agree);
+  for (const ZeroStageFigures& f : results.variants) {
+    CHECK(f.ranks_agree);
+    if (f.variant.exact) CHECK(f.equals_reference);
+  }
+}
+
+TEST_CASE("zero-stage: ds_config.zero_optimization.stage selects the reduction", "[app]") {
+  for (const int64_t stage : {1, 3}) {
+    INFO("stage " << stage);
+    ReproConfig config = small(4, 1);
+    config.zero_stage = stage;
+    const ZeroStageResults results = run_on_threads(config);
+    REQUIRE(results.variants.size() == 5);  // four conventions under one reduction, and exact
+    const std::map<std::string, std::string> named = causes(results);
+    const std::string reduction = stage == 3 ? "ZeRO-3" : "ZeRO 0-2";
+    CHECK(named.size() == 4);
+    CHECK(named.at("local mean / " + reduction) == (stage == 3 ? "" : "x sp (4)"));
+    CHECK(named.at("global row count / " + reduction) == (stage == 3 ? "x 1/sp (0.25)" : ""));
+    CHECK(results.variants.back().variant.exact);
+    CHECK(results.variants.back().equals_reference);
+    std::ostringstream report;
+    print_zero_stage(report, results);
+    CHECK(report.str().find("ds_config.zero_optimization.stage = " + std::to_string(stage)) != std::string::npos);
+  }
 }
 
 TEST_CASE("zero-stage: rows that do not split evenly over sp are refused", "[app]") {
