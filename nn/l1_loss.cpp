@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -49,16 +50,29 @@ void check_l1_arguments(const char* op, const Tensor& input, const Tensor& targe
                ": sum_divided_by needs a positive count, got ", reduction.divisor);
 }
 
+// Which rows form terms: every row (the unmasked loss), or those a checked row mask
+// keeps. A template argument, so the unmasked loops are what they were without masks.
+struct AllRows {
+  bool operator()(Eigen::Index) const { return true; }
+};
+struct KeptRows {
+  const float* mask;
+  int64_t stride;
+  bool operator()(Eigen::Index row) const { return mask[row * stride] != 0.0f; }
+};
+
 // The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
 // terms are summed exactly, flushed into one set of digits every kTermsPerFlush terms,
 // and the total is rounded once. The order of the loop changes nothing.
-Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale) {
+template <typename Rows>
+Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale, Rows kept) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
   exact::ExactSums sums(1, Device::cpu());
   exact::BinnedSum sum;
   sum.clear();
   int64_t pending = 0;  // terms in the bins since the last flush
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    if (!kept(i)) continue;
     for (Eigen::Index j = 0; j < a.cols(); ++j) {
       const float difference = a(i, j) - b(i, j);
       sum.add(static_cast<double>(scale) * static_cast<double>(std::fabs(difference)));
@@ -74,14 +88,51 @@ Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scal
   return loss;
 }
 
-Tensor l1_loss_backward_cpu(float grad_scale, const Tensor& input, const Tensor& target) {
+template <typename Rows>
+Tensor l1_loss_backward_cpu(float grad_scale, const Tensor& input, const Tensor& target,
+                            Rows kept) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
   Tensor grad_input = Tensor::empty(input.shape());
   auto grad = detail::rows(grad_input);
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    if (!kept(i)) {  // a masked row takes no part in the loss: +0, whatever it holds
+      for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = 0.0f;
+      continue;
+    }
     for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = grad_scale * l1_sign(a(i, j) - b(i, j));
   }
   return grad_input;
+}
+
+// As the CUDA kernel forms it: the float scale times the incoming gradient, in
+// double, rounded once; so both devices give the same bits for any grad_loss.
+float gradient_scale(float scale, const Tensor& grad_loss) {
+  return static_cast<float>(static_cast<double>(scale) * static_cast<double>(grad_loss.item()));
+}
+
+void check_grad_loss(const Tensor& grad_loss, const Tensor& input) {
+  SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1,
+               "l1_loss_backward: grad_loss must hold one element, got shape ", grad_loss.shape());
+  SEQPAR_CHECK(grad_loss.device() == input.device(), "l1_loss_backward: grad_loss is on ",
+               grad_loss.device(), " but input is on ", input.device());
+}
+
+// d loss / d input under a checked row mask, with the loss's float scale.
+Tensor masked_l1_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
+                          const Tensor& row_mask, float scale) {
+  const Tensor input_rows = detail::with_unit_column_stride(input);
+  const Tensor target_rows = detail::with_unit_column_stride(target);
+#ifdef SEQPAR_WITH_CUDA
+  if (input.device().is_cuda()) {
+    Tensor grad_input = Tensor::empty(input.shape(), input.device());
+    detail::l1_loss_backward_masked_cuda(grad_loss, input_rows, target_rows, row_mask, scale,
+                                         grad_input);
+    return grad_input;
+  }
+#endif
+  require_cpu("l1_loss_backward", input.device());
+  return l1_loss_backward_cpu(gradient_scale(scale, grad_loss), input_rows, target_rows,
+                              KeptRows{row_mask.data(), row_mask.stride(0)});
 }
 
 }  // namespace
@@ -104,16 +155,13 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
   }
 #endif
   require_cpu("l1_loss", input.device());
-  return l1_loss_forward_cpu(input_rows, target_rows, scale);
+  return l1_loss_forward_cpu(input_rows, target_rows, scale, AllRows{});
 }
 
 Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                         Reduction reduction) {
   check_l1_arguments("l1_loss_backward", input, target, reduction);
-  SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1,
-               "l1_loss_backward: grad_loss must hold one element, got shape ", grad_loss.shape());
-  SEQPAR_CHECK(grad_loss.device() == input.device(), "l1_loss_backward: grad_loss is on ",
-               grad_loss.device(), " but input is on ", input.device());
+  check_grad_loss(grad_loss, input);
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
   const double scale = reduction.scale(input.numel());
@@ -126,11 +174,79 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
   }
 #endif
   require_cpu("l1_loss_backward", input.device());
-  // As the CUDA kernel forms it: the float scale times the incoming gradient, in
-  // double, rounded once; so both devices give the same bits for any grad_loss.
-  const float grad_scale = static_cast<float>(
-      static_cast<double>(static_cast<float>(scale)) * static_cast<double>(grad_loss.item()));
-  return l1_loss_backward_cpu(grad_scale, input_rows, target_rows);
+  return l1_loss_backward_cpu(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
+                              target_rows, AllRows{});
+}
+
+// ---------------------------------------------------------------- row mask
+
+int64_t unmasked_rows(const char* op, const Tensor& row_mask, int64_t rows, Device device) {
+  SEQPAR_CHECK(row_mask.defined(), op, ": row_mask must be defined (one value per row)");
+  SEQPAR_CHECK(row_mask.dim() == 1 && row_mask.size(0) == rows, op,
+               ": row_mask must have shape [", rows, "] (one value per row), got shape ",
+               row_mask.shape());
+  SEQPAR_CHECK(row_mask.device() == device, op, ": row_mask is on ", row_mask.device(),
+               " but the inputs are on ", device);
+  const std::vector<float> values = row_mask.to_vector();  // from a GPU: one copy, a wait
+  int64_t kept = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    // Anything else (0.5, 2, NaN) would be a weight, which this mask is not.
+    SEQPAR_CHECK(values[i] == 0.0f || values[i] == 1.0f, op, ": row_mask of shape ",
+                 row_mask.shape(), " holds ", values[i], " at row ", i,
+                 "; a row mask holds only 0 (ignore the row) and 1 (count it)");
+    kept += values[i] == 1.0f;
+  }
+  return kept;
+}
+
+namespace {
+
+// The mask checked against the inputs, and the loss's float scale for the rows it keeps.
+float masked_scale(const char* op, const Tensor& input, const Tensor& row_mask,
+                   Reduction reduction, int64_t* terms) {
+  const int64_t kept = unmasked_rows(op, row_mask, input.size(0), input.device());
+  *terms = kept * input.size(1);
+  exact::check_term_count(op, *terms);
+  return static_cast<float>(reduction.scale(*terms));
+}
+
+// The loss over a checked mask's rows, given its scale and term count.
+Tensor masked_l1_forward(const Tensor& input, const Tensor& target, const Tensor& row_mask,
+                         float scale, int64_t terms) {
+  if (terms == 0) {  // as without a mask: 0 * s, NaN for a mean of nothing
+    return Tensor::full({}, 0.0f * scale, input.device());
+  }
+  const Tensor input_rows = detail::with_unit_column_stride(input);
+  const Tensor target_rows = detail::with_unit_column_stride(target);
+#ifdef SEQPAR_WITH_CUDA
+  if (input.device().is_cuda()) {
+    Tensor loss = Tensor::empty({}, input.device());
+    detail::l1_loss_forward_masked_cuda(input_rows, target_rows, row_mask, scale, loss);
+    return loss;
+  }
+#endif
+  require_cpu("l1_loss", input.device());
+  return l1_loss_forward_cpu(input_rows, target_rows, scale,
+                             KeptRows{row_mask.data(), row_mask.stride(0)});
+}
+
+}  // namespace
+
+Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction,
+                       const Tensor& row_mask) {
+  check_l1_arguments("l1_loss", input, target, reduction);
+  int64_t terms = 0;
+  const float scale = masked_scale("l1_loss", input, row_mask, reduction, &terms);
+  return masked_l1_forward(input, target, row_mask, scale, terms);
+}
+
+Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
+                        Reduction reduction, const Tensor& row_mask) {
+  check_l1_arguments("l1_loss_backward", input, target, reduction);
+  check_grad_loss(grad_loss, input);
+  int64_t terms = 0;
+  const float scale = masked_scale("l1_loss_backward", input, row_mask, reduction, &terms);
+  return masked_l1_backward(grad_loss, input, target, row_mask, scale);
 }
 
 // ---------------------------------------------------------------- autograd
@@ -152,7 +268,40 @@ struct L1LossBackward : autograd::Node {
   Reduction reduction;
 };
 
+// Under a row mask: the scale the forward used (so the mask is checked and counted
+// once), and d loss / d target as sign(target - input) itself, which is exactly the
+// negative of input's (a float subtraction rounds symmetrically) and leaves a masked
+// row's gradient +0 rather than -0.
+struct MaskedL1LossBackward : autograd::Node {
+  MaskedL1LossBackward(Tensor input, Tensor target, Tensor row_mask, float scale)
+      : input(std::move(input)), target(std::move(target)), row_mask(std::move(row_mask)),
+        scale(scale) {}
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    const bool want_input = next_edges()[0].valid(), want_target = next_edges()[1].valid();
+    return {want_input ? masked_l1_backward(grad_output, input, target, row_mask, scale) : Tensor(),
+            want_target ? masked_l1_backward(grad_output, target, input, row_mask, scale)
+                        : Tensor()};
+  }
+  std::string name() const override { return "MaskedL1LossBackward"; }
+  Tensor input, target, row_mask;
+  float scale;
+};
+
 }  // namespace
+
+Variable l1_loss(const Variable& input, const Variable& target, Reduction reduction,
+                 const Tensor& row_mask) {
+  SEQPAR_CHECK(input.defined() && target.defined(), "l1_loss: input and target must be defined");
+  check_l1_arguments("l1_loss", input.data(), target.data(), reduction);
+  int64_t terms = 0;
+  const float scale = masked_scale("l1_loss", input.data(), row_mask, reduction, &terms);
+  Tensor loss = masked_l1_forward(input.data(), target.data(), row_mask, scale, terms);
+  if (!autograd::any_requires_grad({&input, &target})) return Variable(std::move(loss));
+  auto node = std::make_shared<MaskedL1LossBackward>(input.data(), target.data(), row_mask, scale);
+  node->add_input(input);
+  node->add_input(target);
+  return Variable::from_op(std::move(loss), std::move(node));
+}
 
 Variable l1_loss(const Variable& input, const Variable& target, Reduction reduction) {
   SEQPAR_CHECK(input.defined() && target.defined(), "l1_loss: input and target must be defined");

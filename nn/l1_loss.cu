@@ -12,6 +12,10 @@
 // Backward: grad_input = (grad_loss * scale) * sign(input - target), sign(0) = 0 as
 // in PyTorch, the product formed in double and rounded once, as the CPU path does.
 // grad_loss is read on the device, so a step never waits for the host.
+//
+// Under a row mask both kernels skip the rows whose mask value is 0: no term, and a
+// gradient of +0. Which rows count decides which terms exist, not their order, so the
+// masked loss is as placement-free as the unmasked one.
 #include <algorithm>
 #include <cstdint>
 
@@ -32,9 +36,21 @@ constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kMinElementsPerThread = 8;
 
 
+// Which rows form terms, as on the CPU (nn/l1_loss.cpp): all, or those a checked row
+// mask keeps. A template argument, so the unmasked kernels are what they were.
+struct AllRows {
+  __device__ bool operator()(int64_t) const { return true; }
+};
+struct KeptRows {
+  const float* mask;
+  int64_t stride;
+  __device__ bool operator()(int64_t row) const { return mask[row * stride] != 0.0f; }
+};
+
+template <typename Rows>
 __global__ void __launch_bounds__(kThreads)
     abs_diff_exact_sum_kernel(ConstRows input, ConstRows target, int64_t rows, int64_t cols,
-                              float scale, int64_t* digits) {
+                              float scale, Rows kept, int64_t* digits) {
   const int64_t count = rows * cols;
   int64_t local[exact::kDigits] = {};
   exact::BinnedSum sum;
@@ -43,6 +59,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / cols, col = i % cols;
+    if (!kept(row)) continue;  // a masked row forms no term
     const float difference = __fsub_rn(input(row, col), target(row, col));
     sum.add(__dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
     if (++pending == exact::kTermsPerFlush) {
@@ -54,14 +71,19 @@ __global__ void __launch_bounds__(kThreads)
   exact::add_block_digits(local, digits, 1);
 }
 
+template <typename Rows>
 __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, ConstRows target,
-                                   int64_t rows, int64_t cols, float scale, float* grad_input,
-                                   int64_t grad_row_stride) {
+                                   int64_t rows, int64_t cols, float scale, Rows kept,
+                                   float* grad_input, int64_t grad_row_stride) {
   const float gradient = __double2float_rn(double{*grad_loss} * scale);
   const int64_t count = rows * cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / cols, col = i % cols;
+    if (!kept(row)) {  // a masked row takes no part in the loss: +0, whatever it holds
+      grad_input[row * grad_row_stride + col] = 0.0f;
+      continue;
+    }
     const float difference = __fsub_rn(input(row, col), target(row, col));
     const float sign = l1_sign(difference);
     grad_input[row * grad_row_stride + col] = __fmul_rn(gradient, sign);
@@ -80,9 +102,11 @@ void check_operands(const char* op, const Tensor& input, const Tensor& target) {
 
 }  // namespace
 
-void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale,
-                          const Tensor& loss) {
-  check_operands("l1_loss_forward_cuda", input, target);
+namespace {
+
+template <typename Rows>
+void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows kept,
+                    const Tensor& loss) {
   SEQPAR_CHECK(loss.defined() && loss.numel() == 1 && loss.is_contiguous() &&
                    loss.device() == input.device(),
                "l1_loss_forward_cuda: loss must be one element on ", input.device());
@@ -98,15 +122,15 @@ void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale
     abs_diff_exact_sum_kernel<<<static_cast<int>(blocks), kThreads, 0,
                                 cuda::current_stream(device)>>>(
         const_rows_of(input), const_rows_of(target), rows,
-        cols, scale, sums.digits());
+        cols, scale, kept, sums.digits());
     CUDA_LAUNCH_CHECK();
   }
   sums.round_into(loss);
 }
 
-void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
-                           float scale, const Tensor& grad_input) {
-  check_operands("l1_loss_backward_cuda", input, target);
+template <typename Rows>
+void launch_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
+                     float scale, Rows kept, const Tensor& grad_input) {
   SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1 &&
                    grad_loss.device() == input.device(),
                "l1_loss_backward_cuda: grad_loss must be one element on ", input.device());
@@ -121,9 +145,47 @@ void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const T
   cuda::set_device(device);
   l1_backward_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(
       grad_loss.data(), const_rows_of(input),
-      const_rows_of(target), rows, cols, scale, grad_input.data(),
+      const_rows_of(target), rows, cols, scale, kept, grad_input.data(),
       grad_input.stride(0));
   CUDA_LAUNCH_CHECK();
+}
+
+// A mask already checked by the caller (nn::unmasked_rows): here only where it lives.
+KeptRows kept_rows_of(const char* op, const Tensor& row_mask, const Tensor& input) {
+  SEQPAR_CHECK(row_mask.defined() && row_mask.dim() == 1 && row_mask.size(0) == input.size(0) &&
+                   row_mask.device() == input.device(),
+               op, ": row_mask must be [", input.size(0), "] on ", input.device(), ", got shape ",
+               row_mask.shape());
+  return KeptRows{row_mask.data(), row_mask.stride(0)};
+}
+
+}  // namespace
+
+void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale,
+                          const Tensor& loss) {
+  check_operands("l1_loss_forward_cuda", input, target);
+  launch_forward(input, target, scale, AllRows{}, loss);
+}
+
+void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
+                           float scale, const Tensor& grad_input) {
+  check_operands("l1_loss_backward_cuda", input, target);
+  launch_backward(grad_loss, input, target, scale, AllRows{}, grad_input);
+}
+
+void l1_loss_forward_masked_cuda(const Tensor& input, const Tensor& target,
+                                 const Tensor& row_mask, float scale, const Tensor& loss) {
+  check_operands("l1_loss_forward_masked_cuda", input, target);
+  launch_forward(input, target, scale, kept_rows_of("l1_loss_forward_masked_cuda", row_mask, input),
+                 loss);
+}
+
+void l1_loss_backward_masked_cuda(const Tensor& grad_loss, const Tensor& input,
+                                  const Tensor& target, const Tensor& row_mask, float scale,
+                                  const Tensor& grad_input) {
+  check_operands("l1_loss_backward_masked_cuda", input, target);
+  launch_backward(grad_loss, input, target, scale,
+                  kept_rows_of("l1_loss_backward_masked_cuda", row_mask, input), grad_input);
 }
 
 }  // namespace seqpar::nn::detail

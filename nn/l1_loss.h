@@ -22,6 +22,19 @@
 //
 // The gradient with respect to input is scale * sign(input - target), sign(0) = 0
 // as in PyTorch, where scale is 1/numel, 1 or 1/count.
+//
+// A row mask (the counterpart of cross-entropy's ignore_index) is a tensor [n] on the
+// inputs' device holding 0 (ignore the row) or 1 (count it). A masked row's elements
+// form no term at all, so nothing in it (not even a NaN or an infinity) reaches the
+// loss, and its gradient (in input and in target) is +0 exactly. The mean divides by
+// the unmasked elements, unmasked rows x m, as torch's mean under ignore_index
+// divides by the tokens not ignored; with none the loss is NaN, as torch's. sum and
+// sum / count are as without a mask. The forward is the same exact sum, over the
+// unmasked rows' terms only, rounded once: with a mask of ones it is the unmasked
+// loss, bit for bit, and a masked row changes nothing but the mean's count.
+//
+// The mask is checked (shape and every value) on the host: on a GPU that is one copy
+// of its n values and a wait for the stream, which only the masked overloads pay.
 #pragma once
 
 #include <cstdint>
@@ -52,9 +65,22 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
 Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                         Reduction reduction);
 
+// With a row mask: the mask as above, [n] for inputs [n, m], on their device.
+Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction,
+                       const Tensor& row_mask);
+Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
+                        Reduction reduction, const Tensor& row_mask);
+
+// The rows a row mask counts (its ones), after checking it as the loss does: `rows`
+// values of 0 or 1, on `device`. `op` names the caller in the error.
+int64_t unmasked_rows(const char* op, const Tensor& row_mask, int64_t rows, Device device);
+
 // ---- differentiable (in input and in target) ----
 autograd::Variable l1_loss(const autograd::Variable& input, const autograd::Variable& target,
                            Reduction reduction = Reduction::mean());
+// With a row mask (not differentiated: it is data, as ignore_index's labels).
+autograd::Variable l1_loss(const autograd::Variable& input, const autograd::Variable& target,
+                           Reduction reduction, const Tensor& row_mask);
 
 namespace detail {
 #ifdef SEQPAR_WITH_CUDA
@@ -66,6 +92,13 @@ void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale
                           const Tensor& loss);
 void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                            float scale, const Tensor& grad_input);
+// The same over the rows whose row_mask value is not 0 (a checked mask, [n], any
+// stride); a masked row forms no term and its grad_input row is +0.
+void l1_loss_forward_masked_cuda(const Tensor& input, const Tensor& target,
+                                 const Tensor& row_mask, float scale, const Tensor& loss);
+void l1_loss_backward_masked_cuda(const Tensor& grad_loss, const Tensor& input,
+                                  const Tensor& target, const Tensor& row_mask, float scale,
+                                  const Tensor& grad_input);
 #endif
 }  // namespace detail
 

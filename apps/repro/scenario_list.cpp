@@ -24,6 +24,11 @@ const std::vector<ScenarioInfo>& scenario_list() {
        "dropout on the Linear's output: the same seed and offset on every rank gives\n"
        "every shard the first shard's mask; a mask keyed by the global row is exact\n"
        "(configs/dropout.toml)"},
+      {"masked-tokens",
+       "ignored tokens (label -100) with gradient accumulation: means per micro-batch\n"
+       "or per rank weigh tokens by their part's count; the global valid count\n"
+       "(num_items_in_batch) is right (configs/masked-tokens.toml)",
+       true},
   };
   return list;
 }
@@ -31,6 +36,13 @@ const std::vector<ScenarioInfo>& scenario_list() {
 bool is_scenario(const std::string& name) {
   for (const ScenarioInfo& info : scenario_list()) {
     if (name == info.name) return true;
+  }
+  return false;
+}
+
+bool scenario_accumulates_gradients(const std::string& name) {
+  for (const ScenarioInfo& info : scenario_list()) {
+    if (name == info.name) return info.accumulates_gradients;
   }
   return false;
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "apps/repro/scenario_list.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -116,9 +117,19 @@ void validate(const ReproConfig& c) {
   check_at_least(c.steps, 1, "repro.steps");
   SEQPAR_INPUT_CHECK(c.steps <= kMaxSteps, "config key repro.steps = ", c.steps,
                      ": must be at most ", kMaxSteps);
-  SEQPAR_INPUT_CHECK(c.gradient_accumulation_steps == 1,
-                     "config key ds_config.gradient_accumulation_steps = ",
-                     c.gradient_accumulation_steps, ": only 1 is supported (the report's value)");
+  if (scenario_accumulates_gradients(c.scenario)) {
+    check_at_least(c.gradient_accumulation_steps, 1, "ds_config.gradient_accumulation_steps");
+    SEQPAR_INPUT_CHECK(c.gradient_accumulation_steps <= kMaxGradientAccumulationSteps,
+                       "config key ds_config.gradient_accumulation_steps = ",
+                       c.gradient_accumulation_steps, ": must be at most ",
+                       kMaxGradientAccumulationSteps);
+  } else {
+    SEQPAR_INPUT_CHECK(c.gradient_accumulation_steps == 1,
+                       "config key ds_config.gradient_accumulation_steps = ",
+                       c.gradient_accumulation_steps,
+                       ": only 1 is supported (the report's value; scenario masked-tokens "
+                       "accumulates micro-batches)");
+  }
   SEQPAR_INPUT_CHECK(c.zero_stage != 3 || c.scenario == "zero-stage",
                      "config key ds_config.zero_optimization.stage = 3: stage 3 partitions the "
                      "parameters themselves, which scenario ", c.scenario,

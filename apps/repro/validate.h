@@ -18,6 +18,9 @@ constexpr int64_t kMaxWorldSize = 1024;
 // A run records a few hundred bytes per step and policy; a million steps is days of
 // compute at the default sizes.
 constexpr int64_t kMaxSteps = 1000000;
+// Micro-batches per step, for the scenarios that accumulate gradients (masked-tokens):
+// each micro-batch is at least one row per rank, so more would only split rows thinner.
+constexpr int64_t kMaxGradientAccumulationSteps = 1000;
 
 // The largest learning rate, eps and weight decay accepted. Larger values do not train
 // (Adam moves every parameter by about lr a step) and only lead to overflow.

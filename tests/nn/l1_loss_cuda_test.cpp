@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
+#include "autograd/variable.h"
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "tests/cuda_test_util.h"
@@ -114,4 +116,94 @@ TEST_CASE("l1 loss on the GPU is bitwise the CPU's for wide ranges and special v
       CHECK((test::bitwise_equal(loss.to(Device::cpu()), expected) || (std::isnan(x) && std::isnan(y))));
     }
   }
+}
+
+// ---------------------------------------------------------------- row mask
+
+namespace {
+
+// The masked loss and its gradients (the compute functions and autograd, input and
+// target) on the GPU against the CPU's, bit for bit: which rows count decides the
+// terms, and the CPU and GPU form and sum the same terms.
+void check_masked_case(int64_t rows, int64_t cols, bool strided, double keep, uint64_t seed) {
+  INFO(rows << " x " << cols << (strided ? ", strided" : "") << ", keep " << keep);
+  const Device gpu = Device::cuda();
+  Generator generator(seed);
+  std::mt19937_64 rng(seed);
+  std::bernoulli_distribution kept(keep);
+  std::vector<float> mask_values(static_cast<size_t>(rows));
+  for (float& value : mask_values) value = kept(rng) ? 1.0f : 0.0f;
+  const Tensor mask = Tensor::from_data({rows}, mask_values);
+  const Tensor input_wide = generator.randn({rows, strided ? cols + 9 : cols});
+  const Tensor target_wide = generator.randn({rows, strided ? 2 * cols + 1 : cols});
+  const Tensor input = input_wide.narrow(1, 0, cols);
+  const Tensor target = target_wide.narrow(1, strided ? cols : 0, cols);
+  // A NaN in the first masked row, if any: it must not reach the loss on either device.
+  for (int64_t row = 0; row < rows; ++row) {
+    if (mask_values[static_cast<size_t>(row)] == 0.0f) {
+      input.set({row, 0}, std::numeric_limits<float>::quiet_NaN());
+      break;
+    }
+  }
+  const Tensor input_gpu = input_wide.to(gpu).narrow(1, 0, cols);
+  const Tensor target_gpu = target_wide.to(gpu).narrow(1, strided ? cols : 0, cols);
+  const Tensor mask_gpu = mask.to(gpu);
+  const Tensor grad_loss = Tensor::from_data({}, {0.37f});
+
+  for (const nn::Reduction reduction :
+       {nn::Reduction::mean(), nn::Reduction::sum(), nn::Reduction::sum_divided_by(7)}) {
+    INFO("reduction kind " << static_cast<int>(reduction.kind));
+    const Tensor loss_expected = nn::l1_loss_forward(input, target, reduction, mask);
+    const Tensor grad_expected = nn::l1_loss_backward(grad_loss, input, target, reduction, mask);
+    test::poison_pool(gpu);
+    const Tensor loss = nn::l1_loss_forward(input_gpu, target_gpu, reduction, mask_gpu);
+    const float x = loss.item(), y = loss_expected.item();
+    CAPTURE(x, y);
+    CHECK((test::bitwise_equal(loss.to(Device::cpu()), loss_expected) ||
+           (std::isnan(x) && std::isnan(y))));
+    test::poison_pool(gpu);
+    CHECK(test::bitwise_equal(
+        nn::l1_loss_backward(grad_loss.to(gpu), input_gpu, target_gpu, reduction, mask_gpu)
+            .to(Device::cpu()),
+        grad_expected));
+
+    // Through autograd, both gradients.
+    autograd::Variable in_cpu(input.contiguous(), true), tg_cpu(target.contiguous(), true);
+    autograd::Variable in_gpu(input_gpu.contiguous(), true), tg_gpu(target_gpu.contiguous(), true);
+    nn::l1_loss(in_cpu, tg_cpu, reduction, mask).backward();
+    test::poison_pool(gpu);
+    nn::l1_loss(in_gpu, tg_gpu, reduction, mask_gpu).backward();
+    CHECK(test::bitwise_equal(in_gpu.grad().to(Device::cpu()), in_cpu.grad()));
+    CHECK(test::bitwise_equal(tg_gpu.grad().to(Device::cpu()), tg_cpu.grad()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("l1 loss with a row mask on the GPU is bitwise the CPU's", "[cuda][mask]") {
+  SEQPAR_REQUIRE_CUDA();
+  uint64_t seed = 70;
+  for (int64_t rows : {1, 17, 333, 12000}) {
+    for (int64_t cols : {1, 16, 1000}) {
+      if (rows * cols > 12000 * 16) continue;  // keep the suite fast
+      for (double keep : {1.0, 0.7, 0.1}) check_masked_case(rows, cols, false, keep, ++seed);
+    }
+  }
+  check_masked_case(12000, 16, true, 0.8, ++seed);
+  check_masked_case(17, 16, true, 0.5, ++seed);
+  check_masked_case(5, 3, false, 0.0, ++seed);  // every row masked: NaN mean, +0 gradients
+}
+
+TEST_CASE("l1 loss on the GPU rejects a row mask on another device or of another shape",
+          "[cuda][mask]") {
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  const Tensor a = Tensor::zeros({4, 3}, gpu);
+  CHECK_THROWS_WITH(nn::l1_loss_forward(a, a, nn::Reduction::sum(), Tensor::ones({4})),
+                    Catch::Contains("row_mask is on cpu but the inputs are on cuda"));
+  CHECK_THROWS_WITH(nn::l1_loss_forward(a, a, nn::Reduction::sum(), Tensor::ones({3}, gpu)),
+                    Catch::Contains("row_mask must have shape [4] (one value per row), got shape [3]"));
+  CHECK_THROWS_WITH(
+      nn::l1_loss_forward(a, a, nn::Reduction::sum(), Tensor::from_data({4}, {1, 0, 3, 1}, gpu)),
+      Catch::Contains("holds 3 at row 2"));
 }
