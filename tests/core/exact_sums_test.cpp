@@ -228,8 +228,9 @@ TEST_CASE("combine_across_ranks uses the innermost CrossRankScope", "[exact][cpu
 
 TEST_CASE("AccumulatedSums: passes add exactly and round once, as one pass over every term",
           "[exact][cpu]") {
-  // Three passes of two combines each (5 and 3 sums). Values within 2^-10..2^10, so the
-  // double sum of three is exact and its float rounding is the correctly rounded total.
+  // Three passes of two combines each (5 and 3 sums). Values are multiples of 2^-10 below
+  // 2^10, so the double sum of three is exact and its float rounding the correctly
+  // rounded total.
   const uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -239,7 +240,10 @@ TEST_CASE("AccumulatedSums: passes add exactly and round once, as one pass over 
   for (int which = 0; which < 2; ++which) {
     for (int pass = 0; pass < kPasses; ++pass) {
       std::vector<float> v(static_cast<size_t>(counts[which]));
-      for (float& x : v) x = (rng() % 2 ? 1.0f : -1.0f) * random_float(rng, -10, 10);
+      // Multiples of 2^-10 below 2^10 (random_float would give a subnormal now and then).
+      for (float& x : v) {
+        x = std::ldexp(static_cast<float>(static_cast<int64_t>(rng() % (1u << 21)) - (1 << 20)), -10);
+      }
       values[which].push_back(v);
     }
   }

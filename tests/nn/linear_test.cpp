@@ -76,7 +76,7 @@ TEST_CASE("linear: forward and gradients match float64 references", "[nn]") {
   }
 }
 
-TEST_CASE("linear: the app's graph, L1 of x[:, :m] against linear(x)", "[nn]") {
+TEST_CASE("linear: the app's graph, L1 of the leading m columns of x against linear(x)", "[nn]") {
   // loss = mean |x[:, :m] - (x Wᵀ + b)|, differentiated in x (both uses), W and b.
   const int64_t rows = 9, in_features = 11, out_features = 4;
   Generator generator(17);

@@ -159,7 +159,7 @@ TEST_CASE("AdamW with zero gradients only decays the weights", "[optim]") {
   for (size_t i = 0; i < after.size(); ++i) CHECK(after[i] == expected_before[i] * decay);
 }
 
-TEST_CASE("AdamW skips parameters without a gradient; each counts its own steps", "[optim]") {
+TEST_CASE("AdamW skips parameters without a gradient, and each counts its own steps", "[optim]") {
   Generator generator(306);
   Variable early(generator.randn({4}), true), late(generator.randn({4}), true);
   Variable twin(late.data().clone(), true);  // what `late` would be if it had started later
