@@ -25,6 +25,29 @@ __device__ inline void add_digits_atomically(const int64_t (&local)[kDigits], in
   }
 }
 
+// add_scaled_integer's p * 2^t, added into digits[d * stride] with one integer atomic
+// per slice it touches (p below 2^93 spans at most four bins): for a thread whose term
+// is its own, without a local copy of the digits.
+__device__ inline void add_scaled_integer_atomically(int64_t* digits, int64_t stride, Int128 p, int t) {
+  if (p == 0) return;
+  const bool negative = p < 0;
+  const int offset = t - kLowestExponent;
+  int k = kBins - 1 - offset / kBinBits;
+  UInt128 magnitude = static_cast<UInt128>(negative ? -p : p) << (offset % kBinBits);
+  constexpr uint64_t kSliceMask = (uint64_t{1} << kBinBits) - 1;
+  while (magnitude != 0) {
+    const auto slice = static_cast<int64_t>(k == 0 ? static_cast<uint64_t>(magnitude)
+                                                   : static_cast<uint64_t>(magnitude) & kSliceMask);
+    if (slice != 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(digits + k * stride),
+                static_cast<unsigned long long>(negative ? -slice : slice));
+    }
+    if (k == 0) break;
+    magnitude >>= kBinBits;
+    --k;
+  }
+}
+
 // The sum of every thread's `local` digits added into digits[d * stride]: a warp's
 // lanes first (shuffles), then the block's warps (shared-memory atomics), then one
 // global atomic per word. For threads that share one sum. Every thread of the block
