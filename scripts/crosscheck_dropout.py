@@ -30,14 +30,12 @@ there to be seen). Exit status 1 when anything differs.
 """
 import os
 import sys
-import tomllib
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from crosscheck import read_safetensors  # noqa: E402
-from crosscheck_pitfall import TOLERANCE, shard  # noqa: E402
+from crosscheck_pitfall import check_variants, load_dump, shard  # noqa: E402
 
 MASK32 = np.uint64(0xFFFFFFFF)
 
@@ -92,11 +90,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     directory = sys.argv[1]
-    inputs, metadata = read_safetensors(os.path.join(directory, "inputs.safetensors"))
-    config = tomllib.loads(metadata["config"])
-    ds, repro = config["ds_config"], config["repro"]
-    if repro["scenario"] != "dropout":
-        sys.exit(f"{directory}: scenario {repro['scenario']!r}, expected 'dropout'")
+    inputs, ds, repro = load_dump(directory, ("dropout",))
     rows, sp, dp = repro["rows"], ds["sequence_parallel_size"], ds["data_parallel_size"]
     features, out, seed = repro["in_features"], repro["out_features"], repro["seed"]
     x, weight, bias = inputs["x"], inputs["weight"], inputs["bias"]
@@ -151,41 +145,9 @@ def main():
         "mask keyed by global row": sum(global_parts) / dp,
         "global row, exact sums": sum(exact_parts),
     }
-
-    ours_reference, _ = read_safetensors(os.path.join(directory, "reference.safetensors"))
-    flat = lambda t: torch.cat([t["grad.weight"].flatten(), t["grad.bias"]])  # noqa: E731
-    norm = reference.norm().item()
-
-    def error_of(ours, theirs):
-        return (ours - theirs).norm().item() / norm
-
-    def compare(name, ours, theirs):
-        error = error_of(ours, theirs)
-        status = "ok" if error <= TOLERANCE else "DIFFERS"
-        print(f"  {name:40s} gradient vs PyTorch's {error:.2e}  {status}")
-        if error > TOLERANCE:
-            failures.append(f"{name}: gradient differs from PyTorch's by {error:.3g} of the norm")
-
-    compare("one rank", flat(ours_reference), reference)
-    for i, (name, torch_gradient) in enumerate(variants.items()):
-        ours, _ = read_safetensors(os.path.join(directory, f"variant{i}.safetensors"))
-        compare(name, flat(ours), torch_gradient)
-        print(f"  {'':40s} vs the one-rank gradient {error_of(torch_gradient, reference):.2e} (PyTorch)")
-        clip, torch_clip = ours["clip_norm"].item(), torch_gradient.norm().item()
-        clip_error = abs(clip - torch_clip) / torch_clip
-        print(f"  {'':40s} clip norm {clip:.6g} vs PyTorch {torch_clip:.6g}  "
-              f"{'ok' if clip_error <= TOLERANCE else 'DIFFERS'}")
-        if clip_error > TOLERANCE:
-            failures.append(f"{name}: clip norm {clip} differs from PyTorch's {torch_clip}")
-        if "exact" in name and not torch.equal(flat(ours), flat(ours_reference)):
-            failures.append(f"{name}: not bitwise the one-rank gradient")
-    if error_of(variants["same seed and offset on every rank"], reference) < 100 * TOLERANCE:
-        failures.append("same seed and offset on every rank: PyTorch finds it as right as the "
-                        "one-rank gradient; the scenario shows no bug")
-    if failures:
-        print("\n".join(["FAILED:"] + failures))
-        sys.exit(1)
-    print("dropout: the mask and every variant agree with PyTorch")
+    check_variants(directory, "dropout", reference,
+                   {name: (g, g.norm().item()) for name, g in variants.items()}, failures,
+                   broken=("same seed and offset on every rank",))
 
 
 if __name__ == "__main__":

@@ -30,15 +30,11 @@ Exit status 1 when anything differs.
 """
 import os
 import sys
-import tomllib
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from crosscheck import read_safetensors  # noqa: E402
-
-TOLERANCE = 1e-5
-BROKEN_AT_LEAST = 1e-3
+from crosscheck_pitfall import check_variants, load_dump  # noqa: E402
 
 
 def micro_batches(rows, ga):
@@ -133,57 +129,19 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     directory = sys.argv[1]
-    inputs, metadata = read_safetensors(os.path.join(directory, "inputs.safetensors"))
-    config = tomllib.loads(metadata["config"])
-    ds, repro = config["ds_config"], config["repro"]
-    if repro["scenario"] != "masked-tokens":
-        sys.exit(f"{directory}: scenario {repro['scenario']!r}, not masked-tokens")
+    inputs, ds, repro = load_dump(directory, ("masked-tokens",))
     cfg = {"rows": repro["rows"], "sp": ds["sequence_parallel_size"], "dp": ds["data_parallel_size"],
            "out": repro["out_features"], "ga": ds["gradient_accumulation_steps"]}
     mask = inputs["mask"]
     assert mask.shape == (cfg["dp"] * cfg["rows"],), f"mask of shape {tuple(mask.shape)}"
     assert bool(((mask == 0) | (mask == 1)).all()), "the mask holds values other than 0 and 1"
-    torch.set_grad_enabled(True)
     reference, variants = recompute(inputs["x"], inputs["weight"], inputs["bias"], mask, cfg)
-    ours_reference, _ = read_safetensors(os.path.join(directory, "reference.safetensors"))
-    flat = lambda t: torch.cat([t["grad.weight"].flatten(), t["grad.bias"]])  # noqa: E731
-    scale = reference.norm().item()
-    failures = []
-
-    def relative(a, b):
-        return (a - b).norm().item() / scale
-
     ignored = int((mask == 0).sum().item())
     print(f"masked-tokens: sp {cfg['sp']} x dp {cfg['dp']}, {cfg['rows']} rows per replica, "
           f"{cfg['ga']} micro-batch(es), {ignored} of {mask.numel()} rows ignored")
-    error = relative(flat(ours_reference), reference)
-    print(f"  {'one rank':36s} gradient error {error:.2e}  {'ok' if error <= TOLERANCE else 'DIFFERS'}")
-    if error > TOLERANCE:
-        failures.append(f"one rank: gradient differs from PyTorch's by {error:.3g} of the norm")
-    for i, (name, torch_gradient) in enumerate(variants.items()):
-        ours, _ = read_safetensors(os.path.join(directory, f"variant{i}.safetensors"))
-        error = relative(flat(ours), torch_gradient)
-        off = relative(torch_gradient, reference)
-        print(f"  {name:36s} gradient error {error:.2e}  {'ok' if error <= TOLERANCE else 'DIFFERS'};"
-              f" PyTorch's, against one rank: {off:.3g}")
-        if error > TOLERANCE:
-            failures.append(f"{name}: gradient differs from PyTorch's by {error:.3g} of the norm")
-        broken = name.startswith("per-")
-        if broken and off <= BROKEN_AT_LEAST:
-            failures.append(f"{name}: PyTorch's gradient is within {off:.3g} of one rank's; the pitfall is not there")
-        if not broken and off > TOLERANCE:
-            failures.append(f"{name}: PyTorch's gradient is {off:.3g} from one rank's")
-        clip = ours["clip_norm"].item()
-        torch_clip = torch_gradient.norm().item()
-        clip_error = abs(clip - torch_clip) / torch_clip
-        if clip_error > TOLERANCE:
-            failures.append(f"{name}: clip norm {clip} differs from PyTorch's {torch_clip}")
-        if "exact" in name and not torch.equal(flat(ours), flat(ours_reference)):
-            failures.append(f"{name}: not bitwise the one-rank gradient")
-    if failures:
-        print("\n".join(["FAILED:"] + failures))
-        sys.exit(1)
-    print("masked-tokens: every variant agrees with PyTorch")
+    check_variants(directory, "masked-tokens", reference,
+                   {name: (g, g.norm().item()) for name, g in variants.items()},
+                   broken=[name for name in variants if name.startswith("per-")])
 
 
 if __name__ == "__main__":

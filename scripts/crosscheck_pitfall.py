@@ -13,8 +13,11 @@ are the ones the report prints. Then:
   - the combined gradient must match the dump's to 1e-5 of the one-rank gradient's norm;
   - the clip norm must match to relative 1e-5;
   - exact variants' gradients must equal the one-rank gradient in the dump bit for bit
-    (seqpar's claim), and PyTorch's one-rank gradient to 1e-5.
-Scenarios: shifted-targets, clipping-norms. Exit status 1 when anything differs.
+    (seqpar's claim), and PyTorch's one-rank gradient to 1e-5;
+  - the broken variants' gradients (PyTorch's) must be off the one-rank gradient.
+Scenarios: shifted-targets, clipping-norms; crosscheck_dropout.py and
+crosscheck_masked_tokens.py use load_dump and check_variants for theirs. Exit status 1
+when anything differs.
 """
 import os
 import sys
@@ -26,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crosscheck import read_safetensors  # noqa: E402
 
 TOLERANCE = 1e-5
+BROKEN_AT_LEAST = 1e-3  # a broken variant's distance from the one-rank gradient, at least
 
 
 def shard(rows, sp, r):
@@ -108,49 +112,78 @@ def clipping_norms(x, weight, bias, cfg):
 SCENARIOS = {"shifted-targets": shifted_targets, "clipping-norms": clipping_norms}
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    directory = sys.argv[1]
+def load_dump(directory, scenarios):
+    """DIR/inputs.safetensors's tensors and its config's [ds_config] and [repro]; exits
+    unless the dump is of one of `scenarios`."""
     inputs, metadata = read_safetensors(os.path.join(directory, "inputs.safetensors"))
     config = tomllib.loads(metadata["config"])
     ds, repro = config["ds_config"], config["repro"]
-    scenario = repro["scenario"]
-    if scenario not in SCENARIOS:
-        sys.exit(f"{directory}: scenario {scenario!r} is not one this script recomputes ({', '.join(SCENARIOS)})")
-    cfg = {"rows": repro["rows"], "sp": ds["sequence_parallel_size"], "dp": ds["data_parallel_size"],
-           "out": repro["out_features"]}
+    if repro["scenario"] not in scenarios:
+        sys.exit(f"{directory}: scenario {repro['scenario']!r} is not one this script recomputes "
+                 f"({', '.join(scenarios)})")
     torch.set_grad_enabled(True)
-    reference, variants = SCENARIOS[scenario](inputs["x"], inputs["weight"], inputs["bias"], cfg)
+    return inputs, ds, repro
+
+
+def check_variants(directory, scenario, reference, variants, failures=(), broken=()):
+    """Compares the dump with PyTorch's figures and exits 1 on any difference.
+
+    reference: PyTorch's one-rank step-1 gradient (weight then bias, flattened);
+    variants: {name: (gradient, clip norm)} in the report's order (variant<i>); broken:
+    the names of the variants that must be off the one-rank gradient by more than
+    BROKEN_AT_LEAST (the pitfall is there), the others within TOLERANCE of it."""
+    failures = list(failures)
     ours_reference, _ = read_safetensors(os.path.join(directory, "reference.safetensors"))
     flat = lambda t: torch.cat([t["grad.weight"].flatten(), t["grad.bias"]])  # noqa: E731
     scale = reference.norm().item()
-    failures = []
+
+    def relative(a, b):
+        return (a - b).norm().item() / scale
 
     def compare(name, ours, theirs):
-        error = (ours - theirs).norm().item() / scale
-        status = "ok" if error <= TOLERANCE else "DIFFERS"
-        print(f"  {name:40s} gradient error {error:.2e}  {status}")
+        error = relative(ours, theirs)
+        print(f"  {name:40s} gradient error {error:.2e}  {'ok' if error <= TOLERANCE else 'DIFFERS'}")
         if error > TOLERANCE:
             failures.append(f"{name}: gradient differs from PyTorch's by {error:.3g} of the norm")
 
-    print(f"{scenario}: sp {cfg['sp']} x dp {cfg['dp']}, {cfg['rows']} rows per replica")
     compare("one rank", flat(ours_reference), reference)
     for i, (name, (torch_gradient, torch_clip)) in enumerate(variants.items()):
         ours, _ = read_safetensors(os.path.join(directory, f"variant{i}.safetensors"))
         compare(name, flat(ours), torch_gradient)
+        off = relative(torch_gradient, reference)
         clip = ours["clip_norm"].item()
         clip_error = abs(clip - torch_clip) / torch_clip
-        print(f"  {'':40s} clip norm {clip:.6g} vs PyTorch {torch_clip:.6g}  "
-              f"{'ok' if clip_error <= TOLERANCE else 'DIFFERS'}")
+        print(f"  {'':40s} PyTorch's against one rank {off:.3g}; clip norm {clip:.6g} vs PyTorch "
+              f"{torch_clip:.6g}  {'ok' if clip_error <= TOLERANCE else 'DIFFERS'}")
         if clip_error > TOLERANCE:
             failures.append(f"{name}: clip norm {clip} differs from PyTorch's {torch_clip}")
+        if name in broken and off <= BROKEN_AT_LEAST:
+            failures.append(f"{name}: PyTorch's gradient is within {off:.3g} of one rank's; "
+                            "the pitfall is not there")
+        if name not in broken and off > TOLERANCE:
+            failures.append(f"{name}: PyTorch's gradient is {off:.3g} from one rank's")
         if "exact" in name and not torch.equal(flat(ours), flat(ours_reference)):
             failures.append(f"{name}: not bitwise the one-rank gradient")
     if failures:
         print("\n".join(["FAILED:"] + failures))
         sys.exit(1)
     print(f"{scenario}: every variant agrees with PyTorch")
+
+
+BROKEN = {"shifted-targets": ("shard-local shift, mean, averaged", "shard-local shift, global count")}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    directory = sys.argv[1]
+    inputs, ds, repro = load_dump(directory, SCENARIOS)
+    scenario = repro["scenario"]
+    cfg = {"rows": repro["rows"], "sp": ds["sequence_parallel_size"], "dp": ds["data_parallel_size"],
+           "out": repro["out_features"]}
+    print(f"{scenario}: sp {cfg['sp']} x dp {cfg['dp']}, {cfg['rows']} rows per replica")
+    reference, variants = SCENARIOS[scenario](inputs["x"], inputs["weight"], inputs["bias"], cfg)
+    check_variants(directory, scenario, reference, variants, broken=BROKEN.get(scenario, ()))
 
 
 if __name__ == "__main__":

@@ -287,7 +287,10 @@ void write_pitfall_json(const std::string& path, const PitfallResults& results) 
                                {"reference_gradient_norm", results.reference_norm},
                                {"notes", results.notes},
                                {"variants", variants}};
-  const std::string text = root.dump(2) + "\n";
+  write_text_or_stdout(path, root.dump(2) + "\n");
+}
+
+void write_text_or_stdout(const std::string& path, const std::string& text) {
   if (path == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);

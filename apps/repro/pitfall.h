@@ -153,6 +153,8 @@ void print_run_header(std::ostream& out, const ReproConfig& config, const std::s
 void print_pitfall(std::ostream& out, const PitfallResults& results);
 // Schema seqpar-repro-pitfall/1; "-" writes to standard output.
 void write_pitfall_json(const std::string& path, const PitfallResults& results);
+// `text` into the file at `path` whole (core/output_file.h), or to standard output for "-".
+void write_text_or_stdout(const std::string& path, const std::string& text);
 
 // Helpers the scenarios share.
 // Rows [first, first + count) of x as a Variable, and its first `out` columns, the

@@ -10,7 +10,6 @@
 #include "apps/repro/pitfall.h"
 #include "autograd/node.h"
 #include "core/error.h"
-#include "core/output_file.h"
 #include "nn/l1_loss.h"
 
 namespace seqpar::repro {
@@ -283,13 +282,7 @@ void write_zero_stage_json(const std::string& path, const ZeroStageResults& resu
                                {"placement", results.placement},
                                {"reference_gradient_norm", results.reference_norm},
                                {"variants", variants}};
-  const std::string text = root.dump(2) + "\n";
-  if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return;
-  }
-  write_output_file(path, text);
+  write_text_or_stdout(path, root.dump(2) + "\n");
 }
 
 }  // namespace seqpar::repro

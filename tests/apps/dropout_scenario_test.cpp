@@ -15,8 +15,8 @@
 #include "apps/repro/pitfall.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "dist/local_process_group.h"
 #include "nn/dropout.h"
+#include "tests/apps/pitfall_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
@@ -25,34 +25,16 @@ using namespace seqpar::repro;
 namespace {
 
 PitfallResults run_on_threads(const ReproConfig& config, Device device = Device::cpu(), bool dump = false) {
-  PitfallResults results;
-  dist::run_local_world(static_cast<int>(config.world_size()),
-                        [&](std::shared_ptr<dist::ProcessGroup> world) {
-    PitfallResults mine = run_pitfall(dropout_scenario(), rank_groups(world, config), config, device, "test", dump);
-    if (world->rank() == 0) results = std::move(mine);
-  });
-  return results;
+  return test::run_pitfall_on_threads(dropout_scenario(), config, device, dump);
 }
 
 ReproConfig small(int64_t sp, int64_t dp) {
-  ReproConfig config;
-  config.scenario = "dropout";
-  config.rows = 203;  // not a multiple of sp: shards of different sizes
-  config.in_features = 24;
-  config.out_features = 4;
-  config.sequence_parallel_size = sp;
-  config.data_parallel_size = dp;
-  config.steps = 3;
-  config.seed = 777;
+  ReproConfig config = test::small_pitfall_config("dropout", sp, dp, 203);
   config.dropout = 0.1;
   return config;
 }
 
-std::map<std::string, VariantFigures> by_name(const PitfallResults& results) {
-  std::map<std::string, VariantFigures> named;
-  for (const VariantFigures& f : results.variants) named[f.name] = f;
-  return named;
-}
+using test::by_name;
 
 }  // namespace
 

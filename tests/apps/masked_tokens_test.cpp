@@ -19,7 +19,7 @@
 #include "apps/repro/masked_tokens.h"
 #include "apps/repro/pitfall.h"
 #include "core/error.h"
-#include "dist/local_process_group.h"
+#include "tests/apps/pitfall_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
@@ -28,35 +28,17 @@ using namespace seqpar::repro;
 namespace {
 
 PitfallResults run_on_threads(const ReproConfig& config, Device device = Device::cpu()) {
-  PitfallResults results;
-  dist::run_local_world(static_cast<int>(config.world_size()),
-                        [&](std::shared_ptr<dist::ProcessGroup> world) {
-    PitfallResults mine = run_pitfall(masked_tokens_scenario(), rank_groups(world, config), config,
-                                      device, "test", /*keep_dump=*/true);
-    if (world->rank() == 0) results = std::move(mine);
-  });
-  return results;
+  return test::run_pitfall_on_threads(masked_tokens_scenario(), config, device, /*dump=*/true);
 }
 
+// Micro-batches and shards of different sizes.
 ReproConfig small(int64_t sp, int64_t dp) {
-  ReproConfig config;
-  config.scenario = "masked-tokens";
-  config.rows = 301;  // micro-batches and shards of different sizes
-  config.in_features = 24;
-  config.out_features = 4;
-  config.sequence_parallel_size = sp;
-  config.data_parallel_size = dp;
+  ReproConfig config = test::small_pitfall_config("masked-tokens", sp, dp, 301);
   config.gradient_accumulation_steps = 3;
-  config.steps = 3;
-  config.seed = 777;
   return config;
 }
 
-std::map<std::string, VariantFigures> by_name(const PitfallResults& results) {
-  std::map<std::string, VariantFigures> named;
-  for (const VariantFigures& f : results.variants) named[f.name] = f;
-  return named;
-}
+using test::by_name;
 
 const NamedTensors& dumped(const PitfallResults& results, const std::string& file) {
   for (const auto& [name, tensors] : results.dump) {

@@ -13,9 +13,9 @@
 #include "apps/repro/pitfall.h"
 #include "apps/repro/shifted_targets.h"
 #include "core/error.h"
-#include "dist/local_process_group.h"
 #include "nn/l1_loss.h"
 #include "core/device.h"
+#include "tests/apps/pitfall_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
@@ -25,33 +25,14 @@ namespace {
 
 PitfallResults run_on_threads(const PitfallScenario& scenario, const ReproConfig& config,
                               Device device = Device::cpu(), bool dump = false) {
-  PitfallResults results;
-  dist::run_local_world(static_cast<int>(config.world_size()),
-                        [&](std::shared_ptr<dist::ProcessGroup> world) {
-    PitfallResults mine =
-        run_pitfall(scenario, rank_groups(world, config), config, device, "test", dump);
-    if (world->rank() == 0) results = std::move(mine);
-  });
-  return results;
+  return test::run_pitfall_on_threads(scenario, config, device, dump);
 }
 
 ReproConfig small(int64_t sp, int64_t dp, int64_t rows = 203) {
-  ReproConfig config;
-  config.rows = rows;  // not a multiple of sp: shards of different sizes
-  config.in_features = 24;
-  config.out_features = 4;
-  config.sequence_parallel_size = sp;
-  config.data_parallel_size = dp;
-  config.steps = 3;
-  config.seed = 777;
-  return config;
+  return test::small_pitfall_config("shifted-targets", sp, dp, rows);
 }
 
-std::map<std::string, VariantFigures> by_name(const PitfallResults& results) {
-  std::map<std::string, VariantFigures> named;
-  for (const VariantFigures& f : results.variants) named[f.name] = f;
-  return named;
-}
+using test::by_name;
 
 void check_exact_and_agreement(const PitfallResults& results) {
   for (const VariantFigures& f : results.variants) {
