@@ -13,7 +13,6 @@
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
 #include "dist/local_process_group.h"
-#include "dist/mesh.h"
 
 using namespace seqpar;
 using namespace seqpar::repro;
