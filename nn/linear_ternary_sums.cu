@@ -34,7 +34,7 @@ constexpr int kGroup = 16;             // outputs j per block: one m16 tile
 constexpr int kColumns = 8 * kWarps;   // columns k per block
 constexpr int kStepRows = 32;          // rows per tensor-core step: the k32 of m16n8k32
 constexpr int kLimbs = 6;              // bytes of a fixed-point element plus 2^44: 45 bits
-constexpr int64_t kRowsPerChunk = 256;
+constexpr int64_t kRowsPerChunk = 512;
 // The int32 accumulators hold at most kRowsPerChunk products of ±1 and a byte.
 static_assert(kRowsPerChunk * 255 < (int64_t{1} << 31), "a chunk's limb sums fit in int32");
 // A chunk's sum of ±(an element below 2^44) times f's significand (below 2^24) stays below
