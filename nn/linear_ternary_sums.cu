@@ -73,28 +73,22 @@ __device__ inline void imma_16x8x32(int (&d)[4], const uint4& a, unsigned b0, un
 
 __device__ inline int sign_of(float value) { return value > 0.0f ? 1 : value < 0.0f ? -1 : 0; }
 
-// x in its column's fixed point, offset: u = x / 2^lsb + 2^44, in [0, 2^45), when x / 2^lsb
-// is an integer (below 2^44 in magnitude: the window is the column's largest |x|'s),
-// as its low and high 32 bits; `outside` when it is not an integer or x is not finite.
-// 32-bit integer arithmetic on the float's fields, x = ±m 2^e.
+// x in its column's fixed point, offset: u = x / 2^lsb + 2^44, in [0, 2^45), when
+// y = x / 2^lsb is an integer below 2^44 in magnitude (the window is the column's
+// largest |x|'s), as its low and high 32 bits; `outside` when it is not (a fraction
+// left, too large, NaN or infinite). In double: y = x * 2^-lsb is exact, and adding
+// kMagic = 2^52 + 2^51 + 2^44, whose unit in the last place is 1, rounds y to an
+// integer: exactly y when y is one, and then the significand's low 45 bits are u
+// (2^51 + u sits between 2^51 and 2^52). So five double operations, no integer shifts.
 struct Offset {
   unsigned low, high;
 };
-__device__ inline Offset offset_fixed(float x, int lsb, bool& outside) {
-  const unsigned bits = __float_as_uint(x);
-  const unsigned field = (bits >> 23) & 0xffu;
-  const unsigned m = (bits & 0x7fffffu) | (field != 0 ? 0x800000u : 0u);
-  const int shift = static_cast<int>(field != 0 ? field : 1) - 150 - lsb;
-  // Right shifts past the significand leave 0, and `outside` unless m was 0 (m < 2^24);
-  // left shifts stay below 2^44 inside the window (at most 20 places).
-  const unsigned right = static_cast<unsigned>(min(max(-shift, 0), 31));
-  const unsigned left = static_cast<unsigned>(max(shift, 0));
-  const unsigned kept = m >> right;
-  outside = (kept << right) != m || field == 0xffu;
-  const unsigned v_low = kept << (left & 31u), v_high = __funnelshift_l(kept, 0u, left);
-  constexpr unsigned kOffsetHigh = 1u << (kWindowBits - 32);
-  if ((bits >> 31) == 0) return {v_low, kOffsetHigh + v_high};
-  return {0u - v_low, kOffsetHigh - v_high - (v_low != 0 ? 1u : 0u)};  // 2^44 - v
+__device__ inline Offset offset_fixed(float x, double scale, bool& outside) {
+  constexpr double kMagic = 0x1p52 + 0x1p51 + 0x1p44;
+  const double y = __dmul_rn(static_cast<double>(x), scale);
+  const double d = __dadd_rn(y, kMagic);
+  outside = !(fabs(y) < kWindowLimit && __dsub_rn(d, kMagic) == y);
+  return {static_cast<unsigned>(__double2loint(d)), static_cast<unsigned>(__double2hiint(d))};
 }
 
 // Byte `limb` of the offsets u[first], ..., u[first + 3], packed low to high.
@@ -151,11 +145,13 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   // no window); past the edge the lane reads zeros, inside any window.
   const int64_t my_column = k_warp + g;
   const bool column_valid = my_column < in;
-  int lsb = 0;
+  // The window's unit as a factor: 2^-lsb, a power of two (x times it is exact in
+  // double); 0 past the edge (zeros, inside any window).
+  double scale = 0.0;
   bool whole = false;
   if (column_valid) {
     const Window window = column_window(x_largest[my_column], magnitude.exponent);
-    lsb = window.lsb;
+    scale = ldexp(1.0, -window.lsb);
     whole = window.whole;
   }
   const float* x_column = x.data + (column_valid ? my_column : 0);
@@ -211,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     bool any_outside = whole;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-      u[r] = offset_fixed(current.x[r], lsb, outside[r]);
+      u[r] = offset_fixed(current.x[r], scale, outside[r]);
       any_outside = any_outside || outside[r];
     }
     // Elements outside the window are rare (about one in 300,000 from randn): one vote
