@@ -41,6 +41,9 @@ static_assert(kRowsPerChunk * 255 < (int64_t{1} << 31), "a chunk's limb sums fit
 // add_scaled_integer's 2^93.
 static_assert(kWindowBits + 24 + 25 <= 93 && kRowsPerChunk <= (int64_t{1} << 25), "in range");
 static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the limbs");
+// A chunk's total in int64: the limb sums (below 255 kRowsPerChunk) shifted by up to 40
+// bits, and the signs' sum times 2^44.
+static_assert(kRowsPerChunk * 256 <= (int64_t{1} << 22), "a chunk's total fits in int64");
 static_assert(kThreads * 2 == kStepRows * kGroup, "each thread reads two dy of a step");
 
 // One element outside the window: its products with the group's dy, each through a
@@ -91,14 +94,23 @@ __device__ inline Offset offset_fixed(float x, double scale, bool& outside) {
   return {static_cast<unsigned>(__double2loint(d)), static_cast<unsigned>(__double2hiint(d))};
 }
 
-// Byte `limb` of the offsets u[first], ..., u[first + 3], packed low to high.
-__device__ inline unsigned byte_of_four(const Offset (&u)[8], int first, int limb) {
-  const int byte = limb % 4;
-  auto part = [&](int i) { return limb < 4 ? u[first + i].low : u[first + i].high; };
+// The six byte planes of four offsets u[first..first+3]: planes[l] holds byte l of each,
+// low to high. A byte transpose: two permutes pair the rows' bytes, two more take the
+// pairs apart (12 permutes for the six planes).
+__device__ inline void byte_planes(const Offset (&u)[8], int first, unsigned (&planes)[kLimbs]) {
   // __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the pair (x, y).
-  const unsigned low = __byte_perm(part(0), part(1), byte | ((byte + 4) << 4));
-  const unsigned high = __byte_perm(part(2), part(3), byte | ((byte + 4) << 4));
-  return __byte_perm(low, high, 0x5410);
+  const unsigned low01 = __byte_perm(u[first].low, u[first + 1].low, 0x5140);       // b0 b0 b1 b1
+  const unsigned low01_high = __byte_perm(u[first].low, u[first + 1].low, 0x7362);  // b2 b2 b3 b3
+  const unsigned low23 = __byte_perm(u[first + 2].low, u[first + 3].low, 0x5140);
+  const unsigned low23_high = __byte_perm(u[first + 2].low, u[first + 3].low, 0x7362);
+  planes[0] = __byte_perm(low01, low23, 0x5410);
+  planes[1] = __byte_perm(low01, low23, 0x7632);
+  planes[2] = __byte_perm(low01_high, low23_high, 0x5410);
+  planes[3] = __byte_perm(low01_high, low23_high, 0x7632);
+  const unsigned high01 = __byte_perm(u[first].high, u[first + 1].high, 0x5140);
+  const unsigned high23 = __byte_perm(u[first + 2].high, u[first + 3].high, 0x5140);
+  planes[4] = __byte_perm(high01, high23, 0x5410);
+  planes[5] = __byte_perm(high01, high23, 0x7632);
 }
 
 // dW[j, k] = f * Σ_rows s[row, j] v[row, k], v the fixed-point x of column k's window.
@@ -224,9 +236,12 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
       }
     }
     __syncwarp();  // mma.sync wants the whole warp
+    unsigned rows_0_3[kLimbs], rows_16_19[kLimbs];
+    byte_planes(u, 0, rows_0_3);
+    byte_planes(u, 4, rows_16_19);
 #pragma unroll
     for (int limb = 0; limb < kLimbs; ++limb) {
-      imma_16x8x32(sums[limb], a, byte_of_four(u, 0, limb), byte_of_four(u, 4, limb));
+      imma_16x8x32(sums[limb], a, rows_0_3[limb], rows_16_19[limb]);
     }
   }
   // Σ s of each output over the chunk (integers: exact in any order).
@@ -243,10 +258,12 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     if (j >= out || k >= in) continue;
     const Window window = column_window(x_largest[k], magnitude.exponent);
     if (window.whole) continue;
-    exact::Int128 total = -(exact::Int128{sign_totals[jj]} << kWindowBits);
+    // |Σ s v| < kRowsPerChunk 2^44, and every partial term below 2^62: int64 holds it.
+    int64_t total = -(int64_t{sign_totals[jj]} << kWindowBits);
 #pragma unroll
-    for (int limb = 0; limb < kLimbs; ++limb) total += exact::Int128{sums[limb][d]} << (8 * limb);
-    exact::add_scaled_integer_atomically(digits + j * in + k, count, total * magnitude.significand,
+    for (int limb = 0; limb < kLimbs; ++limb) total += int64_t{sums[limb][d]} << (8 * limb);
+    exact::add_scaled_integer_atomically(digits + j * in + k, count,
+                                         exact::Int128{total} * magnitude.significand,
                                          window.lsb + magnitude.exponent);
   }
 }
