@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "core/cuda_runtime.h"
@@ -109,17 +110,24 @@ void combine_across_ranks(ExactSums& sums) {
 
 void AccumulatedSums::combine(ExactSums& sums) {
   if (across_ != nullptr) across_->combine(sums);
-  if (next_ == totals_.size()) {
-    totals_.emplace_back(sums.count(), sums.device());
+  if (passes_ <= 1) {  // the step's first pass: its sums are the totals so far
+    if (next_ == totals_.size()) totals_.emplace_back();
+    ExactSums& total = totals_[next_++];
+    if (total.count() != sums.count() || total.device() != sums.device()) {
+      total = ExactSums(sums.count(), sums.device());
+    }
+    total.copy_from(sums);
+    return;
   }
-  ExactSums& total = totals_[next_];
-  SEQPAR_CHECK(total.count() == sums.count() && total.device() == sums.device(),
+  SEQPAR_CHECK(next_ < totals_.size() && totals_[next_].count() == sums.count() &&
+                   totals_[next_].device() == sums.device(),
                "AccumulatedSums: combine ", next_ + 1, " of this pass has ", sums.count(),
-               " sums on ", sums.device(), ", but the first pass's had ", total.count(), " on ",
-               total.device(), " (every pass must run the same ops)");
+               " sums on ", sums.device(), ", but the first pass's ",
+               next_ < totals_.size() ? "had " + std::to_string(totals_[next_].count()) : std::string("had none"),
+               " (every pass must run the same ops)");
+  ExactSums& total = totals_[next_++];
   total.add(sums);
   sums.copy_from(total);
-  ++next_;
 }
 
 void check_term_count(const char* op, int64_t terms) {

@@ -81,10 +81,14 @@ class AccumulatedSums final : public CrossRankSums {
  public:
   explicit AccumulatedSums(CrossRankSums* across = nullptr) : across_(across) {}
   // The next combine is the first of a new pass.
-  void start_pass() { next_ = 0; }
-  // Forgets the running totals (a new optimizer step).
+  void start_pass() {
+    ++passes_;
+    next_ = 0;
+  }
+  // A new optimizer step: the next pass's sums start the totals afresh (their buffers
+  // are kept for it, so a step allocates nothing once the first has run).
   void reset() {
-    totals_.clear();
+    passes_ = 0;
     next_ = 0;
   }
   void combine(ExactSums& sums) override;
@@ -92,6 +96,7 @@ class AccumulatedSums final : public CrossRankSums {
  private:
   CrossRankSums* across_;
   std::vector<ExactSums> totals_;
+  int64_t passes_ = 0;  // since the last reset
   size_t next_ = 0;
 };
 

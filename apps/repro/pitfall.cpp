@@ -54,12 +54,6 @@ double norm_of(const std::vector<float>& values) {
   return std::sqrt(sum);
 }
 
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
-}
-
 NamedTensors run_tensors(const TrainedRun& run, const ReproConfig& config) {
   NamedTensors tensors = unflatten(run.final_parameters, config, "");
   for (auto& named : unflatten(run.first_gradient, config, "grad.")) tensors.push_back(std::move(named));
@@ -75,6 +69,12 @@ Variable rows_of(const Tensor& x, int64_t first, int64_t count) {
 
 Variable target_of(const Tensor& x, int64_t first, int64_t count, int64_t out) {
   return Variable(x.narrow(0, first, count).narrow(1, 0, out));
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
 }
 
 RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank) {
@@ -115,7 +115,10 @@ TrainedRun train_variant(const Variant& variant, const ReproConfig& config, cons
     StepContext context(step, groups, parameters, exact_sums.get());
     variant.backward(*model, context);
     if (variant.reduce) variant.reduce(parameters, *groups);
-    const Tensor combined_norm = gradient_norm(parameters);
+    // The combined gradient's norm: what the step clips with unless the variant says
+    // otherwise, and a figure at step 1.
+    Tensor combined_norm;
+    if (!variant.clip_norm || step == 0) combined_norm = gradient_norm(parameters);
     const Tensor clip_norm = variant.clip_norm ? variant.clip_norm(parameters, *groups) : combined_norm;
     if (step == 0) {
       run.first_gradient = flat_values(parameters, true);

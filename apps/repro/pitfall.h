@@ -170,6 +170,8 @@ struct RowRange {
 RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank);
 // The combined-gradient conventions of DeepSpeed's reductions over sp x dp.
 void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups);
+// A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05").
+std::string number_text(double value);
 // The 2-norm of all gradients (what a step clips with by default).
 Tensor gradient_norm(const Parameters& parameters);
 

@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <ostream>
 
@@ -112,12 +111,6 @@ ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, co
   return plan;
 }
 
-std::string scale_text(double scale) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", scale);
-  return text;
-}
-
 }  // namespace
 
 const char* loss_convention_name(LossConvention loss) {
@@ -195,7 +188,7 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
     out << "; ds_config.zero_optimization.stage = " << c.zero_stage << " selects " <<
         (c.zero_stage == 3 ? "ZeRO-3's" : "ZeRO 0-2's");
   }
-  out << "\n  one-rank reference: gradient norm " << scale_text(results.reference_norm)
+  out << "\n  one-rank reference: gradient norm " << number_text(results.reference_norm)
       << " at step 1\n\n";
   out << "  gradient at step 1 / the one-rank gradient (norms; named where it is a mistake's factor):\n";
   // The reductions that ran, in the table's column order.
@@ -226,7 +219,7 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
     row.resize(31, ' ');
     for (size_t column = 0; column < columns.size(); ++column, ++i) {
       const ZeroStageFigures& f = results.variants[i];
-      std::string cell = scale_text(f.scale) + (f.cause.empty() ? "" : " " + f.cause);
+      std::string cell = number_text(f.scale) + (f.cause.empty() ? "" : " " + f.cause);
       cell.resize(25, ' ');
       row += cell;
     }
@@ -242,14 +235,14 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
     }
   }
   if (exact != nullptr) {
-    out << "  global row count, exact sums " << scale_text(exact->scale)
+    out << "  global row count, exact sums " << number_text(exact->scale)
         << (exact->equals_reference ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
         << "\n                               (rows summed exactly over sp x dp inside backward)\n";
   }
   out << "\n  after " << c.steps << " step(s): the ranks' parameters "
       << (all_agree ? "agree bitwise in every variant (each\n  reduction spans sp x dp)"
                     : "DIFFER in some variant")
-      << "; the float32 variants with the right scale are within " << scale_text(worst_correct)
+      << "; the float32 variants with the right scale are within " << number_text(worst_correct)
       << "\n  of one-rank training (float32 sums in another order)\n\n";
   out << "  why: a local mean is 1/shard of a sum, sp times the global mean's 1/rows, and a\n"
          "  sum-backward all-gather hands each rank sp copies of its slice's gradient; ZeRO\n"

@@ -280,6 +280,12 @@ TEST_CASE("AccumulatedSums: passes add exactly and round once, as one pass over 
   const Tensor out = Tensor::empty({4});
   fresh.round_into(out);
   CHECK(out.to_vector() == std::vector<float>{1, 2, 3, 4});
+  // A step of the same shape reuses the totals' buffers, and still starts from zero.
+  accumulated.reset();
+  exact::ExactSums again = exact::ExactSums::of_values(Tensor::from_data({4}, {5, 6, 7, 8}));
+  accumulated.combine(again);
+  again.round_into(out);
+  CHECK(out.to_vector() == std::vector<float>{5, 6, 7, 8});
 }
 
 // ---------------------------------------------------------------- 7. CUDA
