@@ -21,9 +21,8 @@ namespace seqpar::repro {
 
 using autograd::Variable;
 
-StepContext::StepContext(int64_t step, const RankGroups* groups, const Parameters& parameters,
-                         exact::AccumulatedSums* exact_sums)
-    : step_(step), groups_(groups), parameters_(parameters), exact_sums_(exact_sums) {}
+StepContext::StepContext(int64_t step, const Parameters& parameters, exact::AccumulatedSums* exact_sums)
+    : step_(step), parameters_(parameters), exact_sums_(exact_sums) {}
 
 void StepContext::backward(const Variable& loss) {
   if (exact_sums_ == nullptr) return loss.backward();
@@ -112,7 +111,7 @@ TrainedRun train_variant(const Variant& variant, const ReproConfig& config, cons
     const auto start = Clock::now();
     model->zero_grad();
     if (exact_sums) exact_sums->reset();
-    StepContext context(step, groups, parameters, exact_sums.get());
+    StepContext context(step, parameters, exact_sums.get());
     variant.backward(*model, context);
     if (variant.reduce) variant.reduce(parameters, *groups);
     // The combined gradient's norm: what the step clips with unless the variant says

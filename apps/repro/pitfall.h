@@ -41,15 +41,13 @@
 
 namespace seqpar::repro {
 
-// What a variant's step function gets: where it runs and how to run a backward pass.
+// What a variant's step function gets: the step (from 0) and how to run a backward pass.
 class StepContext {
  public:
-  StepContext(int64_t step, const RankGroups* groups, const std::vector<autograd::Variable>& parameters,
+  StepContext(int64_t step, const std::vector<autograd::Variable>& parameters,
               exact::AccumulatedSums* exact_sums);
 
   int64_t step() const { return step_; }
-  // The rank's groups; nullptr for the one-rank reference.
-  const RankGroups* groups() const { return groups_; }
 
   // loss.backward(), once per micro-batch. Plain: the gradients accumulate in float32,
   // as frameworks accumulate them. Exact: the row sums of every micro-batch and rank
@@ -58,7 +56,6 @@ class StepContext {
 
  private:
   int64_t step_;
-  const RankGroups* groups_;
   const std::vector<autograd::Variable>& parameters_;
   exact::AccumulatedSums* exact_sums_;
 };
