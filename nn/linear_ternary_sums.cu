@@ -7,16 +7,11 @@
 //
 // Whether dy has one magnitude is known only on the device. The pass that finds dy's
 // column maxima (linear_row_sums.cu) also records its largest and smallest nonzero
-// magnitude; the kernels here return at once unless they agree (and are finite), and
+// magnitude; the kernel here returns at once unless they agree (and are finite), and
 // the general kernel returns at once if they do. No host round trip, and the launches
 // are the same whatever dy holds.
-#include <math_constants.h>
-
-#include <algorithm>
-
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "core/device_buffer.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
