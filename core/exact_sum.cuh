@@ -48,14 +48,13 @@ __device__ inline void add_scaled_integer_atomically(int64_t* digits, int64_t st
   }
 }
 
-// The sum of every thread's `local` digits added into digits[d * stride]: a warp's
-// lanes first (shuffles), then the block's warps (shared-memory atomics), then one
-// global atomic per word. For threads that share one sum. Every thread of the block
-// must call it; blockDim.x a multiple of 32 and at least kDigits.
-__device__ inline void add_block_digits(const int64_t (&local)[kDigits], int64_t* digits,
-                                        int64_t stride) {
-  __shared__ unsigned long long block_digits[kDigits];
-  if (threadIdx.x < kDigits) block_digits[threadIdx.x] = 0;
+// The sum of every thread's `local` digits into `block` (shared memory, kDigits words),
+// visible to every thread on return: a warp's lanes first (shuffles), then the block's
+// warps (shared-memory atomics). Every thread of the block must call it; blockDim.x a
+// multiple of 32 and at least kDigits.
+__device__ inline void sum_block_digits(const int64_t (&local)[kDigits],
+                                        unsigned long long (&block)[kDigits]) {
+  if (threadIdx.x < kDigits) block[threadIdx.x] = 0;
   __syncthreads();
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -68,13 +67,22 @@ __device__ inline void add_block_digits(const int64_t (&local)[kDigits], int64_t
     }
     if (lane == 0 && value != 0) {
       if (d == kSpecialDigit) {
-        atomicOr(&block_digits[d], value);
+        atomicOr(&block[d], value);
       } else {
-        atomicAdd(&block_digits[d], value);
+        atomicAdd(&block[d], value);
       }
     }
   }
   __syncthreads();
+}
+
+// The sum of every thread's `local` digits added into digits[d * stride]: the block's
+// sum (sum_block_digits), then one global atomic per word. For threads that share one
+// sum; the same conditions as sum_block_digits.
+__device__ inline void add_block_digits(const int64_t (&local)[kDigits], int64_t* digits,
+                                        int64_t stride) {
+  __shared__ unsigned long long block_digits[kDigits];
+  sum_block_digits(local, block_digits);
   if (threadIdx.x < kDigits && block_digits[threadIdx.x] != 0) {
     auto* word = reinterpret_cast<unsigned long long*>(digits + threadIdx.x * stride);
     if (threadIdx.x == kSpecialDigit) {

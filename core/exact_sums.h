@@ -53,6 +53,9 @@ class CrossRankSums {
  public:
   virtual ~CrossRankSums() = default;
   virtual void combine(ExactSums& sums) = 0;
+  // Whether combine only enqueues work on the device's current stream (never meets its
+  // peers on the host, waits or reads back), so that a CUDA graph can capture it.
+  virtual bool only_enqueues() const { return false; }
 };
 
 // While one is alive on a thread, combine_across_ranks() on that thread uses its

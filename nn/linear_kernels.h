@@ -40,6 +40,13 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums);
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
+// dW's sums as accumulate_weight_grad_cuda adds them, into digits[d * stride + j * in + k]
+// (stride >= out * in: dW may be the first sums of a larger set), on `stream`, with the
+// caller's scratch of weight_grad_scratch_words words (the maxima and the one-magnitude
+// words). Allocates nothing and never waits: a CUDA graph can capture it.
+int64_t weight_grad_scratch_words(int64_t in, int64_t out);
+void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, unsigned int* scratch,
+                              int64_t* digits, int64_t stride, cuda::Stream stream);
 
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
@@ -79,7 +86,7 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, unsigned int* words,
-                                exact::ExactSums& sums, cuda::Stream stream);
+                                int64_t* digits, int64_t stride, cuda::Stream stream);
 #endif
 
 }  // namespace seqpar::nn::detail

@@ -172,12 +172,14 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
   }
 }
 
+// The sums of one launch into digits[d * stride + i], on `stream`. largest: scratch of
+// columns (+ outputs + 2 for dW) words, zeroed here. Allocates nothing (capturable).
 template <bool kProducts>
-void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                     exact::ExactSums& sums) {
+void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
+                      unsigned int* largest, int64_t* digits, int64_t stride,
+                      cudaStream_t stream) {
   exact::check_term_count("linear_backward", rows);
   if (rows == 0 || columns == 0 || outputs == 0) return;
-  const int device = sums.device().index;
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
   const int64_t output_groups = cuda::ceil_div(outputs, kOutputs<kProducts>);
   const int64_t wanted_chunks =
@@ -188,25 +190,34 @@ void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, in
   SEQPAR_CHECK(column_blocks <= 0x7fffffff && output_groups <= 65535 && chunks <= 65535,
                "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
                " rows exceed the row-sum kernel's grid");
-  cuda::set_device(device);
-  cudaStream_t stream = cuda::current_stream(device);
   // The factors' largest magnitudes: b's per column, a's per column (dW only); then, for
   // dW, the two words of the one-magnitude path.
-  DeviceBuffer<unsigned int> largest(columns + (kProducts ? outputs + 2 : 0), sums.device());
-  largest.zero();
+  const int64_t words = columns + (kProducts ? outputs + 2 : 0);
+  CUDA_CHECK(cudaMemsetAsync(largest, 0, sizeof(unsigned int) * words, stream));
   unsigned int* one_magnitude_words = nullptr;
-  if (kProducts && ternary_weight_grad_fits(a, b)) one_magnitude_words = largest.data() + columns + outputs;
-  column_maxima(b, largest.data(), nullptr, stream);
-  if (kProducts) column_maxima(a, largest.data() + columns, one_magnitude_words, stream);
+  if (kProducts && ternary_weight_grad_fits(a, b)) one_magnitude_words = largest + columns + outputs;
+  column_maxima(b, largest, nullptr, stream);
+  if (kProducts) column_maxima(a, largest + columns, one_magnitude_words, stream);
   if (one_magnitude_words != nullptr) {
-    launch_ternary_weight_grad(a, b, largest.data(), one_magnitude_words, sums, stream);
+    launch_ternary_weight_grad(a, b, largest, one_magnitude_words, digits, stride, stream);
   }
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
   row_sums_kernel<kProducts><<<grid, kThreads, 0, stream>>>(
-      a, b, rows, outputs, columns, rows_per_chunk, largest.data() + columns, largest.data(),
-      one_magnitude_words, sums.digits(), sums.count());
+      a, b, rows, outputs, columns, rows_per_chunk, largest + columns, largest,
+      one_magnitude_words, digits, stride);
   CUDA_LAUNCH_CHECK();
+}
+
+// The same with scratch of its own, on the device's current stream.
+template <bool kProducts>
+void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
+                     exact::ExactSums& sums) {
+  const int device = sums.device().index;
+  cuda::set_device(device);
+  DeviceBuffer<unsigned int> largest(columns + (kProducts ? outputs + 2 : 0), sums.device());
+  enqueue_row_sums<kProducts>(a, b, rows, outputs, columns, largest.data(), sums.digits(),
+                              sums.count(), cuda::current_stream(device));
 }
 
 }  // namespace
@@ -223,6 +234,16 @@ void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums
   SEQPAR_CHECK(sums.count() == grad_y.cols && sums.device().is_cuda(),
                "accumulate_column_sums_cuda: ", sums.count(), " sums for ", grad_y.cols, " columns");
   launch_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols, sums);
+}
+
+int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2; }
+
+void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, unsigned int* scratch,
+                              int64_t* digits, int64_t stride, cuda::Stream stream) {
+  SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
+               "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
+               " x ", x.cols, ", digit stride ", stride);
+  enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, scratch, digits, stride, stream);
 }
 
 }  // namespace seqpar::nn::detail

@@ -13,7 +13,6 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/exact_sum.cuh"
-#include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_ternary.cuh"
 
@@ -274,12 +273,12 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
 
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, unsigned int* words,
-                                exact::ExactSums& sums, cuda::Stream stream) {
+                                int64_t* digits, int64_t stride, cuda::Stream stream) {
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(x.cols, kColumns)),
                   static_cast<unsigned>(cuda::ceil_div(grad_y.cols, kGroup)),
                   static_cast<unsigned>(cuda::ceil_div(x.rows, kRowsPerChunk)));
   ternary_weight_grad_kernel<<<grid, kThreads, 0, stream>>>(grad_y, x, x_largest, words,
-                                                            sums.digits(), sums.count());
+                                                            digits, stride);
   CUDA_LAUNCH_CHECK();
 }
 

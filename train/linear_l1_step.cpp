@@ -23,22 +23,6 @@ struct LinearL1Step::OnePass {
 
 namespace {
 
-void check_batch(const Batch& batch, const Batch& first, int64_t in, int64_t out, Device device) {
-  SEQPAR_CHECK(batch.x.defined() && batch.target.defined(), "LinearL1Step: a batch is undefined");
-  SEQPAR_CHECK(batch.x.dim() == 2 && batch.x.size(1) == in &&
-                   batch.x.size(0) == first.x.size(0),
-               "LinearL1Step: every x must be [", first.x.size(0), ", ", in, "], got ",
-               batch.x.shape());
-  SEQPAR_CHECK(batch.target.dim() == 2 && batch.target.size(0) == batch.x.size(0) &&
-                   batch.target.size(1) == out,
-               "LinearL1Step: target must be [", batch.x.size(0), ", ", out, "], got ",
-               batch.target.shape());
-  SEQPAR_CHECK(batch.x.device() == device && batch.target.device() == device,
-               "LinearL1Step: the batches must be on the model's device ", device);
-  SEQPAR_CHECK((in <= 1 || batch.x.stride(1) == 1) && (out <= 1 || batch.target.stride(1) == 1),
-               "LinearL1Step: x and target need adjacent columns (unit column stride)");
-}
-
 DeviceBuffer<double> double_buffer(int64_t count, Device device) {
   return DeviceBuffer<double>(std::max<int64_t>(count, 1), device);
 }
@@ -67,8 +51,7 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
   SEQPAR_CHECK(weight_.is_contiguous() && bias_.is_contiguous(),
                "LinearL1Step: weight and bias must be contiguous");
   SEQPAR_CHECK(max_norm > 0.0, "LinearL1Step: max_norm must be positive, got ", max_norm);
-  SEQPAR_CHECK(!batches_.empty(), "LinearL1Step: at least one batch is needed");
-  for (const Batch& batch : batches_) check_batch(batch, batches_[0], in_, out_, device);
+  detail::check_batches("LinearL1Step", batches_, in_, out_, device);
   SEQPAR_CHECK(kernels::clip_adamw_fits({out_ * in_, out_}),
                "LinearL1Step: too many parameters for the one-launch optimizer");
   rows_ = batches_[0].x.size(0);
@@ -93,41 +76,14 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
   total_norm_ = Tensor::zeros({}, device);
   exp_avg_ = Tensor::zeros({out_ * in_ + out_}, device);
   exp_avg_sq_ = Tensor::zeros({out_ * in_ + out_}, device);
-  table_ = DeviceBuffer<optim::detail::AdamWStepScalars>(kTableSteps, device);
-  step_slot_ = DeviceBuffer<int>(1, device);
-  step_slot_.zero();
+  schedule_ = std::make_unique<detail::AdamWSchedule>(adamw_, device);
   blocks_done_ = DeviceBuffer<unsigned>(1, device);
   blocks_done_.zero();
-  upload_table();
   model.weight().set_grad(grad_weight_);
   model.bias().set_grad(grad_bias_);
 }
 
-LinearL1Step::~LinearL1Step() {
-  for (CUgraphExec_st* graph : graphs_) (void)cudaGraphExecDestroy(graph);
-}
-
-// table[i] = the scalars of step table_first_step_ + i, as the eager AdamW takes them.
-void LinearL1Step::upload_table() {
-  std::vector<optim::detail::AdamWStepScalars> host;
-  host.reserve(kTableSteps);
-  for (int64_t i = 0; i < kTableSteps; ++i) {
-    host.push_back(optim::detail::adamw_step_scalars(adamw_, table_first_step_ + i));
-  }
-  table_.copy_from_host(host.data(), kTableSteps);
-}
-
-// Between launches, on the host: move the table on when the next step is past it
-// (the device counter then restarts at slot 0).
-void LinearL1Step::begin_step() {
-  const int64_t step = steps_ + 1;
-  if (step - table_first_step_ >= kTableSteps) {
-    table_first_step_ = step;
-    upload_table();
-    step_slot_.zero();
-  }
-  steps_ = step;
-}
+LinearL1Step::~LinearL1Step() = default;
 
 // The loss, grad_weight_ and grad_bias_ of batch `batch`: one pass over x and the
 // chunk sums, or (wide inputs) the two-pass route.
@@ -165,8 +121,8 @@ void LinearL1Step::enqueue(size_t batch) {
   tensors.exp_avg_sqs = {exp_avg_sq_.data(), exp_avg_sq_.data() + out_ * in_};
   tensors.sizes = {out_ * in_, out_};
   const kernels::ClipAdamWState state{
-      table_.data(), step_slot_.data(), blocks_done_.data(), total_norm_.data()};
-  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, stream);
+      schedule_->table(), schedule_->slot(), blocks_done_.data(), total_norm_.data()};
+  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, kernels::NormSum::FloatOrder, stream);
 }
 
 void LinearL1Step::run(size_t batch) {
@@ -174,7 +130,7 @@ void LinearL1Step::run(size_t batch) {
   SEQPAR_CHECK(batch < batches_.size(), "LinearL1Step::run: batch ", batch, " of ",
                batches_.size());
   cuda::set_device(device_);
-  begin_step();
+  schedule_->begin_step();
   enqueue(batch);
 }
 
@@ -184,36 +140,16 @@ void LinearL1Step::capture() {
                "host and cannot be captured; use run(), or a hook that only enqueues "
                "stream-ordered work (GradientSync::stream_ordered, e.g. "
                "NcclProcessGroup::all_reduce_enqueue)");
-  SEQPAR_CHECK(graphs_.empty(), "LinearL1Step::capture: already captured");
-  cuda::set_device(device_);
-  cudaStream_t stream = cuda::current_stream(device_);
-  for (size_t batch = 0; batch < batches_.size(); ++batch) {
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue(batch);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      (void)cudaStreamEndCapture(stream, &broken);
-      if (broken != nullptr) (void)cudaGraphDestroy(broken);
-      throw;
-    }
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t executable = nullptr;
-    const cudaError_t status = cudaGraphInstantiate(&executable, graph, 0);
-    (void)cudaGraphDestroy(graph);
-    CUDA_CHECK(status);
-    graphs_.push_back(executable);
-  }
+  SEQPAR_CHECK(!captured(), "LinearL1Step::capture: already captured");
+  graphs_.capture(batches_.size(), device_, [this](size_t batch) { enqueue(batch); });
 }
 
 void LinearL1Step::replay(size_t batch) {
   SEQPAR_NVTX_RANGE("LinearL1Step::replay");
   SEQPAR_CHECK(batch < graphs_.size(), "LinearL1Step::replay: no graph for batch ", batch,
                " (capture() first)");
-  cuda::set_device(device_);
-  begin_step();
-  CUDA_CHECK(cudaGraphLaunch(graphs_[batch], cuda::current_stream(device_)));
+  schedule_->begin_step();
+  graphs_.replay(batch, device_);
 }
 
 #else  // CPU-only build: the fused step is a GPU path; the public API serves the CPU.
@@ -231,8 +167,6 @@ LinearL1Step::~LinearL1Step() = default;
 void LinearL1Step::run(size_t) { no_cuda(); }
 void LinearL1Step::capture() { no_cuda(); }
 void LinearL1Step::replay(size_t) { no_cuda(); }
-void LinearL1Step::begin_step() {}
-void LinearL1Step::upload_table() {}
 void LinearL1Step::enqueue(size_t) {}
 void LinearL1Step::enqueue_gradients(size_t) {}
 

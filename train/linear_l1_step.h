@@ -43,16 +43,9 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
-
-struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
+#include "train/step_parts.h"
 
 namespace seqpar::train {
-
-// One batch: x [rows, in] and target [rows, out] (either may be a view with its own
-// row stride, columns adjacent), at fixed addresses for the life of the step object.
-struct Batch {
-  Tensor x, target;
-};
 
 // How a step makes its gradients the same on every rank: a hook called between the
 // backward and the clip with the step's gradients, dW and db flattened into one
@@ -106,11 +99,11 @@ class LinearL1Step {
   // captures, and later replays, together; capture after a run() or two, so that
   // NCCL has connected to its peers before the capture (as PyTorch warms up).
   void capture();
-  bool captured() const { return !graphs_.empty(); }
+  bool captured() const { return graphs_.size() > 0; }
   // One step by launching the captured graph of `batch`.
   void replay(size_t batch = 0);
 
-  int64_t step_count() const { return steps_; }
+  int64_t step_count() const { return schedule_->steps(); }
   const Tensor& loss() const { return loss_; }
   const Tensor& total_norm() const { return total_norm_; }
   const Tensor& grad_weight() const { return grad_weight_; }
@@ -119,11 +112,9 @@ class LinearL1Step {
   const Tensor& gradients() const { return gradients_; }
 
   // Steps whose AdamW scalars one upload of the table covers.
-  static constexpr int64_t kTableSteps = 1024;
+  static constexpr int64_t kTableSteps = detail::AdamWSchedule::kTableSteps;
 
  private:
-  void begin_step();
-  void upload_table();
   void enqueue(size_t batch);
   void enqueue_gradients(size_t batch);
 
@@ -142,14 +133,11 @@ class LinearL1Step {
   DeviceBuffer<double> loss_partials_, bias_partials_;
   Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
   Tensor exp_avg_, exp_avg_sq_;
-  // AdamW's scalars for kTableSteps steps, the slot of the next step, and the fused
-  // kernel's count of finished blocks, on the device.
-  DeviceBuffer<optim::detail::AdamWStepScalars> table_;
-  DeviceBuffer<int> step_slot_;
+  // AdamW's scalars on the device, and the clip + AdamW kernel's count of finished blocks.
+  std::unique_ptr<detail::AdamWSchedule> schedule_;
   DeviceBuffer<unsigned> blocks_done_;
   int64_t loss_partial_count_ = 0;
-  int64_t steps_ = 0, table_first_step_ = 1;
-  std::vector<CUgraphExec_st*> graphs_;
+  detail::StepGraphs graphs_;
 };
 
 }  // namespace seqpar::train

@@ -2,8 +2,8 @@
 // captured training step (train/linear_l1_step.h): with 10,256 parameters the step's
 // optimizer tail is all launch latency, and a CUDA graph replays whatever scalars it
 // captured, so here
-//   - every block computes the total norm itself, in one fixed order (the same bits
-//     in every block: no second launch, no atomics on floats), as
+//   - every block computes the total norm itself, in one fixed order or exactly (the
+//     same bits in every block: no second launch, no atomics on floats), as
 //     torch.nn.utils.clip_grad_norm_ forms it (per-tensor float norms, then the norm
 //     of the norms), and applies min(1, max_norm / (norm + 1e-6)) to the gradient it
 //     feeds AdamW (the stored gradients stay unclipped: other blocks are still
@@ -39,8 +39,12 @@ struct ClipAdamWState {
 // at most one TensorTable (multi_tensor.cuh): the fused path is for small models.
 bool clip_adamw_fits(const std::vector<int64_t>& sizes);
 
+// How each block sums the squares of the norm: in a fixed float order (LinearL1Step's
+// float numerics), or exactly, rounded once (optim/clip.h: the public API's bits).
+enum class NormSum { FloatOrder, Exact };
+
 void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
-                          const ClipAdamWState& state, cuda::Stream stream);
+                          const ClipAdamWState& state, NormSum norm_sum, cuda::Stream stream);
 
 #endif
 

@@ -1,0 +1,257 @@
+// train::ExactL1Step (the fused step on the exact numerics) against the public API bit
+// for bit: loss, norm, gradients and parameters over several steps, on the GPU and on
+// the CPU, at the issue's shape and at odd ones (strided x, out above the narrow
+// forward's 16, in above its 768, a NaN target, residuals of exactly zero); graph
+// replay equal to eager runs, past AdamW's scalar table; and 4 ranks of a threads
+// group, each on its rows with its digits added, equal to one rank on all rows.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/elementwise.h"
+#include "core/generator.h"
+#include "dist/local_process_group.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "tests/cuda_test_util.h"
+#include "tests/test_util.h"
+#include "train/exact_l1_step.h"
+
+using namespace seqpar;
+using autograd::Variable;
+
+namespace {
+
+struct Problem {
+  int64_t rows, in, out;
+  double max_norm;
+  bool strided = false;     // x as a misaligned window of a wider buffer
+  bool nan_target = false;  // one target element NaN: dy holds a NaN (the general dW path)
+  bool zero_model = false;  // W = b = 0 and some targets 0: residuals of exactly zero
+};
+
+struct Outcome {
+  Tensor loss, norm, grad_weight, grad_bias, weight, bias;  // after the last step
+};
+
+optim::AdamWOptions issue_adamw() {
+  optim::AdamWOptions options;
+  options.lr = 1e-4;
+  options.weight_decay = 0.01;
+  return options;
+}
+
+struct Data {
+  Tensor x, target, weight, bias;  // on the host
+};
+Data draw(const Problem& p) {
+  Generator generator(p.rows + 31 * p.in + p.out);
+  nn::Linear model(p.in, p.out, generator);
+  Data data;
+  data.weight = model.weight().data().clone();
+  data.bias = model.bias().data().clone();
+  data.x = generator.randn({p.rows, p.in});
+  data.target = generator.randn({p.rows, p.out});
+  float* target = data.target.data();
+  if (p.nan_target) target[(p.rows / 2) * p.out + p.out - 1] = std::numeric_limits<float>::quiet_NaN();
+  if (p.zero_model) {
+    data.weight.fill_(0.0f);
+    data.bias.fill_(0.0f);
+    for (int64_t i = 0; i < p.rows * p.out; i += 3) target[i] = 0.0f;
+  }
+  return data;
+}
+
+Tensor place(const Tensor& values, Device device, bool strided) {
+  if (!strided) return values.to(device);
+  Tensor wide = Tensor::zeros({values.size(0) + 1, values.size(1) + 5}, device);
+  Tensor window = wide.narrow(0, 1, values.size(0)).narrow(1, 3, values.size(1));
+  window.copy_(values);
+  return window;
+}
+
+nn::Linear model_on(const Data& data, Device device) {
+  Generator unused(0);
+  nn::Linear model(data.weight.size(1), data.weight.size(0), unused, device);
+  model.weight().data().copy_(data.weight);
+  model.bias().data().copy_(data.bias);
+  return model;
+}
+
+// The public API: forward, L1 mean, backward, clip, AdamW. Its gradients are clipped in
+// place; the step keeps them unclipped, so the unclipped ones are kept here too.
+Outcome public_api_steps(const Problem& p, const Data& data, Device device, int steps) {
+  nn::Linear model = model_on(data, device);
+  const Variable input(place(data.x, device, p.strided)), target(data.target.to(device));
+  optim::AdamW optimizer(model.parameters(), issue_adamw());
+  Outcome outcome;
+  for (int step = 0; step < steps; ++step) {
+    model.zero_grad();
+    const Variable loss = nn::l1_loss(model.forward(input), target);
+    loss.backward();
+    outcome.grad_weight = model.weight().grad().clone();
+    outcome.grad_bias = model.bias().grad().clone();
+    outcome.norm = optim::clip_grad_norm(model.parameters(), p.max_norm);
+    outcome.loss = loss.data();
+    optimizer.step();
+  }
+  outcome.weight = model.weight().data().clone();
+  outcome.bias = model.bias().data().clone();
+  return outcome;
+}
+
+Outcome outcome_of(const train::ExactL1Step& step, const nn::Linear& model) {
+  return {step.loss().clone(),        step.total_norm().clone(),  step.grad_weight().clone(),
+          step.grad_bias().clone(),   model.weight().data().clone(), model.bias().data().clone()};
+}
+
+// The fused step, eager or captured, alternating over `batches` copies of the batch.
+Outcome exact_steps(const Problem& p, const Data& data, int steps, bool graph, int batches = 1) {
+  const Device gpu = Device::cuda();
+  nn::Linear model = model_on(data, gpu);
+  std::vector<train::Batch> list;
+  for (int b = 0; b < batches; ++b) {
+    list.push_back({place(data.x, gpu, p.strided), data.target.to(gpu)});
+  }
+  train::ExactL1Step step(model, list, nn::Reduction::mean(), issue_adamw(), p.max_norm);
+  if (graph) step.capture();
+  for (int s = 0; s < steps; ++s) {
+    const size_t batch = static_cast<size_t>(s % batches);
+    if (graph) step.replay(batch);
+    else step.run(batch);
+  }
+  CHECK(step.step_count() == steps);
+  return outcome_of(step, model);
+}
+
+// Bit for bit, NaNs included: the same bits, or both NaN (a NaN's payload is not
+// part of the numerics' contract).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+void check_bitwise(const Outcome& a, const Outcome& b) {
+  CHECK(same_bits(a.loss, b.loss));
+  CHECK(same_bits(a.norm, b.norm));
+  CHECK(same_bits(a.grad_weight, b.grad_weight));
+  CHECK(same_bits(a.grad_bias, b.grad_bias));
+  CHECK(same_bits(a.weight, b.weight));
+  CHECK(same_bits(a.bias, b.bias));
+}
+
+}  // namespace
+
+TEST_CASE("the exact fused step gives the public API's bits on the GPU and the CPU", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const std::vector<Problem> problems = {
+      {12000, 640, 16, 0.05},                  // the issue's shape, clipping active
+      {1001, 37, 5, 0.05, /*strided=*/true},   // odd sizes, misaligned x
+      {333, 64, 40, 0.5},                      // out > 16: the GEMM forward
+      {500, 1100, 16, 0.5},                    // in > 768: the GEMM forward
+      {700, 48, 8, 1.0e6, false, /*nan_target=*/true},
+      {640, 96, 16, 0.05, false, false, /*zero_model=*/true},
+  };
+  for (const Problem& p : problems) {
+    INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out << ", max_norm " << p.max_norm
+                 << (p.nan_target ? ", a NaN target" : "") << (p.zero_model ? ", zero model" : ""));
+    const Data data = draw(p);
+    test::poison_pool(Device::cuda());
+    const Outcome fused = exact_steps(p, data, 3, /*graph=*/false);
+    check_bitwise(fused, public_api_steps(p, data, Device::cuda(), 3));
+    check_bitwise(fused, public_api_steps(p, data, Device::cpu(), 3));
+    if (p.nan_target) {
+      CHECK(std::isnan(fused.loss.item()));
+      CHECK(std::isnan(fused.grad_bias.to_vector()[static_cast<size_t>(p.out - 1)]));
+    }
+  }
+}
+
+TEST_CASE("graph replay of the exact step equals eager runs and the public API, past AdamW's "
+          "scalar table", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (const Problem& p : {Problem{12000, 640, 16, 0.05}, Problem{1001, 37, 5, 0.05, true}}) {
+    INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out);
+    const Data data = draw(p);
+    const Outcome eager = exact_steps(p, data, 6, false, 2);
+    test::poison_pool(Device::cuda());
+    check_bitwise(eager, exact_steps(p, data, 6, true, 2));
+    check_bitwise(eager, exact_steps(p, data, 6, false, 2));  // and run to run
+  }
+  // More steps than one table of AdamW's scalars holds: each replay takes its own step's.
+  const Problem small{64, 8, 4, 0.05};
+  const Data data = draw(small);
+  const int steps = static_cast<int>(train::detail::AdamWSchedule::kTableSteps) + 3;
+  check_bitwise(exact_steps(small, data, steps, true), public_api_steps(small, data, Device::cuda(), steps));
+}
+
+TEST_CASE("the exact step over 4 ranks of a threads group equals one rank on all rows, bit for "
+          "bit", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // Rank r holds rows tensor_split(4)[r] (uneven: 1001 rows), its loss is its share of
+  // the mean over every row, and its dW and db digits are added over the group before
+  // they are rounded.
+  for (const Problem& p : {Problem{12000, 640, 16, 0.05}, Problem{1001, 37, 5, 0.05}}) {
+    INFO("rows " << p.rows);
+    const Data data = draw(p);
+    const Outcome one_rank = exact_steps(p, data, 3, false);
+    const Device gpu = Device::cuda();
+    const Tensor x = data.x.to(gpu), target = data.target.to(gpu);
+    std::mutex mutex;
+    std::vector<Outcome> ranks(4);
+    dist::run_local_world(4, [&](std::shared_ptr<dist::ProcessGroup> world) {
+      const size_t rank = static_cast<size_t>(world->rank());
+      nn::Linear model = model_on(data, gpu);
+      dist::GroupSums sums(*world);
+      train::ExactL1Step step(model, {{x.tensor_split(4)[rank], target.tensor_split(4)[rank]}},
+                              nn::Reduction::sum_divided_by(p.rows * p.out), issue_adamw(),
+                              p.max_norm, &sums);
+      CHECK_THROWS_WITH(step.capture(), Catch::Contains("cannot be captured; use run()"));
+      for (int s = 0; s < 3; ++s) step.run();
+      const Outcome outcome = outcome_of(step, model);
+      std::lock_guard<std::mutex> lock(mutex);
+      ranks[rank] = outcome;
+    });
+    for (const Outcome& rank : ranks) {
+      CHECK(same_bits(rank.norm, one_rank.norm));
+      CHECK(same_bits(rank.grad_weight, one_rank.grad_weight));
+      CHECK(same_bits(rank.grad_bias, one_rank.grad_bias));
+      CHECK(same_bits(rank.weight, one_rank.weight));
+      CHECK(same_bits(rank.bias, one_rank.bias));
+    }
+  }
+}
+
+TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  Generator generator(3);
+  nn::Linear wide(8, 65, generator, gpu);
+  const Tensor x = generator.randn({10, 8}, gpu);
+  CHECK_THROWS_WITH(train::ExactL1Step(wide, {{x, generator.randn({10, 65}, gpu)}},
+                                       nn::Reduction::mean(), issue_adamw(), 1.0),
+                    Catch::Contains("out_features 65"));
+  nn::Linear model(8, 4, generator, gpu);
+  CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, generator.randn({9, 4}, gpu)}},
+                                       nn::Reduction::mean(), issue_adamw(), 1.0),
+                    Catch::Contains("target must be [10, 4]"));
+  CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, generator.randn({10, 4}, gpu)}},
+                                       nn::Reduction::mean(), issue_adamw(), 0.0),
+                    Catch::Contains("max_norm must be positive"));
+  train::ExactL1Step step(model, {{x, generator.randn({10, 4}, gpu)}}, nn::Reduction::mean(),
+                          issue_adamw(), 1.0);
+  CHECK_THROWS_WITH(step.replay(), Catch::Contains("capture() first"));
+  CHECK_THROWS_WITH(step.run(1), Catch::Contains("batch 1 of 1"));
+}

@@ -1,0 +1,93 @@
+// ExactL1Step: the training step of LinearL1Step (y = x Wᵀ + b, L1 loss, backward, the
+// gradients combined across ranks, clip_grad_norm, AdamW) on the exact numerics of
+// docs/numerics.md. Its loss, gradients, norm and parameters are the bits the public
+// API gives (nn::linear, nn::l1_loss, backward, optim::clip_grad_norm, optim::AdamW) on
+// the GPU and on the CPU, and, with the ranks' digits combined, the bits of one rank
+// training on all their rows: it keeps the invariant that LinearL1Step's float sums
+// give up for speed.
+//
+// The launches of a step (buffers allocated once; run eagerly, or captured into one
+// CUDA graph per batch and replayed):
+//   1. the digits zeroed;
+//   2. y = x Wᵀ + b by nn's forward (one fma chain per output: a row's y is the same
+//      bits in any batch);
+//   3. the L1 loss from y (train/kernels/exact_l1.h): the loss's digits, dy and db's
+//      digits (every nonzero dy is ±s, so db is s times a count of signs);
+//   4. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores
+//      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN);
+//   -  the ranks' digits added (exact::CrossRankSums), if the step has ranks;
+//   5. the gradients rounded once, and the loss;
+//   6. the exact norm, clip coefficient and AdamW in one launch.
+// Every sum over rows is an integer sum of digits, so no grid, atomic order, split of
+// the rows or NCCL algorithm changes a bit. Nothing in a step allocates, waits for the
+// host or reads a value back.
+//
+// What the step leaves: the parameters (updated in place), loss() and total_norm() as
+// device scalars, and the gradients before clipping in grad_weight() / grad_bias()
+// (views of gradients()), which are also the parameters' .grad().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/device_buffer.h"
+#include "core/exact_sums.h"
+#include "core/tensor.h"
+#include "nn/l1_loss.h"
+#include "nn/linear.h"
+#include "optim/adamw.h"
+#include "train/step_parts.h"
+
+namespace seqpar::train {
+
+class ExactL1Step {
+ public:
+  // `across`: how the ranks add their gradients' digits (e.g. dist::GroupSums over the
+  // group that splits the rows), or null for one rank. With ranks, each one's loss is
+  // its share of the global loss (Reduction::sum_divided_by the global element count),
+  // and combine() is called once a step with the gradients' digits. A step can be
+  // captured only without ranks or when the combiner only enqueues stream-ordered work
+  // (CrossRankSums::only_enqueues).
+  ExactL1Step(const nn::Linear& model, std::vector<Batch> batches, nn::Reduction reduction,
+              const optim::AdamWOptions& adamw, double max_norm,
+              exact::CrossRankSums* across = nullptr);
+  ~ExactL1Step();
+  ExactL1Step(const ExactL1Step&) = delete;
+  ExactL1Step& operator=(const ExactL1Step&) = delete;
+
+  // One step on batch `batch`, its kernels queued on the device's current stream.
+  void run(size_t batch = 0);
+  // One graph per batch (nothing runs); then replay(batch) launches one.
+  void capture();
+  bool captured() const { return graphs_.size() > 0; }
+  void replay(size_t batch = 0);
+
+  int64_t step_count() const { return schedule_->steps(); }
+  const Tensor& loss() const { return loss_; }
+  const Tensor& total_norm() const { return total_norm_; }
+  const Tensor& grad_weight() const { return grad_weight_; }
+  const Tensor& grad_bias() const { return grad_bias_; }
+  const Tensor& gradients() const { return gradients_; }
+
+ private:
+  void enqueue(size_t batch);
+
+  Tensor weight_, bias_;
+  std::vector<Batch> batches_;
+  int64_t rows_, in_, out_;
+  float loss_scale_;
+  float max_norm_;
+  exact::CrossRankSums* across_;
+  int device_;
+  Tensor y_, grad_y_;
+  exact::ExactSums gradient_sums_, loss_sum_;  // dW's out * in sums, then db's out
+  DeviceBuffer<unsigned int> scratch_;          // dW's column maxima
+  Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
+  Tensor exp_avg_, exp_avg_sq_;
+  std::unique_ptr<detail::AdamWSchedule> schedule_;
+  DeviceBuffer<unsigned> blocks_done_;
+  detail::StepGraphs graphs_;
+};
+
+}  // namespace seqpar::train
