@@ -40,13 +40,23 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums);
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
-// dW's sums as accumulate_weight_grad_cuda adds them, into digits[d * stride + j * in + k]
-// (stride >= out * in: dW may be the first sums of a larger set), on `stream`, with the
-// caller's scratch of weight_grad_scratch_words words (the maxima and the one-magnitude
-// words). Allocates nothing and never waits: a CUDA graph can capture it.
+// dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
+// fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
+// words: x's column maxima [in], dy's [out], then dy's two one-magnitude words
+// (linear_ternary.cuh), each as column_maxima_cuda finds them (zero the scratch
+// first: they are atomic maxima). Then enqueue_weight_grad_sums adds dW's sums, as
+// accumulate_weight_grad_cuda does, into digits[d * stride + j * in + k] (stride >=
+// out * in: dW may be the first sums of a larger set). Stream-ordered; they allocate
+// nothing and never wait, so a CUDA graph can capture them.
 int64_t weight_grad_scratch_words(int64_t in, int64_t out);
-void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, unsigned int* scratch,
-                              int64_t* digits, int64_t stride, cuda::Stream stream);
+// largest[c] = bits of the largest |m[., c]| (NaN passed over); with `magnitudes`, also
+// the largest |m| bits overall (NaN above infinity) and the complement of the smallest
+// nonzero, over all of m.
+void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
+                        cuda::Stream stream);
+void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
+                              const unsigned int* scratch, int64_t* digits, int64_t stride,
+                              cuda::Stream stream);
 
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
@@ -85,7 +95,7 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
 // skip its work when this path does it. Only when ternary_weight_grad_fits.
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
-                                const unsigned int* x_largest, unsigned int* words,
+                                const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream);
 #endif
 

@@ -172,11 +172,28 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
   }
 }
 
-// The sums of one launch into digits[d * stride + i], on `stream`. largest: scratch of
-// columns (+ outputs + 2 for dW) words, zeroed here. Allocates nothing (capturable).
+// The scratch of a launch: b's column maxima [columns]; for dW also a's [outputs] and
+// the two one-magnitude words.
+template <bool kProducts>
+int64_t scratch_words(int64_t outputs, int64_t columns) {
+  return columns + (kProducts ? outputs + 2 : 0);
+}
+
+// The maxima the sums read, into `largest` (zeroed here), on `stream`.
+template <bool kProducts>
+void enqueue_maxima(ConstRows a, ConstRows b, int64_t outputs, int64_t columns,
+                    unsigned int* largest, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemsetAsync(largest, 0, sizeof(unsigned int) * scratch_words<kProducts>(outputs, columns),
+                             stream));
+  column_maxima(b, largest, nullptr, stream);
+  if (kProducts) column_maxima(a, largest + columns, largest + columns + outputs, stream);
+}
+
+// The sums of one launch into digits[d * stride + i], on `stream`, from the maxima in
+// `largest`. Allocates nothing and never waits (capturable).
 template <bool kProducts>
 void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                      unsigned int* largest, int64_t* digits, int64_t stride,
+                      const unsigned int* largest, int64_t* digits, int64_t stride,
                       cudaStream_t stream) {
   exact::check_term_count("linear_backward", rows);
   if (rows == 0 || columns == 0 || outputs == 0) return;
@@ -190,15 +207,11 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   SEQPAR_CHECK(column_blocks <= 0x7fffffff && output_groups <= 65535 && chunks <= 65535,
                "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
                " rows exceed the row-sum kernel's grid");
-  // The factors' largest magnitudes: b's per column, a's per column (dW only); then, for
-  // dW, the two words of the one-magnitude path.
-  const int64_t words = columns + (kProducts ? outputs + 2 : 0);
-  CUDA_CHECK(cudaMemsetAsync(largest, 0, sizeof(unsigned int) * words, stream));
-  unsigned int* one_magnitude_words = nullptr;
-  if (kProducts && ternary_weight_grad_fits(a, b)) one_magnitude_words = largest + columns + outputs;
-  column_maxima(b, largest, nullptr, stream);
-  if (kProducts) column_maxima(a, largest + columns, one_magnitude_words, stream);
-  if (one_magnitude_words != nullptr) {
+  // dW when dy has one magnitude: the fixed-point sums, and the general kernel returns
+  // at once (both read the words on the device).
+  const unsigned int* one_magnitude_words = nullptr;
+  if (kProducts && ternary_weight_grad_fits(a, b)) {
+    one_magnitude_words = largest + columns + outputs;
     launch_ternary_weight_grad(a, b, largest, one_magnitude_words, digits, stride, stream);
   }
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
@@ -209,15 +222,18 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   CUDA_LAUNCH_CHECK();
 }
 
-// The same with scratch of its own, on the device's current stream.
+// Maxima and sums with scratch of its own, on the device's current stream.
 template <bool kProducts>
 void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
                      exact::ExactSums& sums) {
+  if (rows == 0 || columns == 0 || outputs == 0) return;
   const int device = sums.device().index;
   cuda::set_device(device);
-  DeviceBuffer<unsigned int> largest(columns + (kProducts ? outputs + 2 : 0), sums.device());
+  cudaStream_t stream = cuda::current_stream(device);
+  DeviceBuffer<unsigned int> largest(scratch_words<kProducts>(outputs, columns), sums.device());
+  enqueue_maxima<kProducts>(a, b, outputs, columns, largest.data(), stream);
   enqueue_row_sums<kProducts>(a, b, rows, outputs, columns, largest.data(), sums.digits(),
-                              sums.count(), cuda::current_stream(device));
+                              sums.count(), stream);
 }
 
 }  // namespace
@@ -236,10 +252,16 @@ void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums
   launch_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols, sums);
 }
 
-int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2; }
+int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return scratch_words<true>(out, in); }
 
-void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, unsigned int* scratch,
-                              int64_t* digits, int64_t stride, cuda::Stream stream) {
+void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
+                        cuda::Stream stream) {
+  column_maxima(m, largest, magnitudes, stream);
+}
+
+void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
+                              const unsigned int* scratch, int64_t* digits, int64_t stride,
+                              cuda::Stream stream) {
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);

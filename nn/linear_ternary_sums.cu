@@ -272,7 +272,7 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
 }
 
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
-                                const unsigned int* x_largest, unsigned int* words,
+                                const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream) {
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(x.cols, kColumns)),
                   static_cast<unsigned>(cuda::ceil_div(grad_y.cols, kGroup)),

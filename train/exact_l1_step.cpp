@@ -12,12 +12,17 @@
 #include "core/cuda_runtime.h"
 #include "nn/linear_kernels.h"
 #include "train/kernels/clip_adamw.h"
-#include "train/kernels/exact_l1.h"
+#include "train/kernels/exact_step.h"
 #endif
 
 namespace seqpar::train {
 
 #ifdef SEQPAR_WITH_CUDA
+
+namespace {
+// The loss's digits and the norm's (two sums), ahead of the maxima in step_words_.
+constexpr int64_t kStepDigits = 3 * exact::kDigits;
+}  // namespace
 
 ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
                          nn::Reduction reduction, const optim::AdamWOptions& adamw,
@@ -51,8 +56,8 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   y_ = Tensor::empty({rows_, out_}, device);
   grad_y_ = Tensor::empty({rows_, out_}, device);
   gradient_sums_ = exact::ExactSums(parameters, device);
-  loss_sum_ = exact::ExactSums(1, device);
-  scratch_ = DeviceBuffer<unsigned int>(nn::detail::weight_grad_scratch_words(in_, out_), device);
+  const int64_t maxima = nn::detail::weight_grad_scratch_words(in_, out_);
+  step_words_ = DeviceBuffer<int64_t>(kStepDigits + (maxima + 1) / 2, device);
   gradients_ = Tensor::zeros({parameters}, device);
   grad_weight_ = gradients_.narrow(0, 0, out_ * in_).view({out_, in_});
   grad_bias_ = gradients_.narrow(0, out_ * in_, out_);
@@ -61,8 +66,9 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   exp_avg_ = Tensor::zeros({parameters}, device);
   exp_avg_sq_ = Tensor::zeros({parameters}, device);
   schedule_ = std::make_unique<detail::AdamWSchedule>(adamw, device);
-  blocks_done_ = DeviceBuffer<unsigned>(1, device);
+  blocks_done_ = DeviceBuffer<unsigned>(2, device);
   blocks_done_.zero();
+  side_ = std::make_unique<detail::SideStream>(device_);
   model.weight().set_grad(grad_weight_);
   model.bias().set_grad(grad_bias_);
 }
@@ -74,20 +80,29 @@ void ExactL1Step::enqueue(size_t batch) {
   cudaStream_t stream = cuda::current_stream(device_);
   int64_t* digits = gradient_sums_.digits();
   const int64_t stride = gradient_sums_.count();
+  int64_t* loss_digits = step_words_.data();
+  int64_t* norm_digits = loss_digits + exact::kDigits;
+  auto* maxima = reinterpret_cast<unsigned int*>(step_words_.data() + kStepDigits);
   CUDA_CHECK(cudaMemsetAsync(digits, 0, sizeof(int64_t) * gradient_sums_.words(), stream));
-  CUDA_CHECK(cudaMemsetAsync(loss_sum_.digits(), 0, sizeof(int64_t) * loss_sum_.words(), stream));
+  CUDA_CHECK(cudaMemsetAsync(step_words_.data(), 0, sizeof(int64_t) * step_words_.size(), stream));
 
+  // x's column maxima (the windows of dW's fixed point) beside the forward and the loss.
+  const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
+  nn::detail::column_maxima_cuda(x, maxima, nullptr, side_->fork(stream));
   nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_);
-  const kernels::ExactL1Outputs l1{grad_y_.data(), loss_sum_.digits(), digits + out_ * in_, stride};
+  const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits, digits + out_ * in_, stride,
+                                   maxima + in_};
   kernels::exact_l1_cuda(y_.data(), b.target.data(), b.target.stride(0), rows_, out_, loss_scale_,
                          l1, stream);
+  side_->join(stream);
   const nn::detail::ConstRows dy{grad_y_.data(), rows_, out_, out_};
-  const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
-  nn::detail::enqueue_weight_grad_sums(dy, x, scratch_.data(), digits, stride, stream);
+  nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream);
 
   if (across_ != nullptr) across_->combine(gradient_sums_);
-  exact::detail::round_digits_cuda(digits, stride, gradients_.data(), device_);
-  exact::detail::round_digits_cuda(loss_sum_.digits(), 1, loss_.data(), device_);
+  const kernels::ExactFinish finish{digits,      stride,       out_ * in_,        gradients_.data(),
+                                    loss_digits, loss_.data(), norm_digits,       blocks_done_.data(),
+                                    total_norm_.data()};
+  kernels::exact_finish_cuda(finish, stream);
 
   optim::detail::AdamWTensors tensors;
   tensors.params = {weight_.data(), bias_.data()};
@@ -95,9 +110,9 @@ void ExactL1Step::enqueue(size_t batch) {
   tensors.exp_avgs = {exp_avg_.data(), exp_avg_.data() + out_ * in_};
   tensors.exp_avg_sqs = {exp_avg_sq_.data(), exp_avg_sq_.data() + out_ * in_};
   tensors.sizes = {out_ * in_, out_};
-  const kernels::ClipAdamWState state{schedule_->table(), schedule_->slot(), blocks_done_.data(),
-                                      total_norm_.data()};
-  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, kernels::NormSum::Exact, stream);
+  const kernels::ClipAdamWState state{schedule_->table(), schedule_->slot(),
+                                      blocks_done_.data() + 1, total_norm_.data()};
+  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, kernels::NormSum::Given, stream);
 }
 
 void ExactL1Step::run(size_t batch) {

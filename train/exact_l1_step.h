@@ -8,16 +8,17 @@
 //
 // The launches of a step (buffers allocated once; run eagerly, or captured into one
 // CUDA graph per batch and replayed):
-//   1. the digits zeroed;
+//   1. the digits and maxima zeroed;
 //   2. y = x Wᵀ + b by nn's forward (one fma chain per output: a row's y is the same
-//      bits in any batch);
-//   3. the L1 loss from y (train/kernels/exact_l1.h): the loss's digits, dy and db's
-//      digits (every nonzero dy is ±s, so db is s times a count of signs);
+//      bits in any batch), while x's column maxima are found on a side stream;
+//   3. the L1 loss from y (train/kernels/exact_step.h): the loss's digits, dy, db's
+//      digits (every nonzero dy is ±s, so db is s times a count of signs) and dy's
+//      maxima;
 //   4. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores
 //      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN);
 //   -  the ranks' digits added (exact::CrossRankSums), if the step has ranks;
-//   5. the gradients rounded once, and the loss;
-//   6. the exact norm, clip coefficient and AdamW in one launch.
+//   5. the gradients and the loss rounded once, and the exact norm;
+//   6. the clip coefficient and AdamW.
 // Every sum over rows is an integer sum of digits, so no grid, atomic order, split of
 // the rows or NCCL algorithm changes a bit. Nothing in a step allocates, waits for the
 // host or reads a value back.
@@ -81,12 +82,15 @@ class ExactL1Step {
   exact::CrossRankSums* across_;
   int device_;
   Tensor y_, grad_y_;
-  exact::ExactSums gradient_sums_, loss_sum_;  // dW's out * in sums, then db's out
-  DeviceBuffer<unsigned int> scratch_;          // dW's column maxima
+  exact::ExactSums gradient_sums_;  // dW's out * in sums, then db's out
+  // One zeroing a step: the loss's digits (one sum), the norm's (two sums, W's and b's
+  // squares, digit-major), then the maxima dW's sums read (unsigned words).
+  DeviceBuffer<int64_t> step_words_;
   Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
   Tensor exp_avg_, exp_avg_sq_;
   std::unique_ptr<detail::AdamWSchedule> schedule_;
-  DeviceBuffer<unsigned> blocks_done_;
+  DeviceBuffer<unsigned> blocks_done_;  // the finish kernel's count, then clip + AdamW's
+  std::unique_ptr<detail::SideStream> side_;
   detail::StepGraphs graphs_;
 };
 

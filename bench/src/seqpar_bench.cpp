@@ -39,6 +39,7 @@
 #include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "train/exact_l1_step.h"
 #include "train/linear_l1_step.h"
 
 using namespace seqpar;
@@ -105,6 +106,15 @@ void bench_steps(Report& report, const Settings& s) {
     report.add("step/full12000/fused_graph", "LinearL1Step::replay (one CUDA graph)",
                time_calls([&] { step.replay(); }, s.warmup, s.repeats), step_bytes, step_flops);
   }
+  {  // the same on the exact numerics: the public API's bits
+    train::ExactL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+                            issue_adamw(), 1.0);
+    report.add("step/full12000/exact_eager", "ExactL1Step::run, exact numerics",
+               time_calls([&] { step.run(); }, s.warmup, s.repeats), step_bytes, step_flops);
+    step.capture();
+    report.add("step/full12000/exact_graph", "ExactL1Step::replay (one CUDA graph)",
+               time_calls([&] { step.replay(); }, s.warmup, s.repeats), step_bytes, step_flops);
+  }
   {  // rotating over 4 batches (123 MB, twice the 60 MB L2)
     std::vector<train::Batch> batches;
     std::vector<Tensor> keep;
@@ -131,6 +141,12 @@ void bench_steps(Report& report, const Settings& s) {
     step.capture();
     report.add("step/shard3000/fused_graph", "one rank of sp 4, exact loss, no peers",
                time_calls([&] { step.replay(); }, s.warmup, s.repeats), shard_bytes,
+               step_flops / kShards);
+    train::ExactL1Step exact_step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact,
+                                  issue_adamw(), 1.0);
+    exact_step.capture();
+    report.add("step/shard3000/exact_graph", "one rank of sp 4, exact numerics, no peers",
+               time_calls([&] { exact_step.replay(); }, s.warmup, s.repeats), shard_bytes,
                step_flops / kShards);
     ApiStep api{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
                 optim::AdamW(model.parameters(), issue_adamw()), nullptr};

@@ -202,15 +202,11 @@ void bench_kernels(Report& report, const Settings& s) {
         reinterpret_cast<const optim::detail::AdamWStepScalars*>(table.data()),
         reinterpret_cast<int*>(slot.data()), reinterpret_cast<unsigned*>(slot.data() + 1),
         norm.data()};
-    using train::kernels::NormSum;
-    for (const NormSum sum : {NormSum::FloatOrder, NormSum::Exact}) {
-      const bool exact = sum == NormSum::Exact;
-      report.add(exact ? "kernel/clip_adamw_fused_exact/10256" : "kernel/clip_adamw_fused/10256",
-                 exact ? "norm (exact sums) + clip + AdamW in one launch"
-                       : "norm (float order) + clip + AdamW in one launch",
-                 time_calls([&] { train::kernels::clip_adamw_step_cuda(tensors, 1.0f, state, sum, stream); },
-                            s.warmup, s.repeats), kF * 7 * parameters);
-    }
+    report.add("kernel/clip_adamw_fused/10256", "norm (float order) + clip + AdamW in one launch",
+               time_calls([&] {
+                 train::kernels::clip_adamw_step_cuda(tensors, 1.0f, state,
+                                                      train::kernels::NormSum::FloatOrder, stream);
+               }, s.warmup, s.repeats), kF * 7 * parameters);
   }
 }
 

@@ -7,7 +7,6 @@
 #include "core/block_reduce.cuh"
 #include "core/cuda_check.h"
 #include "core/dependent_launch.cuh"
-#include "core/exact_sum.cuh"
 #include "optim/adamw_update.cuh"
 #include "optim/multi_tensor.cuh"
 
@@ -24,53 +23,27 @@ constexpr int kThreads = 1024;  // the norm pass reads every gradient: many load
 constexpr int64_t kClipChunk = kThreads;
 constexpr int64_t kMaxElements = TensorTable<kListCount>::kMaxBlocks * kClipChunk;  // 327,680
 
-// One tensor's float norm, in the same bits in every block (the result in thread 0).
-// Float order: each thread's squares summed in index order in double, then the block's
-// fixed tree. Exact (optim/clip.h): every square added exactly, rounded once to double.
-template <NormSum kSum>
-__device__ double tensor_norm(const float* grad, int64_t size) {
-  if constexpr (kSum == NormSum::Exact) {
-    __shared__ unsigned long long block[exact::kDigits];
-    exact::BinnedSum sum;
-    sum.clear();
-    for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
-      const double value = grad[j];
-      sum.add(__dmul_rn(value, value));  // exact: a float's square has 48 significant bits
-    }
-    int64_t local[exact::kDigits] = {};
-    sum.flush(local);
-    exact::sum_block_digits(local, block);
-    return __double2float_rn(sqrt(exact::round_to_double(reinterpret_cast<const int64_t*>(block))));
-  } else {
+// The total norm in float order, the same bits in every block (in thread 0): each
+// tensor's squares summed in double in index order per thread, the block's fixed tree,
+// a float norm per tensor, then the norm of the norms.
+__device__ float float_order_norm(const TensorTable<kListCount>& table, int tensors) {
+  double squared_norms = 0.0;
+  for (int t = 0; t < tensors; ++t) {
+    const float* grad = table.pointers[kGrads][t];
     double sum = 0.0;
 #pragma unroll 8  // independent loads in flight; the sum still runs in index order
-    for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < table.sizes[t]; j += blockDim.x) {
       const double value = grad[j];
       sum += value * value;  // exact in double, as clip.cu squares
     }
     sum = cuda::block_sum(sum);
-    return __double2float_rn(sqrt(sum));  // a float32 norm per tensor
+    const double norm = __double2float_rn(sqrt(sum));  // a float32 norm per tensor
+    squared_norms += norm * norm;
   }
+  return __double2float_rn(sqrt(squared_norms));
 }
 
-// The norm of the tensors' norms (thread 0's result counts).
-template <NormSum kSum>
-__device__ float total_of_norms(const double* norms, int tensors) {
-  if constexpr (kSum == NormSum::Exact) {
-    exact::BinnedSum sum;
-    sum.clear();
-    for (int t = 0; t < tensors; ++t) sum.add(__dmul_rn(norms[t], norms[t]));
-    int64_t local[exact::kDigits] = {};
-    sum.flush(local);
-    return __double2float_rn(sqrt(exact::round_to_double(local)));
-  } else {
-    double squared_norms = 0.0;
-    for (int t = 0; t < tensors; ++t) squared_norms += norms[t] * norms[t];
-    return __double2float_rn(sqrt(squared_norms));
-  }
-}
-
-template <NormSum kSum>
+template <NormSum kNorm>
 __global__ void __launch_bounds__(kThreads)
     clip_adamw_kernel(TensorTable<kListCount> table, int tensors, float max_norm,
                       ClipAdamWState state) {
@@ -94,12 +67,16 @@ __global__ void __launch_bounds__(kThreads)
   }
   cuda::wait_for_prior_grids();  // the gradients are final from here on
 
-  // 1. The total norm, in the same order in every block (the result is in thread 0).
-  double norms[TensorTable<kListCount>::kMaxTensors];
-  for (int t = 0; t < tensors; ++t) norms[t] = tensor_norm<kSum>(table.pointers[kGrads][t], table.sizes[t]);
+  // 1. The total norm: given, or computed in the same order in every block (the result
+  // is in thread 0).
+  float total = 0.0f;
+  if constexpr (kNorm == NormSum::FloatOrder) total = float_order_norm(table, tensors);
   if (threadIdx.x == 0) {
-    const float total = total_of_norms<kSum>(norms, tensors);
-    if (blockIdx.x == 0) *state.total_norm = total;
+    if constexpr (kNorm == NormSum::Given) {
+      total = *state.total_norm;
+    } else {
+      if (blockIdx.x == 0) *state.total_norm = total;
+    }
     // As clip.cu: reciprocal(total + 1e-6) * max_norm, clamped to at most 1.
     const float unclamped = __fmul_rn(__frcp_rn(__fadd_rn(total, 1e-6f)), max_norm);
     coefficient_shared = 1.0f < unclamped ? 1.0f : unclamped;
@@ -144,7 +121,7 @@ bool clip_adamw_fits(const std::vector<int64_t>& sizes) {
 }
 
 void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
-                          const ClipAdamWState& state, NormSum norm_sum, cuda::Stream stream) {
+                          const ClipAdamWState& state, NormSum norm, cuda::Stream stream) {
   const size_t count = tensors.sizes.size();
   SEQPAR_CHECK(tensors.params.size() == count && tensors.grads.size() == count &&
                    tensors.exp_avgs.size() == count && tensors.exp_avg_sqs.size() == count,
@@ -160,8 +137,8 @@ void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
       lists, tensors.sizes,
       [&](const TensorTable<kListCount>& table, int blocks, int64_t /*first_block*/) {
         // A dependent launch: the loads before its wait overlap the gradients' kernels.
-        if (norm_sum == NormSum::Exact) {
-          cuda::launch_dependent(clip_adamw_kernel<NormSum::Exact>, dim3(blocks), dim3(kThreads),
+        if (norm == NormSum::Given) {
+          cuda::launch_dependent(clip_adamw_kernel<NormSum::Given>, dim3(blocks), dim3(kThreads),
                                  0, stream, table, non_empty, max_norm, state);
         } else {
           cuda::launch_dependent(clip_adamw_kernel<NormSum::FloatOrder>, dim3(blocks),
