@@ -272,11 +272,15 @@ SEQPAR_HOST_DEVICE bool any_below(const uint64_t (&magnitude)[kWords], int posit
   return false;
 }
 
-// Bits [low, low + count) as an integer, count <= 63.
+// Bits [low, low + count) as an integer, low >= 0 and count <= 63: from the one or two
+// words they lie in (not bit by bit: on a GPU each indexed read of `magnitude` is a
+// load from local memory).
 SEQPAR_HOST_DEVICE uint64_t bits_from(const uint64_t (&magnitude)[kWords], int low, int count) {
-  uint64_t result = 0;
-  for (int i = count - 1; i >= 0; --i) result = (result << 1) | bit_at(magnitude, low + i);
-  return result;
+  if (count <= 0) return 0;
+  const int word = low / 64, shift = low % 64;
+  uint64_t bits = word < kWords ? magnitude[word] >> shift : 0;
+  if (shift != 0 && word + 1 < kWords) bits |= magnitude[word + 1] << (64 - shift);
+  return bits & ((uint64_t{1} << count) - 1);
 }
 
 // Rounds the exact sum to Float (float or double), to nearest even, subnormals and

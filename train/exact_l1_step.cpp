@@ -68,7 +68,6 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   schedule_ = std::make_unique<detail::AdamWSchedule>(adamw, device);
   blocks_done_ = DeviceBuffer<unsigned>(2, device);
   blocks_done_.zero();
-  side_ = std::make_unique<detail::SideStream>(device_);
   model.weight().set_grad(grad_weight_);
   model.bias().set_grad(grad_bias_);
 }
@@ -86,15 +85,14 @@ void ExactL1Step::enqueue(size_t batch) {
   CUDA_CHECK(cudaMemsetAsync(digits, 0, sizeof(int64_t) * gradient_sums_.words(), stream));
   CUDA_CHECK(cudaMemsetAsync(step_words_.data(), 0, sizeof(int64_t) * step_words_.size(), stream));
 
-  // x's column maxima (the windows of dW's fixed point) beside the forward and the loss.
+  // x's column maxima (the windows of dW's fixed point), then the forward.
   const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
-  nn::detail::column_maxima_cuda(x, maxima, nullptr, side_->fork(stream));
+  nn::detail::column_maxima_cuda(x, maxima, nullptr, stream);
   nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_);
   const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits, digits + out_ * in_, stride,
                                    maxima + in_};
   kernels::exact_l1_cuda(y_.data(), b.target.data(), b.target.stride(0), rows_, out_, loss_scale_,
                          l1, stream);
-  side_->join(stream);
   const nn::detail::ConstRows dy{grad_y_.data(), rows_, out_, out_};
   nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream);
 

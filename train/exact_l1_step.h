@@ -9,8 +9,8 @@
 // The launches of a step (buffers allocated once; run eagerly, or captured into one
 // CUDA graph per batch and replayed):
 //   1. the digits and maxima zeroed;
-//   2. y = x Wᵀ + b by nn's forward (one fma chain per output: a row's y is the same
-//      bits in any batch), while x's column maxima are found on a side stream;
+//   2. x's column maxima (dW's fixed-point windows), and y = x Wᵀ + b by nn's forward
+//      (one fma chain per output: a row's y is the same bits in any batch);
 //   3. the L1 loss from y (train/kernels/exact_step.h): the loss's digits, dy, db's
 //      digits (every nonzero dy is ±s, so db is s times a count of signs) and dy's
 //      maxima;
@@ -90,7 +90,6 @@ class ExactL1Step {
   Tensor exp_avg_, exp_avg_sq_;
   std::unique_ptr<detail::AdamWSchedule> schedule_;
   DeviceBuffer<unsigned> blocks_done_;  // the finish kernel's count, then clip + AdamW's
-  std::unique_ptr<detail::SideStream> side_;
   detail::StepGraphs graphs_;
 };
 

@@ -92,36 +92,7 @@ void StepGraphs::replay(size_t batch, int device) const {
   CUDA_CHECK(cudaGraphLaunch(graphs_.at(batch), cuda::current_stream(device)));
 }
 
-SideStream::SideStream(int device) {
-  cuda::set_device(device);
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
-}
-
-SideStream::~SideStream() {
-  if (joined_ != nullptr) (void)cudaEventDestroy(joined_);
-  if (forked_ != nullptr) (void)cudaEventDestroy(forked_);
-  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
-}
-
-CUstream_st* SideStream::fork(CUstream_st* main) {
-  CUDA_CHECK(cudaEventRecord(forked_, main));
-  CUDA_CHECK(cudaStreamWaitEvent(stream_, forked_, 0));
-  return stream_;
-}
-
-void SideStream::join(CUstream_st* main) {
-  CUDA_CHECK(cudaEventRecord(joined_, stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(main, joined_, 0));
-}
-
 #else
-
-SideStream::SideStream(int) { SEQPAR_FAIL("SideStream: this seqpar was built without CUDA"); }
-SideStream::~SideStream() = default;
-CUstream_st* SideStream::fork(CUstream_st*) { return nullptr; }
-void SideStream::join(CUstream_st*) {}
 
 StepGraphs::~StepGraphs() = default;
 void StepGraphs::capture(size_t, int, const std::function<void(size_t)>&) {

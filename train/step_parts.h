@@ -12,8 +12,6 @@
 #include "optim/adamw.h"
 
 struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
-struct CUevent_st;      // cudaEvent_t's
-struct CUstream_st;     // cudaStream_t's
 
 namespace seqpar::train {
 
@@ -69,27 +67,6 @@ class StepGraphs {
 
  private:
   std::vector<CUgraphExec_st*> graphs_;
-};
-
-// A second stream for work that may overlap the step's main line: fork(main) makes it
-// wait for what `main` has queued so far and returns it; join(main) makes `main` wait
-// for what was queued on it since. Both are stream-ordered, so a graph captured from
-// `main` holds the side's work as a parallel branch, and an eager step runs it
-// concurrently.
-class SideStream {
- public:
-  explicit SideStream(int device);
-  ~SideStream();
-  SideStream(const SideStream&) = delete;
-  SideStream& operator=(const SideStream&) = delete;
-
-  CUstream_st* fork(CUstream_st* main);
-  void join(CUstream_st* main);
-
- private:
-  CUstream_st* stream_ = nullptr;
-  CUevent_st* forked_ = nullptr;
-  CUevent_st* joined_ = nullptr;
 };
 
 }  // namespace detail

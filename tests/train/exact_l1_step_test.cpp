@@ -179,6 +179,22 @@ TEST_CASE("the exact fused step gives the public API's bits on the GPU and the C
   }
 }
 
+TEST_CASE("the exact step's kernels at small shapes equal the public API's (for the sanitizers)",
+          "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // Small enough for compute-sanitizer (scripts/exact-checks.sh): the L1 kernel's
+  // shared-memory tallies, the finishing kernel's block digits and last block, NaN and
+  // zero residuals, eager and replayed.
+  for (const Problem& p : {Problem{1001, 37, 5, 0.05, true}, Problem{700, 48, 8, 1.0e6, false, true},
+                           Problem{640, 96, 16, 0.05, false, false, true}}) {
+    INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out);
+    const Data data = draw(p);
+    const Outcome api = public_api_steps(p, data, Device::cuda(), 2);
+    check_bitwise(exact_steps(p, data, 2, false), api);
+    check_bitwise(exact_steps(p, data, 2, true), api);
+  }
+}
+
 TEST_CASE("graph replay of the exact step equals eager runs and the public API, past AdamW's "
           "scalar table", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();

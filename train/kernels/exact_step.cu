@@ -138,28 +138,32 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f) {
       atomicAdd(word, block[threadIdx.x]);
     }
   }
-  // The last block to count itself sees every block's digits (each fenced its adds).
+  // The last block to count itself sees every block's digits (each fenced its adds;
+  // the last reads them from L2, past its own L1).
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(f.blocks_done, 1u) == gridDim.x - 1;
   __syncthreads();
-  if (!last || threadIdx.x != 0) return;
-  __threadfence();
-  int64_t norms[2][exact::kDigits];
-  for (int t = 0; t < 2; ++t) {
-    for (int d = 0; d < exact::kDigits; ++d) norms[t][d] = __ldcg(f.norm_digits + d * 2 + t);
+  if (!last) return;
+  // As optim::clip_grad_norm: each tensor's float norm (warps 0 and 1, side by side),
+  // then the norm of the norms; the loss rounded by warp 2.
+  __shared__ double norms[2];
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  if (threadIdx.x % 32 == 0 && warp < 2) {
+    int64_t digits[exact::kDigits];
+    for (int d = 0; d < exact::kDigits; ++d) digits[d] = __ldcg(f.norm_digits + d * 2 + warp);
+    norms[warp] = __double2float_rn(sqrt(exact::round_to_double(digits)));
+  } else if (threadIdx.x % 32 == 0 && warp == 2) {
+    *f.loss = exact::round_to_float(f.loss_digits);
   }
-  // As optim::clip_grad_norm: each tensor's float norm, then the norm of the norms.
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   exact::BinnedSum total;
   total.clear();
-  for (int t = 0; t < 2; ++t) {
-    const double norm = __double2float_rn(sqrt(exact::round_to_double(norms[t])));
-    total.add(__dmul_rn(norm, norm));
-  }
+  for (int t = 0; t < 2; ++t) total.add(__dmul_rn(norms[t], norms[t]));
   int64_t total_digits[exact::kDigits] = {};
   total.flush(total_digits);
   *f.total_norm = __double2float_rn(sqrt(exact::round_to_double(total_digits)));
-  *f.loss = exact::round_to_float(f.loss_digits);
   *f.blocks_done = 0;
 }
 
