@@ -46,6 +46,10 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
   [ -f tests/golden/issue6868-sp4-1000steps.txt ] &&
     python3 scripts/dump_fingerprints.py "$out/dump" --check tests/golden/issue6868-sp4-1000steps.txt | tail -n 4
   rm -rf "$out/dump"
+  step "memcheck and racecheck: the exact fused step's kernels (train/kernels/exact_step.cu)"
+  small="the exact step's kernels at small shapes equal the public API's (for the sanitizers)"
+  compute-sanitizer --tool memcheck "$build/tests/seqpar_train_tests" "$small" 2>&1 | tail -n 1
+  compute-sanitizer --tool racecheck "$build/tests/seqpar_train_tests" "$small" 2>&1 | tail -n 1
   step "memcheck: core's and nn's [cuda] tests (exact sums, Linear, L1, clip)"
   for t in seqpar_core_tests seqpar_nn_tests; do
     compute-sanitizer --tool memcheck "$build/tests/$t" "[cuda]" 2>&1 | tail -n 1
@@ -54,10 +58,6 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
   compute-sanitizer --tool racecheck "$build/tests/seqpar_core_tests" "[cuda]" 2>&1 | tail -n 1
   compute-sanitizer --tool racecheck "$build/tests/seqpar_nn_tests" \
     "l1 loss forward and backward on the GPU match the CPU","l1 loss with a row mask on the GPU is bitwise the CPU's","gradient norm and clipping on the GPU match the CPU","linear on the GPU gives the CPU's bits","dW from a one-magnitude dy on the GPU gives the CPU's exact bits","every variant of the narrow forward gives the CPU's bits","dropout on the GPU equals the CPU bit for bit" 2>&1 | tail -n 1
-  step "memcheck and racecheck: the exact fused step's kernels (train/kernels/exact_step.cu)"
-  small="the exact step's kernels at small shapes equal the public API's (for the sanitizers)"
-  compute-sanitizer --tool memcheck "$build/tests/seqpar_train_tests" "$small" 2>&1 | tail -n 1
-  compute-sanitizer --tool racecheck "$build/tests/seqpar_train_tests" "$small" 2>&1 | tail -n 1
   step "memcheck: the scenarios' [cuda] cases (the pitfall kit, dropout, masked tokens)"
   compute-sanitizer --tool memcheck "$build/tests/seqpar_apps_tests" "[cuda]" 2>&1 | tail -n 1
   step "done"
