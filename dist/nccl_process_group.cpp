@@ -252,6 +252,23 @@ void NcclProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor*,
   });
 }
 
+void NcclProcessGroup::all_reduce_sums_enqueue(exact::ExactSums& sums, cudaStream_t stream) {
+  const char* operation = "all_reduce_sums_enqueue";
+  check_usable(operation);
+  SEQPAR_CHECK(sums.device() == Device::cuda(device_), operation, " on group ", name_,
+               ": the sums are on ", sums.device(), " but the group's GPU is cuda:", device_);
+  if (sums.count() == 0) return;  // every rank has the same count, so every rank skips
+  cuda::set_device(device_);
+  launch_and_settle(operation, stream, Clock::now() + options_.timeout, [&](cudaStream_t s) {
+    return ncclAllReduce(sums.digits(), sums.digits(), static_cast<size_t>(sums.words()),
+                         ncclInt64, ncclSum, communicator_, s);
+  });
+}
+
+void NcclEnqueuedSums::combine(exact::ExactSums& sums) {
+  group_.all_reduce_sums_enqueue(sums, cuda::current_stream(group_.device().index));
+}
+
 void NcclProcessGroup::all_reduce_enqueue(Tensor& tensor, ReduceOp op, cudaStream_t stream) {
   all_reduce_enqueue(std::vector<Tensor>{tensor}, op, stream);
 }

@@ -89,6 +89,9 @@ class NcclProcessGroup final : public ProcessGroup {
   void all_reduce_enqueue(Tensor& tensor, ReduceOp op, cudaStream_t stream);
   // The same for several tensors in one NCCL group: one launch for all of them.
   void all_reduce_enqueue(const std::vector<Tensor>& tensors, ReduceOp op, cudaStream_t stream);
+  // all_reduce_sums, stream-ordered and capturable as all_reduce_enqueue: the digits of
+  // `sums` added over the group in place (ncclInt64, ncclSum: exact, any algorithm).
+  void all_reduce_sums_enqueue(exact::ExactSums& sums, cudaStream_t stream);
   // Waits until everything queued on `stream` has finished, within the timeout;
   // where enqueued collectives report their failures (an NCCL error, a dead peer),
   // aborting the group like a blocking call. Not while `stream` is being captured.
@@ -134,6 +137,20 @@ class NcclProcessGroup final : public ProcessGroup {
   bool aborted_ = false;
   std::string abort_reason_;
   Tensor barrier_buffer_;  // one float on the device, reduced by barrier()
+};
+
+// An NCCL group as the combiner of a captured step's exact sums (train::ExactL1Step):
+// combine() only enqueues the integer all-reduce of the digits on the group's GPU's
+// current stream (all_reduce_sums_enqueue), so a CUDA graph can capture it. Failures
+// surface where the stream is next waited for (NcclProcessGroup::synchronize).
+class NcclEnqueuedSums final : public exact::CrossRankSums {
+ public:
+  explicit NcclEnqueuedSums(NcclProcessGroup& group) : group_(group) {}
+  void combine(exact::ExactSums& sums) override;
+  bool only_enqueues() const override { return true; }
+
+ private:
+  NcclProcessGroup& group_;
 };
 
 }  // namespace seqpar::dist

@@ -35,6 +35,8 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
+#include "core/exact_sums.h"
+#include "train/exact_l1_step.h"
 #include "train/linear_l1_step.h"
 
 namespace seqpar::bench {
@@ -345,6 +347,52 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
                   parameter_error);
     checks.expect(gradient_error < 1e-5 && parameter_error < 1e-5, text);
     checks.same_parameters(*split_model, split.step_count(), "2 eager, 3 replayed");
+  }
+  {  // the exact step: every rank's dW and db digits added by one integer all-reduce inside
+     // the graph, so the split must equal one rank on all rows bit for bit
+    exact::ExactSums zeros(kOut * kIn + kOut, gpu);
+    dist::NcclEnqueuedSums sums(group);
+    const cudaGraphExec_t digits_graph = capture(stream, [&] { sums.combine(zeros); });
+    out.add("allreduce/" + world_name + "/738KB_digits/seqpar_graph",
+            "the exact step's digits (9 x 10256 int64), replayed from a CUDA graph",
+            time_aligned(group, [&] { CUDA_CHECK(cudaGraphLaunch(digits_graph, stream)); }, s));
+    group.synchronize(stream);
+    CUDA_CHECK(cudaGraphExecDestroy(digits_graph));
+
+    const auto split_model = issue_model(gpu), whole_model = issue_model(gpu);
+    train::ExactL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, &sums);
+    out.add("step/" + world_name + "/exact_eager",
+            "ExactL1Step::run, the digits' all-reduce between the sums and their rounding",
+            time_aligned(group, [&] { split.run(); }, s), bytes, flops);
+    split.capture();
+    out.add("step/" + world_name + "/exact_graph",
+            "ExactL1Step::replay, the digits' all-reduce inside the graph",
+            time_aligned(group, [&] { split.replay(); }, s), bytes, flops);
+    out.add("step/" + world_name + "/exact_graph_back_to_back",
+            "replays back to back, no barrier, time per step",
+            time_back_to_back(group, [&] { split.replay(); }, s), bytes, flops);
+    group.synchronize(stream);
+    train::ExactL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+                             issue_adamw(), 1.0);
+    for (int64_t i = 0; i < split.step_count(); ++i) whole.run();
+    auto differing = [](const Tensor& a, const Tensor& b) {
+      const std::vector<float> u = a.to_vector(), v = b.to_vector();
+      int64_t count = 0;
+      for (size_t i = 0; i < u.size(); ++i) count += std::memcmp(&u[i], &v[i], sizeof(float)) != 0;
+      return count;
+    };
+    const int64_t parameters = differing(flat_parameters(*split_model), flat_parameters(*whole_model));
+    const int64_t gradients = differing(split.gradients(), whole.gradients());
+    const bool norm = differing(split.total_norm(), whole.total_norm()) == 0;
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "exact step, %lld steps over %d ranks (eager, then replayed) vs one rank on all "
+                  "%lld rows: %lld of %d parameters and %lld gradients differ, norm %s",
+                  static_cast<long long>(split.step_count()), size, static_cast<long long>(kRows),
+                  static_cast<long long>(parameters), static_cast<int>(kOut * kIn + kOut),
+                  static_cast<long long>(gradients), norm ? "bitwise equal" : "DIFFERS");
+    checks.expect(parameters == 0 && gradients == 0 && norm, text);
+    checks.same_parameters(*split_model, split.step_count(), "exact step");
   }
   group.barrier();
   if (rank == 0) {

@@ -1,7 +1,8 @@
 // seqpar_nccl_test: the NCCL process group across real processes, one per GPU.
 //
-//   seqpar_nccl_test --nproc 2                  every collective, sub-groups, and the
-//                                               same bits on every rank
+//   seqpar_nccl_test --nproc 2                  every collective (the exact sums'
+//                                               stream-ordered one too), sub-groups,
+//                                               and the same bits on every rank
 //   seqpar_nccl_test --nproc 2 --die-rank 1     rank 1 vanishes before a collective;
 //                                               the others must fail within the timeout
 //   seqpar_nccl_test --nproc 2 --die-rank 1 --enqueued
@@ -23,6 +24,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "core/exact_sums.h"
 #include "dist/launcher.h"
 #include "dist/mesh.h"
 #include "dist/nccl_process_group.h"
@@ -160,6 +162,41 @@ void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& in
   checks.expect(true, "the group still works after the refusal");
 }
 
+// The exact sums' stream-ordered all-reduce (NcclEnqueuedSums, as a captured
+// train::ExactL1Step uses it): captured with a copy of the rank's digits in front, each
+// replay's digits equal the blocking all_reduce_sums' word for word.
+void check_enqueued_sums(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs,
+                         Checks& checks) {
+  const cudaStream_t stream = cuda::current_stream(world.device().index);
+  const Tensor mine = inputs[static_cast<size_t>(world.rank())].to(world.device()).contiguous();
+  const Tensor values = mine.view({mine.numel()});
+  exact::ExactSums blocking = exact::ExactSums::of_values(values);
+  world.all_reduce_sums(blocking);
+  const exact::ExactSums source = exact::ExactSums::of_values(values);
+  exact::ExactSums enqueued(source.count(), world.device());
+  dist::NcclEnqueuedSums sums(world);
+  checks.expect(sums.only_enqueues(), "NcclEnqueuedSums declares itself capturable");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t executable = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CUDA_CHECK(cudaMemcpyAsync(enqueued.digits(), source.digits(),
+                             sizeof(int64_t) * static_cast<size_t>(source.words()),
+                             cudaMemcpyDeviceToDevice, stream));
+  sums.combine(enqueued);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&executable, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  bool all_equal = true;
+  for (int replay = 0; replay < 3; ++replay) {
+    CUDA_CHECK(cudaGraphLaunch(executable, stream));
+    world.synchronize(stream);
+    all_equal = all_equal && enqueued.to_host() == blocking.to_host();
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(executable));
+  checks.expect(all_equal, "all_reduce_sums_enqueue captured in a graph: 3 replays give "
+                           "all_reduce_sums' digits word for word");
+}
+
 // Both extreme layouts of a world: all ranks in one sp group, or all in one dp group.
 void check_mesh_groups(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs, Checks& checks) {
   const int size = world.size();
@@ -259,6 +296,7 @@ int main(int argc, char** argv) {
     check_reductions(*world, inputs, checks);
     check_gather_broadcast_barrier(*world, inputs, checks);
     check_enqueued(*world, inputs, checks);
+    check_enqueued_sums(*world, inputs, checks);
     check_mesh_groups(*world, inputs, checks);
     std::printf("%s: %d check(s) failed\n", checks.failures ? "FAILED" : "ALL PASSED", checks.failures);
     return checks.failures ? 1 : 0;
