@@ -242,45 +242,49 @@ SEQPAR_HOST_DEVICE int leading_zeros(uint64_t word) {
 // value += digit * 2^shift (shift >= 0), two's complement over kWords words.
 SEQPAR_HOST_DEVICE void add_shifted(uint64_t (&value)[kWords], int64_t digit, int shift) {
   const uint64_t fill = digit < 0 ? ~uint64_t{0} : 0;
-  uint64_t addend[kWords];
-  for (int w = 0; w < kWords; ++w) addend[w] = w < shift / 64 ? 0 : fill;
   const int word = shift / 64, bit = shift % 64;
-  addend[word] = static_cast<uint64_t>(digit) << bit;
-  if (word + 1 < kWords && bit != 0) addend[word + 1] = static_cast<uint64_t>(digit >> (64 - bit));
   uint64_t carry = 0;
   for (int w = 0; w < kWords; ++w) {
-    const uint64_t sum = value[w] + addend[w];
+    // The addend's word w: zeros below the digit, its low and high parts, then its sign.
+    uint64_t addend = w < word ? 0 : fill;
+    if (w == word) addend = static_cast<uint64_t>(digit) << bit;
+    if (w == word + 1 && bit != 0) addend = static_cast<uint64_t>(digit >> (64 - bit));
+    const uint64_t sum = value[w] + addend;
     const uint64_t carry_out = sum < value[w] ? 1 : 0;
     value[w] = sum + carry;
     carry = carry_out | (value[w] < sum ? 1 : 0);
   }
 }
 
-// Bit `position` of an unsigned magnitude (0 outside it).
-SEQPAR_HOST_DEVICE uint64_t bit_at(const uint64_t (&magnitude)[kWords], int position) {
-  if (position < 0 || position >= 64 * kWords) return 0;
-  return (magnitude[position / 64] >> (position % 64)) & 1u;
-}
-
 // Whether any bit below `position` is set.
 SEQPAR_HOST_DEVICE bool any_below(const uint64_t (&magnitude)[kWords], int position) {
-  for (int w = 0; w < kWords && 64 * w < position; ++w) {
+  bool any = false;
+  for (int w = 0; w < kWords; ++w) {  // every word, so that the indices stay constants
     const int bits = position - 64 * w;
-    const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
-    if (magnitude[w] & mask) return true;
+    const uint64_t mask = bits <= 0 ? 0 : bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
+    any = any || (magnitude[w] & mask) != 0;
   }
-  return false;
+  return any;
 }
 
-// Bits [low, low + count) as an integer, low >= 0 and count <= 63: from the one or two
-// words they lie in (not bit by bit: on a GPU each indexed read of `magnitude` is a
-// load from local memory).
+// Bits [low, low + count) as an integer, count <= 63 (0 outside the magnitude). Every
+// word shifted into place, not the words at run-time indices: on a GPU an array read
+// at a run-time index lives in local memory; read at constant ones it stays in
+// registers.
 SEQPAR_HOST_DEVICE uint64_t bits_from(const uint64_t (&magnitude)[kWords], int low, int count) {
   if (count <= 0) return 0;
-  const int word = low / 64, shift = low % 64;
-  uint64_t bits = word < kWords ? magnitude[word] >> shift : 0;
-  if (shift != 0 && word + 1 < kWords) bits |= magnitude[word + 1] << (64 - shift);
+  uint64_t bits = 0;
+  for (int w = 0; w < kWords; ++w) {
+    const int offset = 64 * w - low;  // where word w's lowest bit lands
+    if (offset >= 0 && offset < 64) bits |= magnitude[w] << offset;
+    if (offset < 0 && offset > -64) bits |= magnitude[w] >> -offset;
+  }
   return bits & ((uint64_t{1} << count) - 1);
+}
+
+// Bit `position` of an unsigned magnitude (0 outside it).
+SEQPAR_HOST_DEVICE uint64_t bit_at(const uint64_t (&magnitude)[kWords], int position) {
+  return bits_from(magnitude, position, 1);
 }
 
 // Rounds the exact sum to Float (float or double), to nearest even, subnormals and
@@ -308,8 +312,8 @@ SEQPAR_HOST_DEVICE Float round_digits(const int64_t* digits, int64_t stride) {
       carry = (carry != 0 && value[w] == 0) ? 1 : 0;
     }
   }
-  int top = -1;  // the highest set bit
-  for (int w = kWords - 1; w >= 0 && top < 0; --w) {
+  int top = -1;  // the highest set bit (the highest nonzero word's, as w ascends)
+  for (int w = 0; w < kWords; ++w) {
     if (value[w] != 0) top = 64 * w + 63 - leading_zeros(value[w]);
   }
   if (top < 0) return Float(0);  // an exact zero is +0, whatever the terms' signs
