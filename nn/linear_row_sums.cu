@@ -53,6 +53,7 @@ __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigne
   float value = 0.0f;
   unsigned int most = 0, least_complement = 0;
   if (column < m.cols) {
+#pragma unroll 8  // loads in flight side by side: the pass is bound by their latency
     for (int64_t row = row_begin + threadIdx.x / 32; row < row_end; row += kThreads / 32) {
       const float element = m.data[row * m.row_stride + column];
       value = fmaxf(value, fabsf(element));

@@ -38,59 +38,36 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
-#include "train/step_parts.h"
+#include "train/fused_step.h"
 
 namespace seqpar::train {
 
-class ExactL1Step {
+class ExactL1Step : public detail::FusedL1Step {
  public:
   // `across`: how the ranks add their gradients' digits (e.g. dist::GroupSums over the
-  // group that splits the rows), or null for one rank. With ranks, each one's loss is
-  // its share of the global loss (Reduction::sum_divided_by the global element count),
-  // and combine() is called once a step with the gradients' digits. A step can be
-  // captured only without ranks or when the combiner only enqueues stream-ordered work
-  // (CrossRankSums::only_enqueues).
+  // group that splits the rows, or dist::NcclEnqueuedSums), or null for one rank. With
+  // ranks, each one's loss is its share of the global loss (Reduction::sum_divided_by
+  // the global element count), and combine() is called once a step with the gradients'
+  // digits. A step can be captured only without ranks or when the combiner only
+  // enqueues stream-ordered work (CrossRankSums::only_enqueues).
   ExactL1Step(const nn::Linear& model, std::vector<Batch> batches, nn::Reduction reduction,
               const optim::AdamWOptions& adamw, double max_norm,
               exact::CrossRankSums* across = nullptr);
-  ~ExactL1Step();
-  ExactL1Step(const ExactL1Step&) = delete;
-  ExactL1Step& operator=(const ExactL1Step&) = delete;
+  ~ExactL1Step() override;
 
-  // One step on batch `batch`, its kernels queued on the device's current stream.
-  void run(size_t batch = 0);
-  // One graph per batch (nothing runs); then replay(batch) launches one.
-  void capture();
-  bool captured() const { return graphs_.size() > 0; }
-  void replay(size_t batch = 0);
-
-  int64_t step_count() const { return schedule_->steps(); }
-  const Tensor& loss() const { return loss_; }
-  const Tensor& total_norm() const { return total_norm_; }
-  const Tensor& grad_weight() const { return grad_weight_; }
-  const Tensor& grad_bias() const { return grad_bias_; }
-  const Tensor& gradients() const { return gradients_; }
+  // run(), capture(), replay() and the results: detail::FusedL1Step.
 
  private:
-  void enqueue(size_t batch);
+  void enqueue_gradients(size_t batch) override;
+  const char* capture_refusal() const override;
 
-  Tensor weight_, bias_;
-  std::vector<Batch> batches_;
-  int64_t rows_, in_, out_;
-  float loss_scale_;
-  float max_norm_;
   exact::CrossRankSums* across_;
-  int device_;
   Tensor y_, grad_y_;
   exact::ExactSums gradient_sums_;  // dW's out * in sums, then db's out
   // One zeroing a step: the loss's digits (one sum), the norm's (two sums, W's and b's
   // squares, digit-major), then the maxima dW's sums read (unsigned words).
   DeviceBuffer<int64_t> step_words_;
-  Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
-  Tensor exp_avg_, exp_avg_sq_;
-  std::unique_ptr<detail::AdamWSchedule> schedule_;
-  DeviceBuffer<unsigned> blocks_done_;  // the finish kernel's count, then clip + AdamW's
-  detail::StepGraphs graphs_;
+  DeviceBuffer<unsigned> finish_done_;  // the finishing kernel's count of finished blocks
 };
 
 }  // namespace seqpar::train

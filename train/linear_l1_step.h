@@ -43,7 +43,7 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
-#include "train/step_parts.h"
+#include "train/fused_step.h"
 
 namespace seqpar::train {
 
@@ -83,61 +83,27 @@ struct GradientSync {
   bool capturable() const { return !hook || only_enqueues; }
 };
 
-class LinearL1Step {
+class LinearL1Step : public detail::FusedL1Step {
  public:
   LinearL1Step(const nn::Linear& model, std::vector<Batch> batches, nn::Reduction reduction,
                const optim::AdamWOptions& adamw, double max_norm, GradientSync sync = {});
-  ~LinearL1Step();
-  LinearL1Step(const LinearL1Step&) = delete;
-  LinearL1Step& operator=(const LinearL1Step&) = delete;
+  ~LinearL1Step() override;
 
-  // One step on batch `batch`, its kernels queued on the device's stream.
-  void run(size_t batch = 0);
-  // Captures one graph per batch (nothing runs), the synchronization included when
-  // it is stream-ordered. Refused for GradientSync::on_host: a threads group meets
-  // its peers on the host, which a graph cannot replay. With NCCL every rank
-  // captures, and later replays, together; capture after a run() or two, so that
-  // NCCL has connected to its peers before the capture (as PyTorch warms up).
-  void capture();
-  bool captured() const { return graphs_.size() > 0; }
-  // One step by launching the captured graph of `batch`.
-  void replay(size_t batch = 0);
-
-  int64_t step_count() const { return schedule_->steps(); }
-  const Tensor& loss() const { return loss_; }
-  const Tensor& total_norm() const { return total_norm_; }
-  const Tensor& grad_weight() const { return grad_weight_; }
-  const Tensor& grad_bias() const { return grad_bias_; }
-  // Both gradients in one buffer: grad_weight() flattened, then grad_bias().
-  const Tensor& gradients() const { return gradients_; }
-
-  // Steps whose AdamW scalars one upload of the table covers.
-  static constexpr int64_t kTableSteps = detail::AdamWSchedule::kTableSteps;
+  // run(), capture(), replay() and the results: detail::FusedL1Step. capture() records
+  // the synchronization when it is stream-ordered, and is refused for
+  // GradientSync::on_host: a threads group meets its peers on the host, which a graph
+  // cannot replay.
 
  private:
-  void enqueue(size_t batch);
-  void enqueue_gradients(size_t batch);
+  void enqueue_gradients(size_t batch) override;
+  const char* capture_refusal() const override;
 
-  Tensor weight_, bias_;
-  std::vector<Batch> batches_;
-  int64_t rows_, in_, out_;
-  float loss_scale_;
-  optim::AdamWOptions adamw_;
-  float max_norm_;
   GradientSync sync_;
-  int device_;
   struct OnePass;                   // nn's plan for the one-pass kernel (linear_l1_step.cpp)
   std::unique_ptr<OnePass> one_pass_;  // its .supported: the one-pass route
-
   Tensor sign_, weight_partials_;
   DeviceBuffer<double> loss_partials_, bias_partials_;
-  Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
-  Tensor exp_avg_, exp_avg_sq_;
-  // AdamW's scalars on the device, and the clip + AdamW kernel's count of finished blocks.
-  std::unique_ptr<detail::AdamWSchedule> schedule_;
-  DeviceBuffer<unsigned> blocks_done_;
   int64_t loss_partial_count_ = 0;
-  detail::StepGraphs graphs_;
 };
 
 }  // namespace seqpar::train

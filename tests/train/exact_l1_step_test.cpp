@@ -22,9 +22,13 @@
 #include "optim/clip.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
+#include "tests/train/step_test_util.h"
 #include "train/exact_l1_step.h"
 
 using namespace seqpar;
+using test::issue_adamw;
+using test::model_on;
+using test::place;
 using autograd::Variable;
 
 namespace {
@@ -37,27 +41,12 @@ struct Problem {
   bool zero_model = false;  // W = b = 0 and some targets 0: residuals of exactly zero
 };
 
-struct Outcome {
-  Tensor loss, norm, grad_weight, grad_bias, weight, bias;  // after the last step
-};
+using Outcome = test::StepOutcome;
 
-optim::AdamWOptions issue_adamw() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
-}
-
-struct Data {
-  Tensor x, target, weight, bias;  // on the host
-};
+using Data = test::StepData;
 Data draw(const Problem& p) {
-  Generator generator(p.rows + 31 * p.in + p.out);
-  nn::Linear model(p.in, p.out, generator);
-  Data data;
-  data.weight = model.weight().data().clone();
-  data.bias = model.bias().data().clone();
-  data.x = generator.randn({p.rows, p.in});
+  Data data = test::draw_model_and_x(p.rows + 31 * p.in + p.out, p.rows, p.in, p.out);
+  Generator generator(p.rows + 7);
   data.target = generator.randn({p.rows, p.out});
   float* target = data.target.data();
   if (p.nan_target) target[(p.rows / 2) * p.out + p.out - 1] = std::numeric_limits<float>::quiet_NaN();
@@ -69,21 +58,6 @@ Data draw(const Problem& p) {
   return data;
 }
 
-Tensor place(const Tensor& values, Device device, bool strided) {
-  if (!strided) return values.to(device);
-  Tensor wide = Tensor::zeros({values.size(0) + 1, values.size(1) + 5}, device);
-  Tensor window = wide.narrow(0, 1, values.size(0)).narrow(1, 3, values.size(1));
-  window.copy_(values);
-  return window;
-}
-
-nn::Linear model_on(const Data& data, Device device) {
-  Generator unused(0);
-  nn::Linear model(data.weight.size(1), data.weight.size(0), unused, device);
-  model.weight().data().copy_(data.weight);
-  model.bias().data().copy_(data.bias);
-  return model;
-}
 
 // The public API: forward, L1 mean, backward, clip, AdamW. Its gradients are clipped in
 // place; the step keeps them unclipped, so the unclipped ones are kept here too.
