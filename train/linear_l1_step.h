@@ -8,7 +8,10 @@
 // optim::AdamW) stays the readable reference, and the tests hold the two to the same
 // numbers. The step keeps the older float numerics of its kernels (train/kernels/: fp32
 // sums in their own order, dW and db from per-chunk partials), not the exact ones of
-// nn's Linear (docs/numerics.md), so it matches the public API to float32 rounding.
+// nn's Linear (docs/numerics.md), so it matches the public API to float32 rounding and
+// is not split-invariant: train/exact_l1_step.h is the same step on the exact numerics,
+// about twice the time (bench/RESULTS.md). Checks, buffers, AdamW's scalars and the
+// graphs are detail::FusedL1Step's (train/fused_step.h).
 //
 // The launches (train/kernels/skinny.h, train/kernels/clip_adamw.h):
 //   1. one pass over x (in_features <= 1024): forward, |y - target|, dy = scale *
