@@ -26,6 +26,15 @@
 // What the step leaves: the parameters (updated in place), loss() and total_norm() as
 // device scalars, and the gradients before clipping in grad_weight() / grad_bias()
 // (views of gradients()), which are also the parameters' .grad().
+//
+// Over NCCL, one process per GPU, each rank on its rows of the batch, captured:
+//   dist::NcclEnqueuedSums sums(group);  // adds the digits inside the graph
+//   train::ExactL1Step step(model, {{x_shard, target_shard}},
+//                           nn::Reduction::sum_divided_by(all_rows * out), adamw, max_norm, &sums);
+//   step.run();       // NCCL connects on the first collective, outside the capture
+//   step.capture();
+//   for (...) step.replay();  // every rank holds one-rank training's bits
+// (seqpar-bench --nproc 2 runs this and checks it against one rank on all rows.)
 #pragma once
 
 #include <cstdint>
