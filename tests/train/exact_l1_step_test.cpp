@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -24,6 +25,7 @@
 #include "tests/test_util.h"
 #include "tests/train/step_test_util.h"
 #include "train/exact_l1_step.h"
+#include "train/linear_l1_step.h"
 
 using namespace seqpar;
 using test::issue_adamw;
@@ -244,4 +246,19 @@ TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
                           issue_adamw(), 1.0);
   CHECK_THROWS_WITH(step.replay(), Catch::Contains("capture() first"));
   CHECK_THROWS_WITH(step.run(1), Catch::Contains("batch 1 of 1"));
+}
+
+TEST_CASE("the fused steps refuse a model on the CPU, naming the step", "[train]") {
+  Generator generator(1);
+  const nn::Linear model(8, 4, generator);  // on the CPU
+  const Tensor x = generator.randn({10, 8}), target = generator.randn({10, 4});
+#ifdef SEQPAR_WITH_CUDA
+  const std::string why = "the model must be on a GPU, it is on cpu";
+#else
+  const std::string why = "this seqpar was built without CUDA; use the public API";
+#endif
+  CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, target}}, nn::Reduction::mean(), issue_adamw(), 1.0),
+                    Catch::Contains("ExactL1Step: " + why));
+  CHECK_THROWS_WITH(train::LinearL1Step(model, {{x, target}}, nn::Reduction::mean(), issue_adamw(), 1.0),
+                    Catch::Contains("LinearL1Step: " + why));
 }
