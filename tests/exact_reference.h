@@ -23,6 +23,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tests/test_util.h"
+
 namespace seqpar::test {
 
 struct ReferenceSum {
@@ -120,13 +122,6 @@ struct ReferenceSum {
 #endif
   }
 };
-
-// Bitwise equality; any NaN equals any NaN (the sums promise a NaN, not its payload).
-template <typename Float>
-bool same_bits(Float a, Float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
 
 inline bool same_float(float a, float b) { return same_bits(a, b); }
 

@@ -1,26 +1,20 @@
 // core/exact_sum.h and core/exact_sums.h against an independent exact reference (GMP
 // rationals, rounded once by MPFR, or by hand where MPFR is not installed): random and
 // adversarial terms, both sides of the documented exactness domain, invariance under
-// any split and order, long sums across flushes. ExactSums itself, the cross-rank
-// scopes and the GPU: tests/core/exact_sums_test.cpp.
+// any split and order (exact_sum_split_test.cpp, with long sums across flushes) and
+// add_scaled_integer (scaled_integer_test.cpp). ExactSums itself, the cross-rank scopes
+// and the GPU: tests/core/exact_sums_test.cpp.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
-#include <thread>
 #include <vector>
 
-#include "core/device.h"
-#include "core/error.h"
 #include "core/exact_sum.h"
-#include "core/exact_sums.h"
-#include "core/tensor.h"
-#include "tests/cuda_test_util.h"
+#include "tests/core/exact_sum_test_util.h"
 #include "tests/exact_reference.h"
 #include "tests/test_util.h"
 
@@ -30,37 +24,9 @@ using test::exact_reference;
 using test::random_float;
 using test::ReferenceSum;
 using test::same_bits;
+using namespace seqpar::test;  // the shared helpers: digits_of, p2, random_terms, ...
 
 namespace {
-
-// ---------------------------------------------------------------- the reference
-
-using Digits = std::array<int64_t, kDigits>;
-
-// The terms through one BinnedSum, flushed every kTermsPerFlush terms as the library's
-// loops do, into fresh digits.
-Digits digits_of(const std::vector<double>& terms) {
-  Digits digits{};
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;
-  for (double term : terms) {
-    sum.add(term);
-    if (++pending == exact::kTermsPerFlush) {
-      sum.flush(digits.data());
-      pending = 0;
-    }
-  }
-  sum.flush(digits.data());
-  return digits;
-}
-
-// Digit-wise integer addition (two's complement wrap-around, as ExactSums::add).
-void add_digits(Digits& into, const Digits& other) {
-  for (int d = 0; d < kDigits; ++d) {
-    into[d] = static_cast<int64_t>(static_cast<uint64_t>(into[d]) + static_cast<uint64_t>(other[d]));
-  }
-}
 
 // Checks round_to_float and round_to_double of the terms' sum against the reference.
 void check_sum(const std::vector<double>& terms) {
@@ -85,31 +51,6 @@ void check_sum(const std::vector<double>& terms, float want_float, double want_d
   CHECK(same_bits(got_float, want_float));
   CHECK(same_bits(got_double, want_double));
 }
-
-double p2(int e) { return std::ldexp(1.0, e); }
-float f2(int e) { return std::ldexp(1.0f, e); }
-
-// Terms of the kinds the ops produce: float32s and products of two float32s, each
-// factor's exponent in [-spread, spread].
-std::vector<double> random_terms(std::mt19937_64& rng, size_t count, int spread) {
-  std::uniform_int_distribution<int> kind(0, 2);
-  std::vector<double> terms(count);
-  for (double& term : terms) {
-    if (kind(rng) == 0) {
-      term = random_float(rng, -spread, spread);
-    } else {
-      term = static_cast<double>(random_float(rng, -spread, spread)) *
-             static_cast<double>(random_float(rng, -spread, spread));
-    }
-  }
-  return terms;
-}
-
-const float kInf = std::numeric_limits<float>::infinity();
-const double kInfD = std::numeric_limits<double>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const double kNaND = std::numeric_limits<double>::quiet_NaN();
-const float kMax = std::numeric_limits<float>::max();
 
 }  // namespace
 
@@ -275,260 +216,4 @@ TEST_CASE("exact sums: NaN and infinite terms", "[exact][cpu]") {
   check_sum({kInfD, kNaND}, kNaN, kNaND);
   check_sum({-kInfD, kNaND, kInfD}, kNaN, kNaND);
   check_sum({kNaND, -kNaND}, kNaN, kNaND);
-}
-
-// ---------------------------------------------------------------- 3. partition invariance
-
-namespace {
-
-// Random terms, with a non-finite one now and then.
-std::vector<double> mixed_terms(std::mt19937_64& rng, size_t count) {
-  std::vector<double> terms = random_terms(rng, count, 60);
-  std::uniform_int_distribution<int> special(0, 400);
-  for (double& term : terms) {
-    const int s = special(rng);
-    if (s == 0) term = kInfD;
-    if (s == 1) term = -kInfD;
-    if (s == 2) term = kNaND;
-    if (s == 3) term = p2(129);
-  }
-  return terms;
-}
-
-// Random cut points in [0, size], repeats allowed (empty pieces), sorted, with 0 and
-// size at the ends.
-std::vector<size_t> random_cuts(std::mt19937_64& rng, size_t size) {
-  std::uniform_int_distribution<size_t> pieces(0, 12), at(0, size);
-  std::vector<size_t> cuts = {0, size};
-  const size_t count = pieces(rng);
-  for (size_t i = 0; i < count; ++i) cuts.push_back(at(rng));
-  std::sort(cuts.begin(), cuts.end());
-  return cuts;
-}
-
-}  // namespace
-
-TEST_CASE("exact sums do not depend on the split into pieces or the order", "[exact][cpu]") {
-  const uint64_t seed = std::random_device{}();
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<size_t> size(0, 400);
-  std::uniform_int_distribution<int> coin(0, 2);
-  for (int trial = 0; trial < 80; ++trial) {
-    CAPTURE(trial);
-    // Finite terms only in half the trials, so the finite rounding is exercised too.
-    std::vector<double> terms = trial % 2 ? mixed_terms(rng, size(rng)) : random_terms(rng, size(rng), 60);
-    if (trial % 10 == 0) terms.resize(std::min<size_t>(terms.size(), 3));  // tiny lists
-    const Digits whole = digits_of(terms);
-    const float want_float = exact::round_to_float(whole.data());
-    const double want_double = exact::round_to_double(whole.data());
-    CHECK(same_bits(want_float, exact_reference<float>(terms)));
-    CHECK(same_bits(want_double, exact_reference<double>(terms)));
-
-    // Pieces, each into its own digits, added as integers.
-    const std::vector<size_t> cuts = random_cuts(rng, terms.size());
-    CAPTURE(cuts);
-    Digits added{};
-    exact::ExactSums total(1, Device::cpu());
-    for (size_t p = 0; p + 1 < cuts.size(); ++p) {
-      const std::vector<double> piece(terms.begin() + cuts[p], terms.begin() + cuts[p + 1]);
-      const Digits digits = digits_of(piece);
-      add_digits(added, digits);
-      exact::ExactSums sums(1, Device::cpu());
-      std::copy(digits.begin(), digits.end(), sums.digits());
-      total.add(sums);
-    }
-    for (int d = 0; d < exact::kBins; ++d) CHECK(added[d] == whole[d]);  // the digits themselves
-    CHECK(same_bits(exact::round_to_float(added.data()), want_float));
-    CHECK(same_bits(exact::round_to_double(added.data()), want_double));
-    const Tensor out = Tensor::full({1}, kNaN);
-    total.round_into(out);
-    CHECK(same_bits(out.item(), want_float));
-    const std::vector<int64_t> host = total.to_host();
-    CHECK(std::equal(host.begin(), host.end(), added.begin()));
-
-    // One-term pieces: every term as its own sum.
-    Digits singles{};
-    for (double term : terms) add_digits(singles, digits_of({term}));
-    CHECK(same_bits(exact::round_to_float(singles.data()), want_float));
-    CHECK(same_bits(exact::round_to_double(singles.data()), want_double));
-
-    // Shuffled.
-    std::vector<double> shuffled = terms;
-    std::shuffle(shuffled.begin(), shuffled.end(), rng);
-    const Digits reordered = digits_of(shuffled);
-    CHECK(std::equal(reordered.begin(), reordered.end(), whole.begin()));
-    CHECK(same_bits(exact::round_to_float(reordered.data()), want_float));
-    CHECK(same_bits(exact::round_to_double(reordered.data()), want_double));
-
-    // One BinnedSum flushed at random points into the same digits.
-    Digits flushed{};
-    exact::BinnedSum sum;
-    sum.clear();
-    for (double term : terms) {
-      sum.add(term);
-      if (coin(rng) == 0) sum.flush(flushed.data());
-      if (coin(rng) == 0) sum.flush(flushed.data());  // twice in a row: an empty flush
-    }
-    sum.flush(flushed.data());
-    // The bins' digits are the same; the flags word may differ (flags are or-ed per
-    // flush: +inf and -inf in different flushes set both fields, in one flush NaN),
-    // with the same meaning.
-    CHECK(std::equal(flushed.begin(), flushed.begin() + exact::kBins, whole.begin()));
-    CHECK(same_bits(exact::round_to_float(flushed.data()), want_float));
-
-    // Eight lanes (the CPU loops' layout), terms dealt round-robin, all flushed into
-    // one set of digits with a stride.
-    exact::BinnedSums<8> lanes;
-    lanes.clear();
-    for (size_t i = 0; i < terms.size(); i += 8) {
-      double batch[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (size_t l = 0; l < 8 && i + l < terms.size(); ++l) batch[l] = terms[i + l];
-      lanes.add(batch);
-    }
-    int64_t strided[2 * kDigits] = {};
-    for (int l = 0; l < 8; ++l) lanes.flush(l, strided + 1, 2);
-    Digits gathered{};
-    for (int d = 0; d < kDigits; ++d) gathered[d] = strided[1 + 2 * d];
-    CHECK(std::equal(gathered.begin(), gathered.begin() + exact::kBins, whole.begin()));
-    CHECK(same_bits(exact::round_to_float(strided + 1, 2), want_float));
-    CHECK(same_bits(exact::round_to_double(strided + 1, 2), want_double));
-  }
-}
-
-// ---------------------------------------------------------------- 4. many terms
-
-TEST_CASE("exact sums stay exact past kTermsPerFlush terms", "[exact][cpu]") {
-  // Terms whose part in one bin is 2^34 - 1 units, the most below the top bin: without
-  // the flushes, the bin's double sum passes 2^53 units with odd totals and drops bits.
-  // (2^34 - 1) 2^61 = ((2^17 - 1) 2^61) (2^17 + 1), a product of two float32s; its
-  // low twin (2^34 - 1) 2^-149 fills the lowest bin the same way.
-  const int64_t n = exact::kTermsPerFlush + 1001;
-  const double m = static_cast<double>((int64_t{1} << 34) - 1);
-  const double high = static_cast<double>(float((1 << 17) - 1) * f2(61)) * double((1 << 17) + 1);
-  const double low = m * p2(-149);
-  REQUIRE(high == m * p2(61));
-  for (const double term : {high, -high, low, -low}) {
-    CAPTURE(term);
-    exact::BinnedSum sum;
-    sum.clear();
-    Digits digits{};
-    int64_t pending = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      sum.add(term);
-      if (++pending == exact::kTermsPerFlush) {
-        sum.flush(digits.data());
-        pending = 0;
-      }
-    }
-    sum.flush(digits.data());
-    // The exact total, n * term, in closed form.
-    const mpq_class exact_total = mpq_class(n) * mpq_class(term);
-    ReferenceSum reference_sum;
-    reference_sum.value = exact_total;
-    CHECK(same_bits(exact::round_to_double(digits.data()), reference_sum.rounded<double>()));
-    CHECK(same_bits(exact::round_to_float(digits.data()), reference_sum.rounded<float>()));
-    // And by hand: n (2^34 - 1) < 2^54 needs one rounding in double.
-    const mpz_class units = mpz_class(static_cast<unsigned long>(n)) * ((mpz_class(1) << 34) - 1);
-    CHECK(mpz_sizeinbase(units.get_mpz_t(), 2) == 54);
-  }
-
-  // i * 2^-20 for i < n: the sum n (n - 1) / 2 * 2^-20, exact in a double.
-  exact::BinnedSums<8> lanes;
-  lanes.clear();
-  Digits digits{};
-  int64_t pending = 0;
-  for (int64_t i = 0; i < n; i += 8) {
-    double batch[8];
-    for (int l = 0; l < 8; ++l) batch[l] = i + l < n ? static_cast<double>(i + l) * p2(-20) : 0.0;
-    lanes.add(batch);
-    if (++pending == exact::kTermsPerFlush) {
-      for (int l = 0; l < 8; ++l) lanes.flush(l, digits.data(), 1);
-      pending = 0;
-    }
-  }
-  for (int l = 0; l < 8; ++l) lanes.flush(l, digits.data(), 1);
-  const double closed_form = static_cast<double>(n) * static_cast<double>(n - 1) / 2 * p2(-20);
-  CHECK(exact::round_to_double(digits.data()) == closed_form);
-  CHECK(exact::round_to_float(digits.data()) == static_cast<float>(closed_form));
-}
-
-TEST_CASE("exact sums: a long sum of large terms, one flush per kTermsPerFlush", "[exact][cpu]") {
-  // n terms of (2^34 - 1) 2^61, then n - 1 of its negation and -2^-149 (the smallest
-  // grid unit, seven bins lower): the total is (2^34 - 1) 2^61 - 2^-149.
-  const int64_t n = exact::kTermsPerFlush + 1001;
-  const double big = static_cast<double>((int64_t{1} << 34) - 1) * p2(61);
-  std::vector<double> terms(static_cast<size_t>(n), big);
-  for (int64_t i = 0; i + 1 < n; ++i) terms.push_back(-big);
-  terms.push_back(-p2(-149));
-  const Digits digits = digits_of(terms);
-  CHECK(exact::round_to_double(digits.data()) == big);             // below half an ulp
-  CHECK(exact::round_to_float(digits.data()) == f2(95));           // 2^34 - 1 rounds up to 2^34
-  CHECK(same_bits(exact::round_to_double(digits.data()), exact_reference<double>(terms)));
-  CHECK(same_bits(exact::round_to_float(digits.data()), exact_reference<float>(terms)));
-  // The digits hold the rest exactly: adding 2^-149 back leaves big, once more exactly.
-  Digits restored = digits;
-  add_digits(restored, digits_of({p2(-149), big}));
-  CHECK(exact::round_to_double(restored.data()) == 2 * big);
-  CHECK(restored[exact::kBins - 1] == 0);
-}
-
-TEST_CASE("add_scaled_integer adds p * 2^t exactly, in any unit, either sign", "[exact][cpu]") {
-  // The digits' value against GMP: Σ digit_k 2^b_k before plus p 2^t must equal after.
-  auto value_of = [](const int64_t (&digits)[kDigits]) {
-    mpq_class value = 0;
-    for (int k = 0; k < exact::kBins; ++k) {
-      mpq_class unit = exact::bin_exponent(k) >= 0
-                           ? mpq_class(mpz_class(1) << exact::bin_exponent(k))
-                           : mpq_class(mpz_class(1), mpz_class(1) << -exact::bin_exponent(k));
-      unit.canonicalize();
-      value += mpq_class(mpz_class(std::to_string(digits[k]))) * unit;
-    }
-    return value;
-  };
-  auto scaled = [](exact::Int128 p, int t) {
-    const bool negative = p < 0;
-    exact::UInt128 magnitude = negative ? -static_cast<exact::UInt128>(p) : p;
-    mpz_class n = 0;
-    for (int shift = 96; shift >= 0; shift -= 32) {
-      n = (n << 32) + mpz_class(static_cast<unsigned long>((magnitude >> shift) & 0xffffffffu));
-    }
-    if (negative) n = -n;
-    mpq_class value = t >= 0 ? mpq_class(n * (mpz_class(1) << t))
-                             : mpq_class(n, mpz_class(1) << -t);
-    value.canonicalize();
-    return value;
-  };
-  std::mt19937_64 random(20261130);
-  for (int trial = 0; trial < 20000; ++trial) {
-    // Magnitudes from 1 bit to 93 (the limit), units from 2^-149 up to where the top
-    // digit still fits.
-    const int bits = 1 + static_cast<int>(random() % 93);
-    exact::Int128 p = static_cast<exact::Int128>(random()) << 64 | random();
-    p = static_cast<exact::Int128>(static_cast<exact::UInt128>(p) >> (128 - bits));
-    if (random() % 2) p = -p;
-    const int highest_t = std::min(exact::kTopBinExponent + exact::kBinBits - 1,
-                                   exact::kTopBinExponent + 61 - bits);
-    const int t = exact::kLowestExponent +
-                  static_cast<int>(random() % static_cast<uint64_t>(highest_t - exact::kLowestExponent + 1));
-    int64_t digits[kDigits] = {};
-    for (int k = 0; k < exact::kBins; ++k) {  // an earlier sum's digits, either sign
-      digits[k] = static_cast<int64_t>(random() % (uint64_t{1} << 40)) - (int64_t{1} << 39);
-    }
-    const mpq_class before = value_of(digits);
-    exact::add_scaled_integer(digits, 1, p, t);
-    INFO("trial " << trial << ": " << bits << " bits at 2^" << t);
-    const bool exact = value_of(digits) == before + scaled(p, t);  // (no mpq printing)
-    REQUIRE(exact);
-  }
-  // The edges: the grid's last unit, the top bin's, and p = 0 (no digit touched).
-  int64_t digits[kDigits] = {};
-  exact::add_scaled_integer(digits, 1, 3, exact::kLowestExponent);
-  CHECK(digits[exact::kBins - 1] == 3);
-  exact::add_scaled_integer(digits, 1, -5, exact::kTopBinExponent + exact::kBinBits - 1);
-  CHECK(digits[0] == -5 * (int64_t{1} << (exact::kBinBits - 1)));
-  int64_t untouched[kDigits] = {1, 2, 3, 4, 5, 6, 7, 8, 0};
-  exact::add_scaled_integer(untouched, 1, 0, 0);
-  CHECK(untouched[0] == 1);
-  CHECK(untouched[7] == 8);
 }

@@ -7,7 +7,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -31,6 +30,7 @@ using namespace seqpar;
 using test::issue_adamw;
 using test::model_on;
 using test::place;
+using test::same_bits;
 using autograd::Variable;
 
 namespace {
@@ -107,18 +107,8 @@ Outcome exact_steps(const Problem& p, const Data& data, int steps, bool graph, i
   return outcome_of(step, model);
 }
 
-// Bit for bit, NaNs included: the same bits, or both NaN (a NaN's payload is not
-// part of the numerics' contract).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector(), y = b.to_vector();
-  if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
-    if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) return false;
-  }
-  return true;
-}
-
+// Bit for bit, NaNs included: the same bits, or both NaN (a NaN's payload is not part of
+// the numerics' contract).
 void check_bitwise(const Outcome& a, const Outcome& b) {
   CHECK(same_bits(a.loss, b.loss));
   CHECK(same_bits(a.norm, b.norm));
