@@ -84,15 +84,7 @@ Outcome fused_steps(const Problem& p, const Data& data, int steps, bool graph, i
     list.push_back({x, p.in >= p.out ? x.narrow(1, 0, p.out) : data.target.to(gpu)});
   }
   train::LinearL1Step step(model, list, nn::Reduction::mean(), issue_adamw(), p.max_norm);
-  if (graph) step.capture();
-  for (int s = 0; s < steps; ++s) {
-    const size_t batch = static_cast<size_t>(s % batches);
-    if (graph) step.replay(batch);
-    else step.run(batch);
-  }
-  CHECK(step.step_count() == steps);
-  return {step.loss().clone(), step.total_norm().clone(), step.grad_weight().clone(),
-          step.grad_bias().clone(), model.weight().data().clone(), model.bias().data().clone()};
+  return test::run_steps(step, model, steps, graph, batches);
 }
 
 // Parameters after `steps` AdamW steps of learning rate `lr` from gradients that differ

@@ -3,12 +3,15 @@
 // and what a step leaves.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <cstdint>
 
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
+#include "train/fused_step.h"
 
 namespace seqpar::test {
 
@@ -62,5 +65,20 @@ inline nn::Linear model_on(const StepData& data, Device device) {
 struct StepOutcome {
   Tensor loss, norm, grad_weight, grad_bias, weight, bias;
 };
+
+// `steps` steps of a fused step that trains `model`, over its `batches` batches in turn,
+// eagerly or captured and replayed; then what it leaves.
+inline StepOutcome run_steps(train::detail::FusedL1Step& step, const nn::Linear& model, int steps,
+                             bool graph, int batches) {
+  if (graph) step.capture();
+  for (int s = 0; s < steps; ++s) {
+    const size_t batch = static_cast<size_t>(s % batches);
+    if (graph) step.replay(batch);
+    else step.run(batch);
+  }
+  CHECK(step.step_count() == steps);
+  return {step.loss().clone(),      step.total_norm().clone(),     step.grad_weight().clone(),
+          step.grad_bias().clone(), model.weight().data().clone(), model.bias().data().clone()};
+}
 
 }  // namespace seqpar::test
