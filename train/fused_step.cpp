@@ -79,6 +79,8 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
       in_(model.in_features()),
       out_(model.out_features()),
       device_(weight_.device().index),
+      run_range_(std::string(name) + "::run"),
+      replay_range_(std::string(name) + "::replay"),
       max_norm_(static_cast<float>(max_norm)),
       norm_given_(norm_given) {
   const Device device = weight_.device();
@@ -127,7 +129,7 @@ void FusedL1Step::enqueue(size_t batch) {
 }
 
 void FusedL1Step::run(size_t batch) {
-  SEQPAR_NVTX_RANGE(name_);
+  SEQPAR_NVTX_RANGE(run_range_);
   SEQPAR_CHECK(batch < batches_.size(), name_, "::run: batch ", batch, " of ", batches_.size());
   cuda::set_device(device_);
   schedule_->begin_step();
@@ -142,7 +144,7 @@ void FusedL1Step::capture() {
 }
 
 void FusedL1Step::replay(size_t batch) {
-  SEQPAR_NVTX_RANGE(name_);
+  SEQPAR_NVTX_RANGE(replay_range_);
   SEQPAR_CHECK(batch < graphs_.size(), name_, "::replay: no graph for batch ", batch,
                " (capture() first)");
   schedule_->begin_step();

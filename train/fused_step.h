@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/device_buffer.h"
@@ -92,7 +93,7 @@ class FusedL1Step {
   // One step by launching the captured graph of `batch`.
   void replay(size_t batch = 0);
 
-  int64_t step_count() const { return schedule_ ? schedule_->steps() : 0; }
+  int64_t step_count() const { return schedule_->steps(); }
   const Tensor& loss() const { return loss_; }
   const Tensor& total_norm() const { return total_norm_; }
   const Tensor& grad_weight() const { return grad_weight_; }
@@ -127,6 +128,7 @@ class FusedL1Step {
  private:
   void enqueue(size_t batch);
 
+  std::string run_range_, replay_range_;  // NVTX: "<name>::run", "<name>::replay"
   float max_norm_ = 0.0f;
   bool norm_given_ = false;
   Tensor exp_avg_, exp_avg_sq_;

@@ -33,8 +33,7 @@ LinearL1Step::LinearL1Step(const nn::Linear& model, std::vector<Batch> batches,
                   kernels::kSkinnyMaxOut, /*norm_given=*/false),
       sync_(std::move(sync)),
       one_pass_(std::make_unique<OnePass>()) {
-  const Device device = weight_.device();
-  cuda::set_device(device_);
+  const Device device = weight_.device();  // the base checked it and made it current
   const kernels::SkinnyGradScratch scratch = kernels::skinny_grad_scratch(rows_, in_, out_);
   one_pass_->plan = kernels::skinny_step_plan(rows_, in_, out_);
   if (one_pass_->plan.supported) {
