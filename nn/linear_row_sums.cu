@@ -73,14 +73,6 @@ __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigne
   }
 }
 
-void column_maxima(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
-                   cudaStream_t stream) {
-  if (m.rows == 0 || m.cols == 0) return;
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
-                  static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
-  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes);
-  CUDA_LAUNCH_CHECK();
-}
 
 struct RowSumsWork {
   ConstRows a, b;
@@ -186,8 +178,8 @@ void enqueue_maxima(ConstRows a, ConstRows b, int64_t outputs, int64_t columns,
                     unsigned int* largest, cudaStream_t stream) {
   CUDA_CHECK(cudaMemsetAsync(largest, 0, sizeof(unsigned int) * scratch_words<kProducts>(outputs, columns),
                              stream));
-  column_maxima(b, largest, nullptr, stream);
-  if (kProducts) column_maxima(a, largest + columns, largest + columns + outputs, stream);
+  column_maxima_cuda(b, largest, nullptr, stream);
+  if (kProducts) column_maxima_cuda(a, largest + columns, largest + columns + outputs, stream);
 }
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from the maxima in
@@ -257,7 +249,11 @@ int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return scratch_word
 
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
                         cuda::Stream stream) {
-  column_maxima(m, largest, magnitudes, stream);
+  if (m.rows == 0 || m.cols == 0) return;
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
+                  static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
+  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes);
+  CUDA_LAUNCH_CHECK();
 }
 
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
