@@ -84,6 +84,10 @@ bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Ten
 // stride, y with its own. outputs_per_thread (4, 8 or 16; 0: the default) changes the
 // speed, never the bits: the benchmark measures each.
 bool narrow_forward_fits(const ConstRows& x, int64_t out);
+// Raises the forward's shared-memory limit on `device` (once; a launch does it itself
+// when it is not being captured into a graph, and otherwise takes a slower kernel with
+// the same bits). A step that captures its forward calls this first.
+void narrow_forward_prepare(int device);
 void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
                          int device, int outputs_per_thread = 0);

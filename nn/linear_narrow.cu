@@ -3,16 +3,21 @@
 //
 // A thread owns one row and kPerThread of its (up to 16) outputs: kPerThread fma chains
 // over k = 0, 1, ... from +0, then + bias, the canonical order of nn/linear_kernels.h,
-// so y has the CPU's bits whatever kPerThread is. Wᵀ (in x 16 floats, at most 48 KB) is
-// staged once per block in shared memory; the threads of one row are adjacent lanes, so
-// a warp's read of x is one 16-byte load per row shared by those lanes, and its read of
-// Wᵀ at one k touches 64 bytes, one shared-memory wavefront.
+// so y has the CPU's bits whatever kPerThread is and whichever kernel runs. Wᵀ (in x 16
+// floats, at most 48 KB) is staged once per block in shared memory; the threads of one
+// row are adjacent lanes, and a warp's read of Wᵀ at one k touches 64 bytes, one
+// shared-memory wavefront. x comes through shared memory too, in tiles each warp loads
+// coalesced several tiles ahead (narrow_forward_staged_kernel), or, when its rows are
+// not 16-byte aligned, straight from each thread's row.
 //
 // Why not one thread per row and all 16 outputs: 12,000 rows are then 94 blocks of four
 // warps, one warp per scheduler on most SMs, and every load's latency shows. Two or
 // four threads a row give more warps for the same instructions per FMA (one 16-byte
 // read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
+#include <atomic>
 #include <cstdint>
+
+#include "core/async_copy.cuh"
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -24,21 +29,16 @@ namespace seqpar::nn::detail {
 namespace {
 
 constexpr int kNarrowOut = 16;
-constexpr int64_t kNarrowMaxIn = 768;  // Wᵀ in the default 48 KB of shared memory
+constexpr int64_t kNarrowMaxIn = 768;  // Wᵀ in at most 48 KB of shared memory
 constexpr int kNarrowThreads = 128;
 constexpr int kDefaultPerThread = 8;  // measured fastest (bench/RESULTS.md), 4 a close second
 
-template <int kPerThread, bool kVector>
-__global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
-    ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
-    float* y, int64_t y_row_stride) {
-  static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
-  constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
-  extern __shared__ float weight_t[];  // [in][16], zero past `out`
-  const int64_t in = x.cols;
-  // Wᵀ: a thread takes every 128th k and its 16 weights, read along W's rows (each
-  // of the 16 loads coalesced across the warp, all 16 in flight at once: staged one
-  // load at a time, this copy took longer than the FMAs) and stored as four float4s.
+// Wᵀ into shared memory ([in][16], zero past `out`): a thread takes every 128th k and
+// its 16 weights, read along W's rows (each of the 16 loads coalesced across the warp,
+// all 16 in flight at once: staged one load at a time, this copy took longer than the
+// FMAs) and stored as four float4s.
+__device__ __forceinline__ void stage_weight_t(const float* weight, int64_t weight_row_stride,
+                                               int64_t out, int64_t in, float* weight_t) {
   for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) {
     float column[kNarrowOut];
 #pragma unroll
@@ -49,6 +49,44 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
       row[q] = make_float4(column[4 * q], column[4 * q + 1], column[4 * q + 2], column[4 * q + 3]);
     }
   }
+}
+
+// One k of a thread's chains: sum[j] = fma(x[row, k], W[j0 + j, k], sum[j]).
+template <int kPerThread>
+__device__ __forceinline__ void chain_step(const float* weight_t, int j0, float value, int64_t k,
+                                           float (&sum)[kPerThread]) {
+  const float4* w = reinterpret_cast<const float4*>(weight_t + k * kNarrowOut + j0);
+#pragma unroll
+  for (int q = 0; q < kPerThread / 4; ++q) {
+    const float4 w4 = w[q];
+    sum[4 * q] = fmaf(value, w4.x, sum[4 * q]);
+    sum[4 * q + 1] = fmaf(value, w4.y, sum[4 * q + 1]);
+    sum[4 * q + 2] = fmaf(value, w4.z, sum[4 * q + 2]);
+    sum[4 * q + 3] = fmaf(value, w4.w, sum[4 * q + 3]);
+  }
+}
+
+// A row's outputs j0 .. j0 + kPerThread - 1 (those below `out`): its chains plus the bias.
+template <int kPerThread>
+__device__ __forceinline__ void store_row(const float (&sum)[kPerThread], const float* bias,
+                                          int64_t out, int j0, float* y_row) {
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    if (j0 + j < out) y_row[j0 + j] = bias != nullptr ? __fadd_rn(sum[j], bias[j0 + j]) : sum[j];
+  }
+}
+
+// Any layout of x (unaligned rows, in % 4 != 0): each thread reads its row's x one float
+// at a time.
+template <int kPerThread>
+__global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
+    ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
+    float* y, int64_t y_row_stride) {
+  static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
+  constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
+  extern __shared__ float weight_t[];  // [in][16], zero past `out`
+  const int64_t in = x.cols;
+  stage_weight_t(weight, weight_row_stride, out, in, weight_t);
   __syncthreads();
   const int64_t row =
       int64_t{blockIdx.x} * (kNarrowThreads / kThreadsPerRow) + threadIdx.x / kThreadsPerRow;
@@ -56,75 +94,145 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
   if (row >= x.rows || j0 >= out) return;
   const float* x_row = x.data + row * x.row_stride;
   float sum[kPerThread] = {};
-  auto step = [&](float value, int64_t k) {
-    const float4* w = reinterpret_cast<const float4*>(weight_t + k * kNarrowOut + j0);
-#pragma unroll
-    for (int q = 0; q < kPerThread / 4; ++q) {
-      const float4 w4 = w[q];
-      sum[4 * q] = fmaf(value, w4.x, sum[4 * q]);
-      sum[4 * q + 1] = fmaf(value, w4.y, sum[4 * q + 1]);
-      sum[4 * q + 2] = fmaf(value, w4.z, sum[4 * q + 2]);
-      sum[4 * q + 3] = fmaf(value, w4.w, sum[4 * q + 3]);
+  for (int64_t k = 0; k < in; ++k) chain_step<kPerThread>(weight_t, j0, x_row[k], k, sum);
+  store_row<kPerThread>(sum, bias, out, j0, y + row * y_row_stride);
+}
+
+// 16-byte aligned rows and in % 4 == 0: each warp streams its rows' x through a ring of
+// kStages tiles in shared memory (cp.async, kTileK columns of every row a tile, loaded
+// coalesced: 8 lanes read one row's 128 bytes), kStages - 1 tiles ahead of the FMAs.
+// Reading x from each thread's own row instead kept too few bytes in flight: a few
+// warps per SM, one row's next 128 bytes each, were a fraction of what hides the
+// memory's latency (bench/RESULTS.md). The chains are the same: k ascending, from +0.
+constexpr int kTileK = 32;                // columns of x a tile holds
+constexpr int kTileStride = kTileK + 4;   // floats a staged row: 16-byte aligned, rows spread over banks
+constexpr int kStages = 4;
+
+template <int kPerThread>
+constexpr size_t staged_tiles_bytes() {
+  constexpr int kRowsPerWarp = 32 / (kNarrowOut / kPerThread);
+  return sizeof(float) * (kNarrowThreads / 32) * kStages * kRowsPerWarp * kTileStride;
+}
+
+template <int kPerThread>
+__global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
+    ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
+    float* y, int64_t y_row_stride) {
+  static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
+  constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
+  constexpr int kRowsPerWarp = 32 / kThreadsPerRow;
+  constexpr int kQuadsPerRow = kTileK / 4;
+  constexpr int kTileFloats = kRowsPerWarp * kTileStride;
+  extern __shared__ float4 shared_words[];
+  float* weight_t = reinterpret_cast<float*>(shared_words);  // [in][16], zero past `out`
+  const int64_t in = x.cols, quads = in / 4;
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  float* tiles = weight_t + in * kNarrowOut + warp * kStages * kTileFloats;  // this warp's ring
+  const int64_t first_row =
+      int64_t{blockIdx.x} * (kNarrowThreads / kThreadsPerRow) + int64_t{warp} * kRowsPerWarp;
+  const int tile_count = static_cast<int>(cuda::ceil_div(quads, int64_t{kQuadsPerRow}));
+  // Tile t into ring slot t % kStages: its quads of the warp's rows (zeros past the edges).
+  auto load_tile = [&](int t) {
+    float* slot = tiles + (t % kStages) * kTileFloats;
+    for (int i = lane; i < kRowsPerWarp * kQuadsPerRow; i += 32) {
+      const int r = i / kQuadsPerRow, q = i % kQuadsPerRow;
+      const int64_t quad = int64_t{t} * kQuadsPerRow + q, row = first_row + r;
+      const bool inside = row < x.rows && quad < quads;
+      const float* source = inside ? x.data + row * x.row_stride + 4 * quad : x.data;
+      cuda::copy_async16_or_zero(slot + r * kTileStride + 4 * q, source, inside);
     }
   };
-  if (kVector) {
-    // Eight 16-byte reads of the row in flight ahead of the FMAs that use them: a
-    // thread's loop is otherwise one load's latency (hundreds of cycles from memory) per
-    // four values of x, and a few warps per scheduler cannot hide it.
-    const float4* x4 = reinterpret_cast<const float4*>(x_row);
-    const int64_t quads = in / 4;
-    constexpr int kAhead = 8;
-    float4 current[kAhead], next[kAhead];
+  // The first tiles start on their way before Wᵀ is staged.
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) current[i] = i < quads ? x4[i] : float4{};
-    for (int64_t q0 = 0; q0 < quads; q0 += kAhead) {
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < tile_count) load_tile(t);
+    cuda::commit_copies();  // (an empty group past the end keeps the count uniform)
+  }
+  stage_weight_t(weight, weight_row_stride, out, in, weight_t);
+  __syncthreads();
+
+  const int r_local = lane / kThreadsPerRow;
+  const int j0 = (lane % kThreadsPerRow) * kPerThread;
+  float sum[kPerThread] = {};
+  for (int t = 0; t < tile_count; ++t) {
+    // Tile t + kStages - 1 into the slot of tile t - 1, which every lane has finished.
+    if (t + kStages - 1 < tile_count) load_tile(t + kStages - 1);
+    cuda::commit_copies();
+    cuda::wait_copies<kStages - 1>();  // this lane's part of tile t has landed
+    __syncwarp();                      // and every lane's
+    const float* staged = tiles + (t % kStages) * kTileFloats + r_local * kTileStride;
+    const int64_t k0 = int64_t{t} * kTileK;
+    auto four_columns = [&](int c) {
+      const float4 v = *reinterpret_cast<const float4*>(staged + c);
+      chain_step<kPerThread>(weight_t, j0, v.x, k0 + c, sum);
+      chain_step<kPerThread>(weight_t, j0, v.y, k0 + c + 1, sum);
+      chain_step<kPerThread>(weight_t, j0, v.z, k0 + c + 2, sum);
+      chain_step<kPerThread>(weight_t, j0, v.w, k0 + c + 3, sum);
+    };
+    if (k0 + kTileK <= in) {
 #pragma unroll
-      for (int i = 0; i < kAhead; ++i) {
-        next[i] = q0 + kAhead + i < quads ? x4[q0 + kAhead + i] : float4{};
-      }
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i) {
-        if (q0 + i < quads) {
-          const float4 v = current[i];
-          const int64_t k = 4 * (q0 + i);
-          step(v.x, k);
-          step(v.y, k + 1);
-          step(v.z, k + 2);
-          step(v.w, k + 3);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i) current[i] = next[i];
+      for (int c = 0; c < kTileK; c += 4) four_columns(c);
+    } else {
+      for (int c = 0; k0 + c < in; c += 4) four_columns(c);
     }
-  } else {
-    for (int64_t k = 0; k < in; ++k) step(x_row[k], k);
+    __syncwarp();  // every lane is done with the slot before a later tile refills it
   }
-  float* y_row = y + row * y_row_stride + j0;
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    if (j0 + j < out) y_row[j] = bias != nullptr ? __fadd_rn(sum[j], bias[j0 + j]) : sum[j];
-  }
+  const int64_t row = first_row + r_local;
+  if (row < x.rows && j0 < out) store_row<kPerThread>(sum, bias, out, j0, y + row * y_row_stride);
+}
+
+// The staged kernels' shared memory (past the default 48 KB) raised on a device, for the
+// widest x they take. cudaFuncSetAttribute is not a stream operation and may not be
+// legal while a stream is being captured, so it happens outside any capture: in
+// narrow_forward_prepare, or at the first launch that is not captured.
+std::atomic<bool> staged_ready[64];
+
+void raise_staged_limits(int device) {
+  SEQPAR_CHECK(device >= 0 && device < 64, "narrow forward: device ", device, " out of range");
+  if (staged_ready[device].load()) return;
+  cuda::set_device(device);
+  const auto raise = [](const void* kernel, size_t tiles) {
+    const size_t bytes = kNarrowMaxIn * kNarrowOut * sizeof(float) + tiles;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)));
+  };
+  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<4>), staged_tiles_bytes<4>());
+  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<8>), staged_tiles_bytes<8>());
+  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<16>), staged_tiles_bytes<16>());
+  staged_ready[device].store(true);
 }
 
 template <int kPerThread>
 void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                            const float* bias, int64_t out, float* y, int64_t y_row_stride,
-                           cudaStream_t stream) {
-  const size_t shared_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
+                           int device, cudaStream_t stream) {
+  const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
   const bool vector = x.cols % 4 == 0 && x.row_stride % 4 == 0 && cuda::aligned16(x.data);
   const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
   const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
-  if (vector) {
-    narrow_forward_kernel<kPerThread, true><<<blocks, kNarrowThreads, shared_bytes, stream>>>(
-        x, weight, weight_row_stride, bias, out, y, y_row_stride);
-  } else {
-    narrow_forward_kernel<kPerThread, false><<<blocks, kNarrowThreads, shared_bytes, stream>>>(
+  bool staged = vector && device >= 0 && device < 64 && staged_ready[device].load();
+  if (vector && !staged) {  // first use: raise the limit unless a capture is under way
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      raise_staged_limits(device);
+      staged = true;
+    }
+  }
+  if (staged) {
+    narrow_forward_staged_kernel<kPerThread>
+        <<<blocks, kNarrowThreads, weight_bytes + staged_tiles_bytes<kPerThread>(), stream>>>(
+            x, weight, weight_row_stride, bias, out, y, y_row_stride);
+  } else {  // the same bits, x read one float at a time
+    narrow_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(
         x, weight, weight_row_stride, bias, out, y, y_row_stride);
   }
   CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
+
+void narrow_forward_prepare(int device) { raise_staged_limits(device); }
 
 bool narrow_forward_fits(const ConstRows& x, int64_t out) {
   // The grid's x dimension: 32 rows a block at 4 outputs a thread, the fewest.
@@ -143,9 +251,9 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
   switch (outputs_per_thread) {
-    case 4: return launch_narrow_forward<4>(x, weight, weight_row_stride, bias, out, y, y_row_stride, stream);
-    case 8: return launch_narrow_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, stream);
-    default: return launch_narrow_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, stream);
+    case 4: return launch_narrow_forward<4>(x, weight, weight_row_stride, bias, out, y, y_row_stride, device, stream);
+    case 8: return launch_narrow_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, device, stream);
+    default: return launch_narrow_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, device, stream);
   }
 }
 

@@ -36,6 +36,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   step_words_ = DeviceBuffer<int64_t>(kStepDigits + (maxima + 1) / 2, device);
   finish_done_ = DeviceBuffer<unsigned>(1, device);
   finish_done_.zero();
+  nn::detail::narrow_forward_prepare(device_);  // before any capture (linear_kernels.h)
 }
 
 ExactL1Step::~ExactL1Step() = default;

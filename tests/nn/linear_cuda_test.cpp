@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/generator.h"
@@ -173,23 +174,40 @@ TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cu
   }
 }
 
+namespace {
+// Each case twice: x contiguous, then x as a view one column into a wider matrix.
+std::vector<std::pair<LinearCase, bool>> cases_with_shift(const std::vector<LinearCase>& cases) {
+  std::vector<std::pair<LinearCase, bool>> all;
+  for (const LinearCase& c : cases) {
+    all.emplace_back(c, false);
+    all.emplace_back(c, true);
+  }
+  return all;
+}
+}  // namespace
+
 TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
   // 4, 8 or 16 outputs a thread: the same chains, other threads. Widths that leave a
   // thread's group partly (10, 7) or wholly (1: three of four groups idle) past `out`.
-  const std::vector<LinearCase> cases = {
-      {12000, 640, 16}, {129, 768, 16}, {33, 12, 10}, {5, 4, 16}, {300, 3, 1}, {1, 5, 7}};
-  for (const LinearCase& c : cases) {
+  // Aligned rows with in % 4 == 0 take the staged kernel (tiles of 32 columns: whole,
+  // 640 and 768; a last partial one, 100; one partial tile, 12 and 4); the others, and
+  // x as a view one column in (rows not 16-byte aligned), read x from each thread's row.
+  const std::vector<LinearCase> cases = {{12000, 640, 16}, {129, 768, 16}, {77, 100, 16},
+                                         {33, 12, 10},     {5, 4, 16},     {300, 3, 1},
+                                         {1, 5, 7}};
+  for (const auto& [c, shifted] : cases_with_shift(cases)) {
     Generator generator(c.rows * 3 + c.in * 5 + c.out);
-    const Tensor x = generator.randn({c.rows, c.in}), weight = generator.randn({c.out, c.in});
+    const Tensor wide = generator.randn({c.rows, c.in + 1}), weight = generator.randn({c.out, c.in});
     const Tensor bias = generator.randn({c.out});
+    const Tensor x = wide.narrow(1, shifted ? 1 : 0, c.in);
     const Tensor y_cpu = nn::linear_forward(x, weight, bias);
-    const Tensor x_gpu = x.to(Device::cuda()), weight_gpu = weight.to(Device::cuda());
-    const Tensor bias_gpu = bias.to(Device::cuda());
+    const Tensor x_gpu = shifted ? wide.to(Device::cuda()).narrow(1, 1, c.in) : x.contiguous().to(Device::cuda());
+    const Tensor weight_gpu = weight.to(Device::cuda()), bias_gpu = bias.to(Device::cuda());
     for (int per_thread : {4, 8, 16}) {
       INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out << ", " << per_thread
-                   << " outputs a thread");
+                   << " outputs a thread" << (shifted ? ", x one column in" : ""));
       const Tensor y = test::poisoned({c.rows, c.out}, Device::cuda());
       nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
                                       weight_gpu.stride(0), bias_gpu.data(), c.out, y.data(),
