@@ -81,8 +81,10 @@ bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Ten
 
 // The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, a few
 // threads a row; the forward takes it whenever it fits. weight [out, in] with its row
-// stride, y with its own. outputs_per_thread (4, 8 or 16; 0: the default) changes the
-// speed, never the bits: the benchmark measures each.
+// stride, y with its own. With x_largest, also x's column maxima into it, as
+// column_maxima_cuda finds them (zero it first), in the same pass over x where the
+// kernel allows. outputs_per_thread (4, 8 or 16; 0: the default) changes the speed,
+// never the bits: the benchmark measures each.
 bool narrow_forward_fits(const ConstRows& x, int64_t out);
 // Raises the forward's shared-memory limit on `device` (once; a launch does it itself
 // when it is not being captured into a graph, and otherwise takes a slower kernel with
@@ -90,7 +92,8 @@ bool narrow_forward_fits(const ConstRows& x, int64_t out);
 void narrow_forward_prepare(int device);
 void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
-                         int device, int outputs_per_thread = 0);
+                         int device, unsigned int* x_largest = nullptr,
+                         int outputs_per_thread = 0);
 
 // dW when every dy has one magnitude, as after an L1 loss (linear_ternary_sums.cu):
 // exact integer sums of ±x in fixed point, the same digits' value as the general row

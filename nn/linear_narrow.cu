@@ -15,6 +15,7 @@
 // four threads a row give more warps for the same instructions per FMA (one 16-byte
 // read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
 #include <atomic>
+#include <type_traits>
 #include <cstdint>
 
 #include "core/async_copy.cuh"
@@ -108,16 +109,24 @@ constexpr int kTileK = 32;                // columns of x a tile holds
 constexpr int kTileStride = kTileK + 4;   // floats a staged row: 16-byte aligned, rows spread over banks
 constexpr int kStages = 4;
 
-template <int kPerThread>
-constexpr size_t staged_tiles_bytes() {
+// The dynamic shared memory past Wᵀ: the warps' rings, then, with x's column maxima,
+// the block's maxima [in].
+template <int kPerThread, bool kMaxima>
+constexpr size_t staged_extra_bytes() {
   constexpr int kRowsPerWarp = 32 / (kNarrowOut / kPerThread);
-  return sizeof(float) * (kNarrowThreads / 32) * kStages * kRowsPerWarp * kTileStride;
+  return sizeof(float) * (kNarrowThreads / 32) * kStages * kRowsPerWarp * kTileStride +
+         (kMaxima ? sizeof(unsigned int) * kNarrowMaxIn : 0);
 }
 
-template <int kPerThread>
+// With kMaxima, x_largest[k] also becomes the bits of the largest |x[., k]| (NaNs passed
+// over), as column_maxima_cuda finds it (linear_kernels.h): the tiles are in shared
+// memory anyway, so the maxima cost no second read of x. Each lane takes one column of
+// each tile; the warps meet in the block's maxima, the blocks in x_largest (integer
+// maxima of non-negative floats' bits: any order gives the same bits).
+template <int kPerThread, bool kMaxima>
 __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
     ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
-    float* y, int64_t y_row_stride) {
+    float* y, int64_t y_row_stride, unsigned int* x_largest) {
   static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
   constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
   constexpr int kRowsPerWarp = 32 / kThreadsPerRow;
@@ -149,6 +158,11 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
     cuda::commit_copies();  // (an empty group past the end keeps the count uniform)
   }
   stage_weight_t(weight, weight_row_stride, out, in, weight_t);
+  unsigned int* block_largest = reinterpret_cast<unsigned int*>(
+      weight_t + in * kNarrowOut + (kNarrowThreads / 32) * kStages * kTileFloats);
+  if (kMaxima) {
+    for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) block_largest[k] = 0;
+  }
   __syncthreads();
 
   const int r_local = lane / kThreadsPerRow;
@@ -160,8 +174,15 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
     cuda::commit_copies();
     cuda::wait_copies<kStages - 1>();  // this lane's part of tile t has landed
     __syncwarp();                      // and every lane's
-    const float* staged = tiles + (t % kStages) * kTileFloats + r_local * kTileStride;
     const int64_t k0 = int64_t{t} * kTileK;
+    if (kMaxima && k0 + lane < in) {  // column k0 + lane over the warp's rows (zeros past x)
+      const float* column = tiles + (t % kStages) * kTileFloats + lane;
+      float largest = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) largest = fmaxf(largest, fabsf(column[r * kTileStride]));
+      atomicMax(block_largest + k0 + lane, __float_as_uint(largest));
+    }
+    const float* staged = tiles + (t % kStages) * kTileFloats + r_local * kTileStride;
     auto four_columns = [&](int c) {
       const float4 v = *reinterpret_cast<const float4*>(staged + c);
       chain_step<kPerThread>(weight_t, j0, v.x, k0 + c, sum);
@@ -179,6 +200,12 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
   }
   const int64_t row = first_row + r_local;
   if (row < x.rows && j0 < out) store_row<kPerThread>(sum, bias, out, j0, y + row * y_row_stride);
+  if (kMaxima) {
+    __syncthreads();
+    for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) {
+      if (block_largest[k] != 0) atomicMax(x_largest + k, block_largest[k]);
+    }
+  }
 }
 
 // The staged kernels' shared memory (past the default 48 KB) raised on a device, for the
@@ -191,21 +218,28 @@ void raise_staged_limits(int device) {
   SEQPAR_CHECK(device >= 0 && device < 64, "narrow forward: device ", device, " out of range");
   if (staged_ready[device].load()) return;
   cuda::set_device(device);
-  const auto raise = [](const void* kernel, size_t tiles) {
-    const size_t bytes = kNarrowMaxIn * kNarrowOut * sizeof(float) + tiles;
+  const auto raise = [](const void* kernel, size_t extra) {
+    const size_t bytes = kNarrowMaxIn * kNarrowOut * sizeof(float) + extra;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes)));
   };
-  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<4>), staged_tiles_bytes<4>());
-  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<8>), staged_tiles_bytes<8>());
-  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<16>), staged_tiles_bytes<16>());
+  const auto raise_both = [&](auto per_thread) {
+    constexpr int kPerThread = decltype(per_thread)::value;
+    raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<kPerThread, false>),
+          staged_extra_bytes<kPerThread, false>());
+    raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<kPerThread, true>),
+          staged_extra_bytes<kPerThread, true>());
+  };
+  raise_both(std::integral_constant<int, 4>{});
+  raise_both(std::integral_constant<int, 8>{});
+  raise_both(std::integral_constant<int, 16>{});
   staged_ready[device].store(true);
 }
 
 template <int kPerThread>
 void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                            const float* bias, int64_t out, float* y, int64_t y_row_stride,
-                           int device, cudaStream_t stream) {
+                           unsigned int* x_largest, int device, cudaStream_t stream) {
   const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
   const bool vector = x.cols % 4 == 0 && x.row_stride % 4 == 0 && cuda::aligned16(x.data);
   const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
@@ -219,11 +253,16 @@ void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weig
       staged = true;
     }
   }
-  if (staged) {
-    narrow_forward_staged_kernel<kPerThread>
-        <<<blocks, kNarrowThreads, weight_bytes + staged_tiles_bytes<kPerThread>(), stream>>>(
-            x, weight, weight_row_stride, bias, out, y, y_row_stride);
-  } else {  // the same bits, x read one float at a time
+  if (staged && x_largest != nullptr) {
+    narrow_forward_staged_kernel<kPerThread, true>
+        <<<blocks, kNarrowThreads, weight_bytes + staged_extra_bytes<kPerThread, true>(), stream>>>(
+            x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest);
+  } else if (staged) {
+    narrow_forward_staged_kernel<kPerThread, false>
+        <<<blocks, kNarrowThreads, weight_bytes + staged_extra_bytes<kPerThread, false>(), stream>>>(
+            x, weight, weight_row_stride, bias, out, y, y_row_stride, nullptr);
+  } else {  // the same bits, x read one float at a time; its maxima in a pass of their own
+    if (x_largest != nullptr) column_maxima_cuda(x, x_largest, nullptr, stream);
     narrow_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(
         x, weight, weight_row_stride, bias, out, y, y_row_stride);
   }
@@ -241,19 +280,23 @@ bool narrow_forward_fits(const ConstRows& x, int64_t out) {
 
 void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
-                         int device, int outputs_per_thread) {
+                         int device, unsigned int* x_largest, int outputs_per_thread) {
   SEQPAR_CHECK(narrow_forward_fits(x, out), "narrow_forward_cuda: ", x.rows, " x ", x.cols,
                " -> ", out, " is not a narrow Linear");
   if (outputs_per_thread == 0) outputs_per_thread = kDefaultPerThread;
   SEQPAR_CHECK(outputs_per_thread == 4 || outputs_per_thread == 8 || outputs_per_thread == 16,
                "narrow_forward_cuda: ", outputs_per_thread, " outputs per thread (4, 8 or 16)");
-  if (x.rows == 0 || out == 0) return;
+  if (x.rows == 0) return;
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
+  if (out == 0) {  // no y to compute, but maybe maxima
+    if (x_largest != nullptr) column_maxima_cuda(x, x_largest, nullptr, stream);
+    return;
+  }
   switch (outputs_per_thread) {
-    case 4: return launch_narrow_forward<4>(x, weight, weight_row_stride, bias, out, y, y_row_stride, device, stream);
-    case 8: return launch_narrow_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, device, stream);
-    default: return launch_narrow_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, device, stream);
+    case 4: return launch_narrow_forward<4>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
+    case 8: return launch_narrow_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
+    default: return launch_narrow_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
   }
 }
 

@@ -89,7 +89,7 @@ void bench_kernels(Report& report, const Settings& s) {
                  time_calls([&] {
                    nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x), weight.data(),
                                                    weight.stride(0), bias.data(), out, y.data(),
-                                                   y.stride(0), 0, per_thread);
+                                                   y.stride(0), 0, nullptr, per_thread);
                  }, s.warmup, s.repeats),
                  kF * (n * in + out * in + n * out), 2.0 * n * in * out);
     }

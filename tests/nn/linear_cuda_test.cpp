@@ -5,6 +5,7 @@
 // silently changes fails), random shapes, odd sizes and strided x views.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <random>
 #include <utility>
 #include <vector>
@@ -186,6 +187,23 @@ std::vector<std::pair<LinearCase, bool>> cases_with_shift(const std::vector<Line
 }
 }  // namespace
 
+namespace {
+// The largest |x[., c]| of each column, NaNs passed over (as std::fmax does), computed
+// on the host: what the narrow forward's x_largest must hold, as floats' bits.
+std::vector<float> host_column_maxima(const Tensor& x) {
+  const Tensor contiguous = x.contiguous();
+  const std::vector<float> v = contiguous.to_vector();
+  const int64_t rows = x.size(0), cols = x.size(1);
+  std::vector<float> largest(static_cast<size_t>(cols), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      largest[c] = std::fmax(largest[c], std::fabs(v[r * cols + c]));
+    }
+  }
+  return largest;
+}
+}  // namespace
+
 TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
@@ -194,14 +212,24 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
   // Aligned rows with in % 4 == 0 take the staged kernel (tiles of 32 columns: whole,
   // 640 and 768; a last partial one, 100; one partial tile, 12 and 4); the others, and
   // x as a view one column in (rows not 16-byte aligned), read x from each thread's row.
+  // Each also with x's column maxima (x_largest), found in the same pass over x by the
+  // staged kernel and by a pass of their own otherwise; one case holds a NaN, an
+  // infinity and a huge negative x (NaN passed over, |x| not x).
   const std::vector<LinearCase> cases = {{12000, 640, 16}, {129, 768, 16}, {77, 100, 16},
                                          {33, 12, 10},     {5, 4, 16},     {300, 3, 1},
-                                         {1, 5, 7}};
+                                         {1, 5, 7},        {70, 96, 16}};
   for (const auto& [c, shifted] : cases_with_shift(cases)) {
     Generator generator(c.rows * 3 + c.in * 5 + c.out);
-    const Tensor wide = generator.randn({c.rows, c.in + 1}), weight = generator.randn({c.out, c.in});
-    const Tensor bias = generator.randn({c.out});
+    Tensor wide = generator.randn({c.rows, c.in + 1});
+    const Tensor weight = generator.randn({c.out, c.in}), bias = generator.randn({c.out});
+    if (c.in == 96) {
+      float* w = wide.data();
+      w[5 * (c.in + 1) + 8] = std::nanf("");
+      w[9 * (c.in + 1) + 9] = -INFINITY;
+      w[69 * (c.in + 1) + 41] = -1.0e30f;
+    }
     const Tensor x = wide.narrow(1, shifted ? 1 : 0, c.in);
+    const std::vector<float> largest_cpu = host_column_maxima(x);
     const Tensor y_cpu = nn::linear_forward(x, weight, bias);
     const Tensor x_gpu = shifted ? wide.to(Device::cuda()).narrow(1, 1, c.in) : x.contiguous().to(Device::cuda());
     const Tensor weight_gpu = weight.to(Device::cuda()), bias_gpu = bias.to(Device::cuda());
@@ -211,8 +239,16 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
       const Tensor y = test::poisoned({c.rows, c.out}, Device::cuda());
       nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
                                       weight_gpu.stride(0), bias_gpu.data(), c.out, y.data(),
-                                      y.stride(0), 0, per_thread);
-      CHECK(test::bitwise_equal(y, y_cpu));
+                                      y.stride(0), 0, nullptr, per_thread);
+      CHECK(test::same_bits(y, y_cpu));
+      const Tensor y_too = test::poisoned({c.rows, c.out}, Device::cuda());
+      const Tensor largest = Tensor::zeros({c.in}, Device::cuda());  // +0.0: bits 0
+      nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
+                                      weight_gpu.stride(0), bias_gpu.data(), c.out,
+                                      y_too.data(), y_too.stride(0), 0,
+                                      reinterpret_cast<unsigned int*>(largest.data()), per_thread);
+      CHECK(test::same_bits(y_too, y_cpu));
+      CHECK(test::bitwise_equal(largest, Tensor::from_data({c.in}, largest_cpu)));
     }
   }
 #endif
