@@ -67,6 +67,39 @@ __device__ __forceinline__ void chain_step(const float* weight_t, int j0, float 
   }
 }
 
+// Wᵀ's rows k .. k + 3, this thread's kPerThread weights of each.
+template <int kPerThread>
+struct FourRows {
+  float4 w[4][kPerThread / 4];
+};
+template <int kPerThread>
+__device__ __forceinline__ FourRows<kPerThread> load_four_rows(const float* weight_t, int j0, int64_t k) {
+  FourRows<kPerThread> rows;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4* row = reinterpret_cast<const float4*>(weight_t + (k + i) * kNarrowOut + j0);
+#pragma unroll
+    for (int q = 0; q < kPerThread / 4; ++q) rows.w[i][q] = row[q];
+  }
+  return rows;
+}
+// Four k's of a thread's chains, x[row, k + i] = (&v.x)[i].
+template <int kPerThread>
+__device__ __forceinline__ void chain_steps4(const FourRows<kPerThread>& rows, float4 v,
+                                             float (&sum)[kPerThread]) {
+  const float value[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int q = 0; q < kPerThread / 4; ++q) {
+      sum[4 * q] = fmaf(value[i], rows.w[i][q].x, sum[4 * q]);
+      sum[4 * q + 1] = fmaf(value[i], rows.w[i][q].y, sum[4 * q + 1]);
+      sum[4 * q + 2] = fmaf(value[i], rows.w[i][q].z, sum[4 * q + 2]);
+      sum[4 * q + 3] = fmaf(value[i], rows.w[i][q].w, sum[4 * q + 3]);
+    }
+  }
+}
+
 // A row's outputs j0 .. j0 + kPerThread - 1 (those below `out`): its chains plus the bias.
 template <int kPerThread>
 __device__ __forceinline__ void store_row(const float (&sum)[kPerThread], const float* bias,
@@ -183,18 +216,22 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
       atomicMax(block_largest + k0 + lane, __float_as_uint(largest));
     }
     const float* staged = tiles + (t % kStages) * kTileFloats + r_local * kTileStride;
-    auto four_columns = [&](int c) {
-      const float4 v = *reinterpret_cast<const float4*>(staged + c);
-      chain_step<kPerThread>(weight_t, j0, v.x, k0 + c, sum);
-      chain_step<kPerThread>(weight_t, j0, v.y, k0 + c + 1, sum);
-      chain_step<kPerThread>(weight_t, j0, v.z, k0 + c + 2, sum);
-      chain_step<kPerThread>(weight_t, j0, v.w, k0 + c + 3, sum);
-    };
     if (k0 + kTileK <= in) {
+      // Software-pipelined: the next four rows of Wᵀ on their way while this four's
+      // FMAs run. Left to itself, the compiler loaded Wᵀ one k ahead of its FMAs and
+      // the warps (a few an SM) waited on shared memory's latency (ncu).
+      FourRows<kPerThread> next = load_four_rows<kPerThread>(weight_t, j0, k0);
 #pragma unroll
-      for (int c = 0; c < kTileK; c += 4) four_columns(c);
+      for (int c = 0; c < kTileK; c += 4) {
+        const FourRows<kPerThread> now = next;
+        if (c + 4 < kTileK) next = load_four_rows<kPerThread>(weight_t, j0, k0 + c + 4);
+        chain_steps4<kPerThread>(now, *reinterpret_cast<const float4*>(staged + c), sum);
+      }
     } else {
-      for (int c = 0; k0 + c < in; c += 4) four_columns(c);
+      for (int c = 0; k0 + c < in; c += 4) {
+        chain_steps4<kPerThread>(load_four_rows<kPerThread>(weight_t, j0, k0 + c),
+                                 *reinterpret_cast<const float4*>(staged + c), sum);
+      }
     }
     __syncwarp();  // every lane is done with the slot before a later tile refills it
   }
