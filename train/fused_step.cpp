@@ -65,6 +65,9 @@ void check_batches(const char* op, const std::vector<Batch>& batches, int64_t in
     SEQPAR_CHECK((in <= 1 || batch.x.stride(1) == 1) && (out <= 1 || batch.target.stride(1) == 1),
                  op, ": x and target need adjacent columns (unit column stride)");
   }
+  // The L1 mean of no rows is NaN and its gradients are empty sums: a step with nothing
+  // to learn from is the caller's mistake here, not a NaN to train on.
+  SEQPAR_CHECK(first.x.size(0) > 0, op, ": the batches have no rows");
 }
 
 }  // namespace

@@ -237,6 +237,9 @@ TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
   CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, generator.randn({10, 4}, gpu)}},
                                        nn::Reduction::mean(), issue_adamw(), 0.0),
                     Catch::Contains("max_norm must be positive"));
+  CHECK_THROWS_WITH(train::ExactL1Step(model, {{Tensor::zeros({0, 8}, gpu), Tensor::zeros({0, 4}, gpu)}},
+                                       nn::Reduction::mean(), issue_adamw(), 1.0),
+                    Catch::Contains("ExactL1Step: the batches have no rows"));
   train::ExactL1Step step(model, {{x, generator.randn({10, 4}, gpu)}}, nn::Reduction::mean(),
                           issue_adamw(), 1.0);
   CHECK_THROWS_WITH(step.replay(), Catch::Contains("capture() first"));
