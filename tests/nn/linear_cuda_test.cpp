@@ -215,9 +215,10 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
   // Each also with x's column maxima (x_largest), found in the same pass over x by the
   // staged kernel and by a pass of their own otherwise; one case holds a NaN, an
   // infinity and a huge negative x (NaN passed over, |x| not x).
-  const std::vector<LinearCase> cases = {{12000, 640, 16}, {129, 768, 16}, {77, 100, 16},
-                                         {33, 12, 10},     {5, 4, 16},     {300, 3, 1},
-                                         {1, 5, 7},        {70, 96, 16}};
+  // 5000 rows: a last block partly past the rows.
+  const std::vector<LinearCase> cases = {{12000, 640, 16}, {5000, 128, 16}, {129, 768, 16},
+                                         {77, 100, 16},    {33, 12, 10},    {5, 4, 16},
+                                         {300, 3, 1},      {1, 5, 7},       {70, 96, 16}};
   for (const auto& [c, shifted] : cases_with_shift(cases)) {
     Generator generator(c.rows * 3 + c.in * 5 + c.out);
     Tensor wide = generator.randn({c.rows, c.in + 1});
