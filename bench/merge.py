@@ -74,6 +74,8 @@ ROWS = [
      ["gemm/stress_fwd/1048576x1024x1024/cublas"]),
     ("Stress dW = dy^T x (exact row sums), 1024x1024 over 1048576 rows", "gemm/stress_dw/1024x1024x1048576",
      ["gemm/stress_dw/1024x1024x1048576/cublas"]),
+    ("  same, an L1 loss's dy (fixed point, int8 tensor cores)", "gemm/stress_dw_l1/1024x1024x1048576",
+     ["gemm/stress_dw/1024x1024x1048576/cublas"]),
     ("Stress dx = dy W, 1048576x1024x1024", "gemm/stress_dx/1048576x1024x1024",
      ["gemm/stress_dx/1048576x1024x1024/cublas"]),
     ("Stress step, x 1048576x1024, Linear 1024->1024", "step/stress/public_api", ["step/stress/torch_eager"]),
