@@ -9,8 +9,10 @@
 // The launches of a step (buffers allocated once; run eagerly, or captured into one
 // CUDA graph per batch and replayed):
 //   1. the digits and maxima zeroed;
-//   2. x's column maxima (dW's fixed-point windows), and y = x Wᵀ + b by nn's forward
-//      (one fma chain per output: a row's y is the same bits in any batch);
+//   2. y = x Wᵀ + b by nn's forward (one fma chain per output: a row's y is the same
+//      bits in any batch), which also finds x's column maxima (dW's fixed-point
+//      windows) in its pass over x when the Linear is narrow (a pass of their own
+//      otherwise);
 //   3. the L1 loss from y (train/kernels/exact_step.h): the loss's digits, dy, db's
 //      digits (every nonzero dy is ±s, so db is s times a count of signs) and dy's
 //      maxima;
