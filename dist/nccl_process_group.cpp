@@ -238,31 +238,31 @@ void NcclProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   if (!tensor.is_contiguous()) tensor.copy_(buffer);
 }
 
-void NcclProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor*,
-                                         const char* operation) {
+bool NcclProcessGroup::has_digits(const char* operation, const exact::ExactSums& sums) const {
   check_usable(operation);
   SEQPAR_CHECK(sums.device() == Device::cuda(device_), operation, " on group ", name_,
                ": the sums are on ", sums.device(), " but the group's GPU is cuda:", device_);
-  if (sums.count() == 0) return;
-  const size_t words = static_cast<size_t>(sums.words());
+  return sums.count() > 0;
+}
+
+ncclResult_t NcclProcessGroup::enqueue_digits(exact::ExactSums& sums, cudaStream_t stream) {
   static_assert(sizeof(long long) == sizeof(int64_t), "ncclInt64 is a 64-bit integer");
-  run_collective(operation, [&](cudaStream_t stream) {
-    return ncclAllReduce(sums.digits(), sums.digits(), words, ncclInt64, ncclSum, communicator_,
-                         stream);
-  });
+  return ncclAllReduce(sums.digits(), sums.digits(), static_cast<size_t>(sums.words()), ncclInt64,
+                       ncclSum, communicator_, stream);
+}
+
+void NcclProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor*,
+                                         const char* operation) {
+  if (!has_digits(operation, sums)) return;
+  run_collective(operation, [&](cudaStream_t stream) { return enqueue_digits(sums, stream); });
 }
 
 void NcclProcessGroup::all_reduce_sums_enqueue(exact::ExactSums& sums, cudaStream_t stream) {
   const char* operation = "all_reduce_sums_enqueue";
-  check_usable(operation);
-  SEQPAR_CHECK(sums.device() == Device::cuda(device_), operation, " on group ", name_,
-               ": the sums are on ", sums.device(), " but the group's GPU is cuda:", device_);
-  if (sums.count() == 0) return;  // every rank has the same count, so every rank skips
+  if (!has_digits(operation, sums)) return;  // every rank has the same count, so every rank skips
   cuda::set_device(device_);
-  launch_and_settle(operation, stream, Clock::now() + options_.timeout, [&](cudaStream_t s) {
-    return ncclAllReduce(sums.digits(), sums.digits(), static_cast<size_t>(sums.words()),
-                         ncclInt64, ncclSum, communicator_, s);
-  });
+  launch_and_settle(operation, stream, Clock::now() + options_.timeout,
+                    [&](cudaStream_t s) { return enqueue_digits(sums, s); });
 }
 
 void NcclEnqueuedSums::combine(exact::ExactSums& sums) {

@@ -119,6 +119,10 @@ class NcclProcessGroup final : public ProcessGroup {
   int world_rank() const { return global_ranks_[static_cast<size_t>(rank_)]; }
   void check_usable(const char* operation) const;
   void check_tensor(const char* operation, const Tensor& tensor) const;
+  // The digits' all-reduce of both entry points: the checks (false when there are no
+  // sums, on every rank alike), and the one ncclAllReduce, in place.
+  bool has_digits(const char* operation, const exact::ExactSums& sums) const;
+  ncclResult_t enqueue_digits(exact::ExactSums& sums, cudaStream_t stream);
   template <typename Launch>
   void run_collective(const char* operation, Launch launch);
   template <typename Launch>

@@ -25,6 +25,9 @@
 #include "tests/test_util.h"
 #include "tests/train/step_test_util.h"
 #include "train/exact_l1_step.h"
+#ifdef SEQPAR_WITH_CUDA
+#include "train/kernels/exact_step.h"
+#endif
 #include "train/linear_l1_step.h"
 
 using namespace seqpar;
@@ -244,6 +247,11 @@ TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
                           issue_adamw(), 1.0);
   CHECK_THROWS_WITH(step.replay(), Catch::Contains("capture() first"));
   CHECK_THROWS_WITH(step.run(1), Catch::Contains("batch 1 of 1"));
+#ifdef SEQPAR_WITH_CUDA
+  // db is s times a count of signs: the L1 kernel takes only a finite s.
+  CHECK_THROWS_WITH(train::kernels::exact_l1_cuda(nullptr, nullptr, 4, 10, 4, INFINITY, {}, nullptr),
+                    Catch::Contains("the loss scale inf is not finite"));
+#endif
 }
 
 TEST_CASE("the fused steps refuse a model on the CPU, naming the step", "[train]") {

@@ -18,12 +18,11 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kElementsPerThread = 2;  // at least, before the grid grows
 
-// A special value (NaN, or ±s when s is not finite) as the flags of a one-term sum,
-// added into one sum's digits.
-__device__ void add_special(double value, int64_t* sum, int64_t stride) {
+// A NaN as the flags of a one-term sum, added into one sum's digits.
+__device__ void add_nan(int64_t* sum, int64_t stride) {
   exact::BinnedSum special;
   special.clear();
-  special.add(value);
+  special.add(static_cast<double>(NAN));
   int64_t flags[exact::kDigits] = {};
   special.flush(flags);
   exact::add_digits_atomically(flags, sum, stride);
@@ -91,18 +90,16 @@ __global__ void __launch_bounds__(kThreads)
   loss.flush(local);
   exact::add_block_digits(local, o.loss_digits, 1);  // synchronizes the block first
 
+  // s is finite (exact_l1_cuda checks), so |s| is one magnitude: db is s times the net
+  // count of signs, an integer at s's unit.
   const unsigned int bits = __float_as_uint(gradient) & 0x7fffffffu;
   const nn::detail::OneMagnitude f = nn::detail::one_magnitude_of(bits, bits);
   for (int j = threadIdx.x; j < out; j += blockDim.x) {
     int64_t* sum = o.bias_digits + j;
     const int64_t signs = gradient < 0.0f ? -int64_t{tally.signs[j]} : tally.signs[j];
-    if (f.holds) {
-      exact::add_scaled_integer_atomically(sum, o.digit_stride,
-                                           exact::Int128{signs} * f.significand, f.exponent);
-    } else if (signs != 0) {  // s is inf or NaN: every nonzero dy is that special value
-      add_special(static_cast<double>(gradient) * (signs > 0 ? 1.0 : -1.0), sum, o.digit_stride);
-    }
-    if (tally.nan_seen[j] != 0) add_special(static_cast<double>(NAN), sum, o.digit_stride);
+    exact::add_scaled_integer_atomically(sum, o.digit_stride,
+                                         exact::Int128{signs} * f.significand, f.exponent);
+    if (tally.nan_seen[j] != 0) add_nan(sum, o.digit_stride);
     if (tally.largest[j] != 0) atomicMax(o.grad_y_largest + j, tally.largest[j]);
   }
   if (threadIdx.x < 2 && tally.words[threadIdx.x] != 0) {
@@ -173,6 +170,8 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
                    int64_t out, float scale, const ExactL1Outputs& outputs, cuda::Stream stream) {
   SEQPAR_CHECK(out >= 1 && out <= kExactL1MaxOut, "exact_l1_cuda: out_features ", out,
                " outside [1, ", kExactL1MaxOut, "]");
+  // Every nn::Reduction scale of a non-empty loss is finite; db's count of signs needs it.
+  SEQPAR_CHECK(std::isfinite(scale), "exact_l1_cuda: the loss scale ", scale, " is not finite");
   const int64_t count = rows * out;
   if (count == 0) return;
   const int64_t blocks =

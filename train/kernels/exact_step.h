@@ -37,7 +37,7 @@ struct ExactL1Outputs {
 
 // y [rows, out] contiguous; target [rows, out] with row stride target_row_stride; out at
 // most kExactL1MaxOut; scale the loss's factor as nn::Reduction::scale gives it, in
-// float. The digits are added into (zero them first).
+// float (finite: checked). The digits are added into (zero them first).
 void exact_l1_cuda(const float* y, const float* target, int64_t target_row_stride, int64_t rows,
                    int64_t out, float scale, const ExactL1Outputs& outputs, cuda::Stream stream);
 
