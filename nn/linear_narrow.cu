@@ -5,8 +5,8 @@
 // over k = 0, 1, ... from +0, then + bias, the canonical order of nn/linear_kernels.h,
 // so y has the CPU's bits whatever kPerThread is and whichever kernel runs. Wᵀ (in x 16
 // floats, at most 48 KB) is staged once per block in shared memory; the threads of one
-// row are adjacent lanes, and a warp's read of Wᵀ at one k touches 64 bytes, one
-// shared-memory wavefront. x comes through shared memory too, in tiles each warp loads
+// row are adjacent lanes, and a warp's read of Wᵀ at one k touches 64 bytes (two
+// shared-memory wavefronts, the fewest a warp's 16-byte loads take). x comes through shared memory too, in tiles each warp loads
 // coalesced several tiles ahead (narrow_forward_staged_kernel), or, when its rows are
 // not 16-byte aligned, straight from each thread's row.
 //
@@ -15,11 +15,10 @@
 // four threads a row give more warps for the same instructions per FMA (one 16-byte
 // read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
 #include <atomic>
-#include <type_traits>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/async_copy.cuh"
-
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
