@@ -46,6 +46,7 @@ namespace {
 struct DeviceState {
   std::once_flag once;
   cudaStream_t stream = nullptr;
+  int multiprocessors = 0;
 };
 
 DeviceState& state_of(int device) {
@@ -55,6 +56,7 @@ DeviceState& state_of(int device) {
   std::call_once(state.once, [&] {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&state.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaDeviceGetAttribute(&state.multiprocessors, cudaDevAttrMultiProcessorCount, device));
     cudaMemPool_t pool = nullptr;
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
     uint64_t keep_everything = UINT64_MAX;
@@ -66,6 +68,8 @@ DeviceState& state_of(int device) {
 }  // namespace
 
 Stream current_stream(int device) { return state_of(device).stream; }
+
+int multiprocessor_count(int device) { return state_of(device).multiprocessors; }
 
 void* allocate(size_t bytes, int device) {
   cudaStream_t stream = state_of(device).stream;
@@ -124,6 +128,7 @@ bool built() { return false; }
 int device_count() { return 0; }
 void set_device(int) { no_cuda("set_device"); }
 Stream current_stream(int) { no_cuda("current_stream"); }
+int multiprocessor_count(int) { no_cuda("multiprocessor_count"); }
 void* allocate(size_t, int) { no_cuda("allocate"); }
 void release(void*, int) {}
 void copy(void*, Device, const void*, Device, size_t) { no_cuda("copy to or from a CUDA device"); }

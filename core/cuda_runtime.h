@@ -29,6 +29,9 @@ void set_device(int device);
 
 Stream current_stream(int device);
 
+// The device's SM count (asked once), for grids sized to fill it.
+int multiprocessor_count(int device);
+
 void* allocate(size_t bytes, int device);
 void release(void* pointer, int device);
 

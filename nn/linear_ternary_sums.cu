@@ -10,6 +10,8 @@
 // magnitude; the kernel here returns at once unless they agree (and are finite), and
 // the general kernel returns at once if they do. No host round trip, and the launches
 // are the same whatever dy holds.
+#include <algorithm>
+
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/exact_sum.cuh"
@@ -21,7 +23,7 @@ namespace seqpar::nn::detail {
 namespace {
 
 // The block: 64 columns of x (one tile of 8 a warp) and a group of 16 outputs, over a
-// chunk of kRowsPerChunk rows, 32 rows a step.
+// chunk of at most kRowsPerChunk rows, 32 rows a step.
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kGroup = 16;             // outputs j per block: one m16 tile
@@ -29,6 +31,11 @@ constexpr int kColumns = 8 * kWarps;   // columns k per block
 constexpr int kStepRows = 32;          // rows per tensor-core step: the k32 of m16n8k32
 constexpr int kLimbs = 6;              // bytes of a fixed-point element plus 2^44: 45 bits
 constexpr int64_t kRowsPerChunk = 512;
+// Chunks are shortened (to whole steps) until the grid has about this many blocks per SM
+// (two fit: 128 registers a thread): with few column blocks and output groups, 512-row
+// chunks left SMs idle (60 blocks at 3000 rows) or some with twice the work of others.
+// Any chunking gives the same integer sums.
+constexpr int64_t kBlocksPerSm = 2;
 // The int32 accumulators hold at most kRowsPerChunk products of ±1 and a byte.
 static_assert(kRowsPerChunk * 255 < (int64_t{1} << 31), "a chunk's limb sums fit in int32");
 // A chunk's sum of ±(an element below 2^44) times f's significand (below 2^24) stays below
@@ -120,7 +127,7 @@ __device__ inline void byte_planes(const Offset (&u)[8], int first, unsigned (&p
 // barrier a step. Then each (j, k) goes into the digits at once, with integer atomics.
 __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
-    int64_t* digits, int64_t count) {
+    int64_t* digits, int64_t count, int64_t rows_per_chunk) {
   const OneMagnitude magnitude = one_magnitude(words);
   if (!magnitude.holds) return;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -128,8 +135,8 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   const int64_t in = x.cols, out = dy.cols;
   const int64_t j0 = int64_t{blockIdx.y} * kGroup;
   const int64_t k_warp = int64_t{blockIdx.x} * kColumns + 8 * warp;  // this warp's 8 columns
-  const int64_t row_begin = int64_t{blockIdx.z} * kRowsPerChunk;
-  const int64_t rows = min(x.rows - row_begin, kRowsPerChunk);
+  const int64_t row_begin = int64_t{blockIdx.z} * rows_per_chunk;
+  const int64_t rows = min(x.rows - row_begin, rows_per_chunk);
 
   __shared__ uint4 fragments[2][32];   // a step's A fragments, by lane
   __shared__ int sign_totals[kGroup];  // Σ s over the chunk, by output
@@ -274,11 +281,19 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream) {
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(x.cols, kColumns)),
-                  static_cast<unsigned>(cuda::ceil_div(grad_y.cols, kGroup)),
-                  static_cast<unsigned>(cuda::ceil_div(x.rows, kRowsPerChunk)));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t column_blocks = cuda::ceil_div(x.cols, int64_t{kColumns});
+  const int64_t groups = cuda::ceil_div(grad_y.cols, int64_t{kGroup});
+  const int64_t chunks_wanted = std::max<int64_t>(
+      1, kBlocksPerSm * cuda::multiprocessor_count(device) / (column_blocks * groups));
+  const int64_t rows_per_chunk = std::clamp<int64_t>(
+      kStepRows * cuda::ceil_div(cuda::ceil_div(x.rows, chunks_wanted), int64_t{kStepRows}),
+      kStepRows, kRowsPerChunk);
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(groups),
+                  static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_chunk)));
   ternary_weight_grad_kernel<<<grid, kThreads, 0, stream>>>(grad_y, x, x_largest, words,
-                                                            digits, stride);
+                                                            digits, stride, rows_per_chunk);
   CUDA_LAUNCH_CHECK();
 }
 
