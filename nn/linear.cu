@@ -152,7 +152,7 @@ void check_on_device(const Tensor& tensor, const char* name, int device) {
 }  // namespace
 
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const Tensor& y) {
+                         const Tensor& y, unsigned int* x_largest) {
   SEQPAR_CHECK(x.defined() && x.device().is_cuda(), "linear_forward_cuda: x must be on a GPU");
   const int device = x.device().index;
   check_on_device(weight, "weight", device);
@@ -166,8 +166,11 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   const ConstRows x_rows = const_rows_of(x);
   if (narrow_forward_fits(x_rows, weight.size(0)) && weight.stride(1) == 1) {
     narrow_forward_cuda(x_rows, weight.data(), weight.stride(0), bias_data, weight.size(0),
-                        y.data(), y.stride(0), device);
+                        y.data(), y.stride(0), device, x_largest);
     return;
+  }
+  if (x_largest != nullptr) {
+    column_maxima_cuda(x_rows, x_largest, nullptr, cuda::current_stream(device));
   }
   gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(output_gemm(x, weight, bias_data, y), device);
 }

@@ -64,9 +64,11 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
 // (never accumulated into); undefined gradient outputs are skipped. y by the narrow
 // kernel where it fits, else by a GEMM kernel; dx by a GEMM kernel; dW and db by the
 // exact row sums, added over the ranks of the current exact::CrossRankScope and
-// rounded once.
+// rounded once. With x_largest, the forward also leaves x's column maxima there, as
+// column_maxima_cuda finds them (zero it first): in the narrow kernel's own pass over x
+// where it runs, else in a pass of their own.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const Tensor& y);
+                         const Tensor& y, unsigned int* x_largest = nullptr);
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
                           const Tensor& grad_bias);

@@ -6,9 +6,10 @@
 // so y has the CPU's bits whatever kPerThread is and whichever kernel runs. Wᵀ (in x 16
 // floats, at most 48 KB) is staged once per block in shared memory; the threads of one
 // row are adjacent lanes, and a warp's read of Wᵀ at one k touches 64 bytes (two
-// shared-memory wavefronts, the fewest a warp's 16-byte loads take). x comes through shared memory too, in tiles each warp loads
-// coalesced several tiles ahead (narrow_forward_staged_kernel), or, when its rows are
-// not 16-byte aligned, straight from each thread's row.
+// shared-memory wavefronts, the fewest a warp's 16-byte loads take). x comes through
+// shared memory too, in tiles each warp loads coalesced several tiles ahead
+// (narrow_forward_staged_kernel), or, when its rows are not 16-byte aligned, straight
+// from each thread's row.
 //
 // Why not one thread per row and all 16 outputs: 12,000 rows are then 94 blocks of four
 // warps, one warp per scheduler on most SMs, and every load's latency shows. Two or
@@ -51,19 +52,22 @@ __device__ __forceinline__ void stage_weight_t(const float* weight, int64_t weig
   }
 }
 
+// Four of a thread's chains at one k: sum[i] = fma(x[row, k], w_i, sum[i]) for the four
+// weights of w (W[j, k] for four consecutive outputs j).
+__device__ __forceinline__ void fma4(float value, float4 w, float* sum) {
+  sum[0] = fmaf(value, w.x, sum[0]);
+  sum[1] = fmaf(value, w.y, sum[1]);
+  sum[2] = fmaf(value, w.z, sum[2]);
+  sum[3] = fmaf(value, w.w, sum[3]);
+}
+
 // One k of a thread's chains: sum[j] = fma(x[row, k], W[j0 + j, k], sum[j]).
 template <int kPerThread>
 __device__ __forceinline__ void chain_step(const float* weight_t, int j0, float value, int64_t k,
                                            float (&sum)[kPerThread]) {
   const float4* w = reinterpret_cast<const float4*>(weight_t + k * kNarrowOut + j0);
 #pragma unroll
-  for (int q = 0; q < kPerThread / 4; ++q) {
-    const float4 w4 = w[q];
-    sum[4 * q] = fmaf(value, w4.x, sum[4 * q]);
-    sum[4 * q + 1] = fmaf(value, w4.y, sum[4 * q + 1]);
-    sum[4 * q + 2] = fmaf(value, w4.z, sum[4 * q + 2]);
-    sum[4 * q + 3] = fmaf(value, w4.w, sum[4 * q + 3]);
-  }
+  for (int q = 0; q < kPerThread / 4; ++q) fma4(value, w[q], sum + 4 * q);
 }
 
 // Wᵀ's rows k .. k + 3, this thread's kPerThread weights of each.
@@ -90,12 +94,7 @@ __device__ __forceinline__ void chain_steps4(const FourRows<kPerThread>& rows, f
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
-    for (int q = 0; q < kPerThread / 4; ++q) {
-      sum[4 * q] = fmaf(value[i], rows.w[i][q].x, sum[4 * q]);
-      sum[4 * q + 1] = fmaf(value[i], rows.w[i][q].y, sum[4 * q + 1]);
-      sum[4 * q + 2] = fmaf(value[i], rows.w[i][q].z, sum[4 * q + 2]);
-      sum[4 * q + 3] = fmaf(value[i], rows.w[i][q].w, sum[4 * q + 3]);
-    }
+    for (int q = 0; q < kPerThread / 4; ++q) fma4(value[i], rows.w[i][q], sum + 4 * q);
   }
 }
 

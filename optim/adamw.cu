@@ -129,8 +129,8 @@ int large_launch_blocks(int device) {
   static std::vector<Cached> cache(static_cast<size_t>(cuda::device_count()));
   Cached& cached = cache[static_cast<size_t>(device)];
   std::call_once(cached.once, [&] {
-    int sms = 0, blocks_per_sm = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = cuda::multiprocessor_count(device);
+    int blocks_per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, adamw_large_kernel,
                                                              kLargeThreads, 0));
     cached.blocks = kWavesPerLaunch * std::max(sms, 1) * std::max(blocks_per_sm, 1);

@@ -52,16 +52,9 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   CUDA_CHECK(cudaMemsetAsync(digits, 0, sizeof(int64_t) * gradient_sums_.words(), stream));
   CUDA_CHECK(cudaMemsetAsync(step_words_.data(), 0, sizeof(int64_t) * step_words_.size(), stream));
 
-  // The forward and x's column maxima (the windows of dW's fixed point): in one pass
-  // over x when the Linear is narrow.
+  // The forward, which also finds x's column maxima (the windows of dW's fixed point).
+  nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_, maxima);
   const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
-  if (nn::detail::narrow_forward_fits(x, out_)) {  // (weight_ is contiguous)
-    nn::detail::narrow_forward_cuda(x, weight_.data(), weight_.stride(0), bias_.data(), out_,
-                                    y_.data(), y_.stride(0), device_, maxima);
-  } else {
-    nn::detail::column_maxima_cuda(x, maxima, nullptr, stream);
-    nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_);
-  }
   const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits, digits + out_ * in_, stride,
                                    maxima + in_};
   kernels::exact_l1_cuda(y_.data(), b.target.data(), b.target.stride(0), rows_, out_, loss_scale_,
