@@ -38,7 +38,15 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
 
 #ifdef SEQPAR_WITH_CUDA
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
-void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums);
+// How the wide one-magnitude dW (linear_ternary_wide.cu) cuts the rows: rows converted
+// and multiplied at a time, and rows between folds of its int32 products into the
+// digits. 0: its own choice (chunks of about 512 MB of scratch, folds every 2^23 rows);
+// the tests choose small ones to reach every edge. Any cut gives the same bits.
+struct WideChunks {
+  int64_t rows_per_chunk = 0, rows_per_fold = 0;
+};
+void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                 const WideChunks& wide = {});
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
 // fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
@@ -106,6 +114,15 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream);
+// The same sums for a wide dy (at least 128 outputs; linear_ternary_wide.cu): x and dy's
+// signs converted once to int8, then an int8 GEMM on the tensor cores. Allocates its
+// scratch (stream-ordered), so only accumulate_weight_grad_cuda takes it, not a step
+// that captures a graph.
+bool ternary_weight_grad_wide_fits(const ConstRows& grad_y, const ConstRows& x);
+void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x,
+                                     const unsigned int* x_largest, const unsigned int* words,
+                                     int64_t* digits, int64_t stride, cuda::Stream stream,
+                                     const WideChunks& chunks);
 #endif
 
 }  // namespace seqpar::nn::detail

@@ -184,10 +184,12 @@ void enqueue_maxima(ConstRows a, ConstRows b, int64_t outputs, int64_t columns,
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from the maxima in
 // `largest`. Allocates nothing and never waits (capturable).
+// With `wide` (a caller that may allocate), dW's one-magnitude sums take the wide path
+// where it fits.
 template <bool kProducts>
 void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
                       const unsigned int* largest, int64_t* digits, int64_t stride,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const WideChunks* wide = nullptr) {
   exact::check_term_count("linear_backward", rows);
   if (rows == 0 || columns == 0 || outputs == 0) return;
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
@@ -203,7 +205,10 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // dW when dy has one magnitude: the fixed-point sums, and the general kernel returns
   // at once (both read the words on the device).
   const unsigned int* one_magnitude_words = nullptr;
-  if (kProducts && ternary_weight_grad_fits(a, b)) {
+  if (kProducts && wide != nullptr && ternary_weight_grad_wide_fits(a, b)) {
+    one_magnitude_words = largest + columns + outputs;
+    launch_ternary_weight_grad_wide(a, b, largest, one_magnitude_words, digits, stride, stream, *wide);
+  } else if (kProducts && ternary_weight_grad_fits(a, b)) {
     one_magnitude_words = largest + columns + outputs;
     launch_ternary_weight_grad(a, b, largest, one_magnitude_words, digits, stride, stream);
   }
@@ -218,7 +223,7 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
 // Maxima and sums with scratch of its own, on the device's current stream.
 template <bool kProducts>
 void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                     exact::ExactSums& sums) {
+                     exact::ExactSums& sums, const WideChunks& wide = {}) {
   if (rows == 0 || columns == 0 || outputs == 0) return;
   const int device = sums.device().index;
   cuda::set_device(device);
@@ -226,17 +231,18 @@ void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, in
   DeviceBuffer<unsigned int> largest(scratch_words<kProducts>(outputs, columns), sums.device());
   enqueue_maxima<kProducts>(a, b, outputs, columns, largest.data(), stream);
   enqueue_row_sums<kProducts>(a, b, rows, outputs, columns, largest.data(), sums.digits(),
-                              sums.count(), stream);
+                              sums.count(), stream, &wide);
 }
 
 }  // namespace
 
-void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums) {
+void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                 const WideChunks& wide) {
   SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols &&
                    sums.device().is_cuda(),
                "accumulate_weight_grad_cuda: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", ", sums.count(), " sums");
-  launch_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, sums);
+  launch_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, sums, wide);
 }
 
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums) {

@@ -47,23 +47,6 @@ static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the l
 static_assert(kRowsPerChunk * 256 <= (int64_t{1} << 22), "a chunk's total fits in int64");
 static_assert(kThreads * 2 == kStepRows * kGroup, "each thread reads two dy of a step");
 
-// One element outside the window: its products with the group's dy, each through a
-// binned sum (the general path's rules: rounded to the grid, NaN and inf as IEEE), into
-// the digits with integer atomics. Not inlined: it is the rare path, and the common one
-// keeps its registers.
-__device__ __noinline__ void add_outside_window(const ConstRows& dy, float value, int64_t row, int64_t k,
-                                   int64_t j0, int64_t in, int64_t* digits, int64_t count) {
-  for (int jj = 0; jj < kGroup && j0 + jj < dy.cols; ++jj) {
-    const float factor = dy.data[row * dy.row_stride + j0 + jj];
-    exact::BinnedSum sum;
-    sum.clear();
-    sum.add(__dmul_rn(static_cast<double>(factor), static_cast<double>(value)));
-    int64_t local[exact::kDigits] = {};
-    sum.flush(local, 1);
-    exact::add_digits_atomically(local, digits + (j0 + jj) * in + k, count);
-  }
-}
-
 // D = A B + D on the integer tensor cores, m16n8k32: A 16 outputs x 32 rows of signs
 // (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of the offset fixed-point x (u8).
 // Integer products and sums: exact in any order.
@@ -74,8 +57,6 @@ __device__ inline void imma_16x8x32(int (&d)[4], const uint4& a, unsigned b0, un
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
-
-__device__ inline int sign_of(float value) { return value > 0.0f ? 1 : value < 0.0f ? -1 : 0; }
 
 // x in its column's fixed point, offset: u = x / 2^lsb + 2^44, in [0, 2^45), when
 // y = x / 2^lsb is an integer below 2^44 in magnitude (the window is the column's
@@ -231,7 +212,8 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
         if (!(outside[r] || whole)) continue;
         const int64_t local = step_row + step_row_of(r);
         if (local < rows) {
-          add_outside_window(dy, current.x[r], row_begin + local, my_column, j0, in, digits, count);
+          add_outside_window(dy, current.x[r], row_begin + local, my_column, j0,
+                             min(j0 + kGroup, out), in, digits, count);
         }
         u[r] = {0u, 1u << (kWindowBits - 32)};  // 2^44: 0 in the window's sums
       }

@@ -1,7 +1,8 @@
 // dW when dy has one magnitude (dy = ±f or 0, as an L1 loss's backward gives:
 // nn/one_magnitude.h, fixed-point integer sums). On the CPU against the general binned
 // row sums (the exact values of the digits, and the rounded bits); on the GPU
-// (nn/linear_ternary_sums.cu) against the CPU, bit for bit. The inputs aim at each way
+// (nn/linear_ternary_sums.cu, and linear_ternary_wide.cu's int8 GEMM for 128 outputs
+// or more, cut into chunks of rows in several ways) against the CPU, bit for bit. The inputs aim at each way
 // out of the fixed-point window: elements tiny next to their column's largest,
 // subnormals, products below the bins' grid (a tiny f), products near 2^129 (a huge f),
 // infinities and NaNs in x (with dy = 0 beside them: 0 * inf is NaN), columns of zeros,
@@ -162,6 +163,24 @@ const std::vector<Case>& cases() {
   return all;
 }
 
+// Wide dy (at least 128 outputs): the int8 GEMM path of linear_ternary_wide.cu on the GPU.
+const std::vector<Case>& wide_cases() {
+  static const float l1_scale = 1.0f / 192000.0f;
+  static const std::vector<Case> all = {
+      {"wide: the int8 GEMM path", 2000, 96, 160, l1_scale, 0.01, 0, 0},
+      {"wide, odd edges", 1001, 37, 131, 0.25f, 0.1, -5, 5},
+      {"wide, many elements outside the window", 1500, 64, 128, l1_scale, 0.05, -70, 10},
+      {"wide, subnormal x", 700, 40, 129, 0.5f, 0.0, -160, -120},
+      {"wide, products below the grid (tiny f)", 600, 48, 130, 0x1p-140f, 0.1, -30, 0},
+      {"wide, subnormal f", 500, 33, 129, 0x1p-145f, 0.1, -10, 10},
+      {"wide, products near 2^129 (huge f)", 500, 48, 130, 0x1p100f, 0.1, 20, 28},
+      {"wide, infinities and NaNs in x", 700, 40, 140, l1_scale, 0.2, -3, 3, 0.002},
+      {"wide, every dy zero", 300, 40, 128, l1_scale, 1.0, -3, 3, 0.01},
+      {"wide, one row", 1, 50, 200, 3.0f, 0.0, -2, 2},
+  };
+  return all;
+}
+
 TEST_CASE("dW from a one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
           "[cpu]") {
   for (const Case& c : cases()) check_cpu(c);
@@ -173,6 +192,43 @@ TEST_CASE("dW from a one-magnitude dy on the GPU gives the CPU's exact bits", "[
   check(cases()[1], 3);  // strided dy and x
 }
 
+TEST_CASE("dW from a wide one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
+          "[cpu]") {
+  for (const Case& c : wide_cases()) check_cpu(c);
+}
+
+TEST_CASE("dW from a wide one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits",
+          "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (const Case& c : wide_cases()) check(c);
+  check(wide_cases()[1], 5);  // strided dy and x
+}
+
+TEST_CASE("the wide dW's bits do not depend on how its rows are cut into chunks and folds",
+          "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  // Chunks of 128 to 640 rows (the last one partial), folded after every chunk, every
+  // two or every three: each cut adds the same integers, so the same bits as the CPU.
+  const Case c{"wide, cut into chunks", 1391, 45, 150, 1.0f / 3000.0f, 0.05, -30, 5};
+  const Inputs inputs = make_inputs(c, 0);
+  const Tensor weight = Tensor::zeros({c.out, c.in});
+  const nn::LinearGradients cpu = nn::linear_backward(inputs.dy, inputs.x, weight, false, true, false);
+  const Device gpu = Device::cuda();
+  const Tensor x = inputs.x.to(gpu), dy = inputs.dy.to(gpu);
+  const nn::detail::WideChunks cuts[] = {{128, 128}, {128, 256}, {256, 768}, {640, 0}, {0, 128}};
+  for (const nn::detail::WideChunks& cut : cuts) {
+    INFO("rows per chunk " << cut.rows_per_chunk << ", rows per fold " << cut.rows_per_fold);
+    exact::ExactSums sums(c.out * c.in, gpu);
+    nn::detail::accumulate_weight_grad_cuda(nn::detail::const_rows_of(dy), nn::detail::const_rows_of(x),
+                                            sums, cut);
+    const Tensor grad_weight = test::poisoned({c.out, c.in}, gpu);
+    sums.round_into(grad_weight);
+    CHECK(test::bitwise_equal(grad_weight, cpu.weight));
+  }
+#endif
+}
+
 TEST_CASE("dW from a dy of two magnitudes takes the general row sums, the same bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
@@ -180,19 +236,21 @@ TEST_CASE("dW from a dy of two magnitudes takes the general row sums, the same b
   // if either path missed its turn or both worked, dW would be off by a whole row's share.
   std::mt19937 random(5);
   std::normal_distribution<float> normal;
-  const int64_t rows = 2000, in = 64, out = 16;
-  std::vector<float> x(rows * in), dy(rows * out);
-  for (float& value : x) value = normal(random);
-  for (float& value : dy) value = random() % 2 ? 0.125f : -0.125f;
-  dy[777] = 0.25f;
-  const Tensor x_cpu = from_values(x, {rows, in}), dy_cpu = from_values(dy, {rows, out});
-  const Tensor weight = Tensor::zeros({out, in});
-  const nn::LinearGradients cpu = nn::linear_backward(dy_cpu, x_cpu, weight, false, true, true);
-  const Device gpu = Device::cuda();
-  const Tensor grad_weight = test::poisoned({out, in}, gpu), grad_bias = test::poisoned({out}, gpu);
-  nn::detail::linear_backward_cuda(dy_cpu.to(gpu), x_cpu.to(gpu), weight.to(gpu), Tensor(),
-                                   grad_weight, grad_bias);
-  CHECK(test::bitwise_equal(grad_weight, cpu.weight));
-  CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+  for (const int64_t out : {16, 130}) {  // the narrow and the wide one-magnitude kernels
+    const int64_t rows = 2000, in = 64;
+    std::vector<float> x(rows * in), dy(rows * out);
+    for (float& value : x) value = normal(random);
+    for (float& value : dy) value = random() % 2 ? 0.125f : -0.125f;
+    dy[777] = 0.25f;
+    const Tensor x_cpu = from_values(x, {rows, in}), dy_cpu = from_values(dy, {rows, out});
+    const Tensor weight = Tensor::zeros({out, in});
+    const nn::LinearGradients cpu = nn::linear_backward(dy_cpu, x_cpu, weight, false, true, true);
+    const Device gpu = Device::cuda();
+    const Tensor grad_weight = test::poisoned({out, in}, gpu), grad_bias = test::poisoned({out}, gpu);
+    nn::detail::linear_backward_cuda(dy_cpu.to(gpu), x_cpu.to(gpu), weight.to(gpu), Tensor(),
+                                     grad_weight, grad_bias);
+    CHECK(test::bitwise_equal(grad_weight, cpu.weight));
+    CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+  }
 #endif
 }

@@ -1,0 +1,234 @@
+// dW = dyᵀ x when every dy has one magnitude (dy = s * f, s in {-1, 0, +1}: an L1 loss's
+// backward) and dy is wide, on the integer tensor cores through one int8 GEMM per chunk
+// of rows.
+//
+// The narrow kernel (linear_ternary_sums.cu) writes x in fixed point in registers for
+// each group of 16 outputs: at 1024 outputs, 64 times over. Here each element of x is
+// converted once, into the six signed bytes of its balanced base-256 digits, stored as
+// six "byte planes" [6][in][rows]; dy's signs once into an int8 matrix [out][rows]; and
+//
+//   C[j, l in' + k] = Σ_rows s[row, j] d_l[row, k]    (cuBLASLt, int32: exact)
+//   Σ_rows s v      = Σ_l 256^l C[j, l in' + k]       (the fold, in 128 bits: exact)
+//
+// f times that goes into dW's digits. Integer products and sums are exact in any order,
+// so these are the exact row sums of the general path, the same bits once rounded.
+// Elements outside their column's window take the binned sums one by one, as in the
+// narrow kernel.
+//
+// Balanced digits: an element v of its column's window is an integer with |v| < 2^44.
+// w = v + K, K = 0x808080808080 (128 in every byte), lies in [0, 2^48), and byte l of w
+// minus 128 is a digit d_l in [-128, 127] with Σ_l 256^l d_l = w - K = v. In double,
+// adding 2^52 + K to y = x 2^-lsb rounds y to an integer (the sum lies in [2^52, 2^53),
+// where the spacing is 1) and leaves w in the significand's low 48 bits: exactly when y
+// was an integer, which subtracting back checks. Those bytes xor 0x80 are the digits as
+// int8.
+//
+// Whether dy has one magnitude is known only on the device, as for the narrow kernel:
+// the kernels here read the words and do nothing (the signs: write zeros) when it does
+// not; the GEMM's products are then zero or never read.
+#include <algorithm>
+
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "core/device_buffer.h"
+#include "core/exact_sum.cuh"
+#include "nn/int8_gemm.h"
+#include "nn/linear_kernels.h"
+#include "nn/linear_ternary.cuh"
+
+namespace seqpar::nn::detail {
+
+namespace {
+
+constexpr int kPlanes = 6;          // balanced base-256 digits of |v| < 2^44 (and K < 2^48)
+constexpr int kTileColumns = 32;    // a tile: 32 columns (one a lane) of 128 rows
+constexpr int kTileRows = 128;
+constexpr int kThreads = 256;       // 8 warps, 16 rows (four words of four) each
+constexpr int64_t kMinOutputs = 128;
+// Scratch for a chunk's signs and planes: about this many bytes.
+constexpr int64_t kScratchBytes = int64_t{512} << 20;
+// Rows between folds: |C| <= rows * 128 (|s| <= 1, |d_l| <= 128) stays below 2^31, and
+// |Σ s v| < rows 2^44 times f's significand (< 2^24) below add_scaled_integer's 2^93.
+constexpr int64_t kRowsPerFold = int64_t{1} << 23;
+static_assert(kRowsPerFold * 128 < (int64_t{1} << 31), "a fold's int32 sums stay in range");
+static_assert(kWindowBits + 24 + 23 < 93, "a fold's total times f's significand fits add_scaled_integer");
+// A chunk's tiles fit a grid's y dimension.
+constexpr int64_t kMaxRowsPerChunk = int64_t{65535} * kTileRows;
+constexpr double kDigitsMagic = 0x1p52 + 0x808080808080p0;  // 2^52 + K
+constexpr uint64_t kDigitsBias = 0x808080808080ull;         // K: byte l xor 0x80 is d_l
+
+int64_t round_up(int64_t value, int64_t multiple) { return cuda::ceil_div(value, multiple) * multiple; }
+
+// dy's signs as int8 (zeros when dy has more than one magnitude, or past its edges).
+struct SignBytes {
+  const unsigned int* words;
+  bool holds = false;
+  __device__ bool prepare(int64_t) {
+    holds = one_magnitude(words).holds;
+    return true;
+  }
+  __device__ uint64_t operator()(float value, int64_t, int64_t, bool) const {
+    return static_cast<uint8_t>(static_cast<int8_t>(holds ? sign_of(value) : 0));
+  }
+};
+
+// x's balanced digits in its column's window, bytes 0..5 (zeros past the edges); an
+// element outside the window adds its products itself and counts as 0.
+struct DigitBytes {
+  ConstRows dy;
+  const unsigned int* x_largest;
+  const unsigned int* words;
+  int64_t in;
+  int64_t* digits;
+  int64_t count;
+  double scale = 0.0;  // 2^-lsb, a power of two: x times it is exact
+  bool whole = false;  // the column has no window
+  __device__ bool prepare(int64_t column) {
+    const OneMagnitude magnitude = one_magnitude(words);
+    if (!magnitude.holds) return false;
+    if (column < in) {
+      const Window window = column_window(x_largest[column], magnitude.exponent);
+      scale = ldexp(1.0, -window.lsb);
+      whole = window.whole;
+    }
+    return true;
+  }
+  __device__ uint64_t operator()(float value, int64_t row, int64_t column, bool valid) const {
+    const double y = __dmul_rn(static_cast<double>(value), scale);
+    const double d = __dadd_rn(y, kDigitsMagic);
+    const bool inside = fabs(y) < kWindowLimit && __dsub_rn(d, kDigitsMagic) == y;
+    if (valid && (whole || !inside)) {  // rare: about one element in 300,000 from randn
+      add_outside_window(dy, value, row, column, 0, dy.cols, in, digits, count);
+      return 0;
+    }
+    return static_cast<uint64_t>(__double_as_longlong(d)) ^ kDigitsBias;  // 0 past the edges
+  }
+};
+
+// A 128-row x 32-column tile of m as kPlanes byte planes, each column's rows contiguous:
+// planes[p * plane_stride + column * ld + row] = byte p of convert(m[row_begin + row,
+// column]), for the chunk's rows [0, rows) (zeros from there to the tile's end) and
+// columns [0, written_columns) (m's columns, then zeros). Reads a row's 32 columns per
+// warp load; transposes through shared memory (rows of 33 words: no bank conflicts);
+// writes 16 bytes a thread.
+template <int kPlaneCount, class Convert>
+__global__ void __launch_bounds__(kThreads) byte_planes_kernel(ConstRows m, int64_t row_begin, int64_t rows,
+                                                               int64_t written_columns, int64_t ld,
+                                                               int8_t* planes, int64_t plane_stride,
+                                                               Convert convert) {
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t column = int64_t{blockIdx.x} * kTileColumns + lane;
+  const int64_t tile_row = int64_t{blockIdx.y} * kTileRows;
+  if (!convert.prepare(column)) return;  // the same for every thread of the grid
+  __shared__ unsigned int words[kPlaneCount][kTileColumns][kTileColumns + 1];
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const int word = 4 * warp + g;  // rows 4 word .. 4 word + 3 of the tile
+    unsigned int packed[kPlaneCount] = {};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = tile_row + 4 * word + i;
+      const bool valid = row < rows && column < m.cols;
+      const float value = valid ? m.data[(row_begin + row) * m.row_stride + column] : 0.0f;
+      const uint64_t bytes = convert(value, row_begin + row, column, valid);
+#pragma unroll
+      for (int p = 0; p < kPlaneCount; ++p) {
+        packed[p] |= static_cast<unsigned int>((bytes >> (8 * p)) & 0xffu) << (8 * i);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kPlaneCount; ++p) words[p][lane][word] = packed[p];
+  }
+  __syncthreads();
+  for (int index = static_cast<int>(threadIdx.x); index < kPlaneCount * kTileColumns * 8; index += kThreads) {
+    const int line = index / 8, part = index % 8;
+    const int p = line / kTileColumns, c = line % kTileColumns;
+    const int64_t out_column = int64_t{blockIdx.x} * kTileColumns + c;
+    if (out_column >= written_columns) continue;
+    const unsigned int* source = &words[p][c][4 * part];
+    *reinterpret_cast<uint4*>(planes + p * plane_stride + out_column * ld + tile_row + 16 * part) =
+        make_uint4(source[0], source[1], source[2], source[3]);
+  }
+}
+
+// Each dW[j, k] of a window: Σ s v = Σ_l 256^l C[j, l in' + k] (Horner, in 128 bits),
+// times f's significand, into the digits at the window's unit times f's. One thread an
+// output, after every kernel that touched these digits: plain integer adds.
+__global__ void fold_kernel(const int32_t* products, int64_t out_padded, int64_t in_padded,
+                            int64_t out, int64_t in, const unsigned int* x_largest,
+                            const unsigned int* words, int64_t* digits, int64_t count) {
+  const OneMagnitude magnitude = one_magnitude(words);
+  if (!magnitude.holds) return;
+  const int64_t total_outputs = out * in;
+  for (int64_t index = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; index < total_outputs;
+       index += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = index % out, k = index / out;  // j fastest: C's columns are read whole
+    const Window window = column_window(x_largest[k], magnitude.exponent);
+    if (window.whole) continue;
+    exact::Int128 total = 0;
+#pragma unroll
+    for (int p = kPlanes - 1; p >= 0; --p) {
+      total = total * 256 + products[(p * in_padded + k) * out_padded + j];
+    }
+    exact::add_scaled_integer(digits + j * in + k, count, total * magnitude.significand,
+                              window.lsb + magnitude.exponent);
+  }
+}
+
+}  // namespace
+
+bool ternary_weight_grad_wide_fits(const ConstRows& grad_y, const ConstRows& x) {
+  return grad_y.cols >= kMinOutputs && x.rows > 0 && x.cols > 0;
+}
+
+void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x,
+                                     const unsigned int* x_largest, const unsigned int* words,
+                                     int64_t* digits, int64_t stride, cuda::Stream stream,
+                                     const WideChunks& chunks) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
+  const int64_t out_padded = round_up(out, kTileColumns), in_padded = round_up(in, kTileColumns);
+  const int64_t bytes_per_row = out_padded + kPlanes * in_padded;
+  int64_t rows_per_chunk = chunks.rows_per_chunk > 0 ? round_up(chunks.rows_per_chunk, kTileRows)
+                                                     : kScratchBytes / bytes_per_row / kTileRows * kTileRows;
+  rows_per_chunk = std::clamp<int64_t>(rows_per_chunk, kTileRows,
+                                       std::min({round_up(rows, kTileRows), kMaxRowsPerChunk, kRowsPerFold}));
+  const int64_t rows_per_fold =
+      std::min(chunks.rows_per_fold > 0 ? chunks.rows_per_fold : kRowsPerFold, kRowsPerFold);
+  const int64_t chunks_per_fold = std::max<int64_t>(1, rows_per_fold / rows_per_chunk);
+
+  const Device gpu = Device::cuda(device);
+  DeviceBuffer<int8_t> signs(out_padded * rows_per_chunk, gpu);
+  DeviceBuffer<int8_t> planes(kPlanes * in_padded * rows_per_chunk, gpu);
+  DeviceBuffer<int32_t> products(out_padded * kPlanes * in_padded, gpu);
+  const SignBytes sign_bytes{words};
+  const DigitBytes digit_bytes{grad_y, x_largest, words, in, digits, stride};
+  const int fold_blocks = static_cast<int>(std::min<int64_t>(
+      cuda::ceil_div(out * in, int64_t{kThreads}), int64_t{8} * cuda::multiprocessor_count(device)));
+
+  int64_t chunk = 0;
+  for (int64_t begin = 0; begin < rows; begin += rows_per_chunk, ++chunk) {
+    const int64_t chunk_rows = std::min(rows_per_chunk, rows - begin);
+    const int64_t ld = round_up(chunk_rows, kTileRows);
+    const unsigned tiles = static_cast<unsigned>(ld / kTileRows);
+    byte_planes_kernel<1><<<dim3(static_cast<unsigned>(out_padded / kTileColumns), tiles), kThreads, 0,
+                            stream>>>(grad_y, begin, chunk_rows, out_padded, ld, signs.data(), 0,
+                                      sign_bytes);
+    CUDA_LAUNCH_CHECK();
+    byte_planes_kernel<kPlanes><<<dim3(static_cast<unsigned>(in_padded / kTileColumns), tiles), kThreads, 0,
+                                  stream>>>(x, begin, chunk_rows, in_padded, ld, planes.data(),
+                                            in_padded * ld, digit_bytes);
+    CUDA_LAUNCH_CHECK();
+    int8_product({out_padded, kPlanes * in_padded, ld, signs.data(), planes.data(), products.data(),
+                  chunk % chunks_per_fold != 0},
+                 device, stream);
+    if ((chunk + 1) % chunks_per_fold == 0 || begin + chunk_rows >= rows) {
+      fold_kernel<<<fold_blocks, kThreads, 0, stream>>>(products.data(), out_padded, in_padded, out, in,
+                                                         x_largest, words, digits, stride);
+      CUDA_LAUNCH_CHECK();
+    }
+  }
+}
+
+}  // namespace seqpar::nn::detail
