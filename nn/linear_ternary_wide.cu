@@ -121,23 +121,30 @@ __global__ void __launch_bounds__(kThreads) byte_planes_kernel(ConstRows m, int6
   const int64_t tile_row = int64_t{blockIdx.y} * kTileRows;
   if (!convert.prepare(column)) return;  // the same for every thread of the grid
   __shared__ unsigned int words[kPlaneCount][kTileColumns][kTileColumns + 1];
+  // This warp's 16 rows, all loaded before any is converted: a conversion may call
+  // add_outside_window, which writes memory, and the compiler keeps loads after a call.
+  constexpr int kWarpRows = 16;
+  const int64_t warp_row = tile_row + kWarpRows * warp;
+  float values[kWarpRows];
 #pragma unroll
-  for (int g = 0; g < 4; ++g) {
-    const int word = 4 * warp + g;  // rows 4 word .. 4 word + 3 of the tile
+  for (int e = 0; e < kWarpRows; ++e) {
+    const bool valid = warp_row + e < rows && column < m.cols;
+    values[e] = valid ? m.data[(row_begin + warp_row + e) * m.row_stride + column] : 0.0f;
+  }
+#pragma unroll
+  for (int g = 0; g < kWarpRows / 4; ++g) {  // word 4 warp + g: rows 4 g .. 4 g + 3 of the warp's
     unsigned int packed[kPlaneCount] = {};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int64_t row = tile_row + 4 * word + i;
-      const bool valid = row < rows && column < m.cols;
-      const float value = valid ? m.data[(row_begin + row) * m.row_stride + column] : 0.0f;
-      const uint64_t bytes = convert(value, row_begin + row, column, valid);
+      const int64_t row = warp_row + 4 * g + i;
+      const uint64_t bytes = convert(values[4 * g + i], row_begin + row, column, row < rows && column < m.cols);
 #pragma unroll
       for (int p = 0; p < kPlaneCount; ++p) {
         packed[p] |= static_cast<unsigned int>((bytes >> (8 * p)) & 0xffu) << (8 * i);
       }
     }
 #pragma unroll
-    for (int p = 0; p < kPlaneCount; ++p) words[p][lane][word] = packed[p];
+    for (int p = 0; p < kPlaneCount; ++p) words[p][lane][4 * warp + g] = packed[p];
   }
   __syncthreads();
   for (int index = static_cast<int>(threadIdx.x); index < kPlaneCount * kTileColumns * 8; index += kThreads) {

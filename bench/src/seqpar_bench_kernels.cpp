@@ -5,16 +5,22 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "bench/src/bench_sections.h"
 #include "autograd/variable.h"
+#include "core/cuda_check.h"
+#include "core/cuda_runtime.h"
+#include "core/device_buffer.h"
 #include "core/device_generator.h"
+#include "core/exact_sums.h"
 #include "core/error.h"
 #include "core/elementwise.h"
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
+#include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
 #include "train/kernels/skinny.h"
 #include "optim/adamw.h"
@@ -257,6 +263,56 @@ void bench_kernel_parts(Report& report, const Settings& s) {
              }, s.warmup, s.repeats), kF * 3 * n * in);
 }
 
+namespace {
+
+// The two one-magnitude dW kernels side by side at 262,144 rows and 1024 columns of x,
+// for 32 to 256 outputs: the 16-output-group kernel (linear_ternary_sums.cu, the one a
+// captured step takes) and the int8 GEMM (linear_ternary_wide.cu, the public API's from
+// 128 outputs), each after the same maxima pass. Then the int8 GEMM alone at the shape
+// of one chunk of the 1024-output stress dW.
+void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x) {
+  const int64_t rows = int64_t{1} << 18, in = x.size(1);
+  const nn::detail::ConstRows x_rows = nn::detail::const_rows_of(x.narrow(0, 0, rows));
+  const cuda::Stream stream = cuda::current_stream(0);
+  for (const int64_t out : {32, 64, 128, 256}) {
+    const nn::detail::ConstRows dy_rows =
+        nn::detail::const_rows_of(grad_y_l1.narrow(0, 0, rows).narrow(1, 0, out));
+    exact::ExactSums sums(out * in, kGpu);
+    DeviceBuffer<unsigned int> scratch(nn::detail::weight_grad_scratch_words(in, out), kGpu);
+    const auto maxima = [&] {
+      scratch.zero();
+      nn::detail::column_maxima_cuda(x_rows, scratch.data(), nullptr, stream);
+      nn::detail::column_maxima_cuda(dy_rows, scratch.data() + in, scratch.data() + in + out, stream);
+    };
+    const std::string shape = std::to_string(out) + "x" + std::to_string(in) + "x" + std::to_string(rows);
+    report.add("gemm/dw_l1_groups_of_16/" + shape, "one-magnitude dW, x in fixed point once per 16 outputs",
+               time_calls([&] {
+                 maxima();
+                 nn::detail::enqueue_weight_grad_sums(dy_rows, x_rows, scratch.data(), sums.digits(),
+                                                      sums.count(), stream);
+               }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);
+    report.add("gemm/dw_l1_int8_gemm/" + shape, "one-magnitude dW, x in byte planes once, cuBLASLt int8 GEMM",
+               time_calls([&] {
+                 maxima();
+                 nn::detail::launch_ternary_weight_grad_wide(
+                     dy_rows, x_rows, scratch.data(), scratch.data() + in + out, sums.digits(),
+                     sums.count(), stream, {});
+               }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);
+  }
+  // One chunk of the stress dW: 1024 outputs, 6 planes of 1024 columns, 74,880 rows.
+  const int64_t m = 1024, n = 6 * 1024, k = 74880;
+  DeviceBuffer<int8_t> a(m * k, kGpu), b(n * k, kGpu);
+  DeviceBuffer<int32_t> c(m * n, kGpu);
+  CUDA_CHECK(cudaMemsetAsync(a.data(), 0x5a, static_cast<size_t>(m * k), stream));
+  CUDA_CHECK(cudaMemsetAsync(b.data(), 0xa7, static_cast<size_t>(n * k), stream));
+  report.add("gemm/int8_product/1024x6144x74880", "cuBLASLt int8 GEMM, int32 sums (ops as flops)",
+             time_calls([&] {
+               nn::detail::int8_product({m, n, k, a.data(), b.data(), c.data(), false}, 0, stream);
+             }, 1, 5), static_cast<double>(m * k + n * k + 4 * m * n), 2.0 * m * n * k);
+}
+
+}  // namespace
+
 void bench_stress(Report& report, const Settings& s) {
   {  // square GEMM: y = x Wᵀ + b on the 128 x 128 kernel
     const int64_t size = 4096;
@@ -305,6 +361,7 @@ void bench_stress(Report& report, const Settings& s) {
                    nn::detail::linear_backward_cuda(grad_y_l1, x, model.weight().data(), Tensor(),
                                                     grad_weight, Tensor());
                  }, 1, 3), kF * (2 * rows * features + features * features), flops);
+      bench_dw_l1_paths(report, grad_y_l1, x);
     }
     const Tensor grad_x = Tensor::empty({rows, features}, kGpu);
     report.add("gemm/stress_dx/1048576x1024x1024", "128x128 tiled GEMM, W read down its columns, 16-deep K slices",
