@@ -39,11 +39,13 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
 #ifdef SEQPAR_WITH_CUDA
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
 // How the wide one-magnitude dW (linear_ternary_wide.cu) cuts the rows: rows converted
-// and multiplied at a time, and rows between folds of its int32 products into the
-// digits. 0: its own choice (chunks of about 512 MB of scratch, folds every 2^23 rows);
-// the tests choose small ones to reach every edge. Any cut gives the same bits.
+// and multiplied at a time, rows between folds of its int32 products into the digits,
+// and how many elements outside their windows a chunk lists before it scans for them
+// instead. 0: its own choice (chunks of about 512 MB of scratch, folds every 2^23 rows,
+// 65,536 listed); the tests choose small ones to reach every edge. Any choice gives the
+// same bits.
 struct WideChunks {
-  int64_t rows_per_chunk = 0, rows_per_fold = 0;
+  int64_t rows_per_chunk = 0, rows_per_fold = 0, outside_capacity = 0;
 };
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                  const WideChunks& wide = {});
@@ -114,7 +116,7 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream);
-// The same sums for a wide dy (at least 128 outputs; linear_ternary_wide.cu): x and dy's
+// The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x and dy's
 // signs converted once to int8, then an int8 GEMM on the tensor cores. Allocates its
 // scratch (stream-ordered), so only accumulate_weight_grad_cuda takes it, not a step
 // that captures a graph.

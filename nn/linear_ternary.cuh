@@ -19,22 +19,26 @@ __device__ inline OneMagnitude one_magnitude(const unsigned int* words) {
 
 __device__ inline int sign_of(float value) { return value > 0.0f ? 1 : value < 0.0f ? -1 : 0; }
 
-// One element x[row, k] outside its column's window: its products with dy[row, j] for
-// j in [j_begin, j_end), each through a binned sum (the general path's rules: rounded to
-// the grid, NaN and inf as IEEE), into the digits of dW[j, k] with integer atomics. Not
-// inlined: it is the rare path, and the common one keeps its registers.
+// One element x[row, k] outside its column's window, times dy[row, j]: the product through
+// a binned sum (the general path's rules: rounded to the grid, NaN and inf as IEEE), into
+// the digits of dW[j, k] with integer atomics (in any order, the same digits).
+__device__ inline void add_outside_product(const ConstRows& dy, float value, int64_t row, int64_t k,
+                                           int64_t j, int64_t in, int64_t* digits, int64_t count) {
+  const float factor = dy.data[row * dy.row_stride + j];
+  exact::BinnedSum sum;
+  sum.clear();
+  sum.add(__dmul_rn(static_cast<double>(factor), static_cast<double>(value)));
+  int64_t local[exact::kDigits] = {};
+  sum.flush(local, 1);
+  exact::add_digits_atomically(local, digits + j * in + k, count);
+}
+
+// The same for j in [j_begin, j_end). Not inlined: it is the rare path, and the common
+// one keeps its registers.
 inline __device__ __noinline__ void add_outside_window(const ConstRows& dy, float value, int64_t row,
                                                        int64_t k, int64_t j_begin, int64_t j_end,
                                                        int64_t in, int64_t* digits, int64_t count) {
-  for (int64_t j = j_begin; j < j_end; ++j) {
-    const float factor = dy.data[row * dy.row_stride + j];
-    exact::BinnedSum sum;
-    sum.clear();
-    sum.add(__dmul_rn(static_cast<double>(factor), static_cast<double>(value)));
-    int64_t local[exact::kDigits] = {};
-    sum.flush(local, 1);
-    exact::add_digits_atomically(local, digits + j * in + k, count);
-  }
+  for (int64_t j = j_begin; j < j_end; ++j) add_outside_product(dy, value, row, k, j, in, digits, count);
 }
 
 }  // namespace seqpar::nn::detail

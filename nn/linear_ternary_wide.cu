@@ -12,8 +12,12 @@
 //
 // f times that goes into dW's digits. Integer products and sums are exact in any order,
 // so these are the exact row sums of the general path, the same bits once rounded.
-// Elements outside their column's window take the binned sums one by one, as in the
-// narrow kernel.
+// Elements outside their column's window (about one in 300,000 from randn) take the
+// binned sums one by one, with the general path's rules, as in the narrow kernel; but
+// not inside the conversion, where one element's 1024 products held up its whole block.
+// The conversion lists them (an integer counter hands out the slots) and counts them as
+// 0; a kernel of their own then spreads each one's products over a warp. The list's
+// order changes from run to run, the digits' integer sums do not.
 //
 // Balanced digits: an element v of its column's window is an integer with |v| < 2^44.
 // w = v + K, K = 0x808080808080 (128 in every byte), lies in [0, 2^48), and byte l of w
@@ -44,7 +48,7 @@ constexpr int kPlanes = 6;          // balanced base-256 digits of |v| < 2^44 (a
 constexpr int kTileColumns = 32;    // a tile: 32 columns (one a lane) of 128 rows
 constexpr int kTileRows = 128;
 constexpr int kThreads = 256;       // 8 warps, 16 rows (four words of four) each
-constexpr int64_t kMinOutputs = 128;
+constexpr int64_t kMinOutputs = 64;  // below, the 16-output kernel is faster (bench: dw_l1_*)
 // Scratch for a chunk's signs and planes: about this many bytes.
 constexpr int64_t kScratchBytes = int64_t{512} << 20;
 // Rows between folds: |C| <= rows * 128 (|s| <= 1, |d_l| <= 128) stays below 2^31, and
@@ -56,6 +60,35 @@ static_assert(kWindowBits + 24 + 23 < 93, "a fold's total times f's significand 
 constexpr int64_t kMaxRowsPerChunk = int64_t{65535} * kTileRows;
 constexpr double kDigitsMagic = 0x1p52 + 0x808080808080p0;  // 2^52 + K
 constexpr uint64_t kDigitsBias = 0x808080808080ull;         // K: byte l xor 0x80 is d_l
+// Elements outside their windows listed per chunk; beyond this many (a column holding
+// an infinity, say) the chunk is scanned for them instead.
+constexpr int64_t kOutsideCapacity = 65536;
+
+// An element outside its column's window: x[row, column] = value.
+struct OutsideElement {
+  int64_t row, column;
+  float value;
+};
+
+// Whether value 2^-lsb (scale = 2^-lsb) is an integer of the window, |v| < 2^44, and
+// d = v + 2^52 + K in double (its low 48 bits are v + K).
+__device__ inline bool in_window(float value, double scale, double& d) {
+  const double y = __dmul_rn(static_cast<double>(value), scale);
+  d = __dadd_rn(y, kDigitsMagic);
+  return fabs(y) < kWindowLimit && __dsub_rn(d, kDigitsMagic) == y;
+}
+
+// Column `column`'s 2^-lsb and whether it has no window (both 0 / false past the edge).
+struct ColumnScale {
+  double scale = 0.0;
+  bool whole = false;
+};
+__device__ inline ColumnScale column_scale(const unsigned int* x_largest, int64_t column, int64_t in,
+                                           int f_exponent) {
+  if (column >= in) return {};
+  const Window window = column_window(x_largest[column], f_exponent);
+  return {ldexp(1.0, -window.lsb), window.whole};
+}
 
 int64_t round_up(int64_t value, int64_t multiple) { return cuda::ceil_div(value, multiple) * multiple; }
 
@@ -73,32 +106,27 @@ struct SignBytes {
 };
 
 // x's balanced digits in its column's window, bytes 0..5 (zeros past the edges); an
-// element outside the window adds its products itself and counts as 0.
+// element outside the window goes on the chunk's list and counts as 0.
 struct DigitBytes {
-  ConstRows dy;
   const unsigned int* x_largest;
   const unsigned int* words;
   int64_t in;
-  int64_t* digits;
-  int64_t count;
-  double scale = 0.0;  // 2^-lsb, a power of two: x times it is exact
-  bool whole = false;  // the column has no window
-  __device__ bool prepare(int64_t column) {
+  unsigned long long* outside_count;
+  OutsideElement* outside;
+  int64_t outside_capacity;
+  ColumnScale column;
+  __device__ bool prepare(int64_t index) {
     const OneMagnitude magnitude = one_magnitude(words);
     if (!magnitude.holds) return false;
-    if (column < in) {
-      const Window window = column_window(x_largest[column], magnitude.exponent);
-      scale = ldexp(1.0, -window.lsb);
-      whole = window.whole;
-    }
+    column = column_scale(x_largest, index, in, magnitude.exponent);
     return true;
   }
-  __device__ uint64_t operator()(float value, int64_t row, int64_t column, bool valid) const {
-    const double y = __dmul_rn(static_cast<double>(value), scale);
-    const double d = __dadd_rn(y, kDigitsMagic);
-    const bool inside = fabs(y) < kWindowLimit && __dsub_rn(d, kDigitsMagic) == y;
-    if (valid && (whole || !inside)) {  // rare: about one element in 300,000 from randn
-      add_outside_window(dy, value, row, column, 0, dy.cols, in, digits, count);
+  __device__ uint64_t operator()(float value, int64_t row, int64_t index, bool valid) const {
+    double d;
+    const bool inside = in_window(value, column.scale, d);
+    if (valid && (column.whole || !inside)) {
+      const unsigned long long slot = atomicAdd(outside_count, 1ull);
+      if (slot < static_cast<unsigned long long>(outside_capacity)) outside[slot] = {row, index, value};
       return 0;
     }
     return static_cast<uint64_t>(__double_as_longlong(d)) ^ kDigitsBias;  // 0 past the edges
@@ -121,8 +149,8 @@ __global__ void __launch_bounds__(kThreads) byte_planes_kernel(ConstRows m, int6
   const int64_t tile_row = int64_t{blockIdx.y} * kTileRows;
   if (!convert.prepare(column)) return;  // the same for every thread of the grid
   __shared__ unsigned int words[kPlaneCount][kTileColumns][kTileColumns + 1];
-  // This warp's 16 rows, all loaded before any is converted: a conversion may call
-  // add_outside_window, which writes memory, and the compiler keeps loads after a call.
+  // This warp's 16 rows, all loaded before any is converted (a conversion may write the
+  // outside list, and the compiler keeps a load after a store it cannot tell apart).
   constexpr int kWarpRows = 16;
   const int64_t warp_row = tile_row + kWarpRows * warp;
   float values[kWarpRows];
@@ -155,6 +183,44 @@ __global__ void __launch_bounds__(kThreads) byte_planes_kernel(ConstRows m, int6
     const unsigned int* source = &words[p][c][4 * part];
     *reinterpret_cast<uint4*>(planes + p * plane_stride + out_column * ld + tile_row + 16 * part) =
         make_uint4(source[0], source[1], source[2], source[3]);
+  }
+}
+
+// The chunk's elements outside their windows, each one's products with its row's dy,
+// into the digits (add_outside_product: integer atomics). From the list, a warp an
+// element and its lanes over the outputs; when the list overflowed, by scanning the
+// chunk, a thread an element (the same test as the conversion's).
+__global__ void __launch_bounds__(kThreads) outside_kernel(ConstRows dy, ConstRows x, int64_t row_begin,
+                                                           int64_t rows, const unsigned int* x_largest,
+                                                           const unsigned int* words,
+                                                           const unsigned long long* outside_count,
+                                                           const OutsideElement* outside,
+                                                           int64_t outside_capacity, int64_t* digits,
+                                                           int64_t count) {
+  const OneMagnitude magnitude = one_magnitude(words);
+  const unsigned long long found = *outside_count;
+  if (!magnitude.holds || found == 0) return;
+  const int64_t in = x.cols, out = dy.cols;
+  const int64_t thread = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int64_t threads = int64_t{gridDim.x} * blockDim.x;
+  if (found <= static_cast<unsigned long long>(outside_capacity)) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    for (int64_t e = thread / 32; e < static_cast<int64_t>(found); e += threads / 32) {
+      const OutsideElement element = outside[e];
+      for (int64_t j = lane; j < out; j += 32) {
+        add_outside_product(dy, element.value, element.row, element.column, j, in, digits, count);
+      }
+    }
+    return;
+  }
+  for (int64_t index = thread; index < rows * in; index += threads) {
+    const int64_t row = row_begin + index / in, k = index % in;
+    const float value = x.data[row * x.row_stride + k];
+    const ColumnScale column = column_scale(x_largest, k, in, magnitude.exponent);
+    double d;
+    if (column.whole || !in_window(value, column.scale, d)) {
+      add_outside_window(dy, value, row, k, 0, out, in, digits, count);
+    }
   }
 }
 
@@ -209,10 +275,14 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
   DeviceBuffer<int8_t> signs(out_padded * rows_per_chunk, gpu);
   DeviceBuffer<int8_t> planes(kPlanes * in_padded * rows_per_chunk, gpu);
   DeviceBuffer<int32_t> products(out_padded * kPlanes * in_padded, gpu);
+  const int64_t outside_capacity = chunks.outside_capacity > 0 ? chunks.outside_capacity : kOutsideCapacity;
+  DeviceBuffer<unsigned long long> outside_count(1, gpu);
+  DeviceBuffer<OutsideElement> outside(outside_capacity, gpu);
   const SignBytes sign_bytes{words};
-  const DigitBytes digit_bytes{grad_y, x_largest, words, in, digits, stride};
-  const int fold_blocks = static_cast<int>(std::min<int64_t>(
-      cuda::ceil_div(out * in, int64_t{kThreads}), int64_t{8} * cuda::multiprocessor_count(device)));
+  const DigitBytes digit_bytes{x_largest, words, in, outside_count.data(), outside.data(), outside_capacity};
+  const int spread_blocks = 8 * cuda::multiprocessor_count(device);
+  const int fold_blocks =
+      static_cast<int>(std::min<int64_t>(cuda::ceil_div(out * in, int64_t{kThreads}), spread_blocks));
 
   int64_t chunk = 0;
   for (int64_t begin = 0; begin < rows; begin += rows_per_chunk, ++chunk) {
@@ -223,9 +293,14 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
                             stream>>>(grad_y, begin, chunk_rows, out_padded, ld, signs.data(), 0,
                                       sign_bytes);
     CUDA_LAUNCH_CHECK();
+    outside_count.zero();
     byte_planes_kernel<kPlanes><<<dim3(static_cast<unsigned>(in_padded / kTileColumns), tiles), kThreads, 0,
                                   stream>>>(x, begin, chunk_rows, in_padded, ld, planes.data(),
                                             in_padded * ld, digit_bytes);
+    CUDA_LAUNCH_CHECK();
+    outside_kernel<<<spread_blocks, kThreads, 0, stream>>>(grad_y, x, begin, chunk_rows, x_largest, words,
+                                                         outside_count.data(), outside.data(),
+                                                         outside_capacity, digits, stride);
     CUDA_LAUNCH_CHECK();
     int8_product({out_padded, kPlanes * in_padded, ld, signs.data(), planes.data(), products.data(),
                   chunk % chunks_per_fold != 0},

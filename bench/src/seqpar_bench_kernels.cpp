@@ -268,7 +268,7 @@ namespace {
 // The two one-magnitude dW kernels side by side at 262,144 rows and 1024 columns of x,
 // for 32 to 256 outputs: the 16-output-group kernel (linear_ternary_sums.cu, the one a
 // captured step takes) and the int8 GEMM (linear_ternary_wide.cu, the public API's from
-// 128 outputs), each after the same maxima pass. Then the int8 GEMM alone at the shape
+// 64 outputs), each after the same maxima pass. Then the int8 GEMM alone at the shape
 // of one chunk of the 1024-output stress dW.
 void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x) {
   const int64_t rows = int64_t{1} << 18, in = x.size(1);
