@@ -64,11 +64,21 @@ __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigne
     atomicMax(largest + column, __float_as_uint(value));
   }
   if (magnitudes != nullptr) {
+    // The warps meet in the block, and the block updates the two words only when it
+    // holds more than they already do: a million warps' atomics on the same two words
+    // had cost more than the whole pass. A stale read costs an atomic, never a maximum.
+    __shared__ unsigned int block_words[2][kThreads / 32];
     most = __reduce_max_sync(0xffffffffu, most);
     least_complement = __reduce_max_sync(0xffffffffu, least_complement);
     if (threadIdx.x % 32 == 0) {
-      atomicMax(magnitudes, most);
-      atomicMax(magnitudes + 1, least_complement);
+      block_words[0][threadIdx.x / 32] = most;
+      block_words[1][threadIdx.x / 32] = least_complement;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2) {
+      unsigned int word = 0;
+      for (int w = 0; w < kThreads / 32; ++w) word = max(word, block_words[threadIdx.x][w]);
+      if (word > __ldcg(magnitudes + threadIdx.x)) atomicMax(magnitudes + threadIdx.x, word);
     }
   }
 }
