@@ -5,6 +5,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/checks.h"
+#include "core/device_buffer.h"
 #include "core/error.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
@@ -88,7 +89,12 @@ LinearGradients linear_backward_cpu(const Tensor& grad_y, const Tensor& x, const
 
 }  // namespace
 
-Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+
+// The forward and the backward of both entry points. On a GPU, x_largest carries x's
+// column maxima from the forward's pass over x (zeroed by the caller) to the exact dW
+// of the backward, which would otherwise read x once more to find them.
+Tensor forward(const Tensor& x, const Tensor& weight, const Tensor& bias, unsigned int* x_largest) {
   check_x_and_weight("linear", x, weight);
   check_bias(bias, weight);
   const Tensor x_rows = detail::with_unit_column_stride(x);
@@ -97,18 +103,19 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   Tensor y = Tensor::empty({x.size(0), weight.size(0)}, x.device());
 #ifdef SEQPAR_WITH_CUDA
   if (x.device().is_cuda()) {
-    detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y);
+    detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y, x_largest);
     return y;
   }
 #endif
+  (void)x_largest;
   require_cpu("linear", x.device());
   detail::chain_products_cpu(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
                              bias_values.data(), y.data(), y.size(1));
   return y;
 }
 
-LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                                bool want_x, bool want_weight, bool want_bias) {
+LinearGradients backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, bool want_x,
+                         bool want_weight, bool want_bias, const unsigned int* x_largest) {
   check_x_and_weight("linear_backward", x, weight);
   check_grad_y(grad_y, x, weight);
   const Tensor dy = grad_y.contiguous(), x_rows = detail::with_unit_column_stride(x);
@@ -121,29 +128,44 @@ LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Ten
     if (want_weight) gradients.weight = Tensor::empty(weight.shape(), device);
     if (want_bias) gradients.bias = Tensor::empty({weight.size(0)}, device);
     detail::linear_backward_cuda(dy, x_rows, weight_rows, gradients.x, gradients.weight,
-                                 gradients.bias);
+                                 gradients.bias, x_largest);
     return gradients;
   }
 #endif
+  (void)x_largest;
   require_cpu("linear_backward", x.device());
   return linear_backward_cpu(dy, x_rows, weight_rows, want_x, want_weight, want_bias);
+}
+
+}  // namespace
+
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return forward(x, weight, bias, nullptr);
+}
+
+LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                bool want_x, bool want_weight, bool want_bias) {
+  return backward(grad_y, x, weight, want_x, want_weight, want_bias, nullptr);
 }
 
 // ---------------------------------------------------------------- autograd
 
 namespace {
 
-// Keeps x and W (views sharing their storage, not copies) for the gradient formulas.
+// Keeps x and W (views sharing their storage, not copies) for the gradient formulas,
+// and on a GPU x's column maxima from the forward (empty when W takes no gradient).
 struct LinearBackward : autograd::Node {
-  LinearBackward(Tensor x, Tensor weight) : x(std::move(x)), weight(std::move(weight)) {}
+  LinearBackward(Tensor x, Tensor weight, DeviceBuffer<unsigned int> x_largest)
+      : x(std::move(x)), weight(std::move(weight)), x_largest(std::move(x_largest)) {}
   std::vector<Tensor> apply(const Tensor& grad_output) override {
     const std::vector<autograd::Edge>& edges = next_edges();
-    LinearGradients gradients = linear_backward(grad_output, x, weight, edges[0].valid(),
-                                                edges[1].valid(), edges[2].valid());
+    LinearGradients gradients = backward(grad_output, x, weight, edges[0].valid(), edges[1].valid(),
+                                         edges[2].valid(), x_largest.data());
     return {gradients.x, gradients.weight, gradients.bias};
   }
   std::string name() const override { return "LinearBackward"; }
   Tensor x, weight;
+  DeviceBuffer<unsigned int> x_largest;
 };
 
 }  // namespace
@@ -151,9 +173,16 @@ struct LinearBackward : autograd::Node {
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
   SEQPAR_CHECK(x.defined() && weight.defined() && bias.defined(),
                "linear: x, weight and bias must all be defined");
-  Tensor y = linear_forward(x.data(), weight.data(), bias.data());
-  if (!autograd::any_requires_grad({&x, &weight, &bias})) return Variable(std::move(y));
-  auto node = std::make_shared<LinearBackward>(x.data(), weight.data());
+  const bool records = autograd::any_requires_grad({&x, &weight, &bias});
+  DeviceBuffer<unsigned int> x_largest;
+  if (records && weight.requires_grad() && x.data().device().is_cuda()) {
+    check_x_and_weight("linear", x.data(), weight.data());
+    x_largest = DeviceBuffer<unsigned int>(x.data().size(1), x.data().device());
+    x_largest.zero();  // atomic maxima start from zeros
+  }
+  Tensor y = forward(x.data(), weight.data(), bias.data(), x_largest.data());
+  if (!records) return Variable(std::move(y));
+  auto node = std::make_shared<LinearBackward>(x.data(), weight.data(), std::move(x_largest));
   node->add_input(x);
   node->add_input(weight);
   node->add_input(bias);

@@ -177,7 +177,7 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
 
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
-                          const Tensor& grad_bias) {
+                          const Tensor& grad_bias, const unsigned int* x_largest) {
   SEQPAR_CHECK(grad_y.defined() && grad_y.device().is_cuda(),
                "linear_backward_cuda: grad_y must be on a GPU");
   const int device = grad_y.device().index;
@@ -199,7 +199,7 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
     check_on_device(grad_weight, "grad_weight", device);
     SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
     exact::ExactSums sums(out * in, Device::cuda(device));
-    accumulate_weight_grad_cuda(const_rows_of(grad_y), const_rows_of(x), sums);
+    accumulate_weight_grad_cuda(const_rows_of(grad_y), const_rows_of(x), sums, x_largest);
     exact::combine_across_ranks(sums);
     sums.round_into(grad_weight);
   }

@@ -47,8 +47,10 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
 struct WideChunks {
   int64_t rows_per_chunk = 0, rows_per_fold = 0, outside_capacity = 0;
 };
+// x_largest: x's column maxima if the caller has them, as column_maxima_cuda finds them
+// (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                 const WideChunks& wide = {});
+                                 const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
 // fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
@@ -76,12 +78,13 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
 // exact row sums, added over the ranks of the current exact::CrossRankScope and
 // rounded once. With x_largest, the forward also leaves x's column maxima there, as
 // column_maxima_cuda finds them (zero it first): in the narrow kernel's own pass over x
-// where it runs, else in a pass of their own.
+// where it runs, else in a pass of their own; the backward takes them back (x_largest)
+// instead of reading x once more for them.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, unsigned int* x_largest = nullptr);
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
-                          const Tensor& grad_bias);
+                          const Tensor& grad_bias, const unsigned int* x_largest = nullptr);
 
 // For the tests, which reach each GEMM kernel on purpose by shape: whether a product
 // runs on the 128 x 128 kernel (nn/linear_large.h), else on the 64 x 64 one. `left`,

@@ -182,24 +182,20 @@ int64_t scratch_words(int64_t outputs, int64_t columns) {
   return columns + (kProducts ? outputs + 2 : 0);
 }
 
-// The maxima the sums read, into `largest` (zeroed here), on `stream`.
-template <bool kProducts>
-void enqueue_maxima(ConstRows a, ConstRows b, int64_t outputs, int64_t columns,
-                    unsigned int* largest, cudaStream_t stream) {
-  CUDA_CHECK(cudaMemsetAsync(largest, 0, sizeof(unsigned int) * scratch_words<kProducts>(outputs, columns),
-                             stream));
-  column_maxima_cuda(b, largest, nullptr, stream);
-  if (kProducts) column_maxima_cuda(a, largest + columns, largest + columns + outputs, stream);
-}
+// Where a launch's maxima live: b's column maxima [columns]; for dW also a's [outputs],
+// followed by a's two one-magnitude words (linear_ternary.cuh).
+struct Maxima {
+  const unsigned int* b;
+  const unsigned int* a;
+};
 
-// The sums of one launch into digits[d * stride + i], on `stream`, from the maxima in
-// `largest`. Allocates nothing and never waits (capturable).
-// With `wide` (a caller that may allocate), dW's one-magnitude sums take the wide path
-// where it fits.
+// The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
+// Allocates nothing and never waits (capturable). With `wide` (a caller that may
+// allocate), dW's one-magnitude sums take the wide path where it fits.
 template <bool kProducts>
 void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                      const unsigned int* largest, int64_t* digits, int64_t stride,
-                      cudaStream_t stream, const WideChunks* wide = nullptr) {
+                      Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
+                      const WideChunks* wide = nullptr) {
   exact::check_term_count("linear_backward", rows);
   if (rows == 0 || columns == 0 || outputs == 0) return;
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
@@ -216,43 +212,50 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // at once (both read the words on the device).
   const unsigned int* one_magnitude_words = nullptr;
   if (kProducts && wide != nullptr && ternary_weight_grad_wide_fits(a, b)) {
-    one_magnitude_words = largest + columns + outputs;
-    launch_ternary_weight_grad_wide(a, b, largest, one_magnitude_words, digits, stride, stream, *wide);
+    one_magnitude_words = maxima.a + outputs;
+    launch_ternary_weight_grad_wide(a, b, maxima.b, one_magnitude_words, digits, stride, stream, *wide);
   } else if (kProducts && ternary_weight_grad_fits(a, b)) {
-    one_magnitude_words = largest + columns + outputs;
-    launch_ternary_weight_grad(a, b, largest, one_magnitude_words, digits, stride, stream);
+    one_magnitude_words = maxima.a + outputs;
+    launch_ternary_weight_grad(a, b, maxima.b, one_magnitude_words, digits, stride, stream);
   }
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
   row_sums_kernel<kProducts><<<grid, kThreads, 0, stream>>>(
-      a, b, rows, outputs, columns, rows_per_chunk, largest + columns, largest,
-      one_magnitude_words, digits, stride);
+      a, b, rows, outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
+      digits, stride);
   CUDA_LAUNCH_CHECK();
 }
 
-// Maxima and sums with scratch of its own, on the device's current stream.
+// Maxima and sums with scratch of its own, on the device's current stream; b's maxima
+// found here unless the caller has them (b_largest).
 template <bool kProducts>
 void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                     exact::ExactSums& sums, const WideChunks& wide = {}) {
+                     exact::ExactSums& sums, const unsigned int* b_largest = nullptr,
+                     const WideChunks& wide = {}) {
   if (rows == 0 || columns == 0 || outputs == 0) return;
   const int device = sums.device().index;
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
+  // Atomic maxima: they start from zeros.
   DeviceBuffer<unsigned int> largest(scratch_words<kProducts>(outputs, columns), sums.device());
-  enqueue_maxima<kProducts>(a, b, outputs, columns, largest.data(), stream);
-  enqueue_row_sums<kProducts>(a, b, rows, outputs, columns, largest.data(), sums.digits(),
-                              sums.count(), stream, &wide);
+  largest.zero();
+  if (b_largest == nullptr) column_maxima_cuda(b, largest.data(), nullptr, stream);
+  unsigned int* a_largest = largest.data() + columns;
+  if (kProducts) column_maxima_cuda(a, a_largest, a_largest + outputs, stream);
+  enqueue_row_sums<kProducts>(a, b, rows, outputs, columns,
+                              Maxima{b_largest != nullptr ? b_largest : largest.data(), a_largest},
+                              sums.digits(), sums.count(), stream, &wide);
 }
 
 }  // namespace
 
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                 const WideChunks& wide) {
+                                 const unsigned int* x_largest, const WideChunks& wide) {
   SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols &&
                    sums.device().is_cuda(),
                "accumulate_weight_grad_cuda: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", ", sums.count(), " sums");
-  launch_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, sums, wide);
+  launch_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, sums, x_largest, wide);
 }
 
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums) {
@@ -278,7 +281,8 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);
-  enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, scratch, digits, stride, stream);
+  enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, Maxima{scratch, scratch + x.cols},
+                         digits, stride, stream);
 }
 
 }  // namespace seqpar::nn::detail

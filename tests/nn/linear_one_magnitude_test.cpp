@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "core/device_buffer.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "nn/linear.h"
@@ -138,6 +139,16 @@ void check(const Case& c, int64_t pad = 0) {
   nn::detail::linear_backward_cuda(dy_gpu, x_gpu, weight.to(gpu), Tensor(), grad_weight, grad_bias);
   CHECK(test::bitwise_equal(grad_weight, cpu.weight));
   CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+  // As autograd runs it: x's column maxima left by the forward's pass, handed to the
+  // backward (the narrow forward's own pass up to 16 outputs, a pass of their own above).
+  DeviceBuffer<unsigned int> x_largest(c.in, gpu);
+  x_largest.zero();
+  const Tensor y = Tensor::empty({c.rows, c.out}, gpu);
+  nn::detail::linear_forward_cuda(x_gpu, weight.to(gpu), Tensor(), y, x_largest.data());
+  const Tensor grad_weight_given_maxima = test::poisoned({c.out, c.in}, gpu);
+  nn::detail::linear_backward_cuda(dy_gpu, x_gpu, weight.to(gpu), Tensor(), grad_weight_given_maxima,
+                                   Tensor(), x_largest.data());
+  CHECK(test::bitwise_equal(grad_weight_given_maxima, cpu.weight));
 #else
   (void)pad;
 #endif
@@ -227,7 +238,7 @@ TEST_CASE("the wide dW's bits do not depend on how its rows are cut into chunks 
                            << ", outside list " << cut.outside_capacity);
     exact::ExactSums sums(c.out * c.in, gpu);
     nn::detail::accumulate_weight_grad_cuda(nn::detail::const_rows_of(dy), nn::detail::const_rows_of(x),
-                                            sums, cut);
+                                            sums, nullptr, cut);
     const Tensor grad_weight = test::poisoned({c.out, c.in}, gpu);
     sums.round_into(grad_weight);
     CHECK(test::bitwise_equal(grad_weight, cpu.weight));
