@@ -153,7 +153,10 @@ LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Ten
 namespace {
 
 // Keeps x and W (views sharing their storage, not copies) for the gradient formulas,
-// and on a GPU x's column maxima from the forward (empty when W takes no gradient).
+// and on a GPU x's column maxima from the forward (empty when W takes no gradient). As
+// for any saved tensor, x must not change between the forward and the backward: the
+// exact dW's bins are chosen from these maxima, so a larger x written in place would
+// also lose its sums' exactness, not only give the gradient of other data.
 struct LinearBackward : autograd::Node {
   LinearBackward(Tensor x, Tensor weight, DeviceBuffer<unsigned int> x_largest)
       : x(std::move(x)), weight(std::move(weight)), x_largest(std::move(x_largest)) {}
