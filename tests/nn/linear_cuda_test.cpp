@@ -185,9 +185,7 @@ std::vector<std::pair<LinearCase, bool>> cases_with_shift(const std::vector<Line
   }
   return all;
 }
-}  // namespace
 
-namespace {
 // The largest |x[., c]| of each column, NaNs passed over (as std::fmax does), computed
 // on the host: what the narrow forward's x_largest must hold, as floats' bits.
 std::vector<float> host_column_maxima(const Tensor& x) {
