@@ -79,8 +79,6 @@ ROWS = [
     ("Stress dx = dy W, 1048576x1024x1024", "gemm/stress_dx/1048576x1024x1024",
      ["gemm/stress_dx/1048576x1024x1024/cublas"]),
     ("Stress step, x 1048576x1024, Linear 1024->1024", "step/stress/public_api", ["step/stress/torch_eager"]),
-    ("  a quarter of the rows (x 262144x1024: the exact L1 loss's largest)", "step/stress_quarter/public_api",
-     ["step/stress_quarter/torch_eager"]),
     ("Device copy 1 GiB", "copy/1GiB", ["copy/1GiB/torch"]),
 ]
 

@@ -11,13 +11,15 @@
 //
 // Bins (the idea of ReproBLAS's binned sums, with boundaries fixed once and for all so
 // that no two placements can disagree): bin k holds multiples of 2^b_k, with
-// b_k = 96 - 35 k, k = 0..7, so the grid runs from 2^-149 to 2^129. A term t is split
+// b_k = 99 - 31 k, k = 0..8, so the grid runs from 2^-149 to 2^129. A term t is split
 // from the top: p_k = (r + C_k) - C_k with C_k = 1.5 * 2^(b_k + 52) is r rounded to
 // the nearest multiple of 2^b_k (exactly: r + C_k lies in a binade whose spacing is
 // 2^b_k), and r - p_k, the rest, is exact. Each rest is at most 2^(b_k - 1), so each
-// part below the top is at most 2^34 units of its bin, and the top part (|t| < 2^129)
-// at most 2^33 of its own; a bin's double sum stays exact for 2^19 terms
-// (2^19 * 2^34 = 2^53), after which it is flushed into the digits.
+// part below the top is at most 2^30 units of its bin, and the top part (|t| < 2^129)
+// below 2^30 of its own; a bin's double sum stays exact for 2^23 terms
+// (2^23 * 2^30 = 2^53), after which it is flushed into the digits. Nine bins of 31 bits
+// rather than eight of 35: one more extraction a term buys 2^32 terms a sum instead of
+// 2^28 (an L1 loss over 2^20 rows of 1024 outputs sums 2^30).
 //
 // The exactness domain (tested on both sides in tests/core/exact_sum_test.cpp):
 //   - every term that is a multiple of 2^-149 with |t| < 2^129 is summed exactly:
@@ -39,19 +41,19 @@
 
 namespace seqpar::exact {
 
-constexpr int kBins = 8;
-constexpr int kBinBits = 35;
-constexpr int kTopBinExponent = 96;  // b_0; b_k = 96 - 35 k, the last is -149
+constexpr int kBins = 9;
+constexpr int kBinBits = 31;
+constexpr int kTopBinExponent = 99;  // b_0; b_k = 99 - 31 k, the last is -149
 constexpr int kLowestExponent = kTopBinExponent - (kBins - 1) * kBinBits;
 static_assert(kLowestExponent == -149, "the grid reaches float32's smallest subnormal");
 // Digits per sum: one per bin, then one word of flags for non-finite results.
 constexpr int kDigits = kBins + 1;
 constexpr int kSpecialDigit = kBins;
 // A bin's double sum stays exact for this many terms between flushes.
-constexpr int64_t kTermsPerFlush = int64_t{1} << 19;
-// Digits stay within int64 for this many terms in all: at most 2^34 units a term in
-// any bin, 2^28 * 2^34 = 2^62.
-constexpr int64_t kMaxTerms = int64_t{1} << 28;
+constexpr int64_t kTermsPerFlush = int64_t{1} << 23;
+// Digits stay within int64 for this many terms in all: at most 2^30 units a term in
+// any bin, 2^32 * 2^30 = 2^62.
+constexpr int64_t kMaxTerms = int64_t{1} << 32;
 
 // The exponent of bin k's unit, and the constant that rounds to it.
 SEQPAR_HOST_DEVICE constexpr int bin_exponent(int k) { return kTopBinExponent - k * kBinBits; }
@@ -61,25 +63,27 @@ SEQPAR_HOST_DEVICE constexpr int bin_exponent(int k) { return kTopBinExponent - 
 // a constant and the switch disappears.)
 SEQPAR_HOST_DEVICE constexpr double bin_unit(int k) {  // 2^b_k
   switch (k) {
-    case 0: return 0x1p96;
-    case 1: return 0x1p61;
-    case 2: return 0x1p26;
-    case 3: return 0x1p-9;
-    case 4: return 0x1p-44;
-    case 5: return 0x1p-79;
-    case 6: return 0x1p-114;
+    case 0: return 0x1p99;
+    case 1: return 0x1p68;
+    case 2: return 0x1p37;
+    case 3: return 0x1p6;
+    case 4: return 0x1p-25;
+    case 5: return 0x1p-56;
+    case 6: return 0x1p-87;
+    case 7: return 0x1p-118;
     default: return 0x1p-149;
   }
 }
 SEQPAR_HOST_DEVICE constexpr double inverse_bin_unit(int k) {  // 2^-b_k
   switch (k) {
-    case 0: return 0x1p-96;
-    case 1: return 0x1p-61;
-    case 2: return 0x1p-26;
-    case 3: return 0x1p9;
-    case 4: return 0x1p44;
-    case 5: return 0x1p79;
-    case 6: return 0x1p114;
+    case 0: return 0x1p-99;
+    case 1: return 0x1p-68;
+    case 2: return 0x1p-37;
+    case 3: return 0x1p-6;
+    case 4: return 0x1p25;
+    case 5: return 0x1p56;
+    case 6: return 0x1p87;
+    case 7: return 0x1p118;
     default: return 0x1p149;
   }
 }
@@ -104,7 +108,11 @@ static_assert(units_match_exponents(), "the bins' units are 2^b_k");
 SEQPAR_HOST_DEVICE constexpr double bin_rounder(int k) { return 1.5 * 0x1p52 * bin_unit(k); }
 // Terms at or above this magnitude leave the bins' range.
 SEQPAR_HOST_DEVICE constexpr double term_limit() { return 0x1p129; }
-static_assert(term_limit() == 0x1p33 * bin_unit(0), "terms below 2^33 units of the top bin");
+static_assert(term_limit() == 0x1p30 * bin_unit(0), "terms below 2^30 units of the top bin");
+// The budget above: a part is at most 2^(kBinBits - 1) units, a flush of kTermsPerFlush
+// of them is exact in a double, and kMaxTerms of them keep a digit below 2^62.
+static_assert(kTermsPerFlush << (kBinBits - 1) == (int64_t{1} << 53), "a bin exact until flushed");
+static_assert(kMaxTerms << (kBinBits - 1) == (int64_t{1} << 62), "digits within int64");
 
 // Flags for non-finite results. Within one set of digits they are or-ed (flush, and
 // the kernels' atomicOr); digits of different ranks are added, so each field counts

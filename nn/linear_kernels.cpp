@@ -12,8 +12,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -174,15 +176,20 @@ int first_bin_for(float largest_a, const std::vector<float>& largest_x, int64_t 
   return exact::first_reachable_bin(static_cast<double>(largest_a) * static_cast<double>(x));
 }
 
+// row_sums_avx512<k> for each first bin k, indexed by k.
+using RowSumsKernel = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int,
+                               int64_t*, int64_t);
+template <int... kFirstBins>
+constexpr std::array<RowSumsKernel, sizeof...(kFirstBins)> avx512_kernels(
+    std::integer_sequence<int, kFirstBins...>) {
+  return {row_sums_avx512<kFirstBins>...};
+}
+
 // Σ_i a[i] * x[i][0 .. lanes), from bin `first_bin` on (all bins before it unreachable).
 void row_sums(const float* a, int64_t a_stride, const float* x, int64_t x_stride, int64_t rows,
               int lanes, int first_bin, int64_t* digits, int64_t stride) {
   if (has_avx512()) {
-    using Kernel = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int, int64_t*,
-                            int64_t);
-    static constexpr Kernel kFrom[exact::kBins] = {
-        row_sums_avx512<0>, row_sums_avx512<1>, row_sums_avx512<2>, row_sums_avx512<3>,
-        row_sums_avx512<4>, row_sums_avx512<5>, row_sums_avx512<6>, row_sums_avx512<7>};
+    static constexpr auto kFrom = avx512_kernels(std::make_integer_sequence<int, exact::kBins>{});
     kFrom[first_bin](a, a_stride, x, x_stride, rows, lanes, digits, stride);
   } else {
     row_sums_portable(a, a_stride, x, x_stride, rows, lanes, digits, stride);

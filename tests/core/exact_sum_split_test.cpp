@@ -141,15 +141,16 @@ TEST_CASE("exact sums do not depend on the split into pieces or the order", "[ex
 // ---------------------------------------------------------------- 4. many terms
 
 TEST_CASE("exact sums stay exact past kTermsPerFlush terms", "[exact][cpu]") {
-  // Terms whose part in one bin is 2^34 - 1 units, the most below the top bin: without
+  // Terms whose part in one bin is 2^30 - 1 units, the most below the top bin: without
   // the flushes, the bin's double sum passes 2^53 units with odd totals and drops bits.
-  // (2^34 - 1) 2^61 = ((2^17 - 1) 2^61) (2^17 + 1), a product of two float32s; its
-  // low twin (2^34 - 1) 2^-149 fills the lowest bin the same way.
+  // (2^30 - 1) 2^68 = ((2^15 - 1) 2^68) (2^15 + 1), a product of two float32s; its
+  // low twin (2^30 - 1) 2^-149 fills the lowest bin the same way.
   const int64_t n = exact::kTermsPerFlush + 1001;
-  const double m = static_cast<double>((int64_t{1} << 34) - 1);
-  const double high = static_cast<double>(float((1 << 17) - 1) * f2(61)) * double((1 << 17) + 1);
+  const double m = static_cast<double>((int64_t{1} << 30) - 1);
+  const double high = static_cast<double>(float((1 << 15) - 1) * f2(68)) * double((1 << 15) + 1);
   const double low = m * p2(-149);
-  REQUIRE(high == m * p2(61));
+  REQUIRE(high == m * p2(68));
+  REQUIRE(exact::bin_exponent(1) == 68);
   for (const double term : {high, -high, low, -low}) {
     CAPTURE(term);
     exact::BinnedSum sum;
@@ -170,8 +171,8 @@ TEST_CASE("exact sums stay exact past kTermsPerFlush terms", "[exact][cpu]") {
     reference_sum.value = exact_total;
     CHECK(same_bits(exact::round_to_double(digits.data()), reference_sum.rounded<double>()));
     CHECK(same_bits(exact::round_to_float(digits.data()), reference_sum.rounded<float>()));
-    // And by hand: n (2^34 - 1) < 2^54 needs one rounding in double.
-    const mpz_class units = mpz_class(static_cast<unsigned long>(n)) * ((mpz_class(1) << 34) - 1);
+    // And by hand: n (2^30 - 1) < 2^54 needs one rounding in double.
+    const mpz_class units = mpz_class(static_cast<unsigned long>(n)) * ((mpz_class(1) << 30) - 1);
     CHECK(mpz_sizeinbase(units.get_mpz_t(), 2) == 54);
   }
 
@@ -196,16 +197,16 @@ TEST_CASE("exact sums stay exact past kTermsPerFlush terms", "[exact][cpu]") {
 }
 
 TEST_CASE("exact sums: a long sum of large terms, one flush per kTermsPerFlush", "[exact][cpu]") {
-  // n terms of (2^34 - 1) 2^61, then n - 1 of its negation and -2^-149 (the smallest
-  // grid unit, seven bins lower): the total is (2^34 - 1) 2^61 - 2^-149.
+  // n terms of (2^30 - 1) 2^68, then n - 1 of its negation and -2^-149 (the smallest
+  // grid unit, eight bins lower): the total is (2^30 - 1) 2^68 - 2^-149.
   const int64_t n = exact::kTermsPerFlush + 1001;
-  const double big = static_cast<double>((int64_t{1} << 34) - 1) * p2(61);
+  const double big = static_cast<double>((int64_t{1} << 30) - 1) * p2(68);
   std::vector<double> terms(static_cast<size_t>(n), big);
   for (int64_t i = 0; i + 1 < n; ++i) terms.push_back(-big);
   terms.push_back(-p2(-149));
   const Digits digits = digits_of(terms);
   CHECK(exact::round_to_double(digits.data()) == big);             // below half an ulp
-  CHECK(exact::round_to_float(digits.data()) == f2(95));           // 2^34 - 1 rounds up to 2^34
+  CHECK(exact::round_to_float(digits.data()) == f2(98));           // 2^30 - 1 rounds up to 2^30
   CHECK(same_bits(exact::round_to_double(digits.data()), exact_reference<double>(terms)));
   CHECK(same_bits(exact::round_to_float(digits.data()), exact_reference<float>(terms)));
   // The digits hold the rest exactly: adding 2^-149 back leaves big, once more exactly.

@@ -164,7 +164,8 @@ TEST_CASE("check_term_count allows kMaxTerms and names the op above it", "[exact
                         Catch::Contains(std::to_string(exact::kMaxTerms)));
   CHECK_THROWS_WITH(exact::check_term_count("l1_loss", int64_t{1} << 40), Catch::Contains("l1_loss"));
   // kMaxTerms terms of the largest in-bin part stay within int64 digits.
-  CHECK(exact::kMaxTerms * (int64_t{1} << 34) <= std::numeric_limits<int64_t>::max() / 2 + 1);
+  CHECK(exact::kMaxTerms * (int64_t{1} << (exact::kBinBits - 1)) <=
+        std::numeric_limits<int64_t>::max() / 2 + 1);
 }
 
 // ---------------------------------------------------------------- 6. cross-rank scopes

@@ -207,3 +207,26 @@ TEST_CASE("l1 loss on the GPU rejects a row mask on another device or of another
       nn::l1_loss_forward(a, a, nn::Reduction::sum(), Tensor::from_data({4}, {1, 0, 3, 1}, gpu)),
       Catch::Contains("holds 3 at row 2"));
 }
+
+TEST_CASE("l1 loss on the GPU past 2^28 terms equals its closed form", "[cuda]") {
+  // More terms than the exact sums held before their bins were nine of 31 bits (2^28,
+  // which check_term_count enforced): a loss this long was refused. Column j holds
+  // j / 256 in every row, so the sum is rows * (0 + 1 + ... + 256) / 256, exact in
+  // double; and the mean's terms, (float)(1/n) * j / 256, sum to that times the float.
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  const int64_t rows = (int64_t{1} << 20) + 1, cols = 257;
+  REQUIRE(rows * cols > (int64_t{1} << 28));
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % cols) / 256.0f;
+  const Tensor input = Tensor::from_data({rows, cols}, values).to(gpu);
+  std::vector<float>().swap(values);
+  const Tensor target = Tensor::zeros({rows, cols}, gpu);
+  const double sum = static_cast<double>(rows) * (256.0 * 257.0 / 2.0) / 256.0;
+  CHECK(nn::l1_loss_forward(input, target, nn::Reduction::sum()).to(Device::cpu()).item() ==
+        static_cast<float>(sum));
+  // (float)(1/n) has 24 significant bits and sum 29: their product is exact in double.
+  const float scale = static_cast<float>(nn::Reduction::mean().scale(rows * cols));
+  CHECK(nn::l1_loss_forward(input, target, nn::Reduction::mean()).to(Device::cpu()).item() ==
+        static_cast<float>(static_cast<double>(scale) * sum));
+}
