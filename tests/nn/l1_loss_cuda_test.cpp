@@ -208,7 +208,7 @@ TEST_CASE("l1 loss on the GPU rejects a row mask on another device or of another
       Catch::Contains("holds 3 at row 2"));
 }
 
-TEST_CASE("l1 loss on the GPU past 2^28 terms equals its closed form", "[cuda]") {
+TEST_CASE("l1 loss on the GPU past 2^28 terms equals its closed form", "[cuda][large]") {
   // More terms than the exact sums held before their bins were nine of 31 bits (2^28,
   // which check_term_count enforced): a loss this long was refused. Column j holds
   // j / 256 in every row, so the sum is rows * (0 + 1 + ... + 256) / 256, exact in
