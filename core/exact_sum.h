@@ -225,6 +225,18 @@ struct BinnedSum : BinnedSums<1> {
     const double terms[1] = {term};
     BinnedSums<1>::add<0>(terms);
   }
+  // The same sum, with the top bins skipped for a term that cannot reach them (the
+  // common case of terms far below 2^129, such as a mean's): a branch on the data,
+  // never on the result.
+  SEQPAR_HOST_DEVICE void add_skipping_unreached(double term) {
+    constexpr int kSkip = 4;  // bins 0-3 take nothing from a term below half of bin 3's unit
+    const double terms[1] = {term};
+    if (std::fabs(term) < 0.5 * bin_unit(kSkip - 1)) {  // false for NaN and infinities
+      BinnedSums<1>::add<kSkip>(terms);
+    } else {
+      BinnedSums<1>::add<0>(terms);
+    }
+  }
   SEQPAR_HOST_DEVICE void flush(int64_t* digits, int64_t stride = 1) {
     BinnedSums<1>::flush(0, digits, stride);
   }

@@ -21,6 +21,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/l1_loss.h"
@@ -51,20 +52,30 @@ template <typename Rows>
 __global__ void __launch_bounds__(kThreads)
     abs_diff_exact_sum_kernel(ConstRows input, ConstRows target, int64_t rows, int64_t cols,
                               float scale, Rows kept, int64_t* digits) {
-  const int64_t count = rows * cols;
   int64_t local[exact::kDigits] = {};
   exact::BinnedSum sum;
   sum.clear();
   int64_t pending = 0;  // terms in the bins since the last flush
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / cols, col = i % cols;
-    if (!kept(row)) continue;  // a masked row forms no term
-    const float difference = __fsub_rn(input(row, col), target(row, col));
-    sum.add(__dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
-    if (++pending == exact::kTermsPerFlush) {
-      sum.flush(local);
-      pending = 0;
+  // kBatch elements' loads before any of their terms: with one pair in flight per
+  // thread (a few warps an SM, for the bins' registers) the pass waited on memory.
+  constexpr int kBatch = 4;
+  for (cuda::GridStrideElements e(rows, cols); e.inside();) {
+    float difference[kBatch];
+    bool forms_term[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b, e.next()) {
+      forms_term[b] = e.inside() && kept(e.row);  // a masked row forms no term
+      difference[b] = forms_term[b] ? __fsub_rn(input(e.row, e.col), target(e.row, e.col)) : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (!forms_term[b]) continue;
+      sum.add_skipping_unreached(
+          __dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference[b]))));
+      if (++pending == exact::kTermsPerFlush) {
+        sum.flush(local);
+        pending = 0;
+      }
     }
   }
   sum.flush(local);
@@ -76,17 +87,14 @@ __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, Cons
                                    int64_t rows, int64_t cols, float scale, Rows kept,
                                    float* grad_input, int64_t grad_row_stride) {
   const float gradient = __double2float_rn(double{*grad_loss} * scale);
-  const int64_t count = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / cols, col = i % cols;
-    if (!kept(row)) {  // a masked row takes no part in the loss: +0, whatever it holds
-      grad_input[row * grad_row_stride + col] = 0.0f;
+  for (cuda::GridStrideElements e(rows, cols); e.inside(); e.next()) {
+    float* grad = grad_input + e.row * grad_row_stride + e.col;
+    if (!kept(e.row)) {  // a masked row takes no part in the loss: +0, whatever it holds
+      *grad = 0.0f;
       continue;
     }
-    const float difference = __fsub_rn(input(row, col), target(row, col));
-    const float sign = l1_sign(difference);
-    grad_input[row * grad_row_stride + col] = __fmul_rn(gradient, sign);
+    const float difference = __fsub_rn(input(e.row, e.col), target(e.row, e.col));
+    *grad = __fmul_rn(gradient, l1_sign(difference));
   }
 }
 

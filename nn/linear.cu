@@ -194,23 +194,30 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
     gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), device);
   }
   // dW and db are sums over rows: exact (nn/linear_row_sums.cu), added over the ranks of
-  // the current CrossRankScope, rounded once.
+  // the current CrossRankScope, rounded once. Both from one pass over dy's maxima.
+  exact::ExactSums weight_sums, bias_sums;
   if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
     check_on_device(grad_weight, "grad_weight", device);
     SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
-    exact::ExactSums sums(out * in, Device::cuda(device));
-    accumulate_weight_grad_cuda(const_rows_of(grad_y), const_rows_of(x), sums, x_largest);
-    exact::combine_across_ranks(sums);
-    sums.round_into(grad_weight);
+    weight_sums = exact::ExactSums(out * in, Device::cuda(device));
   }
   if (grad_bias.defined()) {  // db[o] = Σ_row dy[row, o]
     check_on_device(grad_bias, "grad_bias", device);
     SEQPAR_CHECK(grad_y.stride(1) == 1 || out <= 1,
                  "linear_backward_cuda: grad_y needs unit column stride");
-    exact::ExactSums sums(out, Device::cuda(device));
-    accumulate_column_sums_cuda(const_rows_of(grad_y), sums);
-    exact::combine_across_ranks(sums);
-    sums.round_into(grad_bias);
+    bias_sums = exact::ExactSums(out, Device::cuda(device));
+  }
+  accumulate_linear_grads_cuda(const_rows_of(grad_y), const_rows_of(x),
+                               grad_weight.defined() ? &weight_sums : nullptr,
+                               grad_bias.defined() ? &bias_sums : nullptr, x_largest);
+  // The ranks add dW's digits, then db's: every rank in the same order.
+  if (grad_weight.defined()) {
+    exact::combine_across_ranks(weight_sums);
+    weight_sums.round_into(grad_weight);
+  }
+  if (grad_bias.defined()) {
+    exact::combine_across_ranks(bias_sums);
+    bias_sums.round_into(grad_bias);
   }
 }
 

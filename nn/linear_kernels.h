@@ -52,6 +52,12 @@ struct WideChunks {
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                  const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
+// Both (either may be null) from one pass over dy: its column maxima and one-magnitude
+// words serve dW, and the same pass counts each column's signs, which are db when dy
+// has one magnitude (f times the count: no second read of dy, no binned sums).
+void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
+                                  exact::ExactSums* weight_sums, exact::ExactSums* bias_sums,
+                                  const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
 // fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
 // words: x's column maxima [in], dy's [out], then dy's two one-magnitude words
@@ -63,9 +69,10 @@ void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums
 int64_t weight_grad_scratch_words(int64_t in, int64_t out);
 // largest[c] = bits of the largest |m[., c]| (NaN passed over); with `magnitudes`, also
 // the largest |m| bits overall (NaN above infinity) and the complement of the smallest
-// nonzero, over all of m.
+// nonzero, over all of m; with `sign_sums` (int64, zeroed), also each column's count of
+// positive elements less its count of negative ones.
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
-                        cuda::Stream stream);
+                        cuda::Stream stream, int64_t* sign_sums = nullptr);
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
                               const unsigned int* scratch, int64_t* digits, int64_t stride,
                               cuda::Stream stream);

@@ -44,14 +44,18 @@ constexpr int kOutputs = 1;
 // reachable. Block: 32 columns x 8 row lanes; grid.y: chunks of 256 rows.
 // With `magnitudes`, also the two words of the one-magnitude test over all of m
 // (linear_ternary.cuh): the largest |m| bits (NaN above infinity) and the complement of
-// the smallest nonzero.
+// the smallest nonzero. With `sign_sums`, also each column's count of positive elements
+// less its count of negative ones (what db is, in units of dy's one magnitude, when dy
+// has one: the same pass, not a second read of dy).
 constexpr int kMaxRowsPerBlock = 256;
-__global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigned int* magnitudes) {
+__global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigned int* magnitudes,
+                                     int64_t* sign_sums) {
   const int64_t column = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
   const int64_t row_begin = int64_t{blockIdx.y} * kMaxRowsPerBlock;
   const int64_t row_end = min(m.rows, row_begin + kMaxRowsPerBlock);
   float value = 0.0f;
   unsigned int most = 0, least_complement = 0;
+  int signs = 0;
   if (column < m.cols) {
 #pragma unroll 8  // loads in flight side by side: the pass is bound by their latency
     for (int64_t row = row_begin + threadIdx.x / 32; row < row_end; row += kThreads / 32) {
@@ -60,8 +64,22 @@ __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigne
       const unsigned int bits = __float_as_uint(element) & 0x7fffffffu;
       most = max(most, bits);
       if (bits != 0) least_complement = max(least_complement, ~bits);
+      signs += sign_of(element);
     }
     atomicMax(largest + column, __float_as_uint(value));
+  }
+  if (sign_sums != nullptr) {  // the block's 8 row lanes of each column, then one atomic
+    __shared__ int block_signs[kThreads / 32][32];
+    block_signs[threadIdx.x / 32][threadIdx.x % 32] = signs;
+    __syncthreads();
+    if (threadIdx.x < 32 && column < m.cols) {
+      int64_t total = 0;
+      for (int w = 0; w < kThreads / 32; ++w) total += block_signs[w][threadIdx.x];
+      if (total != 0) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(sign_sums + column),
+                  static_cast<unsigned long long>(total));  // two's complement
+      }
+    }
   }
   if (magnitudes != nullptr) {
     // The warps meet in the block, and the block updates the two words only when it
@@ -171,22 +189,34 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
     case 4: return accumulate_rows<kProducts, 4>(w);
     case 5: return accumulate_rows<kProducts, 5>(w);
     case 6: return accumulate_rows<kProducts, 6>(w);
-    default: return accumulate_rows<kProducts, 7>(w);
+    case 7: return accumulate_rows<kProducts, 7>(w);
+    default: return accumulate_rows<kProducts, 8>(w);
   }
 }
+static_assert(exact::kBins == 9, "row_sums_kernel's switch has a case for each first bin");
 
-// The scratch of a launch: b's column maxima [columns]; for dW also a's [outputs] and
-// the two one-magnitude words.
-template <bool kProducts>
-int64_t scratch_words(int64_t outputs, int64_t columns) {
-  return columns + (kProducts ? outputs + 2 : 0);
+// db when dy had one magnitude f: Σ_rows dy[., j] is f times column j's sign sum (an
+// integer), added at f's unit. The binned row sums return at once then, and this
+// kernel does when dy did not.
+__global__ void column_sums_from_signs_kernel(int64_t columns, const unsigned int* words,
+                                              const int64_t* sign_sums, int64_t* digits,
+                                              int64_t count) {
+  const OneMagnitude magnitude = one_magnitude(words);
+  if (!magnitude.holds) return;
+  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (j >= columns) return;
+  // |sign sum| <= rows <= kMaxTerms (2^32) and the significand < 2^24: far below 2^93.
+  exact::add_scaled_integer(digits + j, count, exact::Int128{sign_sums[j]} * magnitude.significand,
+                            magnitude.exponent);
 }
 
-// Where a launch's maxima live: b's column maxima [columns]; for dW also a's [outputs],
-// followed by a's two one-magnitude words (linear_ternary.cuh).
+// Where a launch's maxima live: b's column maxima [columns]; for dW also a's [outputs];
+// and dy's two one-magnitude words (linear_ternary.cuh: a's for dW, b's for db), or
+// null where no one-magnitude path runs.
 struct Maxima {
   const unsigned int* b;
   const unsigned int* a;
+  const unsigned int* words;
 };
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
@@ -208,14 +238,15 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   SEQPAR_CHECK(column_blocks <= 0x7fffffff && output_groups <= 65535 && chunks <= 65535,
                "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
                " rows exceed the row-sum kernel's grid");
-  // dW when dy has one magnitude: the fixed-point sums, and the general kernel returns
-  // at once (both read the words on the device).
-  const unsigned int* one_magnitude_words = nullptr;
+  // When dy has one magnitude, dW's fixed-point sums or db's sign sums (launched
+  // before this), and the general kernel returns at once (all read the words on the
+  // device).
+  const unsigned int* one_magnitude_words = kProducts ? nullptr : maxima.words;
   if (kProducts && wide != nullptr && ternary_weight_grad_wide_fits(a, b)) {
-    one_magnitude_words = maxima.a + outputs;
+    one_magnitude_words = maxima.words;
     launch_ternary_weight_grad_wide(a, b, maxima.b, one_magnitude_words, digits, stride, stream, *wide);
   } else if (kProducts && ternary_weight_grad_fits(a, b)) {
-    one_magnitude_words = maxima.a + outputs;
+    one_magnitude_words = maxima.words;
     launch_ternary_weight_grad(a, b, maxima.b, one_magnitude_words, digits, stride, stream);
   }
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
@@ -226,52 +257,102 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   CUDA_LAUNCH_CHECK();
 }
 
-// Maxima and sums with scratch of its own, on the device's current stream; b's maxima
-// found here unless the caller has them (b_largest).
-template <bool kProducts>
-void launch_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                     exact::ExactSums& sums, const unsigned int* b_largest = nullptr,
-                     const WideChunks& wide = {}) {
-  if (rows == 0 || columns == 0 || outputs == 0) return;
-  const int device = sums.device().index;
-  cuda::set_device(device);
-  cudaStream_t stream = cuda::current_stream(device);
-  // Atomic maxima: they start from zeros.
-  DeviceBuffer<unsigned int> largest(scratch_words<kProducts>(outputs, columns), sums.device());
-  largest.zero();
-  if (b_largest == nullptr) column_maxima_cuda(b, largest.data(), nullptr, stream);
-  unsigned int* a_largest = largest.data() + columns;
-  if (kProducts) column_maxima_cuda(a, a_largest, a_largest + outputs, stream);
-  enqueue_row_sums<kProducts>(a, b, rows, outputs, columns,
-                              Maxima{b_largest != nullptr ? b_largest : largest.data(), a_largest},
-                              sums.digits(), sums.count(), stream, &wide);
+// db's sums: from the sign sums when dy had one magnitude (`words`), else by the binned
+// row sums; each kernel returns at once when the other one's case holds.
+void enqueue_column_sums(const ConstRows& grad_y, const unsigned int* dy_largest,
+                         const unsigned int* words, const int64_t* sign_sums, int64_t* digits,
+                         int64_t stride, cudaStream_t stream) {
+  if (grad_y.rows == 0 || grad_y.cols == 0) return;
+  column_sums_from_signs_kernel<<<static_cast<unsigned>(cuda::ceil_div(grad_y.cols, int64_t{kThreads})),
+                                  kThreads, 0, stream>>>(grad_y.cols, words, sign_sums, digits, stride);
+  CUDA_LAUNCH_CHECK();
+  enqueue_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols,
+                          Maxima{dy_largest, nullptr, words}, digits, stride, stream);
 }
+
+// Scratch of a launch's own for the maxima and sign sums (atomic maxima and sums: they
+// start from zeros).
+struct RowSumsScratch {
+  DeviceBuffer<unsigned int> largest;
+  DeviceBuffer<int64_t> sign_sums;
+  RowSumsScratch(int64_t words, int64_t sign_sums_count, Device device)
+      : largest(words, device), sign_sums(sign_sums_count, device) {
+    largest.zero();
+    sign_sums.zero();
+  }
+};
 
 }  // namespace
 
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                  const unsigned int* x_largest, const WideChunks& wide) {
-  SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols &&
-                   sums.device().is_cuda(),
-               "accumulate_weight_grad_cuda: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
-               " x ", x.cols, ", ", sums.count(), " sums");
-  launch_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, sums, x_largest, wide);
+  accumulate_linear_grads_cuda(grad_y, x, &sums, nullptr, x_largest, wide);
 }
 
 void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums) {
   SEQPAR_CHECK(sums.count() == grad_y.cols && sums.device().is_cuda(),
                "accumulate_column_sums_cuda: ", sums.count(), " sums for ", grad_y.cols, " columns");
-  launch_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols, sums);
+  exact::check_term_count("linear_backward", grad_y.rows);
+  if (grad_y.rows == 0 || grad_y.cols == 0) return;
+  const int device = sums.device().index;
+  cuda::set_device(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  const int64_t out = grad_y.cols;
+  RowSumsScratch scratch(out + 2, out, sums.device());
+  unsigned int* dy_largest = scratch.largest.data();
+  column_maxima_cuda(grad_y, dy_largest, dy_largest + out, stream, scratch.sign_sums.data());
+  enqueue_column_sums(grad_y, dy_largest, dy_largest + out, scratch.sign_sums.data(), sums.digits(),
+                      sums.count(), stream);
 }
 
-int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return scratch_words<true>(out, in); }
+void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
+                                  exact::ExactSums* weight_sums, exact::ExactSums* bias_sums,
+                                  const unsigned int* x_largest, const WideChunks& wide) {
+  const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
+  SEQPAR_CHECK(grad_y.rows == rows && (weight_sums == nullptr || weight_sums->count() == out * in) &&
+                   (bias_sums == nullptr || bias_sums->count() == out),
+               "accumulate_linear_grads_cuda: dy ", grad_y.rows, " x ", out, ", x ", rows, " x ", in,
+               ", ", weight_sums != nullptr ? weight_sums->count() : 0, " and ",
+               bias_sums != nullptr ? bias_sums->count() : 0, " sums");
+  const exact::ExactSums* any = weight_sums != nullptr ? weight_sums : bias_sums;
+  if (any == nullptr) return;
+  SEQPAR_CHECK(any->device().is_cuda() && (weight_sums == nullptr || bias_sums == nullptr ||
+                                           weight_sums->device() == bias_sums->device()),
+               "accumulate_linear_grads_cuda: the sums must be on one GPU");
+  exact::check_term_count("linear_backward", rows);
+  if (rows == 0 || out == 0 || (in == 0 && bias_sums == nullptr)) return;
+  const int device = any->device().index;
+  cuda::set_device(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  // Scratch: x's column maxima unless the caller has them (dW only), dy's, dy's two
+  // one-magnitude words, and dy's sign sums (db only).
+  const bool find_x = weight_sums != nullptr && x_largest == nullptr;
+  RowSumsScratch scratch((find_x ? in : 0) + out + 2, bias_sums != nullptr ? out : 0, any->device());
+  unsigned int* dy_largest = scratch.largest.data() + (find_x ? in : 0);
+  unsigned int* words = dy_largest + out;
+  if (find_x) column_maxima_cuda(x, scratch.largest.data(), nullptr, stream);
+  // dy in one pass for both sums: its maxima, its one-magnitude words, and db's sign sums.
+  column_maxima_cuda(grad_y, dy_largest, words, stream,
+                     bias_sums != nullptr ? scratch.sign_sums.data() : nullptr);
+  if (weight_sums != nullptr && in > 0) {
+    enqueue_row_sums<true>(grad_y, x, rows, out, in,
+                           Maxima{find_x ? scratch.largest.data() : x_largest, dy_largest, words},
+                           weight_sums->digits(), weight_sums->count(), stream, &wide);
+  }
+  if (bias_sums != nullptr) {
+    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums.data(), bias_sums->digits(),
+                        bias_sums->count(), stream);
+  }
+}
+
+int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2; }
 
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
-                        cuda::Stream stream) {
+                        cuda::Stream stream, int64_t* sign_sums) {
   if (m.rows == 0 || m.cols == 0) return;
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
                   static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
-  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes);
+  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -281,8 +362,9 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);
-  enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, Maxima{scratch, scratch + x.cols},
-                         digits, stride, stream);
+  enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols,
+                         Maxima{scratch, scratch + x.cols, scratch + x.cols + grad_y.cols}, digits,
+                         stride, stream);
 }
 
 }  // namespace seqpar::nn::detail

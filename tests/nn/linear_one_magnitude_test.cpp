@@ -1,5 +1,5 @@
 // dW when dy has one magnitude (dy = ±f or 0, as an L1 loss's backward gives:
-// nn/one_magnitude.h, fixed-point integer sums). On the CPU against the general binned
+// nn/one_magnitude.h, fixed-point integer sums), and db then (f times a count of signs). On the CPU against the general binned
 // row sums (the exact values of the digits, and the rounded bits); on the GPU
 // (nn/linear_ternary_sums.cu, and linear_ternary_wide.cu's int8 GEMM for 64 outputs
 // or more, cut into chunks of rows in several ways) against the CPU, bit for bit. The inputs aim at each way
@@ -149,6 +149,10 @@ void check(const Case& c, int64_t pad = 0) {
   nn::detail::linear_backward_cuda(dy_gpu, x_gpu, weight.to(gpu), Tensor(), grad_weight_given_maxima,
                                    Tensor(), x_largest.data());
   CHECK(test::bitwise_equal(grad_weight_given_maxima, cpu.weight));
+  // db alone: f times each column's sign sum, counted in the maxima pass over dy.
+  const Tensor grad_bias_alone = test::poisoned({c.out}, gpu);
+  nn::detail::linear_backward_cuda(dy_gpu, x_gpu, weight.to(gpu), Tensor(), Tensor(), grad_bias_alone);
+  CHECK(test::bitwise_equal(grad_bias_alone, cpu.bias));
 #else
   (void)pad;
 #endif

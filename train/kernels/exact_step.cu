@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/cuda_check.h"
+#include "core/cuda_util.cuh"
 #include "core/error.h"
 #include "core/exact_sum.cuh"
 #include "nn/l1_sign.h"
@@ -58,13 +59,12 @@ __global__ void __launch_bounds__(kThreads)
   int64_t local[exact::kDigits] = {};
   int64_t pending = 0;  // terms in the bins since the last flush
   unsigned int most = 0, least_complement = 0;  // over this thread's dy, as column_maxima
-  const int64_t count = rows * out;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / out;
-    const int j = static_cast<int>(i % out);
+  for (cuda::GridStrideElements e(rows, out); e.inside(); e.next()) {
+    const int64_t row = e.row, i = e.row * out + e.col;
+    const int j = static_cast<int>(e.col);
     const float difference = __fsub_rn(y[i], target[row * target_row_stride + j]);
-    loss.add(__dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
+    loss.add_skipping_unreached(
+        __dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
     if (++pending == exact::kTermsPerFlush) {
       loss.flush(local);
       pending = 0;
