@@ -56,26 +56,14 @@ __global__ void __launch_bounds__(kThreads)
   exact::BinnedSum sum;
   sum.clear();
   int64_t pending = 0;  // terms in the bins since the last flush
-  // kBatch elements' loads before any of their terms: with one pair in flight per
-  // thread (a few warps an SM, for the bins' registers) the pass waited on memory.
-  constexpr int kBatch = 4;
-  for (cuda::GridStrideElements e(rows, cols); e.inside();) {
-    float difference[kBatch];
-    bool forms_term[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b, e.next()) {
-      forms_term[b] = e.inside() && kept(e.row);  // a masked row forms no term
-      difference[b] = forms_term[b] ? __fsub_rn(input(e.row, e.col), target(e.row, e.col)) : 0.0f;
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      if (!forms_term[b]) continue;
-      sum.add_skipping_unreached(
-          __dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference[b]))));
-      if (++pending == exact::kTermsPerFlush) {
-        sum.flush(local);
-        pending = 0;
-      }
+  for (cuda::GridStrideElements e(rows, cols); e.inside(); e.next()) {
+    if (!kept(e.row)) continue;  // a masked row forms no term
+    const float difference = __fsub_rn(input(e.row, e.col), target(e.row, e.col));
+    sum.add_skipping_unreached(
+        __dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
+    if (++pending == exact::kTermsPerFlush) {
+      sum.flush(local);
+      pending = 0;
     }
   }
   sum.flush(local);
@@ -123,10 +111,20 @@ void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows
   const int device = input.device().index;
   exact::ExactSums sums(1, input.device());  // zeroed on the current stream
   if (rows * cols > 0) {
-    // Any grid gives the same bits; this one gives every thread a few elements.
-    const int64_t blocks = std::clamp<int64_t>(
-        cuda::ceil_div(rows * cols, kThreads * kMinElementsPerThread), 1, kMaxBlocks);
+    // Any grid gives the same bits; this one gives every thread a few elements, and no
+    // more blocks than are resident at once: the bins' registers leave three blocks an
+    // SM, and kMaxBlocks alone had made 2.6 waves, the last one with SMs idle.
     cuda::set_device(device);
+    const auto kernel = abs_diff_exact_sum_kernel<Rows>;
+    static const int resident_per_sm = [&] {
+      int per_sm = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+      return std::max(per_sm, 1);
+    }();
+    const int64_t resident = int64_t{resident_per_sm} * cuda::multiprocessor_count(device);
+    const int64_t blocks = std::clamp<int64_t>(
+        cuda::ceil_div(rows * cols, kThreads * kMinElementsPerThread), 1,
+        std::min(kMaxBlocks, resident));
     abs_diff_exact_sum_kernel<<<static_cast<int>(blocks), kThreads, 0,
                                 cuda::current_stream(device)>>>(
         const_rows_of(input), const_rows_of(target), rows,

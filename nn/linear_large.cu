@@ -33,7 +33,6 @@
 // off the registers.
 #include "nn/linear_large.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -85,7 +84,7 @@ __device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSp
 }
 
 template <bool kAAlongK, bool kBAlongK>
-__global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g, int64_t m_tile_offset) {
+__global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   constexpr int kSlice = kLargeSlice<kAAlongK, kBAlongK>;
   static_assert(kSlice == 2 * kPartDepth, "slices of two parts");
   __shared__ __align__(16) float a_tile[2][kSlice][kTile + kPad];
@@ -94,11 +93,7 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g, int64_t
   const SliceSpot<kAAlongK> a_spot(t);
   const SliceSpot<kBAlongK> b_spot(t);
   const int ty = t / 16, tx = t % 16;
-  // Blocks in launch order take C's tiles along N first (grid.x), then M (grid.y, from
-  // the launch's first tile row): the blocks resident together share their tiles of A
-  // (and B, N being short), which L2 then serves. (With M first, every tile of A came
-  // from memory once per tile of N: 38.8 GB at the stress shape, for a 4 GB x.)
-  const int64_t m0 = (m_tile_offset + blockIdx.y) * kTile, n0 = int64_t{blockIdx.x} * kTile;
+  const int64_t m0 = int64_t{blockIdx.x} * kTile, n0 = int64_t{blockIdx.y} * kTile;
 
   // The first slice, both parts at once; a_next and b_next then carry one part at a time.
   float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, a_spot.k, g.k);
@@ -196,21 +191,17 @@ template <bool kAAlongK, bool kBAlongK>
 bool large_gemm_fits(const Gemm& g) {
   return operand_fits<kAAlongK>(g.a, g.m, g.k) && operand_fits<kBAlongK>(g.b, g.n, g.k) &&
          g.n % 4 == 0 && g.c_row_stride % 4 == 0 && cuda::aligned16(g.c) &&
-         cuda::ceil_div(g.n, kTile) <= INT32_MAX;
+         cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 
 template <bool kAAlongK, bool kBAlongK>
 void large_gemm_cuda(const Gemm& g, cuda::Stream stream) {
   SEQPAR_CHECK((large_gemm_fits<kAAlongK, kBAlongK>(g)),
                "large_gemm_cuda: shape, layout or alignment not supported");
-  // grid.y holds at most 65535 tile rows (8.4 M rows of C): more take several launches.
-  const int64_t m_tiles = cuda::ceil_div(g.m, kTile);
-  for (int64_t first = 0; first < m_tiles; first += 65535) {
-    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.n, kTile)),
-                    static_cast<unsigned>(std::min<int64_t>(65535, m_tiles - first)));
-    large_gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g, first);
-    CUDA_LAUNCH_CHECK();
-  }
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
+                  static_cast<unsigned>(cuda::ceil_div(g.n, kTile)));
+  large_gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g);
+  CUDA_LAUNCH_CHECK();
 }
 
 // The layouts of the two GEMM products of a Linear (linear.cu's design note).
