@@ -207,8 +207,6 @@ TEST_CASE("exact sums: a long sum of large terms, one flush per kTermsPerFlush",
   const Digits digits = digits_of(terms);
   CHECK(exact::round_to_double(digits.data()) == big);             // below half an ulp
   CHECK(exact::round_to_float(digits.data()) == f2(98));           // 2^30 - 1 rounds up to 2^30
-  CHECK(same_bits(exact::round_to_double(digits.data()), exact_reference<double>(terms)));
-  CHECK(same_bits(exact::round_to_float(digits.data()), exact_reference<float>(terms)));
   // The digits hold the rest exactly: adding 2^-149 back leaves big, once more exactly.
   Digits restored = digits;
   add_digits(restored, digits_of({p2(-149), big}));
