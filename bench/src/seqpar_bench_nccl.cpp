@@ -35,6 +35,7 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
+#include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "train/exact_l1_step.h"
 #include "train/linear_l1_step.h"
@@ -353,8 +354,11 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
     exact::ExactSums zeros(kOut * kIn + kOut, gpu);
     dist::NcclEnqueuedSums sums(group);
     const cudaGraphExec_t digits_graph = capture(stream, [&] { sums.combine(zeros); });
-    out.add("allreduce/" + world_name + "/738KB_digits/seqpar_graph",
-            "the exact step's digits (9 x 10256 int64), replayed from a CUDA graph",
+    const int64_t digit_words = exact::kDigits * (kOut * kIn + kOut);
+    out.add("allreduce/" + world_name + "/" + std::to_string(digit_words * 8 / 1000) +
+                "KB_digits/seqpar_graph",
+            "the exact step's digits (" + std::to_string(exact::kDigits) + " x " +
+                std::to_string(kOut * kIn + kOut) + " int64), replayed from a CUDA graph",
             time_aligned(group, [&] { CUDA_CHECK(cudaGraphLaunch(digits_graph, stream)); }, s));
     group.synchronize(stream);
     CUDA_CHECK(cudaGraphExecDestroy(digits_graph));
