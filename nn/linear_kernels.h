@@ -51,10 +51,10 @@ struct WideChunks {
 // (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                  const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
-void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums);
-// Both (either may be null) from one pass over dy: its column maxima and one-magnitude
-// words serve dW, and the same pass counts each column's signs, which are db when dy
-// has one magnitude (f times the count: no second read of dy, no binned sums).
+// dW's sums and db's (either may be null) from one pass over dy: its column maxima and
+// one-magnitude words serve dW, and the same pass counts each column's signs, which are
+// db when dy has one magnitude (f times the count: no second read of dy, no binned
+// sums).
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
                                   exact::ExactSums* weight_sums, exact::ExactSums* bias_sums,
                                   const unsigned int* x_largest = nullptr, const WideChunks& wide = {});

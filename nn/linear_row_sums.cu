@@ -289,22 +289,6 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
   accumulate_linear_grads_cuda(grad_y, x, &sums, nullptr, x_largest, wide);
 }
 
-void accumulate_column_sums_cuda(const ConstRows& grad_y, exact::ExactSums& sums) {
-  SEQPAR_CHECK(sums.count() == grad_y.cols && sums.device().is_cuda(),
-               "accumulate_column_sums_cuda: ", sums.count(), " sums for ", grad_y.cols, " columns");
-  exact::check_term_count("linear_backward", grad_y.rows);
-  if (grad_y.rows == 0 || grad_y.cols == 0) return;
-  const int device = sums.device().index;
-  cuda::set_device(device);
-  cudaStream_t stream = cuda::current_stream(device);
-  const int64_t out = grad_y.cols;
-  RowSumsScratch scratch(out + 2, out, sums.device());
-  unsigned int* dy_largest = scratch.largest.data();
-  column_maxima_cuda(grad_y, dy_largest, dy_largest + out, stream, scratch.sign_sums.data());
-  enqueue_column_sums(grad_y, dy_largest, dy_largest + out, scratch.sign_sums.data(), sums.digits(),
-                      sums.count(), stream);
-}
-
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
                                   exact::ExactSums* weight_sums, exact::ExactSums* bias_sums,
                                   const unsigned int* x_largest, const WideChunks& wide) {
