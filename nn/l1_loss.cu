@@ -3,9 +3,9 @@
 // Forward: the exact sum of nn/l1_loss.h. Each thread keeps an exact::BinnedSum over a
 // grid-stride share of the elements, terms (double)s * (double)|d|, and moves it into
 // int64 digits of its own; a block adds its threads' digits with integer operations
-// (warp shuffles, then shared-memory atomics) and adds them into the one ExactSums of
-// the launch with one integer atomic per digit; ExactSums::round_into then rounds
-// once. Integer addition is associative (the special digit's flags are or-ed), so
+// (warp shuffles, then shared-memory atomics) and adds them into the launch's digits
+// with one integer atomic per digit; the last block to finish rounds them into the
+// loss, once. Integer addition is associative (the special digit's flags are or-ed), so
 // neither the grid, the schedule nor the order of the atomics can change a bit, and
 // the result is bitwise the CPU's. No floating-point atomics.
 //
@@ -22,6 +22,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
+#include "core/device_buffer.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/l1_loss.h"
@@ -48,10 +49,11 @@ struct KeptRows {
   __device__ bool operator()(int64_t row) const { return mask[row * stride] != 0.0f; }
 };
 
+// `words`: the launch's digits [kDigits], then a count of finished blocks (zeroed).
 template <typename Rows>
 __global__ void __launch_bounds__(kThreads)
     abs_diff_exact_sum_kernel(ConstRows input, ConstRows target, int64_t rows, int64_t cols,
-                              float scale, Rows kept, int64_t* digits) {
+                              float scale, Rows kept, int64_t* words, float* loss) {
   int64_t local[exact::kDigits] = {};
   exact::BinnedSum sum;
   sum.clear();
@@ -67,7 +69,22 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   sum.flush(local);
-  exact::add_block_digits(local, digits, 1);
+  exact::add_block_digits(local, words, 1);
+  // The last block to finish rounds the digits into the loss: no launch of its own for
+  // that. Each block fences its adds before it counts itself; the last one reads the
+  // digits from L2, past its own L1.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(reinterpret_cast<unsigned int*>(words + exact::kDigits), 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    int64_t digits[exact::kDigits];
+    for (int d = 0; d < exact::kDigits; ++d) digits[d] = __ldcg(words + d);
+    *loss = exact::round_to_float(digits);
+  }
 }
 
 template <typename Rows>
@@ -109,29 +126,29 @@ void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows
   const int64_t rows = input.size(0), cols = input.size(1);
   exact::check_term_count("l1_loss", rows * cols);
   const int device = input.device().index;
-  exact::ExactSums sums(1, input.device());  // zeroed on the current stream
-  if (rows * cols > 0) {
-    // Any grid gives the same bits; this one gives every thread a few elements, and no
-    // more blocks than are resident at once: the bins' registers leave three blocks an
-    // SM, and kMaxBlocks alone had made 2.6 waves, the last one with SMs idle.
-    cuda::set_device(device);
-    const auto kernel = abs_diff_exact_sum_kernel<Rows>;
-    static const int resident_per_sm = [&] {
-      int per_sm = 0;
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-      return std::max(per_sm, 1);
-    }();
-    const int64_t resident = int64_t{resident_per_sm} * cuda::multiprocessor_count(device);
-    const int64_t blocks = std::clamp<int64_t>(
-        cuda::ceil_div(rows * cols, kThreads * kMinElementsPerThread), 1,
-        std::min(kMaxBlocks, resident));
-    abs_diff_exact_sum_kernel<<<static_cast<int>(blocks), kThreads, 0,
-                                cuda::current_stream(device)>>>(
-        const_rows_of(input), const_rows_of(target), rows,
-        cols, scale, kept, sums.digits());
-    CUDA_LAUNCH_CHECK();
-  }
-  sums.round_into(loss);
+  cuda::set_device(device);
+  // The digits and the count of finished blocks, zeroed on the current stream.
+  DeviceBuffer<int64_t> words(exact::kDigits + 1, input.device());
+  words.zero();
+  // Any grid gives the same bits; this one gives every thread a few elements, and no
+  // more blocks than are resident at once: the bins' registers leave three blocks an
+  // SM, and kMaxBlocks alone had made 2.6 waves, the last one with SMs idle.
+  const auto kernel = abs_diff_exact_sum_kernel<Rows>;
+  static const int resident_per_sm = [&] {
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+    return std::max(per_sm, 1);
+  }();
+  const int64_t resident = int64_t{resident_per_sm} * cuda::multiprocessor_count(device);
+  const int64_t blocks = std::clamp<int64_t>(
+      cuda::ceil_div(rows * cols, kThreads * kMinElementsPerThread), 1,
+      std::min(kMaxBlocks, resident));
+  // No elements: one block walks none (0 rows of 1 column) and rounds the zero digits to +0.
+  const bool empty = rows * cols == 0;
+  kernel<<<static_cast<int>(blocks), kThreads, 0, cuda::current_stream(device)>>>(
+      const_rows_of(input), const_rows_of(target), empty ? 0 : rows, empty ? 1 : cols, scale,
+      kept, words.data(), loss.data());
+  CUDA_LAUNCH_CHECK();
 }
 
 template <typename Rows>

@@ -152,6 +152,17 @@ __device__ void accumulate_rows(const RowSumsWork& w) {
   flush_outputs(sums, w);
 }
 
+// db when dy had one magnitude f: Σ_rows dy[., j] is f times column j's sign sum (an
+// integer), added at f's unit by one thread of the column's first block.
+__device__ void add_column_sum_from_signs(const OneMagnitude& magnitude, const int64_t* sign_sums,
+                                          int64_t columns, int64_t* digits, int64_t count) {
+  const int64_t j = int64_t{blockIdx.x} * 32 + threadIdx.x;
+  if (blockIdx.z != 0 || threadIdx.x >= 32 || j >= columns) return;
+  // |sign sum| <= rows <= kMaxTerms (2^32) and the significand < 2^24: far below 2^93.
+  exact::add_scaled_integer(digits + j, count, exact::Int128{sign_sums[j]} * magnitude.significand,
+                            magnitude.exponent);
+}
+
 // Block (column block, output group, chunk of rows). kProducts: dW's sums; else db's,
 // one per column of b (= dy).
 template <bool kProducts>
@@ -161,9 +172,19 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                                                             const unsigned int* largest_a,
                                                             const unsigned int* largest_b,
                                                             const unsigned int* one_magnitude_words,
+                                                            const int64_t* sign_sums,
                                                             int64_t* digits, int64_t count) {
-  // dW when dy had one magnitude is the fixed-point path's (linear_ternary_sums.cu).
-  if (one_magnitude_words != nullptr && one_magnitude(one_magnitude_words).holds) return;
+  // When dy had one magnitude: dW is the fixed-point path's (linear_ternary_sums.cu), and
+  // db comes from dy's sign sums, here.
+  if (one_magnitude_words != nullptr) {
+    const OneMagnitude magnitude = one_magnitude(one_magnitude_words);
+    if (magnitude.holds) {
+      if (!kProducts && sign_sums != nullptr) {
+        add_column_sum_from_signs(magnitude, sign_sums, columns, digits, count);
+      }
+      return;
+    }
+  }
   RowSumsWork w{a, b, 0, 0, 0, 0, 0, digits, columns, count};
   w.k = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
   w.j0 = int64_t{blockIdx.y} * kOutputs<kProducts>;
@@ -195,28 +216,16 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
 }
 static_assert(exact::kBins == 9, "row_sums_kernel's switch has a case for each first bin");
 
-// db when dy had one magnitude f: Σ_rows dy[., j] is f times column j's sign sum (an
-// integer), added at f's unit. The binned row sums return at once then, and this
-// kernel does when dy did not.
-__global__ void column_sums_from_signs_kernel(int64_t columns, const unsigned int* words,
-                                              const int64_t* sign_sums, int64_t* digits,
-                                              int64_t count) {
-  const OneMagnitude magnitude = one_magnitude(words);
-  if (!magnitude.holds) return;
-  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (j >= columns) return;
-  // |sign sum| <= rows <= kMaxTerms (2^32) and the significand < 2^24: far below 2^93.
-  exact::add_scaled_integer(digits + j, count, exact::Int128{sign_sums[j]} * magnitude.significand,
-                            magnitude.exponent);
-}
 
-// Where a launch's maxima live: b's column maxima [columns]; for dW also a's [outputs];
-// and dy's two one-magnitude words (linear_ternary.cuh: a's for dW, b's for db), or
-// null where no one-magnitude path runs.
+// What a launch takes from the passes over its factors: b's column maxima [columns]; for
+// dW also a's [outputs]; dy's two one-magnitude words (linear_ternary.cuh: a's for dW,
+// b's for db), or null where no one-magnitude path runs; and for db, dy's sign sums
+// [columns] from the same pass.
 struct Maxima {
   const unsigned int* b;
   const unsigned int* a;
   const unsigned int* words;
+  const int64_t* sign_sums = nullptr;
 };
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
@@ -238,9 +247,9 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   SEQPAR_CHECK(column_blocks <= 0x7fffffff && output_groups <= 65535 && chunks <= 65535,
                "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
                " rows exceed the row-sum kernel's grid");
-  // When dy has one magnitude, dW's fixed-point sums or db's sign sums (launched
-  // before this), and the general kernel returns at once (all read the words on the
-  // device).
+  // When dy has one magnitude, dW's fixed-point sums (launched here) or db's sign sums
+  // (added by the general kernel), and the general kernel's binned sums return at once
+  // (all read the words on the device).
   const unsigned int* one_magnitude_words = kProducts ? nullptr : maxima.words;
   if (kProducts && wide != nullptr && ternary_weight_grad_wide_fits(a, b)) {
     one_magnitude_words = maxima.words;
@@ -253,33 +262,33 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
                   static_cast<unsigned>(chunks));
   row_sums_kernel<kProducts><<<grid, kThreads, 0, stream>>>(
       a, b, rows, outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
-      digits, stride);
+      kProducts ? nullptr : maxima.sign_sums, digits, stride);
   CUDA_LAUNCH_CHECK();
 }
 
 // db's sums: from the sign sums when dy had one magnitude (`words`), else by the binned
-// row sums; each kernel returns at once when the other one's case holds.
+// row sums, in one launch.
 void enqueue_column_sums(const ConstRows& grad_y, const unsigned int* dy_largest,
                          const unsigned int* words, const int64_t* sign_sums, int64_t* digits,
                          int64_t stride, cudaStream_t stream) {
-  if (grad_y.rows == 0 || grad_y.cols == 0) return;
-  column_sums_from_signs_kernel<<<static_cast<unsigned>(cuda::ceil_div(grad_y.cols, int64_t{kThreads})),
-                                  kThreads, 0, stream>>>(grad_y.cols, words, sign_sums, digits, stride);
-  CUDA_LAUNCH_CHECK();
   enqueue_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols,
-                          Maxima{dy_largest, nullptr, words}, digits, stride, stream);
+                          Maxima{dy_largest, nullptr, words, sign_sums}, digits, stride, stream);
 }
 
-// Scratch of a launch's own for the maxima and sign sums (atomic maxima and sums: they
-// start from zeros).
-struct RowSumsScratch {
-  DeviceBuffer<unsigned int> largest;
-  DeviceBuffer<int64_t> sign_sums;
+// Scratch of a launch's own, in one buffer zeroed once (atomic sums and maxima start
+// from zeros): dy's sign sums [sign_sums_count], then the maxima's words.
+class RowSumsScratch {
+ public:
   RowSumsScratch(int64_t words, int64_t sign_sums_count, Device device)
-      : largest(words, device), sign_sums(sign_sums_count, device) {
-    largest.zero();
-    sign_sums.zero();
+      : sign_sums_count_(sign_sums_count), buffer_(sign_sums_count + (words + 1) / 2, device) {
+    buffer_.zero();
   }
+  int64_t* sign_sums() { return buffer_.data(); }
+  unsigned int* largest() { return reinterpret_cast<unsigned int*>(buffer_.data() + sign_sums_count_); }
+
+ private:
+  int64_t sign_sums_count_;
+  DeviceBuffer<int64_t> buffer_;
 };
 
 }  // namespace
@@ -312,19 +321,19 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
   // one-magnitude words, and dy's sign sums (db only).
   const bool find_x = weight_sums != nullptr && x_largest == nullptr;
   RowSumsScratch scratch((find_x ? in : 0) + out + 2, bias_sums != nullptr ? out : 0, any->device());
-  unsigned int* dy_largest = scratch.largest.data() + (find_x ? in : 0);
+  unsigned int* dy_largest = scratch.largest() + (find_x ? in : 0);
   unsigned int* words = dy_largest + out;
-  if (find_x) column_maxima_cuda(x, scratch.largest.data(), nullptr, stream);
+  if (find_x) column_maxima_cuda(x, scratch.largest(), nullptr, stream);
   // dy in one pass for both sums: its maxima, its one-magnitude words, and db's sign sums.
   column_maxima_cuda(grad_y, dy_largest, words, stream,
-                     bias_sums != nullptr ? scratch.sign_sums.data() : nullptr);
+                     bias_sums != nullptr ? scratch.sign_sums() : nullptr);
   if (weight_sums != nullptr && in > 0) {
     enqueue_row_sums<true>(grad_y, x, rows, out, in,
-                           Maxima{find_x ? scratch.largest.data() : x_largest, dy_largest, words},
+                           Maxima{find_x ? scratch.largest() : x_largest, dy_largest, words},
                            weight_sums->digits(), weight_sums->count(), stream, &wide);
   }
   if (bias_sums != nullptr) {
-    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums.data(), bias_sums->digits(),
+    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_sums->digits(),
                         bias_sums->count(), stream);
   }
 }
