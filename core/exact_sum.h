@@ -33,8 +33,9 @@
 //   - at most kMaxTerms terms per sum (rows times ranks); callers check their counts.
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/host_device.h"
@@ -193,20 +194,23 @@ __extension__ typedef unsigned __int128 UInt128;
 // |p| * 2^t < 2^(kTopBinExponent + 62) (the top digit stays within int64); each other
 // digit changes by less than 2^kBinBits, far inside the kMaxTerms budget of a term.
 // |p| < 2^93, so that p shifted to its bin's boundary fits in 128 bits.
+//
+// The loop visits every bin, each at a constant index once unrolled: on a GPU a local
+// array indexed at run time lives in local memory, and a kernel's digits are such an
+// array.
 SEQPAR_HOST_DEVICE void add_scaled_integer(int64_t* digits, int64_t stride, Int128 p, int t) {
   if (p == 0) return;
   const bool negative = p < 0;
-  const int offset = t - kLowestExponent;  // p's unit, in bits above 2^-149
-  int k = kBins - 1 - offset / kBinBits;   // the bin of p's lowest bit
+  const int offset = t - kLowestExponent;          // p's unit, in bits above 2^-149
+  const int lowest = kBins - 1 - offset / kBinBits;  // the bin of p's lowest bit
   UInt128 magnitude = static_cast<UInt128>(negative ? -p : p) << (offset % kBinBits);
   constexpr uint64_t kSliceMask = (uint64_t{1} << kBinBits) - 1;
-  while (magnitude != 0) {
+  for (int k = kBins - 1; k >= 0; --k) {
+    if (k > lowest) continue;  // below p's lowest bit
     const auto slice = static_cast<int64_t>(k == 0 ? static_cast<uint64_t>(magnitude)
                                                    : static_cast<uint64_t>(magnitude) & kSliceMask);
     digits[k * stride] += negative ? -slice : slice;
-    if (k == 0) break;
     magnitude >>= kBinBits;
-    --k;
   }
 }
 
@@ -225,21 +229,96 @@ struct BinnedSum : BinnedSums<1> {
     const double terms[1] = {term};
     BinnedSums<1>::add<0>(terms);
   }
-  // The same sum, with the top bins skipped for a term that cannot reach them (the
-  // common case of terms far below 2^129, such as a mean's): a branch on the data,
-  // never on the result.
-  SEQPAR_HOST_DEVICE void add_skipping_unreached(double term) {
-    constexpr int kSkip = 4;  // bins 0-3 take nothing from a term below half of bin 3's unit
-    const double terms[1] = {term};
-    if (std::fabs(term) < 0.5 * bin_unit(kSkip - 1)) {  // false for NaN and infinities
-      BinnedSums<1>::add<kSkip>(terms);
-    } else {
-      BinnedSums<1>::add<0>(terms);
-    }
-  }
   SEQPAR_HOST_DEVICE void flush(int64_t* digits, int64_t stride = 1) {
     BinnedSums<1>::flush(0, digits, stride);
   }
+};
+
+SEQPAR_HOST_DEVICE uint32_t float_bits(float value) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(value);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+#endif
+}
+
+// The sum of the terms (double)scale * (double)|a| over float32s a (an L1 loss's
+// terms): the value a BinnedSum of those terms holds, for a fraction of its work.
+//
+// An |a| in [2^-33, 2^8) is an integer number of units 2^-56 below 2^64 (its 24-bit
+// significand shifted left by at most 40 bits), so such |a| are summed as integers, in
+// one 128-bit fixed-point sum, with no rounding and no extraction into bins; the sum
+// is multiplied by scale once, when it is flushed. Every other nonzero |a| (larger,
+// tinier, subnormal, infinite, NaN) is added to a BinnedSum as the term scale * |a|.
+// The two agree exactly: scale * Σ|a| = Σ scale * |a| when every product lies on the
+// bins' grid and below the terms' limit, which holds when scale's lowest significant
+// bit is at least 2^-93 and |scale| < 2^121 (integer_path). For any other scale (a tiny,
+// huge or non-finite one) every term takes the binned path. The flush is the caller's,
+// as for a BinnedSum: at least every kTermsPerFlush terms.
+class ScaledAbsSum {
+ public:
+  SEQPAR_HOST_DEVICE explicit ScaledAbsSum(float scale) : scale_(scale) {
+    binned_.clear();
+    const uint32_t bits = float_bits(scale) & 0x7fffffffu;
+    const uint32_t field = bits >> 23;
+    const bool negative = float_bits(scale) >> 31 != 0;
+    // scale = significand * 2^exponent, the significand an integer below 2^24
+    if (field == 0) {
+      significand_ = bits;
+      exponent_ = kLowestExponent;
+    } else {
+      significand_ = (bits & 0x7fffffu) | 0x800000u;
+      exponent_ = static_cast<int>(field) - 150;
+    }
+    if (negative) significand_ = -significand_;
+    integer_path_ = field < 255 && exponent_ - kFixedUnitBits >= kLowestExponent &&
+                    exponent_ + 24 <= kLargestScaleExponent;
+  }
+
+  // Whether the |a| in [2^-33, 2^8) are summed as integers (this scale allows it).
+  SEQPAR_HOST_DEVICE bool integer_path() const { return integer_path_; }
+
+  SEQPAR_HOST_DEVICE void add_abs(float a) {
+    const uint32_t bits = float_bits(a) & 0x7fffffffu;  // |a|
+    if (integer_path_ && bits - kFixedLowBits < kFixedSpanBits) {
+      const uint64_t significand = (bits & 0x7fffffu) | 0x800000u;
+      fixed_ += significand << ((bits >> 23) - (kFixedLowBits >> 23));
+    } else if (bits != 0 || !integer_path_) {  // a zero |a| with a finite scale adds +0
+      binned_.add(static_cast<double>(scale_) * static_cast<double>(std::fabs(a)));
+    }
+  }
+
+  // Adds the sum into `digits` (kDigits words, `stride` apart) and clears it. The
+  // fixed-point sum is at most 2^64 units a term, below 2^87 for kTermsPerFlush terms:
+  // its two 64-bit halves times the significand (below 2^88 each) go in exactly.
+  SEQPAR_HOST_DEVICE void flush(int64_t* digits, int64_t stride = 1) {
+    const auto low = static_cast<uint64_t>(fixed_);
+    const auto high = static_cast<uint64_t>(fixed_ >> 64);
+    add_scaled_integer(digits, stride, Int128{low} * significand_, exponent_ - kFixedUnitBits);
+    add_scaled_integer(digits, stride, Int128{high} * significand_,
+                       exponent_ - kFixedUnitBits + 64);
+    fixed_ = 0;
+    binned_.flush(digits, stride);
+  }
+
+ private:
+  static constexpr int kFixedUnitBits = 56;  // the fixed-point unit, 2^-56
+  // |a| in [2^-33, 2^8): exponent fields 94 .. 134, as a range of |a|'s bits
+  static constexpr uint32_t kFixedLowBits = uint32_t{127 - 33} << 23;
+  static constexpr uint32_t kFixedSpanBits = uint32_t{8 + 33} << 23;
+  // A product of |a| < 2^8 and |scale| < 2^121 stays below term_limit().
+  static constexpr int kLargestScaleExponent = 121;
+  static_assert(8 + kLargestScaleExponent == 129, "products below the terms' limit");
+  static_assert(64 - 24 == 8 - (-33) - 1, "the largest |a|, shifted, fits in 64 bits");
+
+  float scale_;
+  int64_t significand_;
+  int exponent_;
+  bool integer_path_;
+  UInt128 fixed_ = 0;
+  BinnedSum binned_;
 };
 
 // ---- rounding the digits once ----

@@ -62,20 +62,18 @@ struct KeptRows {
 };
 
 // The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
-// terms are summed exactly, flushed into one set of digits every kTermsPerFlush terms,
+// terms are summed exactly (exact::ScaledAbsSum, as the GPU sums them), flushed into one set of digits every kTermsPerFlush terms,
 // and the total is rounded once. The order of the loop changes nothing.
 template <typename Rows>
 Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale, Rows kept) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
   exact::ExactSums sums(1, Device::cpu());
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;  // terms in the bins since the last flush
+  exact::ScaledAbsSum sum(scale);
+  int64_t pending = 0;  // terms since the last flush
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
     if (!kept(i)) continue;
     for (Eigen::Index j = 0; j < a.cols(); ++j) {
-      const float difference = a(i, j) - b(i, j);
-      sum.add(static_cast<double>(scale) * static_cast<double>(std::fabs(difference)));
+      sum.add_abs(a(i, j) - b(i, j));
       if (++pending == exact::kTermsPerFlush) {
         sum.flush(sums.digits());
         pending = 0;

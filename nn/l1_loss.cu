@@ -1,13 +1,14 @@
 // CUDA path of nn/l1_loss.h.
 //
-// Forward: the exact sum of nn/l1_loss.h. Each thread keeps an exact::BinnedSum over a
-// grid-stride share of the elements, terms (double)s * (double)|d|, and moves it into
-// int64 digits of its own; a block adds its threads' digits with integer operations
-// (warp shuffles, then shared-memory atomics) and adds them into the launch's digits
-// with one integer atomic per digit; the last block to finish rounds them into the
-// loss, once. Integer addition is associative (the special digit's flags are or-ed), so
-// neither the grid, the schedule nor the order of the atomics can change a bit, and
-// the result is bitwise the CPU's. No floating-point atomics.
+// Forward: the exact sum of nn/l1_loss.h. Each thread keeps an exact::ScaledAbsSum of
+// the terms (double)s * (double)|d| over a grid-stride share of the elements (most |d|
+// summed as integers, the rest binned) and moves it into int64 digits of its own; a
+// block adds its threads' digits with integer operations (warp shuffles, then
+// shared-memory atomics) and adds them into the launch's digits with one integer
+// atomic per digit; the last block to finish rounds them into the loss, once. Integer
+// addition is associative (the special digit's flags are or-ed), so neither the grid,
+// the schedule nor the order of the atomics can change a bit, and the result is
+// bitwise the CPU's. No floating-point atomics.
 //
 // Backward: grad_input = (grad_loss * scale) * sign(input - target), sign(0) = 0 as
 // in PyTorch, the product formed in double and rounded once, as the CPU path does.
@@ -18,6 +19,7 @@
 // masked loss is as placement-free as the unmasked one.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -49,23 +51,54 @@ struct KeptRows {
   __device__ bool operator()(int64_t row) const { return mask[row * stride] != 0.0f; }
 };
 
+__device__ inline void add_quad(exact::ScaledAbsSum& sum, const float4& a, const float4& b) {
+  sum.add_abs(__fsub_rn(a.x, b.x));
+  sum.add_abs(__fsub_rn(a.y, b.y));
+  sum.add_abs(__fsub_rn(a.z, b.z));
+  sum.add_abs(__fsub_rn(a.w, b.w));
+}
+
 // `words`: the launch's digits [kDigits], then a count of finished blocks (zeroed).
+// `flat`: input and target are each one contiguous run of rows * cols floats, 16-byte
+// aligned, and every row counts. The sum is then read as float4s, two of each operand
+// in flight a thread: one element a load keeps too few bytes in flight to reach the
+// device's bandwidth, once a term costs a few integer operations.
+// Three blocks an SM: 80 registers a thread, no spills.
 template <typename Rows>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     abs_diff_exact_sum_kernel(ConstRows input, ConstRows target, int64_t rows, int64_t cols,
-                              float scale, Rows kept, int64_t* words, float* loss) {
+                              float scale, Rows kept, bool flat, int64_t* words, float* loss) {
   int64_t local[exact::kDigits] = {};
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;  // terms in the bins since the last flush
-  for (cuda::GridStrideElements e(rows, cols); e.inside(); e.next()) {
-    if (!kept(e.row)) continue;  // a masked row forms no term
-    const float difference = __fsub_rn(input(e.row, e.col), target(e.row, e.col));
-    sum.add_skipping_unreached(
-        __dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
-    if (++pending == exact::kTermsPerFlush) {
-      sum.flush(local);
-      pending = 0;
+  exact::ScaledAbsSum sum(scale);
+  int64_t pending = 0;  // terms since the last flush
+  if (flat) {
+    const int64_t count = rows * cols, quads = count / 4;
+    const auto* a = reinterpret_cast<const float4*>(input.data);
+    const auto* b = reinterpret_cast<const float4*>(target.data);
+    const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+    const int64_t step = int64_t{gridDim.x} * blockDim.x;
+    int64_t q = first;
+    for (; q + step < quads; q += 2 * step) {
+      const float4 a0 = a[q], b0 = b[q], a1 = a[q + step], b1 = b[q + step];
+      add_quad(sum, a0, b0);
+      add_quad(sum, a1, b1);
+      if ((pending += 8) > exact::kTermsPerFlush - 8) {
+        sum.flush(local);
+        pending = 0;
+      }
+    }
+    if (q < quads) add_quad(sum, a[q], b[q]);
+    // the last count % 4 elements (step > 3: one each at most, and pending stays in budget)
+    const int64_t tail = 4 * quads + first;
+    if (tail < count) sum.add_abs(__fsub_rn(input.data[tail], target.data[tail]));
+  } else {
+    for (cuda::GridStrideElements e(rows, cols); e.inside(); e.next()) {
+      if (!kept(e.row)) continue;  // a masked row forms no term
+      sum.add_abs(__fsub_rn(input(e.row, e.col), target(e.row, e.col)));
+      if (++pending == exact::kTermsPerFlush) {
+        sum.flush(local);
+        pending = 0;
+      }
     }
   }
   sum.flush(local);
@@ -131,8 +164,8 @@ void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows
   DeviceBuffer<int64_t> words(exact::kDigits + 1, input.device());
   words.zero();
   // Any grid gives the same bits; this one gives every thread a few elements, and no
-  // more blocks than are resident at once: the bins' registers leave three blocks an
-  // SM, and kMaxBlocks alone had made 2.6 waves, the last one with SMs idle.
+  // more blocks than are resident at once: the sum's registers leave a few blocks an
+  // SM, and more blocks than fit would make a last wave with SMs idle.
   const auto kernel = abs_diff_exact_sum_kernel<Rows>;
   static const int resident_per_sm = [&] {
     int per_sm = 0;
@@ -145,9 +178,13 @@ void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows
       std::min(kMaxBlocks, resident));
   // No elements: one block walks none (0 rows of 1 column) and rounds the zero digits to +0.
   const bool empty = rows * cols == 0;
+  const ConstRows a = const_rows_of(input), b = const_rows_of(target);
+  auto one_run = [&](const ConstRows& m) {
+    return (m.rows <= 1 || m.row_stride == m.cols) && reinterpret_cast<uintptr_t>(m.data) % 16 == 0;
+  };
+  const bool flat = std::is_same<Rows, AllRows>::value && one_run(a) && one_run(b);
   kernel<<<static_cast<int>(blocks), kThreads, 0, cuda::current_stream(device)>>>(
-      const_rows_of(input), const_rows_of(target), empty ? 0 : rows, empty ? 1 : cols, scale,
-      kept, words.data(), loss.data());
+      a, b, empty ? 0 : rows, empty ? 1 : cols, scale, kept, flat, words.data(), loss.data());
   CUDA_LAUNCH_CHECK();
 }
 

@@ -217,3 +217,94 @@ TEST_CASE("exact sums: NaN and infinite terms", "[exact][cpu]") {
   check_sum({-kInfD, kNaND, kInfD}, kNaN, kNaND);
   check_sum({kNaND, -kNaND}, kNaN, kNaND);
 }
+
+// ---------------------------------------------------------------- 7. ScaledAbsSum
+
+namespace {
+
+// The terms (double)scale * (double)|a|, as a BinnedSum of them sums them (digits_of),
+// and through ScaledAbsSum, flushed at random points: the same exact value (the
+// digits' difference is exactly zero), so the same bits once rounded.
+void check_scaled_abs_sum(float scale, const std::vector<float>& values, std::mt19937_64& rng) {
+  std::vector<double> terms;
+  for (float a : values) terms.push_back(static_cast<double>(scale) * static_cast<double>(std::fabs(a)));
+  const Digits want = digits_of(terms);
+  Digits got{};
+  exact::ScaledAbsSum sum(scale);
+  std::uniform_int_distribution<int> flush_now(0, 999);
+  for (float a : values) {
+    sum.add_abs(a);
+    if (flush_now(rng) == 0) sum.flush(got.data());
+  }
+  sum.flush(got.data());
+  CAPTURE(scale, values.size());
+  // Flags are or-ed at each flush, so where non-finite terms meet they may differ in
+  // which fields are set; what they round to may not.
+  REQUIRE((got[exact::kSpecialDigit] != 0) == (want[exact::kSpecialDigit] != 0));
+  if (want[exact::kSpecialDigit] != 0) {
+    CHECK(same_bits(exact::round_to_float(got.data()), exact::round_to_float(want.data())));
+    CHECK(same_bits(exact::round_to_float(got.data()), exact_reference<float>(terms)));
+    return;
+  }
+  Digits difference = want;
+  for (int k = 0; k < exact::kBins; ++k) {
+    difference[k] = static_cast<int64_t>(static_cast<uint64_t>(want[k]) - static_cast<uint64_t>(got[k]));
+  }
+  CHECK(exact::round_to_double(difference.data()) == 0.0);  // zero only for an exact zero
+  CHECK(same_bits(exact::round_to_float(got.data()), exact_reference<float>(terms)));
+  CHECK(same_bits(exact::round_to_double(got.data()), exact_reference<double>(terms)));
+}
+
+}  // namespace
+
+TEST_CASE("ScaledAbsSum sums scale * |a| exactly, on its integer and its binned path",
+          "[exact][cpu]") {
+  std::mt19937_64 rng(GENERATE(11u, 12u, 13u));
+  const float inf = std::numeric_limits<float>::infinity();
+  const float scales[] = {
+      1.0f, 1.0f / 192000, 0x1p-30f, -0.375f, 3.0f,
+      0x1p-70f,       // the smallest normal scale whose products keep the integer path
+      0x1.8p-71f,     // below it: every term binned
+      0x1.fffffep120f,  // the largest scale with the integer path
+      0x1p121f,       // above it
+      0x1p-130f,      // subnormal
+      0.0f, -0.0f, inf, std::numeric_limits<float>::quiet_NaN()};
+  // which scales take the integer path: those whose products stay on the grid
+  const bool integer_path[] = {true, true, true, true, true, true, false, true, false, false,
+                               false, false, false, false};
+  static_assert(std::size(scales) == std::size(integer_path));
+  std::uniform_int_distribution<int> kind(0, 99);
+  for (size_t s = 0; s < std::size(scales); ++s) {
+    const float scale = scales[s];
+    CHECK(exact::ScaledAbsSum(scale).integer_path() == integer_path[s]);
+    // |a| from 2^-45 to 2^13: both sides of the integer range [2^-33, 2^8) and subnormals
+    std::vector<float> values(5000);
+    for (float& a : values) a = random_float(rng, -45, 12);
+    check_scaled_abs_sum(scale, values, rng);
+    // the same with zeros and a rare infinity or NaN among them
+    for (float& a : values) {
+      const int k = kind(rng);
+      if (k < 5) a = k % 2 ? 0.0f : -0.0f;
+      if (k == 5 && kind(rng) < 2) a = kind(rng) % 2 ? -inf : std::numeric_limits<float>::quiet_NaN();
+    }
+    check_scaled_abs_sum(scale, values, rng);
+  }
+}
+
+TEST_CASE("ScaledAbsSum: many large terms carry into the fixed-point sum's upper half",
+          "[exact][cpu]") {
+  // 2^20 terms just below 2^8: 2^84 units of 2^-56 in one flush.
+  const float a = 0x1.fffffep7f;
+  Digits digits{};
+  exact::ScaledAbsSum sum(1.0f);
+  for (int i = 0; i < (1 << 20); ++i) sum.add_abs(i % 2 ? a : -a);
+  sum.flush(digits.data());
+  CHECK(exact::round_to_double(digits.data()) == 0x1p20 * static_cast<double>(a));  // exact
+  exact::ScaledAbsSum thirds(1.0f / 3);
+  Digits scaled{};
+  for (int i = 0; i < (1 << 20); ++i) thirds.add_abs(a);
+  thirds.flush(scaled.data());
+  // (double)(1/3f) * a * 2^20: 24 + 24 significant bits, exact in a double
+  CHECK(exact::round_to_double(scaled.data()) ==
+        static_cast<double>(1.0f / 3) * static_cast<double>(a) * 0x1p20);
+}

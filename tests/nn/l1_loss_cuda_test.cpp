@@ -73,6 +73,36 @@ TEST_CASE("l1 loss forward and backward on the GPU match the CPU", "[cuda]") {
   check_l1_case(1, 1, true);
 }
 
+TEST_CASE("l1 loss on the GPU: contiguous rows at any offset, read four at a time or one",
+          "[cuda]") {
+  // Rows [first, first + rows) of contiguous tensors: a 16-byte-aligned start (the
+  // float4 walk) or not (the element walk), and counts not a multiple of 4 (its tail).
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  Generator generator(23);
+  for (const int64_t cols : {1, 3, 4, 7, 640}) {
+    const Tensor input = generator.randn({301, cols}), target = generator.randn({301, cols});
+    const Tensor input_gpu = input.to(gpu), target_gpu = target.to(gpu);
+    for (const int64_t first : {0, 1, 4, 5}) {
+      for (const int64_t rows : {1, 2, 3, 9, 257, 296}) {
+        CAPTURE(cols, first, rows);
+        const Tensor want = nn::l1_loss_forward(input.narrow(0, first, rows),
+                                                target.narrow(0, first, rows), nn::Reduction::mean());
+        const Tensor got = nn::l1_loss_forward(input_gpu.narrow(0, first, rows),
+                                               target_gpu.narrow(0, first, rows), nn::Reduction::mean());
+        CHECK(test::bitwise_equal(got, want));
+        // each operand at its own offset: one aligned, the other not
+        const Tensor mixed = nn::l1_loss_forward(input_gpu.narrow(0, first, rows),
+                                                 target_gpu.narrow(0, 5 - first, rows),
+                                                 nn::Reduction::sum());
+        CHECK(test::bitwise_equal(mixed, nn::l1_loss_forward(input.narrow(0, first, rows),
+                                                             target.narrow(0, 5 - first, rows),
+                                                             nn::Reduction::sum())));
+      }
+    }
+  }
+}
+
 TEST_CASE("l1 loss on the GPU is bitwise reproducible", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   const Device gpu = Device::cuda();

@@ -54,6 +54,9 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // The backward's factor, as nn's L1 backward forms it from d loss / d loss = 1.
   const float gradient = __double2float_rn(1.0 * scale);
+  // A BinnedSum, not an exact::ScaledAbsSum: a thread here has about two terms, and the
+  // integer path's flush (two products into the digits) costs more than it saves
+  // (measured: bench/RESULTS.md).
   exact::BinnedSum loss;
   loss.clear();
   int64_t local[exact::kDigits] = {};
@@ -63,8 +66,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = e.row, i = e.row * out + e.col;
     const int j = static_cast<int>(e.col);
     const float difference = __fsub_rn(y[i], target[row * target_row_stride + j]);
-    loss.add_skipping_unreached(
-        __dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
+    loss.add(__dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
     if (++pending == exact::kTermsPerFlush) {
       loss.flush(local);
       pending = 0;
