@@ -55,6 +55,9 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 void int8_product(const Int8Product& p, int device, cuda::Stream stream) {
   SEQPAR_CHECK(p.m > 0 && p.n > 0 && p.k > 0 && p.m % 16 == 0 && p.n % 16 == 0 && p.k % 16 == 0,
                "int8_product: m ", p.m, ", n ", p.n, ", k ", p.k, " must be positive multiples of 16");
+  const int64_t a_stride = p.a_stride > 0 ? p.a_stride : p.k;
+  SEQPAR_CHECK(a_stride >= p.k && a_stride % 16 == 0, "int8_product: A's column stride ", a_stride,
+               " must be a multiple of 16 and at least k (", p.k, ")");
   const std::lock_guard<std::mutex> lock(calls);
   Descriptors d;
   CUBLASLT_CHECK(cublasLtMatmulDescCreate(&d.operation, CUBLAS_COMPUTE_32I, CUDA_R_32I));
@@ -64,7 +67,7 @@ void int8_product(const Int8Product& p, int device, cuda::Stream stream) {
   CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d.operation, CUBLASLT_MATMUL_DESC_TRANSB, &keep,
                                                 sizeof(keep)));
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8I, u(p.k), u(p.m), p.k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8I, u(p.k), u(p.m), a_stride));
   CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8I, u(p.k), u(p.n), p.k));
   CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32I, u(p.m), u(p.n), p.m));
   CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));

@@ -14,10 +14,11 @@ namespace seqpar::nn::detail {
 
 struct Int8Product {
   int64_t m, n, k;   // each a multiple of 16
-  const int8_t* a;   // [k, m], column j at a + j * k
+  const int8_t* a;   // [k, m], column j at a + j * a_stride
   const int8_t* b;   // [k, n], column j at b + j * k
   int32_t* c;        // [m, n], column j at c + j * m
   bool accumulate;   // C += Aᵀ B rather than C = Aᵀ B
+  int64_t a_stride = 0;  // 0: k (A whole); else a multiple of 16, at least k (A a block of rows of a longer matrix)
 };
 
 // Stream-ordered on `stream` (of `device`, the current device); takes its workspace from

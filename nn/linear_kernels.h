@@ -67,12 +67,22 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
 // out * in: dW may be the first sums of a larger set). Stream-ordered; they allocate
 // nothing and never wait, so a CUDA graph can capture them.
 int64_t weight_grad_scratch_words(int64_t in, int64_t out);
+// m's signs (+1, -1, or 0 for zeros, NaNs and the padding) as int8, column by column:
+// sign of m[row, c] at data[c * ld + row], for every c below m.cols rounded up to 32 and
+// every row below m.rows rounded up to kSignRowsMultiple (ld at least that, a multiple
+// of 16). What the wide one-magnitude dW multiplies on the tensor cores.
+struct SignMatrix {
+  int8_t* data = nullptr;
+  int64_t ld = 0;
+};
+constexpr int64_t kSignRowsMultiple = 256;
 // largest[c] = bits of the largest |m[., c]| (NaN passed over); with `magnitudes`, also
 // the largest |m| bits overall (NaN above infinity) and the complement of the smallest
 // nonzero, over all of m; with `sign_sums` (int64, zeroed), also each column's count of
-// positive elements less its count of negative ones.
+// positive elements less its count of negative ones; with `signs`, m's signs as above.
+// One pass over m for all of them.
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
-                        cuda::Stream stream, int64_t* sign_sums = nullptr);
+                        cuda::Stream stream, int64_t* sign_sums = nullptr, SignMatrix signs = {});
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
                               const unsigned int* scratch, int64_t* digits, int64_t stride,
                               cuda::Stream stream);
@@ -126,15 +136,15 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream);
-// The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x and dy's
-// signs converted once to int8, then an int8 GEMM on the tensor cores. Allocates its
-// scratch (stream-ordered), so only accumulate_weight_grad_cuda takes it, not a step
-// that captures a graph.
+// The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x converted
+// once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
+// them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),
+// so only accumulate_weight_grad_cuda takes it, not a step that captures a graph.
 bool ternary_weight_grad_wide_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
-                                     int64_t* digits, int64_t stride, cuda::Stream stream,
-                                     const WideChunks& chunks);
+                                     SignMatrix signs, int64_t* digits, int64_t stride,
+                                     cuda::Stream stream, const WideChunks& chunks);
 #endif
 
 }  // namespace seqpar::nn::detail

@@ -15,6 +15,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
 #include "core/device_buffer.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
@@ -41,34 +42,66 @@ constexpr int kOutputs = 1;
 // largest[c] = the largest |m[row, c]| over all rows, as the bits of a float (integer
 // atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
 // terms never reach the bins (they go to the special sum); an infinity makes every bin
-// reachable. Block: 32 columns x 8 row lanes; grid.y: chunks of 256 rows.
+// reachable. Block: 32 columns (a lane each) x 8 warps; grid.y: chunks of 256 rows, a
+// warp's rows in runs of four (rows 32 g + 4 warp .. + 3, g = 0..7).
 // With `magnitudes`, also the two words of the one-magnitude test over all of m
 // (linear_ternary.cuh): the largest |m| bits (NaN above infinity) and the complement of
 // the smallest nonzero. With `sign_sums`, also each column's count of positive elements
 // less its count of negative ones (what db is, in units of dy's one magnitude, when dy
-// has one: the same pass, not a second read of dy).
+// has one: the same pass, not a second read of dy). With `signs`, also every element's
+// sign as a byte, column by column (SignMatrix): a run of four rows is one word, the
+// block's words meet in shared memory, and each column's 256 bytes go out as 16-byte
+// stores.
 constexpr int kMaxRowsPerBlock = 256;
+static_assert(kMaxRowsPerBlock == kSignRowsMultiple, "a block writes its whole rows of signs");
 __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigned int* magnitudes,
-                                     int64_t* sign_sums) {
-  const int64_t column = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
+                                     int64_t* sign_sums, SignMatrix sign_matrix) {
+  constexpr int kRun = 4, kRuns = kMaxRowsPerBlock / (kRun * kWarps);  // 8 runs a warp
+  constexpr int kColumnWords = kMaxRowsPerBlock / 4 + 1;  // + 1: lanes' words in distinct banks
+  __shared__ unsigned int sign_words[32][kColumnWords];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t column = int64_t{blockIdx.x} * 32 + lane;
   const int64_t row_begin = int64_t{blockIdx.y} * kMaxRowsPerBlock;
   const int64_t row_end = min(m.rows, row_begin + kMaxRowsPerBlock);
+  const bool inside = column < m.cols;
   float value = 0.0f;
   unsigned int most = 0, least_complement = 0;
   int signs = 0;
-  if (column < m.cols) {
-#pragma unroll 8  // loads in flight side by side: the pass is bound by their latency
-    for (int64_t row = row_begin + threadIdx.x / 32; row < row_end; row += kThreads / 32) {
-      const float element = m.data[row * m.row_stride + column];
+#pragma unroll 2  // eight loads in flight side by side: the pass is bound by their latency
+  for (int g = 0; g < kRuns; ++g) {
+    const int64_t run = row_begin + 32 * g + kRun * warp;
+    float elements[kRun];
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) {
+      elements[r] = inside && run + r < row_end ? m.data[(run + r) * m.row_stride + column] : 0.0f;
+    }
+    unsigned int word = 0;
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) {
+      const float element = elements[r];
       value = fmaxf(value, fabsf(element));
       const unsigned int bits = __float_as_uint(element) & 0x7fffffffu;
       most = max(most, bits);
       if (bits != 0) least_complement = max(least_complement, ~bits);
-      signs += sign_of(element);
+      const int sign = sign_of(element);
+      signs += sign;
+      word |= static_cast<unsigned int>(static_cast<uint8_t>(static_cast<int8_t>(sign))) << (8 * r);
     }
-    atomicMax(largest + column, __float_as_uint(value));
+    if (sign_matrix.data != nullptr) sign_words[lane][8 * g + warp] = word;  // rows 4 (8 g + warp) ..
   }
-  if (sign_sums != nullptr) {  // the block's 8 row lanes of each column, then one atomic
+  if (inside) atomicMax(largest + column, __float_as_uint(value));
+  if (sign_matrix.data != nullptr) {
+    __syncthreads();
+    constexpr int kParts = kMaxRowsPerBlock / 16;  // 16-byte stores a column
+    for (int index = static_cast<int>(threadIdx.x); index < 32 * kParts; index += kThreads) {
+      const int c = index / kParts, part = index % kParts;
+      const unsigned int* source = &sign_words[c][4 * part];
+      *reinterpret_cast<uint4*>(sign_matrix.data + (int64_t{blockIdx.x} * 32 + c) * sign_matrix.ld +
+                                row_begin + 16 * part) =
+          make_uint4(source[0], source[1], source[2], source[3]);
+    }
+  }
+  if (sign_sums != nullptr) {  // the block's 8 warps of each column, then one atomic
     __shared__ int block_signs[kThreads / 32][32];
     block_signs[threadIdx.x / 32][threadIdx.x % 32] = signs;
     __syncthreads();
@@ -226,11 +259,13 @@ struct Maxima {
   const unsigned int* a;
   const unsigned int* words;
   const int64_t* sign_sums = nullptr;
+  SignMatrix signs = {};  // dy's, for the wide one-magnitude dW
 };
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
 // Allocates nothing and never waits (capturable). With `wide` (a caller that may
-// allocate), dW's one-magnitude sums take the wide path where it fits.
+// allocate, and has dy's signs in maxima.signs), dW's one-magnitude sums take the wide
+// path where it fits.
 template <bool kProducts>
 void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
                       Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
@@ -251,9 +286,10 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // (added by the general kernel), and the general kernel's binned sums return at once
   // (all read the words on the device).
   const unsigned int* one_magnitude_words = kProducts ? nullptr : maxima.words;
-  if (kProducts && wide != nullptr && ternary_weight_grad_wide_fits(a, b)) {
+  if (kProducts && wide != nullptr && maxima.signs.data != nullptr && ternary_weight_grad_wide_fits(a, b)) {
     one_magnitude_words = maxima.words;
-    launch_ternary_weight_grad_wide(a, b, maxima.b, one_magnitude_words, digits, stride, stream, *wide);
+    launch_ternary_weight_grad_wide(a, b, maxima.b, one_magnitude_words, maxima.signs, digits, stride,
+                                    stream, *wide);
   } else if (kProducts && ternary_weight_grad_fits(a, b)) {
     one_magnitude_words = maxima.words;
     launch_ternary_weight_grad(a, b, maxima.b, one_magnitude_words, digits, stride, stream);
@@ -324,13 +360,19 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
   unsigned int* dy_largest = scratch.largest() + (find_x ? in : 0);
   unsigned int* words = dy_largest + out;
   if (find_x) column_maxima_cuda(x, scratch.largest(), nullptr, stream);
-  // dy in one pass for both sums: its maxima, its one-magnitude words, and db's sign sums.
+  // dy in one pass for both sums: its maxima, its one-magnitude words, db's sign sums,
+  // and, where dW may take the wide path, its signs as bytes (a quarter of dy's size).
+  const bool wide_dw = weight_sums != nullptr && in > 0 && ternary_weight_grad_wide_fits(grad_y, x);
+  const int64_t signs_ld = cuda::ceil_div(rows, kSignRowsMultiple) * kSignRowsMultiple;
+  DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::ceil_div(out, 32) * 32 * signs_ld : 0, any->device());
+  const SignMatrix signs{wide_dw ? sign_bytes.data() : nullptr, signs_ld};
   column_maxima_cuda(grad_y, dy_largest, words, stream,
-                     bias_sums != nullptr ? scratch.sign_sums() : nullptr);
+                     bias_sums != nullptr ? scratch.sign_sums() : nullptr, signs);
   if (weight_sums != nullptr && in > 0) {
-    enqueue_row_sums<true>(grad_y, x, rows, out, in,
-                           Maxima{find_x ? scratch.largest() : x_largest, dy_largest, words},
-                           weight_sums->digits(), weight_sums->count(), stream, &wide);
+    Maxima maxima{find_x ? scratch.largest() : x_largest, dy_largest, words};
+    maxima.signs = signs;
+    enqueue_row_sums<true>(grad_y, x, rows, out, in, maxima, weight_sums->digits(),
+                           weight_sums->count(), stream, &wide);
   }
   if (bias_sums != nullptr) {
     enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_sums->digits(),
@@ -341,11 +383,16 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
 int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2; }
 
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
-                        cuda::Stream stream, int64_t* sign_sums) {
+                        cuda::Stream stream, int64_t* sign_sums, SignMatrix signs) {
   if (m.rows == 0 || m.cols == 0) return;
+  SEQPAR_CHECK(signs.data == nullptr ||
+                   (signs.ld >= cuda::ceil_div(m.rows, kSignRowsMultiple) * kSignRowsMultiple &&
+                    signs.ld % 16 == 0 && cuda::aligned16(signs.data)),
+               "column_maxima_cuda: a sign matrix for ", m.rows, " rows needs a 16-byte-aligned ld of at least ",
+               cuda::ceil_div(m.rows, kSignRowsMultiple) * kSignRowsMultiple, " (a multiple of 16), got ", signs.ld);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
                   static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
-  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums);
+  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
   CUDA_LAUNCH_CHECK();
 }
 

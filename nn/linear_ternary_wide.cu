@@ -5,7 +5,8 @@
 // The narrow kernel (linear_ternary_sums.cu) writes x in fixed point in registers for
 // each group of 16 outputs: at 1024 outputs, 64 times over. Here each element of x is
 // converted once, into the six signed bytes of its balanced base-256 digits, stored as
-// six "byte planes" [6][in][rows]; dy's signs once into an int8 matrix [out][rows]; and
+// six "byte planes" [6][in][rows]; dy's signs are an int8 matrix [out][rows], written
+// by the pass over dy that finds its maxima (column_maxima_cuda's SignMatrix); and
 //
 //   C[j, l in' + k] = Σ_rows s[row, j] d_l[row, k]    (cuBLASLt, int32: exact)
 //   Σ_rows s v      = Σ_l 256^l C[j, l in' + k]       (the fold, in 128 bits: exact)
@@ -28,8 +29,8 @@
 // int8.
 //
 // Whether dy has one magnitude is known only on the device, as for the narrow kernel:
-// the kernels here read the words and do nothing (the signs: write zeros) when it does
-// not; the GEMM's products are then zero or never read.
+// the kernels here read the words and do nothing when it does not; the GEMM's products
+// are then never read.
 #include <algorithm>
 
 #include "core/cuda_check.h"
@@ -49,7 +50,7 @@ constexpr int kTileColumns = 32;    // a tile: 32 columns (one a lane) of 128 ro
 constexpr int kTileRows = 128;
 constexpr int kThreads = 256;       // 8 warps, 16 rows (four words of four) each
 constexpr int64_t kMinOutputs = 64;  // below, the 16-output kernel is faster (bench: dw_l1_*)
-// Scratch for a chunk's signs and planes: about this many bytes.
+// Scratch for a chunk's planes: about this many bytes.
 constexpr int64_t kScratchBytes = int64_t{512} << 20;
 // Rows between folds: |C| <= rows * 128 (|s| <= 1, |d_l| <= 128) stays below 2^31, and
 // |Σ s v| < rows 2^44 times f's significand (< 2^24) below add_scaled_integer's 2^93.
@@ -91,19 +92,6 @@ __device__ inline ColumnScale column_scale(const unsigned int* x_largest, int64_
 }
 
 int64_t round_up(int64_t value, int64_t multiple) { return cuda::ceil_div(value, multiple) * multiple; }
-
-// dy's signs as int8 (zeros when dy has more than one magnitude, or past its edges).
-struct SignBytes {
-  const unsigned int* words;
-  bool holds = false;
-  __device__ bool prepare(int64_t) {
-    holds = one_magnitude(words).holds;
-    return true;
-  }
-  __device__ uint64_t operator()(float value, int64_t, int64_t, bool) const {
-    return static_cast<uint8_t>(static_cast<int8_t>(holds ? sign_of(value) : 0));
-  }
-};
 
 // x's balanced digits in its column's window, bytes 0..5 (zeros past the edges); an
 // element outside the window goes on the chunk's list and counts as 0.
@@ -256,13 +244,15 @@ bool ternary_weight_grad_wide_fits(const ConstRows& grad_y, const ConstRows& x) 
 
 void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
-                                     int64_t* digits, int64_t stride, cuda::Stream stream,
-                                     const WideChunks& chunks) {
+                                     SignMatrix signs, int64_t* digits, int64_t stride,
+                                     cuda::Stream stream, const WideChunks& chunks) {
+  SEQPAR_CHECK(signs.data != nullptr && signs.ld >= round_up(x.rows, kTileRows) && signs.ld % 16 == 0,
+               "launch_ternary_weight_grad_wide: dy's signs for ", x.rows, " rows, got ld ", signs.ld);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
   const int64_t out_padded = round_up(out, kTileColumns), in_padded = round_up(in, kTileColumns);
-  const int64_t bytes_per_row = out_padded + kPlanes * in_padded;
+  const int64_t bytes_per_row = kPlanes * in_padded;
   int64_t rows_per_chunk = chunks.rows_per_chunk > 0 ? round_up(chunks.rows_per_chunk, kTileRows)
                                                      : kScratchBytes / bytes_per_row / kTileRows * kTileRows;
   rows_per_chunk = std::clamp<int64_t>(rows_per_chunk, kTileRows,
@@ -272,13 +262,11 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
   const int64_t chunks_per_fold = std::max<int64_t>(1, rows_per_fold / rows_per_chunk);
 
   const Device gpu = Device::cuda(device);
-  DeviceBuffer<int8_t> signs(out_padded * rows_per_chunk, gpu);
   DeviceBuffer<int8_t> planes(kPlanes * in_padded * rows_per_chunk, gpu);
   DeviceBuffer<int32_t> products(out_padded * kPlanes * in_padded, gpu);
   const int64_t outside_capacity = chunks.outside_capacity > 0 ? chunks.outside_capacity : kOutsideCapacity;
   DeviceBuffer<unsigned long long> outside_count(1, gpu);
   DeviceBuffer<OutsideElement> outside(outside_capacity, gpu);
-  const SignBytes sign_bytes{words};
   const DigitBytes digit_bytes{x_largest, words, in, outside_count.data(), outside.data(), outside_capacity};
   const int spread_blocks = 8 * cuda::multiprocessor_count(device);
   const int fold_blocks =
@@ -289,10 +277,6 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
     const int64_t chunk_rows = std::min(rows_per_chunk, rows - begin);
     const int64_t ld = round_up(chunk_rows, kTileRows);
     const unsigned tiles = static_cast<unsigned>(ld / kTileRows);
-    byte_planes_kernel<1><<<dim3(static_cast<unsigned>(out_padded / kTileColumns), tiles), kThreads, 0,
-                            stream>>>(grad_y, begin, chunk_rows, out_padded, ld, signs.data(), 0,
-                                      sign_bytes);
-    CUDA_LAUNCH_CHECK();
     outside_count.zero();
     byte_planes_kernel<kPlanes><<<dim3(static_cast<unsigned>(in_padded / kTileColumns), tiles), kThreads, 0,
                                   stream>>>(x, begin, chunk_rows, in_padded, ld, planes.data(),
@@ -302,8 +286,9 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
                                                          outside_count.data(), outside.data(),
                                                          outside_capacity, digits, stride);
     CUDA_LAUNCH_CHECK();
-    int8_product({out_padded, kPlanes * in_padded, ld, signs.data(), planes.data(), products.data(),
-                  chunk % chunks_per_fold != 0},
+    // The chunk's rows of dy's signs: past its last row (to ld) they are zeros.
+    int8_product({out_padded, kPlanes * in_padded, ld, signs.data + begin, planes.data(), products.data(),
+                  chunk % chunks_per_fold != 0, signs.ld},
                  device, stream);
     if ((chunk + 1) % chunks_per_fold == 0 || begin + chunk_rows >= rows) {
       fold_kernel<<<fold_blocks, kThreads, 0, stream>>>(products.data(), out_padded, in_padded, out, in,

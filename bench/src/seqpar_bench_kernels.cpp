@@ -268,7 +268,7 @@ namespace {
 // The two one-magnitude dW kernels side by side at 262,144 rows and 1024 columns of x,
 // for 32 to 256 outputs: the 16-output-group kernel (linear_ternary_sums.cu, the one a
 // captured step takes) and the int8 GEMM (linear_ternary_wide.cu, the public API's from
-// 64 outputs), each after the same maxima pass. Then the int8 GEMM alone at the shape
+// 64 outputs), each after its maxima pass (the int8 path's also writes dy's signs). Then the int8 GEMM alone at the shape
 // of one chunk of the 1024-output stress dW.
 void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x) {
   const int64_t rows = int64_t{1} << 18, in = x.size(1);
@@ -279,23 +279,27 @@ void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x)
         nn::detail::const_rows_of(grad_y_l1.narrow(0, 0, rows).narrow(1, 0, out));
     exact::ExactSums sums(out * in, kGpu);
     DeviceBuffer<unsigned int> scratch(nn::detail::weight_grad_scratch_words(in, out), kGpu);
-    const auto maxima = [&] {
+    // dy's signs as bytes, which the int8 path takes from dy's maxima pass
+    DeviceBuffer<int8_t> sign_bytes(out * rows, kGpu);  // out and rows: multiples of 32 and 256
+    const nn::detail::SignMatrix signs{sign_bytes.data(), rows};
+    const auto maxima = [&](nn::detail::SignMatrix dy_signs) {
       scratch.zero();
       nn::detail::column_maxima_cuda(x_rows, scratch.data(), nullptr, stream);
-      nn::detail::column_maxima_cuda(dy_rows, scratch.data() + in, scratch.data() + in + out, stream);
+      nn::detail::column_maxima_cuda(dy_rows, scratch.data() + in, scratch.data() + in + out, stream,
+                                     nullptr, dy_signs);
     };
     const std::string shape = std::to_string(out) + "x" + std::to_string(in) + "x" + std::to_string(rows);
     report.add("gemm/dw_l1_groups_of_16/" + shape, "one-magnitude dW, x in fixed point once per 16 outputs",
                time_calls([&] {
-                 maxima();
+                 maxima({});
                  nn::detail::enqueue_weight_grad_sums(dy_rows, x_rows, scratch.data(), sums.digits(),
                                                       sums.count(), stream);
                }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);
     report.add("gemm/dw_l1_int8_gemm/" + shape, "one-magnitude dW, x in byte planes once, cuBLASLt int8 GEMM",
                time_calls([&] {
-                 maxima();
+                 maxima(signs);
                  nn::detail::launch_ternary_weight_grad_wide(
-                     dy_rows, x_rows, scratch.data(), scratch.data() + in + out, sums.digits(),
+                     dy_rows, x_rows, scratch.data(), scratch.data() + in + out, signs, sums.digits(),
                      sums.count(), stream, {});
                }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);
   }
