@@ -76,7 +76,8 @@ TEST_CASE("l1 loss forward and backward on the GPU match the CPU", "[cuda]") {
 TEST_CASE("l1 loss on the GPU: contiguous rows at any offset, read four at a time or one",
           "[cuda]") {
   // Rows [first, first + rows) of contiguous tensors: a 16-byte-aligned start (the
-  // float4 walk) or not (the element walk), and counts not a multiple of 4 (its tail).
+  // float4 walks) or not (the element walks), and counts not a multiple of 4 (their
+  // tails); the forward and the backward.
   SEQPAR_REQUIRE_CUDA();
   const Device gpu = Device::cuda();
   Generator generator(23);
@@ -98,6 +99,13 @@ TEST_CASE("l1 loss on the GPU: contiguous rows at any offset, read four at a tim
         CHECK(test::bitwise_equal(mixed, nn::l1_loss_forward(input.narrow(0, first, rows),
                                                              target.narrow(0, 5 - first, rows),
                                                              nn::Reduction::sum())));
+        // the backward's walks likewise (sum: the gradient's factor is exact on both sides)
+        const Tensor grad_loss = Tensor::from_data({}, {0.37f});
+        CHECK(test::bitwise_equal(
+            nn::l1_loss_backward(grad_loss.to(gpu), input_gpu.narrow(0, first, rows),
+                                 target_gpu.narrow(0, 5 - first, rows), nn::Reduction::sum()),
+            nn::l1_loss_backward(grad_loss, input.narrow(0, first, rows),
+                                 target.narrow(0, 5 - first, rows), nn::Reduction::sum())));
       }
     }
   }
