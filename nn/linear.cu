@@ -122,7 +122,6 @@ void gemm(const Gemm& g, int device) {
     large_gemm_cuda<kAAlongK, kBAlongK>(g, stream);
     return;
   }
-  SEQPAR_CHECK(g.a_column_maxima == nullptr, "linear: only the 128 x 128 kernel finds A's column maxima");
   const int64_t tiles_m = cuda::ceil_div(g.m, kTileM), tiles_n = cuda::ceil_div(g.n, kTileN);
   SEQPAR_CHECK(tiles_n <= 65535, "linear: ", g.n, " output columns exceed the kernel's grid");
   const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
@@ -170,15 +169,10 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
                         y.data(), y.stride(0), device, x_largest);
     return;
   }
-  Gemm g = output_gemm(x, weight, bias_data, y);
-  if (x_largest != nullptr) {  // from the 128 x 128 kernel's loads of x, else a pass of their own
-    if (choose_large</*kAAlongK=*/true, /*kBAlongK=*/true>(g)) {
-      g.a_column_maxima = x_largest;
-    } else {
-      column_maxima_cuda(x_rows, x_largest, nullptr, cuda::current_stream(device));
-    }
+  if (x_largest != nullptr) {
+    column_maxima_cuda(x_rows, x_largest, nullptr, cuda::current_stream(device));
   }
-  gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(g, device);
+  gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(output_gemm(x, weight, bias_data, y), device);
 }
 
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,

@@ -95,9 +95,8 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
 // exact row sums, added over the ranks of the current exact::CrossRankScope and
 // rounded once. With x_largest, the forward also leaves x's column maxima there, as
 // column_maxima_cuda finds them (zero it first): in the narrow kernel's own pass over x
-// where it runs, in the 128 x 128 GEMM's loads of x where that runs, else in a pass of
-// their own; the backward takes them back (x_largest) instead of reading x once more
-// for them.
+// where it runs, else in a pass of their own; the backward takes them back (x_largest)
+// instead of reading x once more for them.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, unsigned int* x_largest = nullptr);
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,

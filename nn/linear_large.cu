@@ -28,13 +28,6 @@
 // past K add nothing), then + bias: the canonical order of nn/linear_kernels.h, the
 // same bits as the CPU and the 64 x 64 kernel.
 //
-// With g.a_column_maxima (A along K), the blocks of the first column of C's tiles
-// (blockIdx.y == 0: between them they stage every row of A once) also find A's column
-// maxima: each staged float4 of A's is reduced over the warp's 16 rows (shuffles),
-// into the slice's maxima in shared memory (integer atomics on non-negative floats'
-// bits), and each slice's 16 go out with one global atomicMax each once its barrier is
-// passed. That saves the forward a pass of its own over x.
-//
 // What it does not use: Hopper's tensor cores (wgmma), whose fp32 inputs go through
 // TF32, and the asynchronous copy engine (cp.async / TMA), which would take the loads
 // off the registers.
@@ -90,26 +83,6 @@ __device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSp
   }
 }
 
-// Part `part` of a slice of A, as staged by this thread (4 k of one row), into the
-// slice's maxima: max(0, |a|) with NaN passed over, as column_maxima_cuda; the 16
-// lanes of one parity hold the same 4 k of 16 rows.
-__device__ __forceinline__ void note_slice_maxima(unsigned int* slice_maxima, SliceSpot<true> spot,
-                                                  int part, float4 v) {
-  float m[4] = {fmaxf(0.0f, fabsf(v.x)), fmaxf(0.0f, fabsf(v.y)), fmaxf(0.0f, fabsf(v.z)),
-                fmaxf(0.0f, fabsf(v.w))};
-#pragma unroll
-  for (int offset = 2; offset < 32; offset *= 2) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], offset));
-  }
-  if (threadIdx.x % 32 < 2) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (m[i] != 0.0f) atomicMax(&slice_maxima[spot.k + part * kPartDepth + i], __float_as_uint(m[i]));
-    }
-  }
-}
-
 template <bool kAAlongK, bool kBAlongK>
 __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   constexpr int kSlice = kLargeSlice<kAAlongK, kBAlongK>;
@@ -121,17 +94,6 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   const SliceSpot<kBAlongK> b_spot(t);
   const int ty = t / 16, tx = t % 16;
   const int64_t m0 = int64_t{blockIdx.x} * kTile, n0 = int64_t{blockIdx.y} * kTile;
-  // A's column maxima, by this block's rows of A (above): per slice buffer, as the tiles.
-  __shared__ unsigned int slice_maxima[2][kSlice];
-  bool find_maxima = false;
-  if constexpr (kAAlongK) find_maxima = g.a_column_maxima != nullptr && blockIdx.y == 0;
-  if (find_maxima && t < 2 * kSlice) slice_maxima[t / kSlice][t % kSlice] = 0;
-  const auto note = [&](int buffer, int part, float4 v) {
-    if constexpr (kAAlongK) {
-      if (find_maxima) note_slice_maxima(slice_maxima[buffer], a_spot, part, v);
-    }
-  };
-  if (find_maxima) __syncthreads();  // the zeroed maxima before any atomic on them
 
   // The first slice, both parts at once; a_next and b_next then carry one part at a time.
   float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, a_spot.k, g.k);
@@ -142,11 +104,9 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
     const float4 b_second = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
     store_slice(a_tile[0], a_spot, 1, a_second);
     store_slice(b_tile[0], b_spot, 1, b_second);
-    note(0, 1, a_second);
   }
   store_slice(a_tile[0], a_spot, 0, a_next);
   store_slice(b_tile[0], b_spot, 0, b_next);
-  note(0, 0, a_next);
   __syncthreads();
 
   float sum[8][8] = {};
@@ -154,13 +114,6 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
   for (int64_t k0 = 0; k0 < g.k; k0 += kSlice, current ^= 1) {
     const int64_t k = k0 + kSlice;
     const bool more = k < g.k;
-    // This slice's maxima are whole (its barrier is passed): out, and the buffer cleared
-    // for the slice after next (written after the next barrier).
-    if (find_maxima && t < kSlice) {
-      const unsigned int largest = slice_maxima[current][t];
-      if (largest != 0 && k0 + t < g.k) atomicMax(g.a_column_maxima + k0 + t, largest);
-      slice_maxima[current][t] = 0;
-    }
     // Part by part: the next slice's part p is loaded before this slice's part p (k 8 p
     // .. 8 p + 7) is multiplied and stored after it, so that one float4 per operand is in
     // flight. (With both parts of a slice loaded up front, ptxas holds its 128 registers
@@ -176,7 +129,6 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
       if (kk == kPartDepth && more) {
         store_slice(a_tile[current ^ 1], a_spot, 0, a_next);
         store_slice(b_tile[current ^ 1], b_spot, 0, b_next);
-        note(current ^ 1, 0, a_next);
         const int64_t k1 = k + kPartDepth;
         a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k);
         b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
@@ -198,7 +150,6 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
     if (more) {  // part 1; the other buffer was last read before the previous barrier
       store_slice(a_tile[current ^ 1], a_spot, 1, a_next);
       store_slice(b_tile[current ^ 1], b_spot, 1, b_next);
-      note(current ^ 1, 1, a_next);
     }
     __syncthreads();
   }

@@ -31,10 +31,6 @@ struct Gemm {
   float* c;
   int64_t c_row_stride;
   const float* bias;  // may be null
-  // With A along K, on the 128 x 128 kernel only: also A's column maxima, as
-  // column_maxima_cuda finds them (nn/linear_kernels.h; zero it first), from the loads
-  // the GEMM makes anyway. Null: none.
-  unsigned int* a_column_maxima = nullptr;
 };
 
 // The large kernel's tile of C, and the depth of its K slices by layout: A is read

@@ -47,20 +47,6 @@ struct Kernels {
 // One case through the launchers (poisoned outputs, each gradient alone too) and the
 // public API (poisoned pool): every output the CPU's bits. With `kernels`, also that y
 // and dx reach the GEMM kernels it names.
-// The largest |x[., c]| of each column, NaNs passed over (as std::fmax does), computed
-// on the host: what the forward's x_largest must hold, as floats' bits.
-std::vector<float> host_column_maxima(const Tensor& x) {
-  const Tensor contiguous = x.contiguous();
-  const std::vector<float> v = contiguous.to_vector();
-  const int64_t rows = x.size(0), cols = x.size(1);
-  std::vector<float> largest(static_cast<size_t>(cols), 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      largest[c] = std::fmax(largest[c], std::fabs(v[r * cols + c]));
-    }
-  }
-  return largest;
-}
 void check_case(const LinearCase& c, XLayout layout, const Kernels* kernels = nullptr) {
   INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out << ", x pad " << layout.pad
                << " column " << layout.column);
@@ -87,14 +73,6 @@ void check_case(const LinearCase& c, XLayout layout, const Kernels* kernels = nu
   }
   nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, y);
   CHECK(test::bitwise_equal(y, y_cpu));
-  // With x's column maxima (x_largest): found by the narrow kernel's pass, the 128 x 128
-  // GEMM's loads or a pass of their own; the same y either way.
-  const Tensor largest = Tensor::zeros({c.in}, gpu);  // +0.0: bits 0
-  const Tensor y_too = test::poisoned({c.rows, c.out}, gpu);
-  nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, y_too,
-                                  reinterpret_cast<unsigned int*>(largest.data()));
-  CHECK(test::bitwise_equal(y_too, y_cpu));
-  CHECK(test::bitwise_equal(largest, Tensor::from_data({c.in}, host_column_maxima(x))));
   nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, grad_x, grad_weight, grad_bias);
   CHECK(test::bitwise_equal(grad_x, cpu.x));
   CHECK(test::bitwise_equal(grad_weight, cpu.weight));
@@ -176,28 +154,6 @@ TEST_CASE("linear's products reach each GEMM kernel by shape, with the CPU's bit
   for (const KernelCase& c : cases) check_case(c.shape, c.layout, &c.kernels);
 }
 
-TEST_CASE("the 128 x 128 forward finds x's column maxima: NaN passed over, |x| not x", "[cuda]") {
-  SEQPAR_REQUIRE_CUDA();
-#ifdef SEQPAR_WITH_CUDA
-  // 16400 x 36 -> 20: the large kernel (129 tiles), the last tile of rows partial.
-  const Device gpu = Device::cuda();
-  Generator generator(77);
-  Tensor x = generator.randn({16400, 36});
-  float* v = x.data();
-  v[5 * 36 + 8] = std::nanf("");
-  v[9 * 36 + 9] = -INFINITY;
-  v[16399 * 36 + 35] = -1.0e30f;  // the last row and column
-  v[200 * 36 + 0] = 3.0e38f;
-  for (int64_t r = 0; r < 16400; ++r) v[r * 36 + 17] = std::nanf("");  // a column of NaNs: +0
-  const Tensor weight = generator.randn({20, 36}).to(gpu);
-  const Tensor x_gpu = x.to(gpu), y = Tensor::empty({16400, 20}, gpu);
-  CHECK(nn::detail::linear_uses_large_gemm(nn::detail::LinearProduct::Output, x_gpu, weight, y));
-  const Tensor largest = Tensor::zeros({36}, gpu);
-  nn::detail::linear_forward_cuda(x_gpu, weight, Tensor(), y, reinterpret_cast<unsigned int*>(largest.data()));
-  CHECK(test::bitwise_equal(largest, Tensor::from_data({36}, host_column_maxima(x))));
-#endif
-}
-
 TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   // Narrow shapes, float4 and scalar reads of x (in % 4, windows), a partial last block;
@@ -230,6 +186,20 @@ std::vector<std::pair<LinearCase, bool>> cases_with_shift(const std::vector<Line
   return all;
 }
 
+// The largest |x[., c]| of each column, NaNs passed over (as std::fmax does), computed
+// on the host: what the narrow forward's x_largest must hold, as floats' bits.
+std::vector<float> host_column_maxima(const Tensor& x) {
+  const Tensor contiguous = x.contiguous();
+  const std::vector<float> v = contiguous.to_vector();
+  const int64_t rows = x.size(0), cols = x.size(1);
+  std::vector<float> largest(static_cast<size_t>(cols), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      largest[c] = std::fmax(largest[c], std::fabs(v[r * cols + c]));
+    }
+  }
+  return largest;
+}
 }  // namespace
 
 TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") {
