@@ -268,8 +268,8 @@ namespace {
 // The two one-magnitude dW kernels side by side at 262,144 rows and 1024 columns of x,
 // for 32 to 256 outputs: the 16-output-group kernel (linear_ternary_sums.cu, the one a
 // captured step takes) and the int8 GEMM (linear_ternary_wide.cu, the public API's from
-// 64 outputs), each after its maxima pass (the int8 path's also writes dy's signs). Then the int8 GEMM alone at the shape
-// of one chunk of the 1024-output stress dW.
+// 64 outputs), each after its maxima pass (the int8 path's also writes dy's signs).
+// Then the int8 GEMM alone at the shape of one chunk of the 1024-output stress dW.
 void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x) {
   const int64_t rows = int64_t{1} << 18, in = x.size(1);
   const nn::detail::ConstRows x_rows = nn::detail::const_rows_of(x.narrow(0, 0, rows));
@@ -303,13 +303,14 @@ void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x)
                      sums.count(), stream, {});
                }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);
   }
-  // One chunk of the stress dW: 1024 outputs, 6 planes of 1024 columns, 74,880 rows.
-  const int64_t m = 1024, n = 6 * 1024, k = 74880;
+  // One chunk of the stress dW: 1024 outputs, 6 planes of 1024 columns, 87,296 rows
+  // (512 MB of planes).
+  const int64_t m = 1024, n = 6 * 1024, k = 87296;
   DeviceBuffer<int8_t> a(m * k, kGpu), b(n * k, kGpu);
   DeviceBuffer<int32_t> c(m * n, kGpu);
   CUDA_CHECK(cudaMemsetAsync(a.data(), 0x5a, static_cast<size_t>(m * k), stream));
   CUDA_CHECK(cudaMemsetAsync(b.data(), 0xa7, static_cast<size_t>(n * k), stream));
-  report.add("gemm/int8_product/1024x6144x74880", "cuBLASLt int8 GEMM, int32 sums (ops as flops)",
+  report.add("gemm/int8_product/1024x6144x87296", "cuBLASLt int8 GEMM, int32 sums (ops as flops)",
              time_calls([&] {
                nn::detail::int8_product({m, n, k, a.data(), b.data(), c.data(), false}, 0, stream);
              }, 1, 5), static_cast<double>(m * k + n * k + 4 * m * n), 2.0 * m * n * k);
