@@ -234,6 +234,7 @@ struct BinnedSum : BinnedSums<1> {
   }
 };
 
+// A float's bits, the same on the host and the device.
 SEQPAR_HOST_DEVICE uint32_t float_bits(float value) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(value);
@@ -282,7 +283,7 @@ class ScaledAbsSum {
 
   SEQPAR_HOST_DEVICE void add_abs(float a) {
     const uint32_t bits = float_bits(a) & 0x7fffffffu;  // |a|
-    if (integer_path_ && bits - kFixedLowBits < kFixedSpanBits) {
+    if (integer_path_ && bits - kFixedLowBits < kFixedSpanBits) {  // below the range wraps high
       const uint64_t significand = (bits & 0x7fffffu) | 0x800000u;
       fixed_ += significand << ((bits >> 23) - (kFixedLowBits >> 23));
     } else if (bits != 0 || !integer_path_) {  // a zero |a| with a finite scale adds +0

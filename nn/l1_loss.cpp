@@ -62,8 +62,9 @@ struct KeptRows {
 };
 
 // The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
-// terms are summed exactly (exact::ScaledAbsSum, as the GPU sums them), flushed into one set of digits every kTermsPerFlush terms,
-// and the total is rounded once. The order of the loop changes nothing.
+// terms are summed exactly (exact::ScaledAbsSum, as the GPU sums them), flushed into one
+// set of digits every kTermsPerFlush terms, and the total is rounded once. The order of
+// the loop changes nothing.
 template <typename Rows>
 Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale, Rows kept) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);

@@ -125,7 +125,7 @@ __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, Cons
                                    int64_t rows, int64_t cols, float scale, Rows kept, bool flat,
                                    float* grad_input, int64_t grad_row_stride) {
   const float gradient = __double2float_rn(double{*grad_loss} * scale);
-  if (flat) {  // as the forward's flat walk, grad_input one run too: four elements a load and a store
+  if (flat) {  // the forward's flat walk, grad_input one run too: four elements a load and a store
     const int64_t count = rows * cols, quads = count / 4;
     const auto* a = reinterpret_cast<const float4*>(input.data);
     const auto* b = reinterpret_cast<const float4*>(target.data);
@@ -140,7 +140,9 @@ __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, Cons
     const int64_t step = int64_t{gridDim.x} * blockDim.x;
     for (int64_t q = first; q < quads; q += step) grad[q] = grads(a[q], b[q]);
     const int64_t tail = 4 * quads + first;  // the last count % 4 elements
-    if (tail < count) grad_input[tail] = __fmul_rn(gradient, l1_sign(__fsub_rn(input.data[tail], target.data[tail])));
+    if (tail < count) {
+      grad_input[tail] = __fmul_rn(gradient, l1_sign(__fsub_rn(input.data[tail], target.data[tail])));
+    }
     return;
   }
   for (cuda::GridStrideElements e(rows, cols); e.inside(); e.next()) {

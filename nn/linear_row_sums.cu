@@ -385,11 +385,11 @@ int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
                         cuda::Stream stream, int64_t* sign_sums, SignMatrix signs) {
   if (m.rows == 0 || m.cols == 0) return;
+  const int64_t sign_rows = cuda::ceil_div(m.rows, kSignRowsMultiple) * kSignRowsMultiple;
   SEQPAR_CHECK(signs.data == nullptr ||
-                   (signs.ld >= cuda::ceil_div(m.rows, kSignRowsMultiple) * kSignRowsMultiple &&
-                    signs.ld % 16 == 0 && cuda::aligned16(signs.data)),
-               "column_maxima_cuda: a sign matrix for ", m.rows, " rows needs a 16-byte-aligned ld of at least ",
-               cuda::ceil_div(m.rows, kSignRowsMultiple) * kSignRowsMultiple, " (a multiple of 16), got ", signs.ld);
+                   (signs.ld >= sign_rows && signs.ld % 16 == 0 && cuda::aligned16(signs.data)),
+               "column_maxima_cuda: a sign matrix for ", m.rows, " rows needs a 16-byte-aligned start and ",
+               "an ld of at least ", sign_rows, " (a multiple of 16), got ", signs.ld);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
                   static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
   column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
