@@ -263,13 +263,13 @@ struct Maxima {
 };
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
-// Allocates nothing and never waits (capturable). With `wide` (a caller that may
-// allocate, and has dy's signs in maxima.signs), dW's one-magnitude sums take the wide
-// path where it fits.
+// Allocates nothing and never waits (capturable). With dy's signs in maxima.signs (a
+// caller that may allocate, where the wide path fits: accumulate_linear_grads_cuda),
+// dW's one-magnitude sums take the wide path, cut as `wide` says.
 template <bool kProducts>
 void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
                       Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
-                      const WideChunks* wide = nullptr) {
+                      const WideChunks& wide = {}) {
   exact::check_term_count("linear_backward", rows);
   if (rows == 0 || columns == 0 || outputs == 0) return;
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
@@ -286,10 +286,10 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // (added by the general kernel), and the general kernel's binned sums return at once
   // (all read the words on the device).
   const unsigned int* one_magnitude_words = kProducts ? nullptr : maxima.words;
-  if (kProducts && wide != nullptr && maxima.signs.data != nullptr && ternary_weight_grad_wide_fits(a, b)) {
+  if (kProducts && maxima.signs.data != nullptr) {
     one_magnitude_words = maxima.words;
     launch_ternary_weight_grad_wide(a, b, maxima.b, one_magnitude_words, maxima.signs, digits, stride,
-                                    stream, *wide);
+                                    stream, wide);
   } else if (kProducts && ternary_weight_grad_fits(a, b)) {
     one_magnitude_words = maxima.words;
     launch_ternary_weight_grad(a, b, maxima.b, one_magnitude_words, digits, stride, stream);
@@ -369,10 +369,9 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
   column_maxima_cuda(grad_y, dy_largest, words, stream,
                      bias_sums != nullptr ? scratch.sign_sums() : nullptr, signs);
   if (weight_sums != nullptr && in > 0) {
-    Maxima maxima{find_x ? scratch.largest() : x_largest, dy_largest, words};
-    maxima.signs = signs;
-    enqueue_row_sums<true>(grad_y, x, rows, out, in, maxima, weight_sums->digits(),
-                           weight_sums->count(), stream, &wide);
+    enqueue_row_sums<true>(grad_y, x, rows, out, in,
+                           Maxima{find_x ? scratch.largest() : x_largest, dy_largest, words, nullptr, signs},
+                           weight_sums->digits(), weight_sums->count(), stream, wide);
   }
   if (bias_sums != nullptr) {
     enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_sums->digits(),
