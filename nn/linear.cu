@@ -119,7 +119,7 @@ void gemm(const Gemm& g, int device) {
   if (g.m == 0 || g.n == 0) return;
   cudaStream_t stream = cuda::current_stream(device);
   if (choose_large<kAAlongK, kBAlongK>(g)) {
-    large_gemm_cuda<kAAlongK, kBAlongK>(g, stream);
+    large_gemm_cuda<kAAlongK, kBAlongK>(g, device, stream);
     return;
   }
   const int64_t tiles_m = cuda::ceil_div(g.m, kTileM), tiles_n = cuda::ceil_div(g.n, kTileN);

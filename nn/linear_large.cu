@@ -1,38 +1,46 @@
 // CUDA kernel of nn/linear_large.h: the classic register-blocked SGEMM.
 //
 // A block of 256 threads owns a 128 x 128 tile of C and walks K, whole, in slices of
-// kSlice = 16 k. Each slice of A and Bᵀ (128 x 16 each) is loaded in two parts of 8 k,
-// one 16-byte load per thread, operand and part, and stored k-major in shared memory,
-// tile[k][row], rows padded by 4 floats, double-buffered: part 0 of the next slice is
-// loaded before k 0..7 of this one and stored after them, then part 1 is loaded and
-// stored after k 8..15, so that one float4 per operand is in registers at a time; one
+// 32 k (16 where the shared memory cannot be raised, below). Each slice of A and Bᵀ
+// (128 x 32 each) is loaded in parts of 8 k, one 16-byte load per thread, operand and
+// part, and stored k-major in shared memory, tile[k][row], rows padded by 4 floats,
+// double-buffered: part p of the next slice is loaded before k 8p .. 8p + 7 of this one
+// and stored after them, so that one float4 per operand is in registers at a time; one
 // barrier per slice. Each thread accumulates an 8 x 8 sub-tile in registers: rows
 // ty*4 + i and 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, so every
 // shared-memory read is a 16-byte vector, a warp's reads of B cover 32 distinct banks,
 // and its reads of A are broadcasts. Per k a thread does 64 FMAs for 4 vector loads.
 //
+// Why 32 k a slice: the FMA loop issues a warp instruction nearly every cycle, and the
+// cycles it loses are mostly those in which every warp of an SM waits at a barrier.
+// Twice the depth halves the barriers; the two buffers then take 67.6 KB a block, past
+// the default 48 KB, which cudaFuncSetAttribute raises once per device (not legal while
+// a stream is being captured: a capture that comes first takes 16-k slices, whose
+// buffers fit in 48 KB; same bits, since the order over k is the same).
+//
 // Operand layouts (template arguments, one per operand; see Operand in the header):
 //   along K     x, dy and the forward's W: a thread loads 4 consecutive k of one row
 //               (two threads per row and part: k 0..3 and 4..7 of part 0, 8..11 and
-//               12..15 of part 1, so a warp's load fills 16 whole 32-byte sectors) and
-//               stores them transposed, tile[k..k+3][row]; the padding makes a warp's
-//               4 scalar stores hit 32 distinct banks each.
+//               12..15 of part 1, and so on, so a warp's load fills 16 whole 32-byte
+//               sectors) and stores them transposed, tile[k..k+3][row]; the padding
+//               makes a warp's 4 scalar stores hit 32 distinct banks each.
 //   along rows  dx's W, read down its columns: a thread loads 4 consecutive rows at
-//               one k (32 threads per k: k 0..7 in part 0, 8..15 in part 1) and stores
-//               them as they are, one float4 at tile[k][row..row+3]; a warp's stores
-//               cover one contiguous 512-byte row of the tile, 4 conflict-free
+//               one k (32 threads per k: k 0..7 in part 0, 8..15 in part 1, ...) and
+//               stores them as they are, one float4 at tile[k][row..row+3]; a warp's
+//               stores cover one contiguous 512-byte row of the tile, 4 conflict-free
 //               wavefronts.
 // Only the staging differs: the FMA loop and the write-out are the same for both.
 //
 // Each element is one fma chain over k in increasing order from +0 (the zeros staged
 // past K add nothing), then + bias: the canonical order of nn/linear_kernels.h, the
-// same bits as the CPU and the 64 x 64 kernel.
+// same bits as the CPU and the 64 x 64 kernel, at either depth.
 //
 // What it does not use: Hopper's tensor cores (wgmma), whose fp32 inputs go through
-// TF32, and the asynchronous copy engine (cp.async / TMA), which would take the loads
-// off the registers.
+// TF32, and the asynchronous copy engine (cp.async / TMA), which cannot transpose the
+// operands read along K on their way into shared memory.
 #include "nn/linear_large.h"
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -44,9 +52,16 @@ namespace {
 
 constexpr int kTile = kLargeTile, kThreads = 256, kPad = 4;
 constexpr int kHalf = kTile / 2;
-// A slice is loaded in two parts of 8 k: one float4 of each operand per thread and part.
+// A slice is loaded in parts of 8 k: one float4 of each operand per thread and part.
 constexpr int kPartDepth = 8;
 static_assert(kTile * kPartDepth == 4 * kThreads, "one float4 of each operand per thread and part");
+static_assert(kLargeSlice % kPartDepth == 0 && kLargeShallowSlice % kPartDepth == 0,
+              "slices of whole parts");
+// One k of a staged slice: a row of the tile, padded.
+typedef float TileRow[kTile + kPad];
+
+// The dynamic shared memory of a slice depth: two buffers of A's slice and two of Bᵀ's.
+constexpr size_t staging_bytes(int slice) { return size_t{4} * slice * sizeof(TileRow); }
 
 // Where this thread's float4 sits in part 0 of every 128-row slice of an operand; part p
 // is the same float4 8 p further along K.
@@ -70,7 +85,7 @@ __device__ __forceinline__ float4 load_slice(const Operand& op, int64_t row, int
 
 // Stores part `part` of a slice (k + 8 part) into a tile row of kTile + kPad floats.
 template <bool kAlongK>
-__device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSpot<kAlongK> spot,
+__device__ __forceinline__ void store_slice(TileRow* tile, SliceSpot<kAlongK> spot,
                                             int part, float4 v) {
   const int k = spot.k + part * kPartDepth;
   if (kAlongK) {  // transposed: 4 k of one row
@@ -83,30 +98,29 @@ __device__ __forceinline__ void store_slice(float (*tile)[kTile + kPad], SliceSp
   }
 }
 
-template <bool kAAlongK, bool kBAlongK>
+template <bool kAAlongK, bool kBAlongK, int kSlice>
 __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
-  constexpr int kSlice = kLargeSlice<kAAlongK, kBAlongK>;
-  static_assert(kSlice == 2 * kPartDepth, "slices of two parts");
-  __shared__ __align__(16) float a_tile[2][kSlice][kTile + kPad];
-  __shared__ __align__(16) float b_tile[2][kSlice][kTile + kPad];
+  constexpr int kParts = kSlice / kPartDepth;
+  extern __shared__ __align__(16) float staging[];
+  // Buffer b of A's slices is a_tile + b * kSlice, and likewise for Bᵀ.
+  TileRow* const a_tile = reinterpret_cast<TileRow*>(staging);
+  TileRow* const b_tile = a_tile + 2 * kSlice;
   const int t = threadIdx.x;
   const SliceSpot<kAAlongK> a_spot(t);
   const SliceSpot<kBAlongK> b_spot(t);
   const int ty = t / 16, tx = t % 16;
   const int64_t m0 = int64_t{blockIdx.x} * kTile, n0 = int64_t{blockIdx.y} * kTile;
 
-  // The first slice, both parts at once; a_next and b_next then carry one part at a time.
-  float4 a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, a_spot.k, g.k);
-  float4 b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, b_spot.k, g.k);
-  {
-    const int64_t k1 = kPartDepth;
-    const float4 a_second = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k);
-    const float4 b_second = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
-    store_slice(a_tile[0], a_spot, 1, a_second);
-    store_slice(b_tile[0], b_spot, 1, b_second);
+  // The first slice, part by part; a_next and b_next then carry one part at a time.
+  float4 a_next, b_next;
+#pragma unroll
+  for (int part = 0; part < kParts; ++part) {
+    const int64_t k = part * kPartDepth;
+    a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k);
+    b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k);
+    store_slice(a_tile, a_spot, part, a_next);
+    store_slice(b_tile, b_spot, part, b_next);
   }
-  store_slice(a_tile[0], a_spot, 0, a_next);
-  store_slice(b_tile[0], b_spot, 0, b_next);
   __syncthreads();
 
   float sum[8][8] = {};
@@ -116,25 +130,26 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
     const bool more = k < g.k;
     // Part by part: the next slice's part p is loaded before this slice's part p (k 8 p
     // .. 8 p + 7) is multiplied and stored after it, so that one float4 per operand is in
-    // flight. (With both parts of a slice loaded up front, ptxas holds its 128 registers
-    // by sinking the loads down to the stores.)
+    // flight. (With a whole slice loaded up front, ptxas holds its 128 registers by
+    // sinking the loads down to the stores.)
     if (more) {
       a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k);
       b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k);
     }
 #pragma unroll
     for (int kk = 0; kk < kSlice; ++kk) {
-      // Part 0 multiplied: store it (the other buffer was last read before the previous
-      // barrier) and load part 1.
-      if (kk == kPartDepth && more) {
-        store_slice(a_tile[current ^ 1], a_spot, 0, a_next);
-        store_slice(b_tile[current ^ 1], b_spot, 0, b_next);
-        const int64_t k1 = k + kPartDepth;
+      // Part p - 1 multiplied: store the next slice's part p - 1 (the other buffer was
+      // last read before the previous barrier) and load its part p.
+      if (kk % kPartDepth == 0 && kk > 0 && more) {
+        const int part = kk / kPartDepth;
+        store_slice(a_tile + (current ^ 1) * kSlice, a_spot, part - 1, a_next);
+        store_slice(b_tile + (current ^ 1) * kSlice, b_spot, part - 1, b_next);
+        const int64_t k1 = k + part * kPartDepth;
         a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k);
         b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
       }
-      const float* a_row = a_tile[current][kk];
-      const float* b_row = b_tile[current][kk];
+      const float* a_row = a_tile[current * kSlice + kk];
+      const float* b_row = b_tile[current * kSlice + kk];
       const float4 a_low = *reinterpret_cast<const float4*>(a_row + ty * 4);
       const float4 a_high = *reinterpret_cast<const float4*>(a_row + kHalf + ty * 4);
       const float4 b_low = *reinterpret_cast<const float4*>(b_row + tx * 4);
@@ -147,9 +162,9 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
         for (int j = 0; j < 8; ++j) sum[i][j] = fmaf(a[i], b[j], sum[i][j]);
       }
     }
-    if (more) {  // part 1; the other buffer was last read before the previous barrier
-      store_slice(a_tile[current ^ 1], a_spot, 1, a_next);
-      store_slice(b_tile[current ^ 1], b_spot, 1, b_next);
+    if (more) {  // the last part
+      store_slice(a_tile + (current ^ 1) * kSlice, a_spot, kParts - 1, a_next);
+      store_slice(b_tile + (current ^ 1) * kSlice, b_spot, kParts - 1, b_next);
     }
     __syncthreads();
   }
@@ -194,20 +209,65 @@ bool large_gemm_fits(const Gemm& g) {
          cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 
+namespace {
+
+// Whether the 32-k slices' shared memory has been raised on each device (both layouts).
+std::atomic<bool> deep_ready[64];
+
+void raise_deep_limits(int device) {
+  SEQPAR_CHECK(device >= 0 && device < 64, "large GEMM: device ", device, " out of range");
+  if (deep_ready[device].load()) return;
+  cuda::set_device(device);
+  const int bytes = static_cast<int>(staging_bytes(kLargeSlice));
+  CUDA_CHECK(cudaFuncSetAttribute(large_gemm_kernel<true, true, kLargeSlice>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  CUDA_CHECK(cudaFuncSetAttribute(large_gemm_kernel<true, false, kLargeSlice>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  deep_ready[device].store(true);
+}
+
+}  // namespace
+
 template <bool kAAlongK, bool kBAlongK>
-void large_gemm_cuda(const Gemm& g, cuda::Stream stream) {
+void large_gemm_cuda(const Gemm& g, int device, cuda::Stream stream, int slice) {
   SEQPAR_CHECK((large_gemm_fits<kAAlongK, kBAlongK>(g)),
                "large_gemm_cuda: shape, layout or alignment not supported");
+  SEQPAR_CHECK(slice == 0 || slice == kLargeSlice || slice == kLargeShallowSlice,
+               "large_gemm_cuda: slice depth ", slice, " (0, ", kLargeSlice, " or ",
+               kLargeShallowSlice, ")");
+  if (slice == 0) {  // the deep slices, unless their limit is not raised and cannot be now
+    slice = kLargeShallowSlice;
+    bool ready = device >= 0 && device < 64 && deep_ready[device].load();
+    if (!ready) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) {
+        raise_deep_limits(device);
+        ready = true;
+      }
+    }
+    if (ready) slice = kLargeSlice;
+  } else if (slice == kLargeSlice) {
+    raise_deep_limits(device);
+  }
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
                   static_cast<unsigned>(cuda::ceil_div(g.n, kTile)));
-  large_gemm_kernel<kAAlongK, kBAlongK><<<grid, kThreads, 0, stream>>>(g);
+  if (slice == kLargeSlice) {
+    large_gemm_kernel<kAAlongK, kBAlongK, kLargeSlice>
+        <<<grid, kThreads, staging_bytes(kLargeSlice), stream>>>(g);
+  } else {
+    large_gemm_kernel<kAAlongK, kBAlongK, kLargeShallowSlice>
+        <<<grid, kThreads, staging_bytes(kLargeShallowSlice), stream>>>(g);
+  }
   CUDA_LAUNCH_CHECK();
 }
+
+void large_gemm_prepare(int device) { raise_deep_limits(device); }
 
 // The layouts of the two GEMM products of a Linear (linear.cu's design note).
 template bool large_gemm_fits<true, true>(const Gemm&);   // y = x Wᵀ + b
 template bool large_gemm_fits<true, false>(const Gemm&);  // dx = dy W
-template void large_gemm_cuda<true, true>(const Gemm&, cuda::Stream);
-template void large_gemm_cuda<true, false>(const Gemm&, cuda::Stream);
+template void large_gemm_cuda<true, true>(const Gemm&, int, cuda::Stream, int);
+template void large_gemm_cuda<true, false>(const Gemm&, int, cuda::Stream, int);
 
 }  // namespace seqpar::nn::detail

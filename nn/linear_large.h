@@ -33,11 +33,11 @@ struct Gemm {
   const float* bias;  // may be null
 };
 
-// The large kernel's tile of C, and the depth of its K slices by layout: A is read
-// along K in both products (the forward and dx), where 16 is the faster depth.
+// The large kernel's tile of C, and the depths of its K slices: 32 k, the faster, whose
+// shared memory (67.6 KB a block) must be raised on each device first; 16 k, which fits
+// in the default 48 KB, for a launch that is being captured into a graph before that.
 constexpr int64_t kLargeTile = 128;
-template <bool kAAlongK, bool kBAlongK>
-constexpr int kLargeSlice = 16;
+constexpr int kLargeSlice = 32, kLargeShallowSlice = 16;
 
 // Whether the large kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
@@ -46,9 +46,16 @@ constexpr int kLargeSlice = 16;
 template <bool kAAlongK, bool kBAlongK>
 bool large_gemm_fits(const Gemm& gemm);
 
-// Runs `gemm` on a grid of 128 x 128 tiles of C, K whole, in slices of kLargeSlice.
+// Runs `gemm` on `device`'s `stream`, on a grid of 128 x 128 tiles of C, K whole, in
+// slices of `slice` k: kLargeSlice or kLargeShallowSlice (the bits are the same), or
+// 0 for kLargeSlice unless the limit is not raised on the device and the stream is
+// being captured, where raising it may not be legal.
 template <bool kAAlongK, bool kBAlongK>
-void large_gemm_cuda(const Gemm& gemm, cuda::Stream stream);
+void large_gemm_cuda(const Gemm& gemm, int device, cuda::Stream stream, int slice = 0);
+
+// Raises the deep slices' shared-memory limit on `device` (once; a launch does it itself
+// when it is not being captured). Code that captures a large GEMM calls this first.
+void large_gemm_prepare(int device);
 
 #endif
 

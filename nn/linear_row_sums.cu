@@ -43,7 +43,9 @@ constexpr int kOutputs = 1;
 // atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
 // terms never reach the bins (they go to the special sum); an infinity makes every bin
 // reachable. Block: 32 columns (a lane each) x 8 warps; grid.y: chunks of 256 rows, a
-// warp's rows in runs of four (rows 32 g + 4 warp .. + 3, g = 0..7).
+// warp's rows in runs of four (rows 32 g + 4 warp .. + 3, g = 0..7) where it writes
+// signs, else rows warp, warp + 8, ..., the faster order where no words are built
+// (bench/RESULTS.md).
 // With `magnitudes`, also the two words of the one-magnitude test over all of m
 // (linear_ternary.cuh): the largest |m| bits (NaN above infinity) and the complement of
 // the smallest nonzero. With `sign_sums`, also each column's count of positive elements
@@ -54,11 +56,12 @@ constexpr int kOutputs = 1;
 // stores.
 constexpr int kMaxRowsPerBlock = 256;
 static_assert(kMaxRowsPerBlock == kSignRowsMultiple, "a block writes its whole rows of signs");
+template <bool kSigns>
 __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigned int* magnitudes,
                                      int64_t* sign_sums, SignMatrix sign_matrix) {
   constexpr int kRun = 4, kRuns = kMaxRowsPerBlock / (kRun * kWarps);  // 8 runs a warp
   constexpr int kColumnWords = kMaxRowsPerBlock / 4 + 1;  // + 1: lanes' words in distinct banks
-  __shared__ unsigned int sign_words[32][kColumnWords];
+  __shared__ unsigned int sign_words[kSigns ? 32 : 1][kColumnWords];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t column = int64_t{blockIdx.x} * 32 + lane;
   const int64_t row_begin = int64_t{blockIdx.y} * kMaxRowsPerBlock;
@@ -67,30 +70,41 @@ __global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigne
   float value = 0.0f;
   unsigned int most = 0, least_complement = 0;
   int signs = 0;
+  const auto element_at = [&](int64_t row) {
+    return inside && row < row_end ? m.data[row * m.row_stride + column] : 0.0f;
+  };
+  const auto take = [&](float element) {  // returns the element's sign
+    value = fmaxf(value, fabsf(element));
+    const unsigned int bits = __float_as_uint(element) & 0x7fffffffu;
+    most = max(most, bits);
+    if (bits != 0) least_complement = max(least_complement, ~bits);
+    const int sign = sign_of(element);
+    signs += sign;
+    return sign;
+  };
+  if (kSigns) {  // a warp's rows in runs of four, whose signs make one word
 #pragma unroll 2  // eight loads in flight side by side: the pass is bound by their latency
-  for (int g = 0; g < kRuns; ++g) {
-    const int64_t run = row_begin + 32 * g + kRun * warp;
-    float elements[kRun];
+    for (int g = 0; g < kRuns; ++g) {
+      const int64_t run = row_begin + 32 * g + kRun * warp;
+      float elements[kRun];
 #pragma unroll
-    for (int r = 0; r < kRun; ++r) {
-      elements[r] = inside && run + r < row_end ? m.data[(run + r) * m.row_stride + column] : 0.0f;
-    }
-    unsigned int word = 0;
+      for (int r = 0; r < kRun; ++r) elements[r] = element_at(run + r);
+      unsigned int word = 0;
 #pragma unroll
-    for (int r = 0; r < kRun; ++r) {
-      const float element = elements[r];
-      value = fmaxf(value, fabsf(element));
-      const unsigned int bits = __float_as_uint(element) & 0x7fffffffu;
-      most = max(most, bits);
-      if (bits != 0) least_complement = max(least_complement, ~bits);
-      const int sign = sign_of(element);
-      signs += sign;
-      word |= static_cast<unsigned int>(static_cast<uint8_t>(static_cast<int8_t>(sign))) << (8 * r);
+      for (int r = 0; r < kRun; ++r) {
+        const int8_t sign = static_cast<int8_t>(take(elements[r]));
+        word |= static_cast<unsigned int>(static_cast<uint8_t>(sign)) << (8 * r);
+      }
+      sign_words[lane][8 * g + warp] = word;  // rows 4 (8 g + warp) ..
     }
-    if (sign_matrix.data != nullptr) sign_words[lane][8 * g + warp] = word;  // rows 4 (8 g + warp) ..
+  } else if (inside) {  // one row a load
+#pragma unroll 8
+    for (int64_t row = row_begin + warp; row < row_end; row += kWarps) {
+      take(m.data[row * m.row_stride + column]);
+    }
   }
   if (inside) atomicMax(largest + column, __float_as_uint(value));
-  if (sign_matrix.data != nullptr) {
+  if (kSigns) {
     __syncthreads();
     constexpr int kParts = kMaxRowsPerBlock / 16;  // 16-byte stores a column
     for (int index = static_cast<int>(threadIdx.x); index < 32 * kParts; index += kThreads) {
@@ -391,7 +405,11 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
                "an ld of at least ", sign_rows, " (a multiple of 16), got ", signs.ld);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
                   static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
-  column_maxima_kernel<<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
+  if (signs.data != nullptr) {
+    column_maxima_kernel<true><<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
+  } else {
+    column_maxima_kernel<false><<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
+  }
   CUDA_LAUNCH_CHECK();
 }
 

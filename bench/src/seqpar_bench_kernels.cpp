@@ -323,7 +323,7 @@ void bench_stress(Report& report, const Settings& s) {
     const int64_t size = 4096;
     const Tensor x = randn_on_device(3, 0, {size, size}, 0), w = randn_on_device(4, 0, {size, size}, 0);
     const Tensor b = randn_on_device(5, 0, {size}, 0), y = Tensor::empty({size, size}, kGpu);
-    report.add("gemm/4096^3", "128x128 tiles, 8x8 per thread, fp32 FFMA, 16-deep K slices",
+    report.add("gemm/4096^3", "128x128 tiles, 8x8 per thread, fp32 FFMA, 32-deep K slices",
                time_calls([&] { nn::detail::linear_forward_cuda(x, w, b, y); }, 3,
                           std::min(s.repeats, 50)),
                kF * 3 * size * size, 2.0 * size * size * size);
@@ -335,7 +335,7 @@ void bench_stress(Report& report, const Settings& s) {
   const double flops = 2.0 * rows * features * features;
   {
     const Tensor y = Tensor::empty({rows, features}, kGpu);
-    report.add("gemm/stress_fwd/1048576x1024x1024", "128x128 tiled GEMM, 16-deep K slices",
+    report.add("gemm/stress_fwd/1048576x1024x1024", "128x128 tiled GEMM, 32-deep K slices",
                time_calls([&] {
                  nn::detail::linear_forward_cuda(x, model.weight().data(), model.bias().data(), y);
                }, 1, 3), kF * 2 * rows * features, flops);
@@ -369,7 +369,7 @@ void bench_stress(Report& report, const Settings& s) {
       bench_dw_l1_paths(report, grad_y_l1, x);
     }
     const Tensor grad_x = Tensor::empty({rows, features}, kGpu);
-    report.add("gemm/stress_dx/1048576x1024x1024", "128x128 tiled GEMM, W read down its columns, 16-deep K slices",
+    report.add("gemm/stress_dx/1048576x1024x1024", "128x128 tiled GEMM, W read down its columns, 32-deep K slices",
                time_calls([&] {
                  nn::detail::linear_backward_cuda(grad_y, x, model.weight().data(), grad_x,
                                                   Tensor(), Tensor());

@@ -13,6 +13,12 @@
 #include "core/generator.h"
 #include "nn/linear.h"
 #include "nn/linear_kernels.h"
+#ifdef SEQPAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_runtime.h"
+#include "nn/linear_large.h"
+#endif
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -152,6 +158,69 @@ TEST_CASE("linear's products reach each GEMM kernel by shape, with the CPU's bit
       {{640, 16, 640}, {}, {false, false}},      // 25 tiles: too few
   };
   for (const KernelCase& c : cases) check_case(c.shape, c.layout, &c.kernels);
+}
+
+TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a graph", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  using nn::detail::Gemm;
+  using nn::detail::Operand;
+  // y = x Wᵀ + b and dx = dy W, each K with a partial last slice at both depths
+  // (1000 = 31 x 32 + 8, 20 < 32), and partial tiles of C at the edges.
+  for (const LinearCase& c : {LinearCase{1100, 1000, 260}, LinearCase{16400, 20, 132}}) {
+    INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out);
+    Generator generator(c.rows + 3 * c.in + 7 * c.out);
+    const Tensor x = generator.randn({c.rows, c.in}), weight = generator.randn({c.out, c.in});
+    const Tensor bias = generator.randn({c.out}), grad_y = generator.randn({c.rows, c.out});
+    const Tensor y_cpu = nn::linear_forward(x, weight, bias);
+    const Tensor dx_cpu = nn::linear_backward(grad_y, x, weight, true, false, false).x;
+    const Device gpu = Device::cuda();
+    const Tensor x_gpu = x.to(gpu), weight_gpu = weight.to(gpu), bias_gpu = bias.to(gpu);
+    const Tensor grad_y_gpu = grad_y.to(gpu);
+    const int device = gpu.index;
+    const auto output = [&](const Tensor& y) {
+      return Gemm{c.rows, c.out, c.in, Operand{x_gpu.data(), c.in, 1},
+                  Operand{weight_gpu.data(), c.in, 1}, y.data(), c.out, bias_gpu.data()};
+    };
+    const auto grad_input = [&](const Tensor& dx) {  // W read down its columns
+      return Gemm{c.rows, c.in, c.out, Operand{grad_y_gpu.data(), c.out, 1},
+                  Operand{weight_gpu.data(), 1, c.in}, dx.data(), c.in, nullptr};
+    };
+    for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice, 0}) {
+      INFO("slice depth " << slice);
+      const Tensor y = test::poisoned({c.rows, c.out}, gpu);
+      nn::detail::large_gemm_cuda<true, true>(output(y), device, cuda::current_stream(device), slice);
+      CHECK(test::bitwise_equal(y, y_cpu));
+      const Tensor dx = test::poisoned({c.rows, c.in}, gpu);
+      nn::detail::large_gemm_cuda<true, false>(grad_input(dx), device,
+                                               cuda::current_stream(device), slice);
+      CHECK(test::bitwise_equal(dx, dx_cpu));
+    }
+    // Captured into a graph and replayed: whichever depth the launch takes there (the
+    // deep one once its limit is raised), the same bits.
+    nn::detail::large_gemm_prepare(device);
+    const Tensor y = test::poisoned({c.rows, c.out}, gpu);
+    cudaStream_t stream = cuda::current_stream(device);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    nn::detail::large_gemm_cuda<true, true>(output(y), device, stream);
+    REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(test::bitwise_equal(y, y_cpu));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  // A depth the kernel does not have is refused by name.
+  const Tensor a = Tensor::zeros({256, 32}, Device::cuda()), out = Tensor::zeros({256, 256}, Device::cuda());
+  const Gemm bad{256, 256, 32, Operand{a.data(), 32, 1}, Operand{a.data(), 32, 1}, out.data(), 256, nullptr};
+  const auto launch_at_depth_24 = [&] {
+    nn::detail::large_gemm_cuda<true, true>(bad, 0, cuda::current_stream(0), 24);
+  };
+  CHECK_THROWS_WITH(launch_at_depth_24(), Catch::Contains("slice depth 24"));
+#endif
 }
 
 TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cuda]") {
