@@ -48,7 +48,13 @@ namespace {
 constexpr int kPlanes = 6;          // balanced base-256 digits of |v| < 2^44 (and K < 2^48)
 constexpr int kTileColumns = 32;    // a tile: 32 columns (one a lane) of 128 rows
 constexpr int kTileRows = 128;
-constexpr int kThreads = 256;       // 8 warps, 16 rows (four words of four) each
+constexpr int kThreads = 256;
+// The byte planes' tiles: 32 columns of 64 rows, 4 warps of 16 rows (four words of
+// four) each. Smaller tiles than 128 rows keep more blocks in flight through a
+// block's load, convert, barrier and store, which is what limits the pass.
+constexpr int kPlaneTileRows = 64;
+constexpr int kPlaneThreads = 2 * kPlaneTileRows;
+static_assert(kTileRows % kPlaneTileRows == 0, "a chunk's rows are whole plane tiles");
 constexpr int64_t kMinOutputs = 64;  // below, the 16-output kernel is faster (bench: dw_l1_*)
 // Scratch for a chunk's planes: about this many bytes.
 constexpr int64_t kScratchBytes = int64_t{512} << 20;
@@ -58,7 +64,7 @@ constexpr int64_t kRowsPerFold = int64_t{1} << 23;
 static_assert(kRowsPerFold * 128 < (int64_t{1} << 31), "a fold's int32 sums stay in range");
 static_assert(kWindowBits + 24 + 23 < 93, "a fold's total times f's significand fits add_scaled_integer");
 // A chunk's tiles fit a grid's y dimension.
-constexpr int64_t kMaxRowsPerChunk = int64_t{65535} * kTileRows;
+constexpr int64_t kMaxRowsPerChunk = int64_t{65535} * kPlaneTileRows;
 constexpr double kDigitsMagic = 0x1p52 + 0x808080808080p0;  // 2^52 + K
 constexpr uint64_t kDigitsBias = 0x808080808080ull;         // K: byte l xor 0x80 is d_l
 // Elements outside their windows listed per chunk; beyond this many (a column holding
@@ -121,22 +127,25 @@ struct DigitBytes {
   }
 };
 
-// A 128-row x 32-column tile of m as kPlanes byte planes, each column's rows contiguous:
+// A 64-row x 32-column tile of m as kPlanes byte planes, each column's rows contiguous:
 // planes[p * plane_stride + column * ld + row] = byte p of convert(m[row_begin + row,
 // column]), for the chunk's rows [0, rows) (zeros from there to the tile's end) and
 // columns [0, written_columns) (m's columns, then zeros). Reads a row's 32 columns per
-// warp load; transposes through shared memory (rows of 33 words: no bank conflicts);
-// writes 16 bytes a thread.
-template <int kPlaneCount, class Convert>
-__global__ void __launch_bounds__(kThreads) byte_planes_kernel(ConstRows m, int64_t row_begin, int64_t rows,
-                                                               int64_t written_columns, int64_t ld,
-                                                               int8_t* planes, int64_t plane_stride,
-                                                               Convert convert) {
+// warp load; packs each plane's bytes of four rows into a word with byte permutes;
+// transposes through shared memory (rows of 17 words: no bank conflicts); writes 16
+// bytes a thread.
+template <class Convert>
+__global__ void __launch_bounds__(kPlaneThreads) byte_planes_kernel(ConstRows m, int64_t row_begin, int64_t rows,
+                                                                    int64_t written_columns, int64_t ld,
+                                                                    int8_t* planes, int64_t plane_stride,
+                                                                    Convert convert) {
+  static_assert(kPlanes == 6, "the byte permutes below pack six planes");
+  constexpr int kWords = kPlaneTileRows / 4;  // a column's words in the tile
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t column = int64_t{blockIdx.x} * kTileColumns + lane;
-  const int64_t tile_row = int64_t{blockIdx.y} * kTileRows;
+  const int64_t tile_row = int64_t{blockIdx.y} * kPlaneTileRows;
   if (!convert.prepare(column)) return;  // the same for every thread of the grid
-  __shared__ unsigned int words[kPlaneCount][kTileColumns][kTileColumns + 1];
+  __shared__ unsigned int words[kPlanes][kTileColumns][kWords + 1];
   // This warp's 16 rows, all loaded before any is converted (a conversion may write the
   // outside list, and the compiler keeps a load after a store it cannot tell apart).
   constexpr int kWarpRows = 16;
@@ -149,22 +158,34 @@ __global__ void __launch_bounds__(kThreads) byte_planes_kernel(ConstRows m, int6
   }
 #pragma unroll
   for (int g = 0; g < kWarpRows / 4; ++g) {  // word 4 warp + g: rows 4 g .. 4 g + 3 of the warp's
-    unsigned int packed[kPlaneCount] = {};
+    unsigned int low[4], high[4];  // bytes 0..3 and 4..5 of the four rows' digits
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t row = warp_row + 4 * g + i;
       const uint64_t bytes = convert(values[4 * g + i], row_begin + row, column, row < rows && column < m.cols);
-#pragma unroll
-      for (int p = 0; p < kPlaneCount; ++p) {
-        packed[p] |= static_cast<unsigned int>((bytes >> (8 * p)) & 0xffu) << (8 * i);
-      }
+      low[i] = static_cast<unsigned int>(bytes);
+      high[i] = static_cast<unsigned int>(bytes >> 32);
     }
+    // A 4 x 4 transpose of bytes: plane p's word holds byte p of rows 0..3, in order.
+    // __byte_perm(a, b, s): byte n of the result is byte (s >> 4 n) & 7 of b:a.
+    const unsigned int bytes01_a = __byte_perm(low[0], low[1], 0x5140);  // bytes 0, 1 of rows 0, 1
+    const unsigned int bytes01_b = __byte_perm(low[2], low[3], 0x5140);  // ... of rows 2, 3
+    const unsigned int bytes23_a = __byte_perm(low[0], low[1], 0x7362);  // bytes 2, 3
+    const unsigned int bytes23_b = __byte_perm(low[2], low[3], 0x7362);
+    const unsigned int bytes45_a = __byte_perm(high[0], high[1], 0x5140);  // bytes 4, 5
+    const unsigned int bytes45_b = __byte_perm(high[2], high[3], 0x5140);
+    const unsigned int packed[kPlanes] = {
+        __byte_perm(bytes01_a, bytes01_b, 0x5410), __byte_perm(bytes01_a, bytes01_b, 0x7632),
+        __byte_perm(bytes23_a, bytes23_b, 0x5410), __byte_perm(bytes23_a, bytes23_b, 0x7632),
+        __byte_perm(bytes45_a, bytes45_b, 0x5410), __byte_perm(bytes45_a, bytes45_b, 0x7632)};
 #pragma unroll
-    for (int p = 0; p < kPlaneCount; ++p) words[p][lane][4 * warp + g] = packed[p];
+    for (int p = 0; p < kPlanes; ++p) words[p][lane][4 * warp + g] = packed[p];
   }
   __syncthreads();
-  for (int index = static_cast<int>(threadIdx.x); index < kPlaneCount * kTileColumns * 8; index += kThreads) {
-    const int line = index / 8, part = index % 8;
+  constexpr int kParts = kPlaneTileRows / 16;  // 16-byte stores a column
+  for (int index = static_cast<int>(threadIdx.x); index < kPlanes * kTileColumns * kParts;
+       index += kPlaneThreads) {
+    const int line = index / kParts, part = index % kParts;
     const int p = line / kTileColumns, c = line % kTileColumns;
     const int64_t out_column = int64_t{blockIdx.x} * kTileColumns + c;
     if (out_column >= written_columns) continue;
@@ -276,11 +297,11 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
   for (int64_t begin = 0; begin < rows; begin += rows_per_chunk, ++chunk) {
     const int64_t chunk_rows = std::min(rows_per_chunk, rows - begin);
     const int64_t ld = round_up(chunk_rows, kTileRows);
-    const unsigned tiles = static_cast<unsigned>(ld / kTileRows);
+    const unsigned tiles = static_cast<unsigned>(ld / kPlaneTileRows);
     outside_count.zero();
-    byte_planes_kernel<kPlanes><<<dim3(static_cast<unsigned>(in_padded / kTileColumns), tiles), kThreads, 0,
-                                  stream>>>(x, begin, chunk_rows, in_padded, ld, planes.data(),
-                                            in_padded * ld, digit_bytes);
+    byte_planes_kernel<<<dim3(static_cast<unsigned>(in_padded / kTileColumns), tiles), kPlaneThreads, 0,
+                          stream>>>(x, begin, chunk_rows, in_padded, ld, planes.data(), in_padded * ld,
+                                    digit_bytes);
     CUDA_LAUNCH_CHECK();
     outside_kernel<<<spread_blocks, kThreads, 0, stream>>>(grad_y, x, begin, chunk_rows, x_largest, words,
                                                          outside_count.data(), outside.data(),
