@@ -11,12 +11,12 @@
 // shared-memory read is a 16-byte vector, a warp's reads of B cover 32 distinct banks,
 // and its reads of A are broadcasts. Per k a thread does 64 FMAs for 4 vector loads.
 //
-// Why 32 k a slice: the FMA loop issues a warp instruction nearly every cycle, and the
-// cycles it loses are mostly those in which every warp of an SM waits at a barrier.
-// Twice the depth halves the barriers; the two buffers then take 67.6 KB a block, past
-// the default 48 KB, which cudaFuncSetAttribute raises once per device (not legal while
-// a stream is being captured: a capture that comes first takes 16-k slices, whose
-// buffers fit in 48 KB; same bits, since the order over k is the same).
+// Why 32 k a slice: each slice ends at a barrier, where a block's warps wait for its
+// slowest, and twice the depth halves the barriers (the faster depth, bench/RESULTS.md).
+// The two buffers then take 67.6 KB a block, past the default 48 KB, which
+// cudaFuncSetAttribute raises once per device. That may not be legal while a stream is
+// being captured, so a capture that comes first takes 16-k slices, whose buffers fit in
+// 48 KB: the same bits, since the order over k is the same.
 //
 // Operand layouts (template arguments, one per operand; see Operand in the header):
 //   along K     x, dy and the forward's W: a thread loads 4 consecutive k of one row
