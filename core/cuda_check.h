@@ -47,4 +47,9 @@ constexpr int64_t ceil_div(int64_t count, int64_t per_block) {
   return (count + per_block - 1) / per_block;
 }
 
+// `value` rounded up to a whole number of `multiple`s (a padded extent).
+constexpr int64_t round_up(int64_t value, int64_t multiple) {
+  return ceil_div(value, multiple) * multiple;
+}
+
 }  // namespace seqpar::cuda

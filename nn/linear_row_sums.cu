@@ -377,8 +377,8 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
   // dy in one pass for both sums: its maxima, its one-magnitude words, db's sign sums,
   // and, where dW may take the wide path, its signs as bytes (a quarter of dy's size).
   const bool wide_dw = weight_sums != nullptr && in > 0 && ternary_weight_grad_wide_fits(grad_y, x);
-  const int64_t signs_ld = cuda::ceil_div(rows, kSignRowsMultiple) * kSignRowsMultiple;
-  DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::ceil_div(out, 32) * 32 * signs_ld : 0, any->device());
+  const int64_t signs_ld = cuda::round_up(rows, kSignRowsMultiple);
+  DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::round_up(out, 32) * signs_ld : 0, any->device());
   const SignMatrix signs{wide_dw ? sign_bytes.data() : nullptr, signs_ld};
   column_maxima_cuda(grad_y, dy_largest, words, stream,
                      bias_sums != nullptr ? scratch.sign_sums() : nullptr, signs);
@@ -398,7 +398,7 @@ int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
                         cuda::Stream stream, int64_t* sign_sums, SignMatrix signs) {
   if (m.rows == 0 || m.cols == 0) return;
-  const int64_t sign_rows = cuda::ceil_div(m.rows, kSignRowsMultiple) * kSignRowsMultiple;
+  const int64_t sign_rows = cuda::round_up(m.rows, kSignRowsMultiple);
   SEQPAR_CHECK(signs.data == nullptr ||
                    (signs.ld >= sign_rows && signs.ld % 16 == 0 && cuda::aligned16(signs.data)),
                "column_maxima_cuda: a sign matrix for ", m.rows, " rows needs a 16-byte-aligned start and ",

@@ -97,8 +97,6 @@ __device__ inline ColumnScale column_scale(const unsigned int* x_largest, int64_
   return {ldexp(1.0, -window.lsb), window.whole};
 }
 
-int64_t round_up(int64_t value, int64_t multiple) { return cuda::ceil_div(value, multiple) * multiple; }
-
 // x's balanced digits in its column's window, bytes 0..5 (zeros past the edges); an
 // element outside the window goes on the chunk's list and counts as 0.
 struct DigitBytes {
@@ -134,11 +132,10 @@ struct DigitBytes {
 // warp load; packs each plane's bytes of four rows into a word with byte permutes;
 // transposes through shared memory (rows of 17 words: no bank conflicts); writes 16
 // bytes a thread.
-template <class Convert>
 __global__ void __launch_bounds__(kPlaneThreads) byte_planes_kernel(ConstRows m, int64_t row_begin, int64_t rows,
                                                                     int64_t written_columns, int64_t ld,
                                                                     int8_t* planes, int64_t plane_stride,
-                                                                    Convert convert) {
+                                                                    DigitBytes convert) {
   static_assert(kPlanes == 6, "the byte permutes below pack six planes");
   constexpr int kWords = kPlaneTileRows / 4;  // a column's words in the tile
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -267,17 +264,17 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
                                      const unsigned int* x_largest, const unsigned int* words,
                                      SignMatrix signs, int64_t* digits, int64_t stride,
                                      cuda::Stream stream, const WideChunks& chunks) {
-  SEQPAR_CHECK(signs.data != nullptr && signs.ld >= round_up(x.rows, kTileRows) && signs.ld % 16 == 0,
+  SEQPAR_CHECK(signs.data != nullptr && signs.ld >= cuda::round_up(x.rows, kTileRows) && signs.ld % 16 == 0,
                "launch_ternary_weight_grad_wide: dy's signs for ", x.rows, " rows, got ld ", signs.ld);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
-  const int64_t out_padded = round_up(out, kTileColumns), in_padded = round_up(in, kTileColumns);
+  const int64_t out_padded = cuda::round_up(out, kTileColumns), in_padded = cuda::round_up(in, kTileColumns);
   const int64_t bytes_per_row = kPlanes * in_padded;
-  int64_t rows_per_chunk = chunks.rows_per_chunk > 0 ? round_up(chunks.rows_per_chunk, kTileRows)
+  int64_t rows_per_chunk = chunks.rows_per_chunk > 0 ? cuda::round_up(chunks.rows_per_chunk, kTileRows)
                                                      : kScratchBytes / bytes_per_row / kTileRows * kTileRows;
   rows_per_chunk = std::clamp<int64_t>(rows_per_chunk, kTileRows,
-                                       std::min({round_up(rows, kTileRows), kMaxRowsPerChunk, kRowsPerFold}));
+                                       std::min({cuda::round_up(rows, kTileRows), kMaxRowsPerChunk, kRowsPerFold}));
   const int64_t rows_per_fold =
       std::min(chunks.rows_per_fold > 0 ? chunks.rows_per_fold : kRowsPerFold, kRowsPerFold);
   const int64_t chunks_per_fold = std::max<int64_t>(1, rows_per_fold / rows_per_chunk);
@@ -296,7 +293,7 @@ void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x
   int64_t chunk = 0;
   for (int64_t begin = 0; begin < rows; begin += rows_per_chunk, ++chunk) {
     const int64_t chunk_rows = std::min(rows_per_chunk, rows - begin);
-    const int64_t ld = round_up(chunk_rows, kTileRows);
+    const int64_t ld = cuda::round_up(chunk_rows, kTileRows);
     const unsigned tiles = static_cast<unsigned>(ld / kPlaneTileRows);
     outside_count.zero();
     byte_planes_kernel<<<dim3(static_cast<unsigned>(in_padded / kTileColumns), tiles), kPlaneThreads, 0,

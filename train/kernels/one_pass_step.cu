@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kStepMaxThreads, 1)
 SkinnyStepPlan skinny_step_plan(int64_t rows, int64_t in, int64_t out) {
   SkinnyStepPlan plan;
   if (in < 1 || in > kStepMaxIn || !is_skinny(out)) return plan;
-  plan.in_padded = cuda::ceil_div(in, kColumnsPerStep) * kColumnsPerStep;
+  plan.in_padded = cuda::round_up(in, kColumnsPerStep);
   int device = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

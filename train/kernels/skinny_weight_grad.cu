@@ -250,7 +250,7 @@ void skinny_weight_grad_cuda(const GradSource& grad, RowsView x, int64_t rows, i
   const SkinnyGradScratch scratch = skinny_grad_scratch(rows, in, out);
   if (rows > 0) {
     const int64_t quads = std::max<int64_t>(1, cuda::ceil_div(in, 4));
-    const int threads = static_cast<int>(std::min<int64_t>(kGradMaxThreads, cuda::ceil_div(quads, 32) * 32));
+    const int threads = static_cast<int>(std::min<int64_t>(kGradMaxThreads, cuda::round_up(quads, 32)));
     const dim3 grid(static_cast<unsigned>(scratch.chunks),
                     static_cast<unsigned>(cuda::ceil_div(quads, threads)),
                     static_cast<unsigned>(cuda::ceil_div(out, kOutGroup)));
