@@ -64,9 +64,11 @@ struct KeptRows {
 // The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
 // terms are summed exactly (exact::ScaledAbsSum, as the GPU sums them), flushed into one
 // set of digits every kTermsPerFlush terms, and the total is rounded once. The order of
-// the loop changes nothing.
+// the loop changes nothing. With `codes`, each element's sign code goes to
+// codes[i * cols + j] (only for every row kept).
 template <typename Rows>
-Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale, Rows kept) {
+Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale, Rows kept,
+                           uint8_t* codes = nullptr) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
   exact::ExactSums sums(1, Device::cpu());
   exact::ScaledAbsSum sum(scale);
@@ -74,7 +76,9 @@ Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scal
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
     if (!kept(i)) continue;
     for (Eigen::Index j = 0; j < a.cols(); ++j) {
-      sum.add_abs(a(i, j) - b(i, j));
+      const float difference = a(i, j) - b(i, j);
+      sum.add_abs(difference);
+      if (codes != nullptr) codes[i * a.cols() + j] = l1_sign_code(difference);
       if (++pending == exact::kTermsPerFlush) {
         sum.flush(sums.digits());
         pending = 0;
@@ -100,6 +104,13 @@ Tensor l1_loss_backward_cpu(float grad_scale, const Tensor& input, const Tensor&
     }
     for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = grad_scale * l1_sign(a(i, j) - b(i, j));
   }
+  return grad_input;
+}
+
+Tensor l1_loss_backward_from_signs_cpu(float grad_scale, const uint8_t* codes, const Shape& shape) {
+  Tensor grad_input = Tensor::empty(shape);
+  float* grad = grad_input.data();
+  for (int64_t i = 0; i < grad_input.numel(); ++i) grad[i] = grad_scale * l1_sign_of(codes[i]);
   return grad_input;
 }
 
@@ -136,11 +147,17 @@ Tensor masked_l1_backward(const Tensor& grad_loss, const Tensor& input, const Te
 
 }  // namespace
 
-Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction,
+                       L1Signs* signs) {
   check_l1_arguments("l1_loss", input, target, reduction);
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
   exact::check_term_count("l1_loss", input.numel());
+  uint8_t* codes = nullptr;
+  if (signs != nullptr) {
+    *signs = L1Signs{DeviceBuffer<uint8_t>(input.numel(), input.device()), input.shape()};
+    codes = signs->codes.data();
+  }
   // s: the scale rounded to float32 once, the same on every device.
   const float scale = static_cast<float>(reduction.scale(input.numel()));
   if (input.numel() == 0) {  // no terms: 0 * s, which keeps torch's NaN for a mean of nothing
@@ -149,12 +166,16 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
 #ifdef SEQPAR_WITH_CUDA
   if (input.device().is_cuda()) {
     Tensor loss = Tensor::empty({}, input.device());
-    detail::l1_loss_forward_cuda(input_rows, target_rows, scale, loss);
+    detail::l1_loss_forward_cuda(input_rows, target_rows, scale, loss, codes);
     return loss;
   }
 #endif
   require_cpu("l1_loss", input.device());
-  return l1_loss_forward_cpu(input_rows, target_rows, scale, AllRows{});
+  return l1_loss_forward_cpu(input_rows, target_rows, scale, AllRows{}, codes);
+}
+
+Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return l1_loss_forward(input, target, reduction, nullptr);
 }
 
 Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
@@ -175,6 +196,28 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
   require_cpu("l1_loss_backward", input.device());
   return l1_loss_backward_cpu(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
                               target_rows, AllRows{});
+}
+
+Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction reduction) {
+  SEQPAR_CHECK(signs.shape.size() == 2 && signs.codes.size() == signs.shape[0] * signs.shape[1],
+               "l1_loss_backward: the signs must be a forward's, [n, m] with one code an element;"
+               " got shape ", signs.shape, " with ", signs.codes.size(), " codes");
+  const Device device = signs.codes.device();
+  SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1,
+               "l1_loss_backward: grad_loss must hold one element, got shape ", grad_loss.shape());
+  SEQPAR_CHECK(grad_loss.device() == device, "l1_loss_backward: grad_loss is on ",
+               grad_loss.device(), " but the signs are on ", device);
+  const float scale = static_cast<float>(reduction.scale(signs.codes.size()));
+#ifdef SEQPAR_WITH_CUDA
+  if (device.is_cuda()) {
+    Tensor grad_input = Tensor::empty(signs.shape, device);
+    detail::l1_loss_backward_from_signs_cuda(grad_loss, signs.codes.data(), scale, grad_input);
+    return grad_input;
+  }
+#endif
+  require_cpu("l1_loss_backward", device);
+  return l1_loss_backward_from_signs_cpu(gradient_scale(scale, grad_loss), signs.codes.data(),
+                                         signs.shape);
 }
 
 // ---------------------------------------------------------------- row mask
@@ -253,17 +296,18 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
 namespace {
 
 // d loss / d input = scale · g · sign(input - target); d loss / d target is its negative.
+// It keeps the forward's signs, not input and target (nn/l1_loss.h).
 struct L1LossBackward : autograd::Node {
-  L1LossBackward(Tensor input, Tensor target, Reduction reduction)
-      : input(std::move(input)), target(std::move(target)), reduction(reduction) {}
+  L1LossBackward(L1Signs signs, Reduction reduction)
+      : signs(std::move(signs)), reduction(reduction) {}
   std::vector<Tensor> apply(const Tensor& grad_output) override {
     const bool want_input = next_edges()[0].valid(), want_target = next_edges()[1].valid();
-    const Tensor grad_input = l1_loss_backward(grad_output, input, target, reduction);
+    const Tensor grad_input = l1_loss_backward(grad_output, signs, reduction);
     return {want_input ? grad_input : Tensor(),
             want_target ? seqpar::mul(grad_input, -1.0f) : Tensor()};
   }
   std::string name() const override { return "L1LossBackward"; }
-  Tensor input, target;
+  L1Signs signs;
   Reduction reduction;
 };
 
@@ -304,9 +348,12 @@ Variable l1_loss(const Variable& input, const Variable& target, Reduction reduct
 
 Variable l1_loss(const Variable& input, const Variable& target, Reduction reduction) {
   SEQPAR_CHECK(input.defined() && target.defined(), "l1_loss: input and target must be defined");
-  Tensor loss = l1_loss_forward(input.data(), target.data(), reduction);
-  if (!autograd::any_requires_grad({&input, &target})) return Variable(std::move(loss));
-  auto node = std::make_shared<L1LossBackward>(input.data(), target.data(), reduction);
+  if (!autograd::any_requires_grad({&input, &target})) {
+    return Variable(l1_loss_forward(input.data(), target.data(), reduction));
+  }
+  L1Signs signs;
+  Tensor loss = l1_loss_forward(input.data(), target.data(), reduction, &signs);
+  auto node = std::make_shared<L1LossBackward>(std::move(signs), reduction);
   node->add_input(input);
   node->add_input(target);
   return Variable::from_op(std::move(loss), std::move(node));

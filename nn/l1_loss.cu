@@ -12,7 +12,9 @@
 //
 // Backward: grad_input = (grad_loss * scale) * sign(input - target), sign(0) = 0 as
 // in PyTorch, the product formed in double and rounded once, as the CPU path does.
-// grad_loss is read on the device, so a step never waits for the host.
+// grad_loss is read on the device, so a step never waits for the host. The autograd
+// node's backward takes the signs from codes the forward wrote (nn/l1_sign.h), one
+// byte an element: a quarter of the bytes it writes, instead of twice them.
 //
 // Under a row mask both kernels skip the rows whose mask value is 0: no term, and a
 // gradient of +0. Which rows count decides which terms exist, not their order, so the
@@ -51,23 +53,39 @@ struct KeptRows {
   __device__ bool operator()(int64_t row) const { return mask[row * stride] != 0.0f; }
 };
 
-__device__ inline void add_quad(exact::ScaledAbsSum& sum, const float4& a, const float4& b) {
-  sum.add_abs(__fsub_rn(a.x, b.x));
-  sum.add_abs(__fsub_rn(a.y, b.y));
-  sum.add_abs(__fsub_rn(a.z, b.z));
-  sum.add_abs(__fsub_rn(a.w, b.w));
+// Four elements' terms, and their four sign codes into *codes unless it is null.
+__device__ inline void add_quad(exact::ScaledAbsSum& sum, const float4& a, const float4& b,
+                                uchar4* codes) {
+  const float4 d = make_float4(__fsub_rn(a.x, b.x), __fsub_rn(a.y, b.y), __fsub_rn(a.z, b.z),
+                               __fsub_rn(a.w, b.w));
+  sum.add_abs(d.x);
+  sum.add_abs(d.y);
+  sum.add_abs(d.z);
+  sum.add_abs(d.w);
+  if (codes != nullptr) {
+    *codes = make_uchar4(l1_sign_code(d.x), l1_sign_code(d.y), l1_sign_code(d.z),
+                         l1_sign_code(d.w));
+  }
+}
+
+__device__ inline void add_one(exact::ScaledAbsSum& sum, float a, float b, uint8_t* code) {
+  const float d = __fsub_rn(a, b);
+  sum.add_abs(d);
+  if (code != nullptr) *code = l1_sign_code(d);
 }
 
 // `words`: the launch's digits [kDigits], then a count of finished blocks (zeroed).
 // `flat`: input and target are each one contiguous run of rows * cols floats, 16-byte
 // aligned, and every row counts. The sum is then read as float4s, two of each operand
 // in flight a thread: one element a load keeps too few bytes in flight to reach the
-// device's bandwidth, once a term costs a few integer operations.
+// device's bandwidth, once a term costs a few integer operations. `codes` (null: none)
+// takes each element's sign code at row * cols + col (only unmasked: every row counts).
 // Three blocks an SM: 80 registers a thread, no spills.
 template <typename Rows>
 __global__ void __launch_bounds__(kThreads, 3)
     abs_diff_exact_sum_kernel(ConstRows input, ConstRows target, int64_t rows, int64_t cols,
-                              float scale, Rows kept, bool flat, int64_t* words, float* loss) {
+                              float scale, Rows kept, bool flat, int64_t* words, float* loss,
+                              uint8_t* codes) {
   int64_t local[exact::kDigits] = {};
   exact::ScaledAbsSum sum(scale);
   int64_t pending = 0;  // terms since the last flush
@@ -75,26 +93,33 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int64_t count = rows * cols, quads = count / 4;
     const auto* a = reinterpret_cast<const float4*>(input.data);
     const auto* b = reinterpret_cast<const float4*>(target.data);
+    auto* quad_codes = reinterpret_cast<uchar4*>(codes);
+    const auto codes_at = [quad_codes](int64_t q) {
+      return quad_codes != nullptr ? quad_codes + q : nullptr;
+    };
     const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
     const int64_t step = int64_t{gridDim.x} * blockDim.x;
     int64_t q = first;
     for (; q + step < quads; q += 2 * step) {
       const float4 a0 = a[q], b0 = b[q], a1 = a[q + step], b1 = b[q + step];
-      add_quad(sum, a0, b0);
-      add_quad(sum, a1, b1);
+      add_quad(sum, a0, b0, codes_at(q));
+      add_quad(sum, a1, b1, codes_at(q + step));
       if ((pending += 8) > exact::kTermsPerFlush - 8) {
         sum.flush(local);
         pending = 0;
       }
     }
-    if (q < quads) add_quad(sum, a[q], b[q]);
+    if (q < quads) add_quad(sum, a[q], b[q], codes_at(q));
     // the last count % 4 elements (step > 3: one each at most, and pending stays in budget)
     const int64_t tail = 4 * quads + first;
-    if (tail < count) sum.add_abs(__fsub_rn(input.data[tail], target.data[tail]));
+    if (tail < count) {
+      add_one(sum, input.data[tail], target.data[tail], codes != nullptr ? codes + tail : nullptr);
+    }
   } else {
     for (cuda::GridStrideElements e(rows, cols); e.inside(); e.next()) {
       if (!kept(e.row)) continue;  // a masked row forms no term
-      sum.add_abs(__fsub_rn(input(e.row, e.col), target(e.row, e.col)));
+      add_one(sum, input(e.row, e.col), target(e.row, e.col),
+              codes != nullptr ? codes + e.row * cols + e.col : nullptr);
       if (++pending == exact::kTermsPerFlush) {
         sum.flush(local);
         pending = 0;
@@ -156,6 +181,26 @@ __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, Cons
   }
 }
 
+// From the forward's codes (nn/l1_sign.h): four elements a thread and a step, one
+// 4-byte load and one float4 store. grad_input is one 16-byte-aligned run of `count`.
+__global__ void l1_backward_from_signs_kernel(const float* grad_loss, float scale,
+                                              const uint8_t* codes, int64_t count,
+                                              float* grad_input) {
+  const float gradient = __double2float_rn(double{*grad_loss} * scale);
+  const int64_t quads = count / 4;
+  const auto* quad_codes = reinterpret_cast<const uchar4*>(codes);
+  auto* grad = reinterpret_cast<float4*>(grad_input);
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t q = first; q < quads; q += step) {
+    const uchar4 c = quad_codes[q];
+    grad[q] = make_float4(__fmul_rn(gradient, l1_sign_of(c.x)), __fmul_rn(gradient, l1_sign_of(c.y)),
+                          __fmul_rn(gradient, l1_sign_of(c.z)), __fmul_rn(gradient, l1_sign_of(c.w)));
+  }
+  const int64_t tail = 4 * quads + first;  // the last count % 4 elements
+  if (tail < count) grad_input[tail] = __fmul_rn(gradient, l1_sign_of(codes[tail]));
+}
+
 // Whether m is one contiguous run of rows * cols floats from a 16-byte boundary: the
 // kernels' flat walk, four elements a load.
 bool one_run(const ConstRows& m) {
@@ -178,7 +223,7 @@ namespace {
 
 template <typename Rows>
 void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows kept,
-                    const Tensor& loss) {
+                    const Tensor& loss, uint8_t* codes) {
   SEQPAR_CHECK(loss.defined() && loss.numel() == 1 && loss.is_contiguous() &&
                    loss.device() == input.device(),
                "l1_loss_forward_cuda: loss must be one element on ", input.device());
@@ -207,7 +252,8 @@ void launch_forward(const Tensor& input, const Tensor& target, float scale, Rows
   const ConstRows a = const_rows_of(input), b = const_rows_of(target);
   const bool flat = std::is_same<Rows, AllRows>::value && one_run(a) && one_run(b);
   kernel<<<static_cast<int>(blocks), kThreads, 0, cuda::current_stream(device)>>>(
-      a, b, empty ? 0 : rows, empty ? 1 : cols, scale, kept, flat, words.data(), loss.data());
+      a, b, empty ? 0 : rows, empty ? 1 : cols, scale, kept, flat, words.data(), loss.data(),
+      codes);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -247,9 +293,34 @@ KeptRows kept_rows_of(const char* op, const Tensor& row_mask, const Tensor& inpu
 }  // namespace
 
 void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale,
-                          const Tensor& loss) {
+                          const Tensor& loss, uint8_t* codes) {
   check_operands("l1_loss_forward_cuda", input, target);
-  launch_forward(input, target, scale, AllRows{}, loss);
+  SEQPAR_CHECK(codes == nullptr || cuda::aligned16(codes),
+               "l1_loss_forward_cuda: the sign codes must start on a 16-byte boundary");
+  launch_forward(input, target, scale, AllRows{}, loss, codes);
+}
+
+void l1_loss_backward_from_signs_cuda(const Tensor& grad_loss, const uint8_t* codes, float scale,
+                                      const Tensor& grad_input) {
+  SEQPAR_CHECK(grad_input.defined() && grad_input.device().is_cuda() &&
+                   grad_input.is_contiguous() && cuda::aligned16(grad_input.data()),
+               "l1_loss_backward_from_signs_cuda: grad_input must be contiguous on a GPU, from"
+               " a 16-byte boundary");
+  SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1 &&
+                   grad_loss.device() == grad_input.device(),
+               "l1_loss_backward_from_signs_cuda: grad_loss must be one element on ",
+               grad_input.device());
+  const int64_t count = grad_input.numel();
+  if (count == 0) return;
+  SEQPAR_CHECK(cuda::aligned16(codes),
+               "l1_loss_backward_from_signs_cuda: the sign codes must start on a 16-byte boundary");
+  const int device = grad_input.device().index;
+  const int blocks =
+      static_cast<int>(std::min<int64_t>(cuda::ceil_div(cuda::ceil_div(count, 4), kThreads), 65536));
+  cuda::set_device(device);
+  l1_backward_from_signs_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(
+      grad_loss.data(), scale, codes, count, grad_input.data());
+  CUDA_LAUNCH_CHECK();
 }
 
 void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
@@ -262,7 +333,7 @@ void l1_loss_forward_masked_cuda(const Tensor& input, const Tensor& target,
                                  const Tensor& row_mask, float scale, const Tensor& loss) {
   check_operands("l1_loss_forward_masked_cuda", input, target);
   launch_forward(input, target, scale, kept_rows_of("l1_loss_forward_masked_cuda", row_mask, input),
-                 loss);
+                 loss, nullptr);
 }
 
 void l1_loss_backward_masked_cuda(const Tensor& grad_loss, const Tensor& input,

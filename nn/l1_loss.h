@@ -35,11 +35,20 @@
 //
 // The mask is checked (shape and every value) on the host: on a GPU that is one copy
 // of its n values and a wait for the stream, which only the masked overloads pay.
+//
+// The gradient needs nothing of the inputs but each element's sign, so the unmasked
+// autograd node keeps the forward's signs (L1Signs, one byte an element) instead of
+// input and target: its backward reads one byte an element where it would read eight,
+// and a change made to input or target in place after the forward cannot reach the
+// gradient. The masked node keeps its inputs: its target gradient is sign(target -
+// input) itself, whose zeros the signs of input - target do not tell (input = target
+// = 1 gives +0 both ways; input = +0, target = -0 gives +0 and -0).
 #pragma once
 
 #include <cstdint>
 
 #include "autograd/variable.h"
+#include "core/device_buffer.h"
 #include "core/tensor.h"
 
 namespace seqpar::nn {
@@ -65,6 +74,19 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
 Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                         Reduction reduction);
 
+// sign(input - target) of every element as the forward saw it, in nn/l1_sign.h's
+// one-byte codes: [n, m] row-major on the inputs' device.
+struct L1Signs {
+  DeviceBuffer<uint8_t> codes;
+  Shape shape;
+};
+// The loss, as above, and the signs into *signs in the same pass over the inputs.
+Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction,
+                       L1Signs* signs);
+// d loss / d input from the forward's signs: bitwise the backward from the inputs,
+// save that a NaN gradient is a NaN without the difference's payload.
+Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction reduction);
+
 // With a row mask: the mask as above, [n] for inputs [n, m], on their device.
 Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction,
                        const Tensor& row_mask);
@@ -88,10 +110,15 @@ namespace detail {
 // and their own row strides; `scale` as in Reduction::scale, rounded to float. The
 // forward is the exact sum above (integer atomics on the digits, then one rounding)
 // into loss (shape {}): bitwise the CPU's loss.
+// With `codes` (null: none), each element's nn/l1_sign.h code goes to codes[row * m + col].
 void l1_loss_forward_cuda(const Tensor& input, const Tensor& target, float scale,
-                          const Tensor& loss);
+                          const Tensor& loss, uint8_t* codes = nullptr);
 void l1_loss_backward_cuda(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                            float scale, const Tensor& grad_input);
+// From the forward's codes: grad_input (contiguous, 16-byte aligned) [i] =
+// (grad_loss * scale) * l1_sign_of(codes[i]).
+void l1_loss_backward_from_signs_cuda(const Tensor& grad_loss, const uint8_t* codes,
+                                      float scale, const Tensor& grad_input);
 // The same over the rows whose row_mask value is not 0 (a checked mask, [n], any
 // stride); a masked row forms no term and its grad_input row is +0.
 void l1_loss_forward_masked_cuda(const Tensor& input, const Tensor& target,

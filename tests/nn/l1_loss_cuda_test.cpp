@@ -7,10 +7,12 @@
 #include <random>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "tests/cuda_test_util.h"
+#include "tests/nn/l1_loss_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
@@ -152,6 +154,52 @@ TEST_CASE("l1 loss on the GPU is bitwise the CPU's for wide ranges and special v
       const float x = loss.item(), y = expected.item();
       CAPTURE(static_cast<int>(reduction.kind), x, y);
       CHECK((test::bitwise_equal(loss.to(Device::cpu()), expected) || (std::isnan(x) && std::isnan(y))));
+    }
+  }
+}
+
+TEST_CASE("l1 loss through autograd on the GPU keeps the forward's signs: the CPU's gradients bitwise (seed 37)",
+          "[cuda]") {
+  // The signs are written by the forward's flat walk (contiguous, aligned: codes four at
+  // a time, and a tail) or its element walk (an unaligned start, a strided target), and
+  // read back by the backward's; the corner cases (zeros of either sign, infinities,
+  // NaN) are among ordinary values. Input's and target's gradients, and the compute
+  // functions', against the CPU's.
+  SEQPAR_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  std::mt19937_64 rng(37);
+  for (const int64_t cols : {1, 3, 16, 640}) {
+    for (const int64_t first : {0, 1}) {
+      for (const int64_t rows : {1, 9, 257}) {
+        for (const bool strided : {false, true}) {
+          CAPTURE(cols, first, rows, strided);
+          const auto [input_all, target_all] =
+              test::l1::with_sign_corners(rng, {first + rows, strided ? cols + 5 : cols});
+          const Tensor input = input_all.narrow(1, 0, cols).narrow(0, first, rows);
+          const Tensor target = target_all.narrow(1, strided ? 5 : 0, cols).narrow(0, first, rows);
+          const Tensor input_gpu = input_all.to(gpu).narrow(1, 0, cols).narrow(0, first, rows);
+          const Tensor target_gpu =
+              target_all.to(gpu).narrow(1, strided ? 5 : 0, cols).narrow(0, first, rows);
+          for (const nn::Reduction reduction :
+               {nn::Reduction::mean(), nn::Reduction::sum(), nn::Reduction::sum_divided_by(7)}) {
+            CAPTURE(static_cast<int>(reduction.kind));
+            autograd::Variable in_cpu(input, true), tg_cpu(target, true);
+            autograd::mul(nn::l1_loss(in_cpu, tg_cpu, reduction), -0.37f).backward();
+            test::poison_pool(gpu);
+            autograd::Variable in_gpu(input_gpu, true), tg_gpu(target_gpu, true);
+            autograd::mul(nn::l1_loss(in_gpu, tg_gpu, reduction), -0.37f).backward();
+            CHECK(test::same_bits(in_gpu.grad().to(Device::cpu()), in_cpu.grad()));
+            CHECK(test::same_bits(tg_gpu.grad().to(Device::cpu()), tg_cpu.grad()));
+
+            nn::L1Signs signs;
+            const Tensor loss = nn::l1_loss_forward(input_gpu, target_gpu, reduction, &signs);
+            CHECK(test::same_bits(loss.to(Device::cpu()), nn::l1_loss_forward(input, target, reduction)));
+            const Tensor grad_loss = Tensor::from_data({}, {0.37f});
+            CHECK(test::same_bits(nn::l1_loss_backward(grad_loss.to(gpu), signs, reduction).to(Device::cpu()),
+                                  nn::l1_loss_backward(grad_loss, input, target, reduction)));
+          }
+        }
+      }
     }
   }
 }

@@ -25,6 +25,7 @@ using namespace seqpar;
 using autograd::Variable;
 using test::MatrixD;
 using test::ReferenceSum;
+using test::same_bits;
 using test::same_float;
 using namespace seqpar::test::l1;
 
@@ -95,6 +96,46 @@ TEST_CASE("l1_loss has no gradient where input equals target (sign(0) = 0)", "[n
   CHECK(input.grad().to_vector() == std::vector<float>{0.0f, 1.0f, -1.0f});
 }
 
+TEST_CASE("l1_loss's backward from the forward's signs is bitwise the backward from the inputs (seed 31)",
+          "[nn][l1_loss]") {
+  // The autograd node keeps the signs (nn/l1_loss.h): they must give the same bits,
+  // the zeros' signs included, for any incoming gradient, also for a strided target.
+  std::mt19937_64 rng(31);
+  bool saw_negative_zero = false;
+  for (const Shape2& s : kShapes) {
+    CAPTURE(s.rows, s.columns);
+    const auto [input, wide] = with_sign_corners(rng, {s.rows, s.columns + 2});
+    const Tensor target = wide.narrow(1, 2, s.columns), in = input.narrow(1, 0, s.columns);
+    for (const nn::Reduction& reduction : kReductions) {
+      CAPTURE(static_cast<int>(reduction.kind), reduction.divisor);
+      nn::L1Signs signs;
+      const Tensor loss = nn::l1_loss_forward(in, target, reduction, &signs);
+      CHECK(same_bits(loss, nn::l1_loss_forward(in, target, reduction)));
+      CHECK(signs.shape == in.shape());
+      for (const float g : {0.37f, -2.5f, 0.0f, -0.0f}) {
+        CAPTURE(g);
+        const Tensor grad_loss = Tensor::from_data({}, {g});
+        const Tensor want = nn::l1_loss_backward(grad_loss, in, target, reduction);
+        CHECK(same_bits(nn::l1_loss_backward(grad_loss, signs, reduction), want));
+        for (const float value : want.to_vector()) saw_negative_zero |= value == 0.0f && std::signbit(value);
+      }
+    }
+  }
+  CHECK(saw_negative_zero);  // the corners reached a -0 gradient
+}
+
+TEST_CASE("l1_loss's gradient is the forward's: inputs changed in place afterwards do not reach it",
+          "[nn]") {
+  Variable input(Tensor::from_data({1, 3}, {1.0f, 2.0f, 3.0f}), true);
+  Variable target(Tensor::from_data({1, 3}, {0.0f, 5.0f, 3.0f}), true);
+  Variable loss = nn::l1_loss(input, target, nn::Reduction::sum());
+  input.data().copy_(Tensor::from_data({1, 3}, {-1.0f, 9.0f, 4.0f}));
+  target.data().copy_(Tensor::from_data({1, 3}, {7.0f, 7.0f, 7.0f}));
+  loss.backward();
+  CHECK(input.grad().to_vector() == std::vector<float>{1.0f, -1.0f, 0.0f});
+  CHECK(target.grad().to_vector() == std::vector<float>{-1.0f, 1.0f, 0.0f});
+}
+
 TEST_CASE("Reduction scales: mean, sum and sum / count", "[nn]") {
   CHECK(nn::Reduction::mean().scale(8) == 0.125);
   CHECK(nn::Reduction::sum().scale(8) == 1.0);
@@ -120,6 +161,9 @@ TEST_CASE("l1_loss rejects bad arguments with messages that name them", "[nn][er
   CHECK_THROWS_WITH(nn::l1_loss_forward(a, a, broken), Catch::Contains("positive count"));
   CHECK_THROWS_WITH(nn::l1_loss_backward(Tensor::zeros({2}), a, a, nn::Reduction::sum()),
                     Catch::Contains("grad_loss must hold one element"));
+  CHECK_THROWS_WITH(nn::l1_loss_backward(Tensor::from_data({}, {1.0f}), nn::L1Signs{},
+                                         nn::Reduction::sum()),
+                    Catch::Contains("the signs must be a forward's, [n, m] with one code an element"));
   CHECK_THROWS_WITH(autograd::add(Variable(a), Variable(b)),
                     Catch::Contains("shapes differ: [4, 3] vs [4, 2]"));
 }

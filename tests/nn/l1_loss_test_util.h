@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/generator.h"
@@ -54,6 +56,30 @@ inline Tensor spread_values(std::mt19937_64& rng, const Shape& shape, int spread
   std::vector<float> values(static_cast<size_t>(shape[0] * shape[1]));
   for (float& value : values) value = std::ldexp(normal(rng), exponent(rng));
   return Tensor::from_data(shape, values);
+}
+
+// Inputs and targets of `shape` with the sign's corner cases among values over many
+// binades: ties (a difference of +0), -0 - +0 (-0), +0 - -0 (+0), infinities, inf - inf
+// and NaNs, each at random places.
+inline std::pair<Tensor, Tensor> with_sign_corners(std::mt19937_64& rng, const Shape& shape) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> a = spread_values(rng, shape, 30).to_vector();
+  std::vector<float> b = spread_values(rng, shape, 30).to_vector();
+  std::uniform_int_distribution<int> corner(0, 15);
+  for (size_t i = 0; i < a.size(); ++i) {
+    switch (corner(rng)) {
+      case 0: b[i] = a[i]; break;
+      case 1: a[i] = -0.0f, b[i] = 0.0f; break;
+      case 2: a[i] = 0.0f, b[i] = -0.0f; break;
+      case 3: a[i] = inf; break;
+      case 4: b[i] = inf; break;
+      case 5: a[i] = b[i] = -inf; break;
+      case 6: b[i] = nan; break;
+      default: break;  // the ordinary values
+    }
+  }
+  return {Tensor::from_data(shape, a), Tensor::from_data(shape, b)};
 }
 
 }  // namespace seqpar::test::l1
