@@ -53,6 +53,18 @@ struct KeptRows {
   __device__ bool operator()(int64_t row) const { return mask[row * stride] != 0.0f; }
 };
 
+// One thread's share of a flat walk over `count` elements, four a quad (the grid's
+// threads take quads first, first + step, ... below quads), and one element of the
+// last count % 4, at `tail`, if tail < count (step > 3: the first three threads at most).
+struct FlatShare {
+  int64_t first, step, quads, tail;
+  __device__ explicit FlatShare(int64_t count)
+      : first(int64_t{blockIdx.x} * blockDim.x + threadIdx.x),
+        step(int64_t{gridDim.x} * blockDim.x),
+        quads(count / 4),
+        tail(4 * quads + first) {}
+};
+
 // Four elements' terms, and their four sign codes into *codes unless it is null.
 __device__ inline void add_quad(exact::ScaledAbsSum& sum, const float4& a, const float4& b,
                                 uchar4* codes) {
@@ -90,16 +102,16 @@ __global__ void __launch_bounds__(kThreads, 3)
   exact::ScaledAbsSum sum(scale);
   int64_t pending = 0;  // terms since the last flush
   if (flat) {
-    const int64_t count = rows * cols, quads = count / 4;
+    const int64_t count = rows * cols;
     const auto* a = reinterpret_cast<const float4*>(input.data);
     const auto* b = reinterpret_cast<const float4*>(target.data);
     auto* quad_codes = reinterpret_cast<uchar4*>(codes);
     const auto codes_at = [quad_codes](int64_t q) {
       return quad_codes != nullptr ? quad_codes + q : nullptr;
     };
-    const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-    const int64_t step = int64_t{gridDim.x} * blockDim.x;
-    int64_t q = first;
+    const FlatShare share(count);
+    const int64_t step = share.step, quads = share.quads, tail = share.tail;
+    int64_t q = share.first;
     for (; q + step < quads; q += 2 * step) {
       const float4 a0 = a[q], b0 = b[q], a1 = a[q + step], b1 = b[q + step];
       add_quad(sum, a0, b0, codes_at(q));
@@ -110,9 +122,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       }
     }
     if (q < quads) add_quad(sum, a[q], b[q], codes_at(q));
-    // the last count % 4 elements (step > 3: one each at most, and pending stays in budget)
-    const int64_t tail = 4 * quads + first;
-    if (tail < count) {
+    if (tail < count) {  // pending stays in budget: at most 5 terms past the loop's check
       add_one(sum, input.data[tail], target.data[tail], codes != nullptr ? codes + tail : nullptr);
     }
   } else {
@@ -151,7 +161,7 @@ __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, Cons
                                    float* grad_input, int64_t grad_row_stride) {
   const float gradient = __double2float_rn(double{*grad_loss} * scale);
   if (flat) {  // the forward's flat walk, grad_input one run too: four elements a load and a store
-    const int64_t count = rows * cols, quads = count / 4;
+    const int64_t count = rows * cols;
     const auto* a = reinterpret_cast<const float4*>(input.data);
     const auto* b = reinterpret_cast<const float4*>(target.data);
     auto* grad = reinterpret_cast<float4*>(grad_input);
@@ -161,11 +171,9 @@ __global__ void l1_backward_kernel(const float* grad_loss, ConstRows input, Cons
                          __fmul_rn(gradient, l1_sign(__fsub_rn(x.z, y.z))),
                          __fmul_rn(gradient, l1_sign(__fsub_rn(x.w, y.w))));
     };
-    const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-    const int64_t step = int64_t{gridDim.x} * blockDim.x;
-    for (int64_t q = first; q < quads; q += step) grad[q] = grads(a[q], b[q]);
-    const int64_t tail = 4 * quads + first;  // the last count % 4 elements
-    if (tail < count) {
+    const FlatShare share(count);
+    for (int64_t q = share.first; q < share.quads; q += share.step) grad[q] = grads(a[q], b[q]);
+    if (const int64_t tail = share.tail; tail < count) {
       grad_input[tail] = __fmul_rn(gradient, l1_sign(__fsub_rn(input.data[tail], target.data[tail])));
     }
     return;
@@ -187,18 +195,15 @@ __global__ void l1_backward_from_signs_kernel(const float* grad_loss, float scal
                                               const uint8_t* codes, int64_t count,
                                               float* grad_input) {
   const float gradient = __double2float_rn(double{*grad_loss} * scale);
-  const int64_t quads = count / 4;
   const auto* quad_codes = reinterpret_cast<const uchar4*>(codes);
   auto* grad = reinterpret_cast<float4*>(grad_input);
-  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const int64_t step = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t q = first; q < quads; q += step) {
+  const FlatShare share(count);
+  for (int64_t q = share.first; q < share.quads; q += share.step) {
     const uchar4 c = quad_codes[q];
     grad[q] = make_float4(__fmul_rn(gradient, l1_sign_of(c.x)), __fmul_rn(gradient, l1_sign_of(c.y)),
                           __fmul_rn(gradient, l1_sign_of(c.z)), __fmul_rn(gradient, l1_sign_of(c.w)));
   }
-  const int64_t tail = 4 * quads + first;  // the last count % 4 elements
-  if (tail < count) grad_input[tail] = __fmul_rn(gradient, l1_sign_of(codes[tail]));
+  if (share.tail < count) grad_input[share.tail] = __fmul_rn(gradient, l1_sign_of(codes[share.tail]));
 }
 
 // Whether m is one contiguous run of rows * cols floats from a 16-byte boundary: the
