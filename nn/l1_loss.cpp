@@ -64,8 +64,8 @@ struct KeptRows {
 // The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
 // terms are summed exactly (exact::ScaledAbsSum, as the GPU sums them), flushed into one
 // set of digits every kTermsPerFlush terms, and the total is rounded once. The order of
-// the loop changes nothing. With `codes`, each element's sign code goes to
-// codes[i * cols + j] (only for every row kept).
+// the loop changes nothing. With `codes` (unmasked calls only), each element's sign
+// code goes to codes[i * cols + j].
 template <typename Rows>
 Tensor l1_loss_forward_cpu(const Tensor& input, const Tensor& target, float scale, Rows kept,
                            uint8_t* codes = nullptr) {
