@@ -50,11 +50,12 @@ constexpr int kPad = 1;  // spreads the column-walking tile stores over the bank
 constexpr int64_t kLargeMinBlocks = 128;
 
 // Stages rows [row0, row0 + kRows) x k [k0, k0 + kTileK) of `op` into tile[k][row],
-// zero outside the matrix. kAlongK: the operand is contiguous in k, so consecutive
+// `zero` outside the matrix and past K (kPastKA or kPastKB: the k past K change no
+// chain's sum, a -0 sum included). kAlongK: the operand is contiguous in k, so consecutive
 // threads take consecutive k (else consecutive rows).
 template <bool kAlongK, int kRows>
 __device__ void load_tile(float (*tile)[kRows + kPad], const Operand& op, int64_t row0,
-                          int64_t rows, int64_t k0, int64_t k_end) {
+                          int64_t rows, int64_t k0, int64_t k_end, float zero) {
   static_assert(kRows * kTileK % kThreads == 0, "the tile must split evenly over the threads");
 #pragma unroll
   for (int step = 0; step < kRows * kTileK / kThreads; ++step) {
@@ -62,7 +63,7 @@ __device__ void load_tile(float (*tile)[kRows + kPad], const Operand& op, int64_
     const int r = kAlongK ? i / kTileK : i % kRows;
     const int kk = kAlongK ? i % kTileK : i / kRows;
     const int64_t row = row0 + r, k = k0 + kk;
-    tile[kk][r] = (row < rows && k < k_end) ? op.data[row * op.row_stride + k * op.k_stride] : 0.0f;
+    tile[kk][r] = (row < rows && k < k_end) ? op.data[row * op.row_stride + k * op.k_stride] : zero;
   }
 }
 
@@ -75,8 +76,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Gemm g) {
 
   float sum[kPerThreadM][kPerThreadN] = {};
   for (int64_t k0 = 0; k0 < g.k; k0 += kTileK) {
-    load_tile<kAAlongK, kTileM>(a_tile, g.a, m0, g.m, k0, g.k);
-    load_tile<kBAlongK, kTileN>(b_tile, g.b, n0, g.n, k0, g.k);
+    load_tile<kAAlongK, kTileM>(a_tile, g.a, m0, g.m, k0, g.k, kPastKA);
+    load_tile<kBAlongK, kTileN>(b_tile, g.b, n0, g.n, k0, g.k, kPastKB);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kTileK; ++kk) {

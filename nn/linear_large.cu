@@ -31,9 +31,12 @@
 //               wavefronts.
 // Only the staging differs: the FMA loop and the write-out are the same for both.
 //
-// Each element is one fma chain over k in increasing order from +0 (the zeros staged
-// past K add nothing), then + bias: the canonical order of nn/linear_kernels.h, the
-// same bits as the CPU and the 64 x 64 kernel, at either depth.
+// Each element is one fma chain over k in increasing order from +0, then + bias: the
+// canonical order of nn/linear_kernels.h, the same bits as the CPU and the 64 x 64
+// kernel, at either depth. The k staged past K (the last slice's rest) must change
+// nothing, so they are -0 in A and +0 in Bᵀ (kPastKA, kPastKB in the header). With +0
+// in both, a chain whose sum is -0 (a negative product below half the smallest
+// subnormal rounds to -0) would end +0, where the CPU's ends -0.
 //
 // What it does not use: Hopper's tensor cores (wgmma), whose fp32 inputs go through
 // TF32, and the asynchronous copy engine (cp.async / TMA), which cannot transpose the
@@ -73,12 +76,12 @@ struct SliceSpot {
 };
 
 // The float4 at (row, k) of `op`: k .. k + 3 along K, rows row .. row + 3 along rows.
-// Zero outside the matrix or past K; K % 4 == 0 along K and rows % 4 == 0 along rows
+// `zero` outside the matrix or past K; K % 4 == 0 along K and rows % 4 == 0 along rows
 // make the first element's test cover all four.
 template <bool kAlongK>
 __device__ __forceinline__ float4 load_slice(const Operand& op, int64_t row, int64_t rows,
-                                             int64_t k, int64_t k_end) {
-  if (row >= rows || k >= k_end) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                                             int64_t k, int64_t k_end, float zero) {
+  if (row >= rows || k >= k_end) return make_float4(zero, zero, zero, zero);
   const int64_t offset = kAlongK ? row * op.row_stride + k : k * op.k_stride + row;
   return *reinterpret_cast<const float4*>(op.data + offset);
 }
@@ -116,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
 #pragma unroll
   for (int part = 0; part < kParts; ++part) {
     const int64_t k = part * kPartDepth;
-    a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k);
-    b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k);
+    a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k, kPastKA);
+    b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k, kPastKB);
     store_slice(a_tile, a_spot, part, a_next);
     store_slice(b_tile, b_spot, part, b_next);
   }
@@ -133,8 +136,8 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
     // flight. (With a whole slice loaded up front, ptxas holds its 128 registers by
     // sinking the loads down to the stores.)
     if (more) {
-      a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k);
-      b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k);
+      a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k + a_spot.k, g.k, kPastKA);
+      b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k + b_spot.k, g.k, kPastKB);
     }
 #pragma unroll
     for (int kk = 0; kk < kSlice; ++kk) {
@@ -145,8 +148,8 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
         store_slice(a_tile + (current ^ 1) * kSlice, a_spot, part - 1, a_next);
         store_slice(b_tile + (current ^ 1) * kSlice, b_spot, part - 1, b_next);
         const int64_t k1 = k + part * kPartDepth;
-        a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k);
-        b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k);
+        a_next = load_slice<kAAlongK>(g.a, m0 + a_spot.row, g.m, k1 + a_spot.k, g.k, kPastKA);
+        b_next = load_slice<kBAlongK>(g.b, n0 + b_spot.row, g.n, k1 + b_spot.k, g.k, kPastKB);
       }
       const float* a_row = a_tile[current * kSlice + kk];
       const float* b_row = b_tile[current * kSlice + kk];

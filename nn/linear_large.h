@@ -33,6 +33,11 @@ struct Gemm {
   const float* bias;  // may be null
 };
 
+// What the GEMM kernels (this one and nn/linear.cu's) stage past K and outside the
+// matrix: zeros of opposite signs, so each product past K is -0, and an fma with it
+// leaves any sum as it is (s + -0 is s for every s; s + +0 turns a -0 sum into +0).
+constexpr float kPastKA = -0.0f, kPastKB = 0.0f;
+
 // The large kernel's tile of C, and the depths of its K slices: 32 k, the faster, whose
 // shared memory (67.6 KB a block) must be raised on each device first; 16 k, which fits
 // in the default 48 KB, for a launch that is being captured into a graph before that.

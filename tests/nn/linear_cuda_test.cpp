@@ -223,6 +223,80 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
 #endif
 }
 
+namespace {
+
+// ±2^-100 u, u in [1, 2), signs at random: every product of two is below half the
+// smallest subnormal, so it rounds to a zero of its own sign, and a chain of them ends
+// on the sign of its last product.
+Tensor underflowing(std::mt19937_64& rng, const Shape& shape) {
+  std::uniform_real_distribution<float> u(1.0f, 2.0f);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
+  for (float& v : values) v = std::ldexp(negative(rng) ? -u(rng) : u(rng), -100);
+  return Tensor::from_data(shape, values);
+}
+
+int64_t negative_zeros(const Tensor& t) {
+  int64_t count = 0;
+  for (const float v : t.to_vector()) count += v == 0.0f && std::signbit(v);
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("both GEMM kernels keep a chain's -0 past K (seed 17)", "[cuda]") {
+  // A chain of underflowing products ends -0 about half the time, and a bias of -0
+  // keeps it; the k each kernel stages past K (K not a multiple of its slice) must not
+  // turn it into +0. y and dx, through the 64 x 64 kernel and the 128 x 128 one at both
+  // depths, against the CPU's bits.
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  using nn::detail::Gemm;
+  using nn::detail::LinearProduct;
+  using nn::detail::Operand;
+  std::mt19937_64 rng(17);
+  const Device gpu = Device::cuda();
+  const int device = gpu.index;
+  for (const LinearCase& c : {LinearCase{100, 20, 30}, LinearCase{16400, 20, 132}}) {
+    INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out);
+    const Tensor x = underflowing(rng, {c.rows, c.in}), weight = underflowing(rng, {c.out, c.in});
+    const Tensor grad_y = underflowing(rng, {c.rows, c.out});
+    const Tensor bias = Tensor::full({c.out}, -0.0f);
+    const Tensor y_cpu = nn::linear_forward(x, weight, bias);
+    const Tensor dx_cpu = nn::linear_backward(grad_y, x, weight, true, false, false).x;
+    CHECK(negative_zeros(y_cpu) > y_cpu.numel() / 4);  // the case this test is about
+    CHECK(negative_zeros(dx_cpu) > dx_cpu.numel() / 4);
+    const Tensor x_gpu = x.to(gpu), weight_gpu = weight.to(gpu), bias_gpu = bias.to(gpu);
+    const Tensor grad_y_gpu = grad_y.to(gpu);
+    const bool large = c.rows > 1000;
+    const Tensor y = test::poisoned({c.rows, c.out}, gpu), dx = test::poisoned({c.rows, c.in}, gpu);
+    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::Output, x_gpu, weight_gpu, y) == large);
+    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::GradInput, grad_y_gpu, weight_gpu, dx) ==
+          large);
+    nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, y);
+    CHECK(test::bitwise_equal(y, y_cpu));
+    nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, dx, Tensor(), Tensor());
+    CHECK(test::bitwise_equal(dx, dx_cpu));
+    if (!large) continue;
+    for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice}) {
+      INFO("slice depth " << slice);
+      const Tensor y_at = test::poisoned({c.rows, c.out}, gpu);
+      nn::detail::large_gemm_cuda<true, true>(
+          Gemm{c.rows, c.out, c.in, Operand{x_gpu.data(), c.in, 1}, Operand{weight_gpu.data(), c.in, 1},
+               y_at.data(), c.out, bias_gpu.data()},
+          device, cuda::current_stream(device), slice);
+      CHECK(test::bitwise_equal(y_at, y_cpu));
+      const Tensor dx_at = test::poisoned({c.rows, c.in}, gpu);
+      nn::detail::large_gemm_cuda<true, false>(
+          Gemm{c.rows, c.in, c.out, Operand{grad_y_gpu.data(), c.out, 1},
+               Operand{weight_gpu.data(), 1, c.in}, dx_at.data(), c.in, nullptr},
+          device, cuda::current_stream(device), slice);
+      CHECK(test::bitwise_equal(dx_at, dx_cpu));
+    }
+  }
+#endif
+}
+
 TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   // Narrow shapes, float4 and scalar reads of x (in % 4, windows), a partial last block;
