@@ -120,11 +120,12 @@ float gradient_scale(float scale, const Tensor& grad_loss) {
   return static_cast<float>(static_cast<double>(scale) * static_cast<double>(grad_loss.item()));
 }
 
-void check_grad_loss(const Tensor& grad_loss, const Tensor& input) {
+// `where` says what grad_loss must share a device with: "input is" or "the signs are".
+void check_grad_loss(const Tensor& grad_loss, Device device, const char* where) {
   SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1,
                "l1_loss_backward: grad_loss must hold one element, got shape ", grad_loss.shape());
-  SEQPAR_CHECK(grad_loss.device() == input.device(), "l1_loss_backward: grad_loss is on ",
-               grad_loss.device(), " but input is on ", input.device());
+  SEQPAR_CHECK(grad_loss.device() == device, "l1_loss_backward: grad_loss is on ",
+               grad_loss.device(), " but ", where, " on ", device);
 }
 
 // d loss / d input under a checked row mask, with the loss's float scale.
@@ -181,7 +182,7 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
 Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                         Reduction reduction) {
   check_l1_arguments("l1_loss_backward", input, target, reduction);
-  check_grad_loss(grad_loss, input);
+  check_grad_loss(grad_loss, input.device(), "input is");
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
   const double scale = reduction.scale(input.numel());
@@ -203,10 +204,7 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction
                "l1_loss_backward: the signs must be a forward's, [n, m] with one code an element;"
                " got shape ", signs.shape, " with ", signs.codes.size(), " codes");
   const Device device = signs.codes.device();
-  SEQPAR_CHECK(grad_loss.defined() && grad_loss.numel() == 1,
-               "l1_loss_backward: grad_loss must hold one element, got shape ", grad_loss.shape());
-  SEQPAR_CHECK(grad_loss.device() == device, "l1_loss_backward: grad_loss is on ",
-               grad_loss.device(), " but the signs are on ", device);
+  check_grad_loss(grad_loss, device, "the signs are");
   const float scale = static_cast<float>(reduction.scale(signs.codes.size()));
 #ifdef SEQPAR_WITH_CUDA
   if (device.is_cuda()) {
@@ -285,7 +283,7 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
 Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tensor& target,
                         Reduction reduction, const Tensor& row_mask) {
   check_l1_arguments("l1_loss_backward", input, target, reduction);
-  check_grad_loss(grad_loss, input);
+  check_grad_loss(grad_loss, input.device(), "input is");
   int64_t terms = 0;
   const float scale = masked_scale("l1_loss_backward", input, row_mask, reduction, &terms);
   return masked_l1_backward(grad_loss, input, target, row_mask, scale);

@@ -160,6 +160,24 @@ TEST_CASE("linear's products reach each GEMM kernel by shape, with the CPU's bit
   for (const KernelCase& c : cases) check_case(c.shape, c.layout, &c.kernels);
 }
 
+#ifdef SEQPAR_WITH_CUDA
+namespace {
+
+// The large kernel's products for contiguous x [rows, in], W [out, in], dy [rows, out]:
+// y = x Wᵀ + b, and dx = dy W with W read down its columns.
+nn::detail::Gemm output_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const Tensor& y) {
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  return {rows, out, in, {x.data(), in, 1}, {weight.data(), in, 1}, y.data(), out, bias.data()};
+}
+nn::detail::Gemm grad_input_gemm(const Tensor& grad_y, const Tensor& weight, const Tensor& dx) {
+  const int64_t rows = grad_y.size(0), out = weight.size(0), in = weight.size(1);
+  return {rows, in, out, {grad_y.data(), out, 1}, {weight.data(), 1, in}, dx.data(), in, nullptr};
+}
+
+}  // namespace
+#endif
+
 TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a graph", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
@@ -178,21 +196,14 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
     const Tensor x_gpu = x.to(gpu), weight_gpu = weight.to(gpu), bias_gpu = bias.to(gpu);
     const Tensor grad_y_gpu = grad_y.to(gpu);
     const int device = gpu.index;
-    const auto output = [&](const Tensor& y) {
-      return Gemm{c.rows, c.out, c.in, Operand{x_gpu.data(), c.in, 1},
-                  Operand{weight_gpu.data(), c.in, 1}, y.data(), c.out, bias_gpu.data()};
-    };
-    const auto grad_input = [&](const Tensor& dx) {  // W read down its columns
-      return Gemm{c.rows, c.in, c.out, Operand{grad_y_gpu.data(), c.out, 1},
-                  Operand{weight_gpu.data(), 1, c.in}, dx.data(), c.in, nullptr};
-    };
     for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice, 0}) {
       INFO("slice depth " << slice);
       const Tensor y = test::poisoned({c.rows, c.out}, gpu);
-      nn::detail::large_gemm_cuda<true, true>(output(y), device, cuda::current_stream(device), slice);
+      nn::detail::large_gemm_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), device,
+                                              cuda::current_stream(device), slice);
       CHECK(test::bitwise_equal(y, y_cpu));
       const Tensor dx = test::poisoned({c.rows, c.in}, gpu);
-      nn::detail::large_gemm_cuda<true, false>(grad_input(dx), device,
+      nn::detail::large_gemm_cuda<true, false>(grad_input_gemm(grad_y_gpu, weight_gpu, dx), device,
                                                cuda::current_stream(device), slice);
       CHECK(test::bitwise_equal(dx, dx_cpu));
     }
@@ -204,7 +215,7 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    nn::detail::large_gemm_cuda<true, true>(output(y), device, stream);
+    nn::detail::large_gemm_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), device, stream);
     REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
     REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
     REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
@@ -251,9 +262,7 @@ TEST_CASE("both GEMM kernels keep a chain's -0 past K (seed 17)", "[cuda]") {
   // depths, against the CPU's bits.
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
-  using nn::detail::Gemm;
   using nn::detail::LinearProduct;
-  using nn::detail::Operand;
   std::mt19937_64 rng(17);
   const Device gpu = Device::cuda();
   const int device = gpu.index;
@@ -281,16 +290,12 @@ TEST_CASE("both GEMM kernels keep a chain's -0 past K (seed 17)", "[cuda]") {
     for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice}) {
       INFO("slice depth " << slice);
       const Tensor y_at = test::poisoned({c.rows, c.out}, gpu);
-      nn::detail::large_gemm_cuda<true, true>(
-          Gemm{c.rows, c.out, c.in, Operand{x_gpu.data(), c.in, 1}, Operand{weight_gpu.data(), c.in, 1},
-               y_at.data(), c.out, bias_gpu.data()},
-          device, cuda::current_stream(device), slice);
+      nn::detail::large_gemm_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y_at), device,
+                                              cuda::current_stream(device), slice);
       CHECK(test::bitwise_equal(y_at, y_cpu));
       const Tensor dx_at = test::poisoned({c.rows, c.in}, gpu);
-      nn::detail::large_gemm_cuda<true, false>(
-          Gemm{c.rows, c.in, c.out, Operand{grad_y_gpu.data(), c.out, 1},
-               Operand{weight_gpu.data(), 1, c.in}, dx_at.data(), c.in, nullptr},
-          device, cuda::current_stream(device), slice);
+      nn::detail::large_gemm_cuda<true, false>(grad_input_gemm(grad_y_gpu, weight_gpu, dx_at), device,
+                                               cuda::current_stream(device), slice);
       CHECK(test::bitwise_equal(dx_at, dx_cpu));
     }
   }
