@@ -43,8 +43,8 @@ namespace {
 enum List { kParams, kGrads, kExpAvgs, kExpAvgSqs, kListCount };
 
 __global__ void __launch_bounds__(kMultiTensorThreads)
-    adamw_kernel(TensorTable<kListCount> table, AdamWStepScalars s) {
-  const BlockWork work = block_work(table, blockIdx.x);
+    adamw_kernel(TensorTable<kListCount> table, int64_t chunk, AdamWStepScalars s) {
+  const BlockWork work = block_work(table, blockIdx.x, chunk);
   float* params = table.pointers[kParams][work.slot];
   const float* grads = table.pointers[kGrads][work.slot];
   float* exp_avgs = table.pointers[kExpAvgs][work.slot];
@@ -162,6 +162,7 @@ void adamw_step_cuda(const AdamWTensors& tensors, const AdamWStepScalars& scalar
   // Large tensors: one launch each. The rest go into the multi-tensor tables below.
   std::array<std::vector<float*>, kListCount> small_lists;
   std::vector<int64_t> small_sizes;
+  int64_t small_elements = 0;
   for (size_t t = 0; t < count; ++t) {
     if (tensors.sizes[t] >= kAdamWLargeTensorElements) {
       launch_large(split_for_float4(tensors.params[t], tensors.grads[t], tensors.exp_avgs[t],
@@ -174,13 +175,16 @@ void adamw_step_cuda(const AdamWTensors& tensors, const AdamWStepScalars& scalar
     small_lists[kExpAvgs].push_back(tensors.exp_avgs[t]);
     small_lists[kExpAvgSqs].push_back(tensors.exp_avg_sqs[t]);
     small_sizes.push_back(tensors.sizes[t]);
+    small_elements += tensors.sizes[t];
   }
+  const int64_t chunk = chunk_elements_for(small_elements, cuda::multiprocessor_count(device));
   for_each_tensor_table<kListCount>(
       small_lists, small_sizes,
       [&](const TensorTable<kListCount>& table, int blocks, int64_t /*first_block*/) {
-        adamw_kernel<<<blocks, kMultiTensorThreads, 0, stream>>>(table, scalars);
+        adamw_kernel<<<blocks, kMultiTensorThreads, 0, stream>>>(table, chunk, scalars);
         CUDA_LAUNCH_CHECK();
-      });
+      },
+      chunk);
 }
 
 }  // namespace seqpar::optim::detail

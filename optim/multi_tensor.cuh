@@ -24,6 +24,18 @@ namespace seqpar::optim::detail {
 constexpr int64_t kChunkElements = 4096;
 constexpr int kMultiTensorThreads = 256;
 
+// The chunk of a launch over `elements` elements in all on a device of `sms` SMs:
+// `largest` for a large model, and for a small one less, down to one element a thread,
+// so that its blocks cover the SMs about twice. (The issue's 10,256 parameters in
+// chunks of 4096 made 4 blocks, whose threads each walked 10 elements in turn while
+// 128 SMs idled.) The chunk moves no bit: each element's update is its own, and the
+// reductions built on the tables add integers.
+inline int64_t chunk_elements_for(int64_t elements, int sms, int64_t largest = kChunkElements) {
+  const int64_t blocks = 2 * int64_t{sms > 1 ? sms : 1};
+  const int64_t chunk = cuda::round_up(cuda::ceil_div(elements, blocks), kMultiTensorThreads);
+  return chunk < kMultiTensorThreads ? kMultiTensorThreads : chunk < largest ? chunk : largest;
+}
+
 // kLists parallel lists of tensors (for AdamW: params, grads, exp_avgs, exp_avg_sqs).
 template <int kLists, typename Pointer = float*>
 struct TensorTable {

@@ -45,10 +45,13 @@ int64_t gradient_ulps(const std::vector<Variable>& gpu, const std::vector<Variab
 TEST_CASE("gradient norm and clipping on the GPU match the CPU", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   const Device gpu = Device::cuda();
-  // the parameters; then more tensors and blocks than one launch table holds.
+  // the parameters; then more tensors and blocks than one launch table holds,
+  // in a large model and in a small one (whose launches take chunks of 256 elements).
   std::vector<int64_t> many = {16 * 640, 16, 1, 0, 4097, 1500001, 0};
   for (int i = 0; i < 25; ++i) many.push_back(3 + 2 * i);
-  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{16 * 640, 16}, many}) {
+  std::vector<int64_t> small = {16 * 640, 0, 16, 1, 257};
+  for (int i = 0; i < 30; ++i) small.push_back(3 + 7 * i);
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{16 * 640, 16}, many, small}) {
     INFO(sizes.size() << " tensors");
     const std::vector<Variable> cpu = parameters_with_gradients(sizes, Device::cpu());
     const Tensor norm_expected = optim::grad_norm(cpu);
@@ -76,6 +79,23 @@ TEST_CASE("gradient norm and clipping on the GPU match the CPU", "[cuda]") {
       CHECK(gradient_ulps(gpu_clipped, cpu_clipped) == 0);
       if (fraction > 1.0) CHECK(gradient_ulps(gpu_clipped, untouched) == 0);
     }
+  }
+}
+
+TEST_CASE("gradient norm on the GPU of empty gradients is +0, as on the CPU", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{}, std::vector<int64_t>{0, 0}}) {
+    INFO(sizes.size() << " tensors");
+    const Tensor expected = optim::grad_norm(parameters_with_gradients(sizes, Device::cpu()));
+    CHECK(expected.item() == 0.0);
+#ifdef SEQPAR_WITH_CUDA
+    const std::vector<Variable> device = parameters_with_gradients(sizes, Device::cuda());
+    std::vector<const float*> grads;
+    for (const Variable& parameter : device) grads.push_back(parameter.grad().data());
+    const Tensor norm = test::poisoned({}, Device::cuda());  // the launcher must write it
+    optim::detail::grad_norm_cuda(grads, sizes, norm, 0);
+    CHECK(test::bitwise_equal(norm, expected));
+#endif
   }
 }
 
