@@ -57,15 +57,16 @@ constexpr int kOutputs = 1;
 constexpr int kMaxRowsPerBlock = 256;
 static_assert(kMaxRowsPerBlock == kSignRowsMultiple, "a block writes its whole rows of signs");
 template <bool kSigns>
-__global__ void column_maxima_kernel(ConstRows m, unsigned int* largest, unsigned int* magnitudes,
-                                     int64_t* sign_sums, SignMatrix sign_matrix) {
+__global__ void column_maxima_kernel(ConstRows m, int64_t rows_per_block, unsigned int* largest,
+                                     unsigned int* magnitudes, int64_t* sign_sums,
+                                     SignMatrix sign_matrix) {
   constexpr int kRun = 4, kRuns = kMaxRowsPerBlock / (kRun * kWarps);  // 8 runs a warp
   constexpr int kColumnWords = kMaxRowsPerBlock / 4 + 1;  // + 1: lanes' words in distinct banks
   __shared__ unsigned int sign_words[kSigns ? 32 : 1][kColumnWords];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t column = int64_t{blockIdx.x} * 32 + lane;
-  const int64_t row_begin = int64_t{blockIdx.y} * kMaxRowsPerBlock;
-  const int64_t row_end = min(m.rows, row_begin + kMaxRowsPerBlock);
+  const int64_t row_begin = int64_t{blockIdx.y} * rows_per_block;  // kMaxRowsPerBlock with signs
+  const int64_t row_end = min(m.rows, row_begin + rows_per_block);
   const bool inside = column < m.cols;
   float value = 0.0f;
   unsigned int most = 0, least_complement = 0;
@@ -345,51 +346,49 @@ class RowSumsScratch {
 
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                  const unsigned int* x_largest, const WideChunks& wide) {
-  accumulate_linear_grads_cuda(grad_y, x, &sums, nullptr, x_largest, wide);
+  accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, wide);
 }
 
-void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
-                                  exact::ExactSums* weight_sums, exact::ExactSums* bias_sums,
-                                  const unsigned int* x_largest, const WideChunks& wide) {
+void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                  bool weight, bool bias, const unsigned int* x_largest,
+                                  const WideChunks& wide) {
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
-  SEQPAR_CHECK(grad_y.rows == rows && (weight_sums == nullptr || weight_sums->count() == out * in) &&
-                   (bias_sums == nullptr || bias_sums->count() == out),
+  const int64_t weight_count = weight ? out * in : 0;
+  SEQPAR_CHECK(grad_y.rows == rows && sums.count() == weight_count + (bias ? out : 0),
                "accumulate_linear_grads_cuda: dy ", grad_y.rows, " x ", out, ", x ", rows, " x ", in,
-               ", ", weight_sums != nullptr ? weight_sums->count() : 0, " and ",
-               bias_sums != nullptr ? bias_sums->count() : 0, " sums");
-  const exact::ExactSums* any = weight_sums != nullptr ? weight_sums : bias_sums;
-  if (any == nullptr) return;
-  SEQPAR_CHECK(any->device().is_cuda() && (weight_sums == nullptr || bias_sums == nullptr ||
-                                           weight_sums->device() == bias_sums->device()),
-               "accumulate_linear_grads_cuda: the sums must be on one GPU");
+               ", ", sums.count(), " sums for ", weight ? "dW" : "", weight && bias ? " and " : "",
+               bias ? "db" : "");
+  if (!weight && !bias) return;
+  SEQPAR_CHECK(sums.device().is_cuda(), "accumulate_linear_grads_cuda: the sums must be on a GPU");
   exact::check_term_count("linear_backward", rows);
-  if (rows == 0 || out == 0 || (in == 0 && bias_sums == nullptr)) return;
-  const int device = any->device().index;
+  if (rows == 0 || out == 0 || (in == 0 && !bias)) return;
+  const int device = sums.device().index;
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
+  int64_t* const weight_digits = sums.digits();
+  int64_t* const bias_digits = sums.digits() + weight_count;
   // Scratch: x's column maxima unless the caller has them (dW only), dy's, dy's two
   // one-magnitude words, and dy's sign sums (db only).
-  const bool find_x = weight_sums != nullptr && x_largest == nullptr;
-  RowSumsScratch scratch((find_x ? in : 0) + out + 2, bias_sums != nullptr ? out : 0, any->device());
+  const bool find_x = weight && x_largest == nullptr;
+  RowSumsScratch scratch((find_x ? in : 0) + out + 2, bias ? out : 0, sums.device());
   unsigned int* dy_largest = scratch.largest() + (find_x ? in : 0);
   unsigned int* words = dy_largest + out;
   if (find_x) column_maxima_cuda(x, scratch.largest(), nullptr, stream);
   // dy in one pass for both sums: its maxima, its one-magnitude words, db's sign sums,
   // and, where dW may take the wide path, its signs as bytes (a quarter of dy's size).
-  const bool wide_dw = weight_sums != nullptr && in > 0 && ternary_weight_grad_wide_fits(grad_y, x);
+  const bool wide_dw = weight && in > 0 && ternary_weight_grad_wide_fits(grad_y, x);
   const int64_t signs_ld = cuda::round_up(rows, kSignRowsMultiple);
-  DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::round_up(out, 32) * signs_ld : 0, any->device());
+  DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::round_up(out, 32) * signs_ld : 0, sums.device());
   const SignMatrix signs{wide_dw ? sign_bytes.data() : nullptr, signs_ld};
-  column_maxima_cuda(grad_y, dy_largest, words, stream,
-                     bias_sums != nullptr ? scratch.sign_sums() : nullptr, signs);
-  if (weight_sums != nullptr && in > 0) {
+  column_maxima_cuda(grad_y, dy_largest, words, stream, bias ? scratch.sign_sums() : nullptr, signs);
+  if (weight && in > 0) {
     enqueue_row_sums<true>(grad_y, x, rows, out, in,
                            Maxima{find_x ? scratch.largest() : x_largest, dy_largest, words, nullptr, signs},
-                           weight_sums->digits(), weight_sums->count(), stream, wide);
+                           weight_digits, sums.count(), stream, wide);
   }
-  if (bias_sums != nullptr) {
-    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_sums->digits(),
-                        bias_sums->count(), stream);
+  if (bias) {
+    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_digits, sums.count(),
+                        stream);
   }
 }
 
@@ -403,12 +402,27 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
                    (signs.ld >= sign_rows && signs.ld % 16 == 0 && cuda::aligned16(signs.data)),
                "column_maxima_cuda: a sign matrix for ", m.rows, " rows needs a 16-byte-aligned start and ",
                "an ld of at least ", sign_rows, " (a multiple of 16), got ", signs.ld);
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(m.cols, 32)),
-                  static_cast<unsigned>(cuda::ceil_div(m.rows, kMaxRowsPerBlock)));
+  const int64_t column_blocks = cuda::ceil_div(m.cols, 32);
+  // Without signs, a narrow m (dy of a Linear with 16 outputs: one column block) takes
+  // fewer rows a block, so that its blocks cover the SMs about twice: 256-row blocks
+  // put 12,000 rows on 47 SMs. Any split gives the same maxima and sums.
+  int64_t rows_per_block = kMaxRowsPerBlock;
+  if (signs.data == nullptr) {
+    int device = 0;  // the callers' (they set it)
+    CUDA_CHECK(cudaGetDevice(&device));
+    const int64_t target_blocks = 2 * int64_t{cuda::multiprocessor_count(device)};
+    const int64_t row_blocks = std::max<int64_t>(target_blocks / column_blocks, 1);
+    rows_per_block = std::clamp<int64_t>(cuda::round_up(cuda::ceil_div(m.rows, row_blocks), kWarps),
+                                         kWarps, kMaxRowsPerBlock);
+  }
+  const dim3 grid(static_cast<unsigned>(column_blocks),
+                  static_cast<unsigned>(cuda::ceil_div(m.rows, rows_per_block)));
   if (signs.data != nullptr) {
-    column_maxima_kernel<true><<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
+    column_maxima_kernel<true><<<grid, kThreads, 0, stream>>>(m, rows_per_block, largest, magnitudes,
+                                                              sign_sums, signs);
   } else {
-    column_maxima_kernel<false><<<grid, kThreads, 0, stream>>>(m, largest, magnitudes, sign_sums, signs);
+    column_maxima_kernel<false><<<grid, kThreads, 0, stream>>>(m, rows_per_block, largest,
+                                                               magnitudes, sign_sums, signs);
   }
   CUDA_LAUNCH_CHECK();
 }
