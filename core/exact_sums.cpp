@@ -81,12 +81,24 @@ void ExactSums::round_into(const Tensor& out) const {
                    out.device() == device(),
                "ExactSums::round_into: the output must be a contiguous tensor of ", count_,
                " elements on ", device(), ", got shape ", out.shape(), " on ", out.device());
-  if (count_ == 0) return;
+  round_into(out, 0);
+}
+
+void ExactSums::round_into(const Tensor& out, int64_t first) const {
+  SEQPAR_CHECK(out.defined() && out.is_contiguous() && out.device() == device() && first >= 0 &&
+                   first <= count_ && out.numel() <= count_ - first,
+               "ExactSums::round_into: sums ", first, " .. ", first, " + ", out.numel(), " of ",
+               count_, " into a ", out.is_contiguous() ? "contiguous" : "strided", " tensor of shape ",
+               out.shape(), " on ", out.device(), " (the sums are on ", device(), ")");
+  const int64_t count = out.numel();
+  if (count == 0) return;
 #ifdef SEQPAR_WITH_CUDA
-  if (device().is_cuda()) return detail::round_digits_cuda(digits(), count_, out.data(), device().index);
+  if (device().is_cuda()) {
+    return detail::round_digits_cuda(digits() + first, count_, count, out.data(), device().index);
+  }
 #endif
   float* data = out.data();
-  for (int64_t i = 0; i < count_; ++i) data[i] = round_to_float(digits() + i, count_);
+  for (int64_t i = 0; i < count; ++i) data[i] = round_to_float(digits() + first + i, count_);
 }
 
 std::vector<int64_t> ExactSums::to_host() const {

@@ -33,10 +33,10 @@ __global__ void add_digits_kernel(int64_t* digits, const int64_t* other, int64_t
   }
 }
 
-__global__ void round_digits_kernel(const int64_t* digits, int64_t count, float* out) {
+__global__ void round_digits_kernel(const int64_t* digits, int64_t stride, int64_t count, float* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = round_to_float(digits + i, count);
+    out[i] = round_to_float(digits + i, stride);
   }
 }
 
@@ -56,10 +56,10 @@ void add_digits_cuda(int64_t* digits, const int64_t* other, int64_t words, int d
   CUDA_LAUNCH_CHECK();
 }
 
-void round_digits_cuda(const int64_t* digits, int64_t count, float* out, int device) {
+void round_digits_cuda(const int64_t* digits, int64_t stride, int64_t count, float* out, int device) {
   cuda::set_device(device);
   const int blocks = cuda::blocks_for(count, kThreads, kMaxBlocks);
-  round_digits_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(digits, count, out);
+  round_digits_kernel<<<blocks, kThreads, 0, cuda::current_stream(device)>>>(digits, stride, count, out);
   CUDA_LAUNCH_CHECK();
 }
 

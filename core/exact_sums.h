@@ -39,6 +39,9 @@ class ExactSums {
   void copy_from(const ExactSums& other);
   // Rounds each sum once into `out` (contiguous float32, count elements, same device).
   void round_into(const Tensor& out) const;
+  // Rounds sums first .. first + out.numel() - 1 into `out` (contiguous float32, same
+  // device): a part of the sums, such as one tensor's of several kept side by side.
+  void round_into(const Tensor& out, int64_t first) const;
   // A host copy of the digits (for tests and messages).
   std::vector<int64_t> to_host() const;
 
@@ -115,7 +118,8 @@ namespace detail {
 // exact_sums.cu: stream-ordered on the device's current stream.
 void digits_of_values_cuda(const float* values, int64_t count, int64_t* digits, int device);
 void add_digits_cuda(int64_t* digits, const int64_t* other, int64_t words, int device);
-void round_digits_cuda(const int64_t* digits, int64_t count, float* out, int device);
+// Sums [0, count) of digits with `stride` (digit d of sum i at digits[d * stride + i]).
+void round_digits_cuda(const int64_t* digits, int64_t stride, int64_t count, float* out, int device);
 #endif
 }  // namespace detail
 

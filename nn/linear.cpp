@@ -57,11 +57,6 @@ Tensor transposed(const Tensor& matrix) {
 
 // The exact row sums of dW and db: accumulated, added over the ranks of the current
 // CrossRankScope (if any), rounded once.
-void round_row_sums(exact::ExactSums& sums, const Tensor& out) {
-  exact::combine_across_ranks(sums);
-  sums.round_into(out);
-}
-
 LinearGradients linear_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                                     bool want_x, bool want_weight, bool want_bias) {
   LinearGradients gradients;
@@ -72,17 +67,25 @@ LinearGradients linear_backward_cpu(const Tensor& grad_y, const Tensor& x, const
     detail::chain_products_cpu(dy, detail::const_rows_of(weight_t), nullptr, gradients.x.data(),
                                x.size(1));
   }
+  // dW's sums, then db's, in one ExactSums, as on the GPU: one combine across ranks.
+  const int64_t weight_count = want_weight ? weight.numel() : 0;
+  const int64_t bias_count = want_bias ? weight.size(0) : 0;
+  if (weight_count + bias_count == 0) return gradients;
+  exact::ExactSums sums(weight_count + bias_count, Device::cpu());
   if (want_weight) {  // dW = dyᵀ x
-    gradients.weight = Tensor::empty(weight.shape());
-    exact::ExactSums sums(weight.numel(), Device::cpu());
     detail::accumulate_weight_grad_cpu(dy, detail::const_rows_of(x), sums);
-    round_row_sums(sums, gradients.weight);
   }
   if (want_bias) {  // db = Σ_rows dy
+    detail::accumulate_column_sums_cpu(dy, sums, weight_count);
+  }
+  exact::combine_across_ranks(sums);
+  if (want_weight) {
+    gradients.weight = Tensor::empty(weight.shape());
+    sums.round_into(gradients.weight, 0);
+  }
+  if (want_bias) {
     gradients.bias = Tensor::empty({weight.size(0)});
-    exact::ExactSums sums(weight.size(0), Device::cpu());
-    detail::accumulate_column_sums_cpu(dy, sums);
-    round_row_sums(sums, gradients.bias);
+    sums.round_into(gradients.bias, weight_count);
   }
   return gradients;
 }
@@ -125,8 +128,18 @@ LinearGradients backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
     const Device device = x.device();
     LinearGradients gradients;
     if (want_x) gradients.x = Tensor::empty(x.shape(), device);
-    if (want_weight) gradients.weight = Tensor::empty(weight.shape(), device);
-    if (want_bias) gradients.bias = Tensor::empty({weight.size(0)}, device);
+    const int64_t out = weight.size(0), in = weight.size(1);
+    if (want_weight && want_bias) {
+      // Side by side in one allocation, dW then db, as their sums are: one rounding
+      // launch writes both (linear_backward_cuda).
+      const Tensor both = Tensor::empty({out * in + out}, device);
+      gradients.weight = both.narrow(0, 0, out * in).view({out, in});
+      gradients.bias = both.narrow(0, out * in, out);
+    } else if (want_weight) {
+      gradients.weight = Tensor::empty({out, in}, device);
+    } else if (want_bias) {
+      gradients.bias = Tensor::empty({out}, device);
+    }
     detail::linear_backward_cuda(dy, x_rows, weight_rows, gradients.x, gradients.weight,
                                  gradients.bias, x_largest);
     return gradients;

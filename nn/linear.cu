@@ -195,31 +195,33 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
     gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), device);
   }
   // dW and db are sums over rows: exact (nn/linear_row_sums.cu), added over the ranks of
-  // the current CrossRankScope, rounded once. Both from one pass over dy's maxima.
-  exact::ExactSums weight_sums, bias_sums;
+  // the current CrossRankScope, rounded once. Both from one pass over dy's maxima, into
+  // one ExactSums (dW's sums, then db's): one allocation, one zeroing, one combine.
+  const int64_t weight_count = grad_weight.defined() ? out * in : 0;
+  const int64_t bias_count = grad_bias.defined() ? out : 0;
   if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
     check_on_device(grad_weight, "grad_weight", device);
     SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
-    weight_sums = exact::ExactSums(out * in, Device::cuda(device));
   }
   if (grad_bias.defined()) {  // db[o] = Σ_row dy[row, o]
     check_on_device(grad_bias, "grad_bias", device);
+    SEQPAR_CHECK(grad_bias.is_contiguous(), "linear_backward_cuda: grad_bias must be contiguous");
     SEQPAR_CHECK(grad_y.stride(1) == 1 || out <= 1,
                  "linear_backward_cuda: grad_y needs unit column stride");
-    bias_sums = exact::ExactSums(out, Device::cuda(device));
   }
-  accumulate_linear_grads_cuda(const_rows_of(grad_y), const_rows_of(x),
-                               grad_weight.defined() ? &weight_sums : nullptr,
-                               grad_bias.defined() ? &bias_sums : nullptr, x_largest);
-  // The ranks add dW's digits, then db's: every rank in the same order.
-  if (grad_weight.defined()) {
-    exact::combine_across_ranks(weight_sums);
-    weight_sums.round_into(grad_weight);
+  if (weight_count + bias_count == 0) return;
+  exact::ExactSums sums(weight_count + bias_count, Device::cuda(device));
+  accumulate_linear_grads_cuda(const_rows_of(grad_y), const_rows_of(x), sums, grad_weight.defined(),
+                               grad_bias.defined(), x_largest);
+  exact::combine_across_ranks(sums);
+  // One rounding launch where the caller put db right after dW (linear.cpp does).
+  if (weight_count > 0 && bias_count > 0 && grad_bias.data() == grad_weight.data() + weight_count) {
+    exact::detail::round_digits_cuda(sums.digits(), sums.count(), sums.count(), grad_weight.data(),
+                                     device);
+    return;
   }
-  if (grad_bias.defined()) {
-    exact::combine_across_ranks(bias_sums);
-    bias_sums.round_into(grad_bias);
-  }
+  if (grad_weight.defined()) sums.round_into(grad_weight, 0);
+  if (grad_bias.defined()) sums.round_into(grad_bias, weight_count);
 }
 
 bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,

@@ -227,19 +227,21 @@ void add_row(int64_t* acc, const int64_t* x, int64_t n, bool negative) {
 // One element outside its column's window: its products with every dy of the row
 // through a binned sum each, as the general path adds them.
 void add_outside_window(const ConstRows& grad_y, int64_t row, float value, int64_t k,
-                        int64_t in, exact::ExactSums& sums) {
+                        int64_t in, int64_t* digits, int64_t stride) {
   for (int64_t j = 0; j < grad_y.cols; ++j) {
     const double dy = grad_y.data[row * grad_y.row_stride + j];
     exact::BinnedSum sum;
     sum.clear();
     sum.add(dy * static_cast<double>(value));
-    sum.flush(sums.digits() + j * in + k, sums.count());
+    sum.flush(digits + j * in + k, stride);
   }
 }
 
-// Returns false (and adds nothing) unless dy has one magnitude.
+// Returns false (and adds nothing) unless dy has one magnitude. Sum j * in + k at
+// digits[d * stride + j * in + k].
 bool accumulate_one_magnitude(const ConstRows& grad_y, const ConstRows& x,
-                              const std::vector<float>& largest_x, exact::ExactSums& sums) {
+                              const std::vector<float>& largest_x, int64_t* digits,
+                              int64_t stride) {
   unsigned int largest = 0, smallest = 0xffffffffu;
   for (int64_t row = 0; row < grad_y.rows; ++row) {
     for (int64_t j = 0; j < grad_y.cols; ++j) {
@@ -270,7 +272,7 @@ bool accumulate_one_magnitude(const ConstRows& grad_y, const ConstRows& x,
     for (int64_t j = 0; j < out; ++j) {
       for (int64_t k = 0; k < in; ++k) {
         int64_t& a = acc[static_cast<size_t>(j * in + k)];
-        exact::add_scaled_integer(sums.digits() + j * in + k, sums.count(),
+        exact::add_scaled_integer(digits + j * in + k, stride,
                                   exact::Int128{a} * magnitude.significand,
                                   lsb[k] + magnitude.exponent);
         a = 0;
@@ -290,7 +292,7 @@ bool accumulate_one_magnitude(const ConstRows& grad_y, const ConstRows& x,
       for (int64_t k = 0; k < in; ++k) {
         const double value = static_cast<double>(x_row[k]) * scale[k];
         if (!(std::fabs(value) < kWindowLimit && value == std::trunc(value))) {
-          add_outside_window(grad_y, row, x_row[k], k, in, sums);
+          add_outside_window(grad_y, row, x_row[k], k, in, digits, stride);
         }
       }
     }
@@ -336,12 +338,14 @@ void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float
 }
 
 void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                WeightGradPath path) {
-  SEQPAR_CHECK(grad_y.rows == x.rows && sums.count() == grad_y.cols * x.cols,
+                                WeightGradPath path, int64_t first) {
+  SEQPAR_CHECK(grad_y.rows == x.rows && first >= 0 && sums.count() - first >= grad_y.cols * x.cols,
                "accumulate_weight_grad_cpu: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
-               " x ", x.cols, ", ", sums.count(), " sums");
+               " x ", x.cols, ", ", sums.count(), " sums from sum ", first);
+  int64_t* const digits = sums.digits() + first;
   const std::vector<float> largest_x = column_maxima(x.data, x.row_stride, x.rows, x.cols);
-  if (path == WeightGradPath::Automatic && accumulate_one_magnitude(grad_y, x, largest_x, sums)) {
+  if (path == WeightGradPath::Automatic &&
+      accumulate_one_magnitude(grad_y, x, largest_x, digits, sums.count())) {
     return;
   }
   const std::vector<float> largest_dy =
@@ -353,14 +357,14 @@ void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exa
     for (int64_t j = 0; j < grad_y.cols; ++j) {
       row_sums(grad_y.data + j, grad_y.row_stride, x.data + k0, x.row_stride, x.rows, lanes,
                first_bin_for(largest_dy[j], largest_x, k0, lanes),
-               sums.digits() + j * x.cols + k0, sums.count());
+               digits + j * x.cols + k0, sums.count());
     }
   }
 }
 
-void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums) {
-  SEQPAR_CHECK(sums.count() == grad_y.cols, "accumulate_column_sums_cpu: ", grad_y.cols,
-               " columns, ", sums.count(), " sums");
+void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums, int64_t first) {
+  SEQPAR_CHECK(first >= 0 && sums.count() - first >= grad_y.cols, "accumulate_column_sums_cpu: ",
+               grad_y.cols, " columns, ", sums.count(), " sums from sum ", first);
   static const float kOnes[kSumLanes] = {1, 1, 1, 1, 1, 1, 1, 1};
   const std::vector<float> largest =
       column_maxima(grad_y.data, grad_y.row_stride, grad_y.rows, grad_y.cols);
@@ -368,7 +372,7 @@ void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums)
     const int lanes = static_cast<int>(std::min<int64_t>(kSumLanes, grad_y.cols - k0));
     // Σ_i 1 * dy[i, k0 + l]: the ones are the "a" column, read with stride 0.
     row_sums(kOnes, 0, grad_y.data + k0, grad_y.row_stride, grad_y.rows, lanes,
-             first_bin_for(1.0f, largest, k0, lanes), sums.digits() + k0, sums.count());
+             first_bin_for(1.0f, largest, k0, lanes), sums.digits() + first + k0, sums.count());
   }
 }
 

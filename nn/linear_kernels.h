@@ -26,15 +26,15 @@ namespace seqpar::nn::detail {
 void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float* bias, float* c,
                         int64_t c_row_stride);
 
-// sums[j * in + k] += Σ_i dy[i, j] x[i, k]: digits of the exact sums, not yet rounded.
-// Automatic takes the fixed-point integer sums when every dy has one magnitude
+// sums[first + j * in + k] += Σ_i dy[i, j] x[i, k]: digits of the exact sums, not yet
+// rounded. Automatic takes the fixed-point integer sums when every dy has one magnitude
 // (nn/one_magnitude.h) and the binned sums otherwise; General always the binned sums.
 // Both add the same exact values (the tests compare them).
 enum class WeightGradPath { Automatic, General };
 void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                WeightGradPath path = WeightGradPath::Automatic);
-// sums[j] += Σ_i dy[i, j].
-void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums);
+                                WeightGradPath path = WeightGradPath::Automatic, int64_t first = 0);
+// sums[first + j] += Σ_i dy[i, j].
+void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums, int64_t first = 0);
 
 #ifdef SEQPAR_WITH_CUDA
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
@@ -51,13 +51,15 @@ struct WideChunks {
 // (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                  const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
-// dW's sums and db's (either may be null) from one pass over dy: its column maxima and
-// one-magnitude words serve dW, and the same pass counts each column's signs, which are
-// db when dy has one magnitude (f times the count: no second read of dy, no binned
-// sums).
-void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x,
-                                  exact::ExactSums* weight_sums, exact::ExactSums* bias_sums,
-                                  const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
+// dW's sums and db's (`weight`, `bias`: which) from one pass over dy: its column maxima
+// and one-magnitude words serve dW, and the same pass counts each column's signs, which
+// are db when dy has one magnitude (f times the count: no second read of dy, no binned
+// sums). Into one ExactSums: dW's out * in sums first (when `weight`), then db's out
+// (when `bias`), so that one allocation, one zeroing, one combine across ranks and one
+// rounding serve both.
+void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
+                                  bool weight, bool bias, const unsigned int* x_largest = nullptr,
+                                  const WideChunks& wide = {});
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
 // fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
 // words: x's column maxima [in], dy's [out], then dy's two one-magnitude words

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -153,6 +154,19 @@ TEST_CASE("ExactSums: two of_values added round to the exactly rounded sum", "[e
   CHECK_THROWS_AS(wrong.add(sums), Error);
   CHECK_THROWS_AS(wrong.copy_from(sums), Error);
   CHECK_THROWS_AS(sums.round_into(Tensor::zeros({count + 1})), Error);
+
+  // A part of the sums rounds to that part of the whole's rounding; a part past the end,
+  // or a strided output, is refused naming the range.
+  const Tensor whole = Tensor::empty({count});
+  sums.round_into(whole);
+  const int64_t first = count / 3, length = count / 2;
+  const Tensor part = test::poisoned({length}, Device::cpu());
+  sums.round_into(part, first);
+  CHECK(test::bitwise_equal(part, whole.narrow(0, first, length)));
+  CHECK_THROWS_WITH(sums.round_into(Tensor::zeros({length}), count - length + 1),
+                    Catch::Contains("sums " + std::to_string(count - length + 1)));
+  CHECK_THROWS_WITH(sums.round_into(Tensor::zeros({4, 2}).narrow(1, 0, 1), 0),
+                    Catch::Contains("strided"));
 }
 
 TEST_CASE("check_term_count allows kMaxTerms and names the op above it", "[exact][cpu]") {

@@ -117,8 +117,8 @@ inline std::string describe_difference(const Tensor& got, const Tensor& expected
 // a group of ranks, one shard of rows each, in one thread:
 //
 // RecordingCombiner, pass 1: a group of one that keeps a copy of the digits of every
-// combine() (linear_backward makes one for dW, then one for db) and leaves the sums as
-// they are: each shard's own partial sums, recorded.
+// combine() (linear_backward makes one, of dW's sums followed by db's) and leaves the
+// sums as they are: each shard's own partial sums, recorded.
 class RecordingCombiner : public exact::CrossRankSums {
  public:
   void combine(exact::ExactSums& sums) override {
@@ -308,7 +308,7 @@ inline void check_sharded(const Tensor& grad_y, const Tensor& x, const Tensor& w
     exact::CrossRankScope scope(ranks[s]);
     nn::linear_backward(grad_y.narrow(0, starts[s], sizes[s]), x.narrow(0, starts[s], sizes[s]),
                         weight, false, true, true);
-    REQUIRE(ranks[s].calls.size() == 2);  // dW, then db
+    REQUIRE(ranks[s].calls.size() == 1);  // dW's sums, then db's
   }
   bool every_shard_exact = true;
   for (size_t s = 0; s < sizes.size(); ++s) {
@@ -318,7 +318,7 @@ inline void check_sharded(const Tensor& grad_y, const Tensor& x, const Tensor& w
     const nn::LinearGradients shard =
         nn::linear_backward(grad_y.narrow(0, starts[s], sizes[s]), x.narrow(0, starts[s], sizes[s]),
                             weight, false, true, true);
-    REQUIRE(all_reduce.calls() == 2);
+    REQUIRE(all_reduce.calls() == 1);
     CHECK_FALSE(shard.x.defined());
     const std::string dw = describe_difference(shard.weight, expected.weight);
     const std::string db = describe_difference(shard.bias, expected.bias);
@@ -330,21 +330,22 @@ inline void check_sharded(const Tensor& grad_y, const Tensor& x, const Tensor& w
     }
   }
   CHECK(every_shard_exact);
-  // The digits add as integers: the shards' exact values sum to the full batch's.
-  for (size_t call = 0; call < 2; ++call) {
-    const int64_t count = full.calls[call].count();
-    const std::vector<int64_t> whole = full.calls[call].to_host();
-    std::vector<std::vector<int64_t>> parts;
-    for (const RecordingCombiner& rank : ranks) parts.push_back(rank.calls[call].to_host());
-    int64_t differing = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      mpz_class total = 0;
-      for (const auto& part : parts) total += digits_value(part, count, i);
-      if (total != digits_value(whole, count, i)) ++differing;
-    }
-    INFO((call == 0 ? "dW" : "db") << ": exact values differing from the full batch's");
-    CHECK(differing == 0);
+  // The digits add as integers: the shards' exact values sum to the full batch's (dW's
+  // sums first, then db's).
+  const int64_t count = full.calls[0].count(), weight_count = weight.numel();
+  REQUIRE(count == weight_count + weight.size(0));
+  const std::vector<int64_t> whole = full.calls[0].to_host();
+  std::vector<std::vector<int64_t>> parts;
+  for (const RecordingCombiner& rank : ranks) parts.push_back(rank.calls[0].to_host());
+  int64_t differing[2] = {0, 0};  // dW's, db's
+  for (int64_t i = 0; i < count; ++i) {
+    mpz_class total = 0;
+    for (const auto& part : parts) total += digits_value(part, count, i);
+    if (total != digits_value(whole, count, i)) ++differing[i < weight_count ? 0 : 1];
   }
+  INFO("exact values differing from the full batch's: dW " << differing[0] << ", db " << differing[1]);
+  CHECK(differing[0] == 0);
+  CHECK(differing[1] == 0);
 }
 
 // Full-batch dW and db of (grad_y, x), with their digits recorded.
@@ -352,7 +353,7 @@ inline nn::LinearGradients recorded_backward(const Tensor& grad_y, const Tensor&
                                       RecordingCombiner& recorder) {
   exact::CrossRankScope scope(recorder);
   nn::LinearGradients gradients = nn::linear_backward(grad_y, x, weight, true, true, true);
-  REQUIRE(recorder.calls.size() == 2);
+  REQUIRE(recorder.calls.size() == 1);
   return gradients;
 }
 
