@@ -22,6 +22,7 @@ ROWS = [
     ("  same, exact numerics, eager launches", "step/full12000/exact_eager", ["step/full12000/torch_eager"]),
     ("  same, fused kernels, eager launches", "step/full12000/fused_eager", ["step/full12000/torch_eager"]),
     ("  same, public API (autograd), eager", "step/full12000/public_api", ["step/full12000/torch_eager"]),
+    ("    its host time to enqueue a step (the stream idle before each)", "step/full12000/public_api_host", []),
     ("Seed step, rotating 4 batches (123 MB > L2), graph", "step/full12000/fused_graph_rotating",
      ["step/full12000/torch_graph_rotating"]),
     ("Seed step, one SP shard (3000 rows), graph", "step/shard3000/fused_graph",

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -78,6 +79,25 @@ inline Timing time_calls(const std::function<void()>& work, int warmup, int repe
     times.push_back(1000.0 * milliseconds);
   }
   for (cudaEvent_t& event : events) CUDA_CHECK(cudaEventDestroy(event));
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.front(), repeats};
+}
+
+// The host's time to enqueue one call: the stream drained before each call, so no
+// launch waits for room in the queue, and the clock stopped when the call returns,
+// before its work has run. Set beside time_calls' figure, it says whether a step is
+// bound by the host's launches or by the GPU's kernels.
+inline Timing time_host_calls(const std::function<void()>& work, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) work();
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    cuda::synchronize(0);
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+    times.push_back(elapsed.count());
+  }
+  cuda::synchronize(0);
   std::sort(times.begin(), times.end());
   return {times[times.size() / 2], times.front(), repeats};
 }

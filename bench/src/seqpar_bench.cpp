@@ -48,6 +48,7 @@ using bench::issue_adamw;
 using bench::Report;
 using bench::Settings;
 using bench::time_calls;
+using bench::time_host_calls;
 
 namespace {
 
@@ -134,6 +135,8 @@ void bench_steps(Report& report, const Settings& s) {
                  optim::AdamW(model.parameters(), issue_adamw()), nullptr};
     report.add("step/full12000/public_api", "autograd + kernels, eager",
                time_calls([&] { step(); }, s.warmup, s.repeats), step_bytes, step_flops);
+    report.add("step/full12000/public_api_host", "the host's time to enqueue that step",
+               time_host_calls([&] { step(); }, s.warmup, s.repeats));
   }
   const Tensor shard = x.tensor_split(kShards)[0];
   {  // one SP rank's share: the exact loss over its 3000 rows (no peers to sync with)

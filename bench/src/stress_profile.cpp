@@ -1,20 +1,30 @@
-// seqpar-stress-profile: one part of the benchmark's stress shape (x 1,048,576 x 1024
-// from randn, Linear 1024 -> 1024), run twice and nothing else: a program for a
-// profiler to take apart kernel by kernel, e.g.
+// seqpar-stress-profile: one part of the benchmark, at the stress shape (x 1,048,576 x
+// 1024 from randn, Linear 1024 -> 1024) or the seed's (12,000 x 640 -> 16), run a few
+// times and nothing else: a program for a profiler to take apart kernel by kernel, e.g.
 //
 //   ncu --metrics gpu__time_duration.sum,dram__bytes.sum --print-summary per-kernel
 //       build/bench/seqpar-stress-profile dw
 //
 //   dw    the exact dW after an L1 loss (dy = ±1/N) through accumulate_weight_grad_cuda
 //   step  the whole step through the public API, as seqpar-bench's step/stress/public_api
+//   seed  the seed's step through the public API, as seqpar-bench's
+//         step/full12000/public_api (exact numerics, mean reduction), 3 steps
+//   host  the same step's host time, phase by phase (the stream drained before each
+//         phase, the clock stopped when it returns: its launches, allocations and
+//         bookkeeping, not its kernels), and the host time of the CUDA calls they are
+//         made of; medians of 200 (no profiler needed)
 //
 // (bench/RESULTS.md's per-kernel figures of the stress shape come from these commands).
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <vector>
 
 #include "bench/src/bench_sections.h"
+#include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/exact_sums.h"
 #include "core/generator.h"
@@ -65,15 +75,102 @@ void profile_step(const Tensor& x) {
   }
 }
 
+// The seed's shape: 12,000 rows of 640 -> 16, the target the first 16 columns of x.
+void profile_seed() {
+  Generator generator(12345);
+  nn::Linear model(640, 16, generator, Device::cuda());
+  optim::AdamW optimizer(model.parameters(), bench::issue_adamw());
+  const Tensor x = generator.randn({12000, 640}, Device::cuda());
+  const autograd::Variable input(x), target(x.narrow(1, 0, 16));
+  for (int call = 0; call < 3; ++call) {
+    model.zero_grad();
+    const autograd::Variable loss = nn::l1_loss(model.forward(input), target);
+    loss.backward();
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    optimizer.step();
+    cuda::synchronize(0);
+  }
+}
+
+// The median host time of `work` over `repeats` calls, the stream drained before each.
+template <typename Work>
+double host_median_us(Work&& work, int repeats = 200) {
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    cuda::synchronize(0);
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  cuda::synchronize(0);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void profile_host() {
+  Generator generator(12345);
+  nn::Linear model(640, 16, generator, Device::cuda());
+  optim::AdamW optimizer(model.parameters(), bench::issue_adamw());
+  const Tensor x = generator.randn({12000, 640}, Device::cuda());
+  const autograd::Variable input(x), target(x.narrow(1, 0, 16));
+  const auto step = [&] {
+    model.zero_grad();
+    const autograd::Variable loss = nn::l1_loss(model.forward(input), target);
+    loss.backward();
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    optimizer.step();
+  };
+  for (int i = 0; i < 20; ++i) step();  // warm-up: the pool holds every block a step takes
+  const auto report = [](const char* what, double us) { std::printf("%-44s %8.2f us\n", what, us); };
+  report("whole step", host_median_us(step));
+  report("zero_grad", host_median_us([&] { model.zero_grad(); }));
+  autograd::Variable y, loss;
+  report("forward (Linear)", host_median_us([&] { y = model.forward(input); }));
+  report("l1_loss", host_median_us([&] { loss = nn::l1_loss(y, target); }));
+  report("backward", host_median_us([&] {
+           model.zero_grad();
+           nn::l1_loss(model.forward(input), target).backward();
+         }) - host_median_us([&] {
+           model.zero_grad();
+           (void)nn::l1_loss(model.forward(input), target);
+         }));
+  report("clip_grad_norm", host_median_us([&] { optim::clip_grad_norm(model.parameters(), 1.0); }));
+  report("AdamW step", host_median_us([&] { optimizer.step(); }));
+  // What those are made of.
+  cudaStream_t stream = cuda::current_stream(0);
+  const Tensor one = Tensor::empty({1}, Device::cuda());
+  report("Tensor::fill_ of one element (one launch)", host_median_us([&] { one.fill_(0.0f); }));
+  report("10 of those", host_median_us([&] {
+           for (int i = 0; i < 10; ++i) one.fill_(0.0f);
+         }));
+  report("allocate + release 768 KB (pool)", host_median_us([&] {
+           void* pointer = cuda::allocate(768 << 10, 0);
+           cuda::release(pointer, 0);
+         }));
+  report("cudaMemsetAsync of 4 bytes", host_median_us([&] {
+           CUDA_CHECK(cudaMemsetAsync(one.data(), 0, sizeof(float), stream));
+         }));
+  report("cudaSetDevice", host_median_us([&] { CUDA_CHECK(cudaSetDevice(0)); }));
+  report("Tensor::empty 12000 x 16 (allocate + release)",
+         host_median_us([&] { (void)Tensor::empty({12000, 16}, Device::cuda()); }));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* part = argc > 1 ? argv[1] : "";
-  if (argc != 2 || (std::strcmp(part, "dw") != 0 && std::strcmp(part, "step") != 0)) {
-    std::fprintf(stderr, "usage: seqpar-stress-profile dw|step\n");
+  const bool seed = std::strcmp(part, "seed") == 0, host = std::strcmp(part, "host") == 0;
+  if (argc != 2 ||
+      (std::strcmp(part, "dw") != 0 && std::strcmp(part, "step") != 0 && !seed && !host)) {
+    std::fprintf(stderr, "usage: seqpar-stress-profile dw|step|seed|host\n");
     return 2;
   }
   try {
+    if (seed || host) {
+      if (seed) profile_seed(); else profile_host();
+      std::printf("seqpar-stress-profile: %s at 12000 x 640 -> 16 done\n", part);
+      return 0;
+    }
     Generator generator(9);
     const Tensor x = generator.randn({kRows, kFeatures}, Device::cuda());
     if (std::strcmp(part, "dw") == 0) {
