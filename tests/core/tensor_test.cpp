@@ -1,8 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/tensor.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using namespace seqpar;
@@ -107,4 +111,19 @@ TEST_CASE("zero CUDA devices is a normal state", "[core]") {
   CHECK(Device::parse("cuda:1") == Device::cuda(1));
   CHECK(Device::parse("cpu") == Device::cpu());
   CHECK_THROWS_WITH(Device::parse("gpu"), Catch::Contains("'gpu'"));
+}
+
+TEST_CASE("fill_ on a GPU writes the value's bits: +0 by a memset, -0 and the rest by a kernel",
+          "[core][cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const float values[] = {0.0f, -0.0f, 1.5f, -3.25e-41f, std::numeric_limits<float>::infinity()};
+  for (const float value : values) {
+    INFO("value " << value << (std::signbit(value) ? " (sign bit set)" : ""));
+    // A view in the middle of a poisoned buffer: the fill must stop at its ends.
+    const Tensor buffer = test::poisoned({1003}, Device::cuda());
+    buffer.narrow(0, 1, 1001).fill_(value);
+    Tensor expected = test::poisoned({1003}, Device::cpu());
+    expected.narrow(0, 1, 1001).fill_(value);
+    CHECK(test::bitwise_equal(buffer.to(Device::cpu()), expected));
+  }
 }
