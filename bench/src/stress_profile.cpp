@@ -15,13 +15,11 @@
 //         made of; medians of 200 (no profiler needed)
 //
 // (bench/RESULTS.md's per-kernel figures of the stress shape come from these commands).
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <vector>
+#include <functional>
 
 #include "bench/src/bench_sections.h"
 #include "core/cuda_check.h"
@@ -100,19 +98,10 @@ void profile_seed() {
   }
 }
 
-// The median host time of `work` over `repeats` calls, the stream drained before each.
-template <typename Work>
-double host_median_us(Work&& work, int repeats = 200) {
-  std::vector<double> times;
-  for (int i = 0; i < repeats; ++i) {
-    cuda::synchronize(0);
-    const auto start = std::chrono::steady_clock::now();
-    work();
-    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-  }
-  cuda::synchronize(0);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+// The median host time of `work` over 200 calls, the stream drained before each
+// (bench::time_host_calls).
+double host_median_us(const std::function<void()>& work) {
+  return bench::time_host_calls(work, /*warmup=*/0, /*repeats=*/200).median_us;
 }
 
 void profile_host() {

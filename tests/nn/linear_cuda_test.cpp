@@ -175,6 +175,22 @@ nn::detail::Gemm grad_input_gemm(const Tensor& grad_y, const Tensor& weight, con
   return {rows, in, out, {grad_y.data(), out, 1}, {weight.data(), 1, in}, dx.data(), in, nullptr};
 }
 
+// y and dx through the large kernel at one slice depth (0: its own choice), into
+// poisoned outputs, against the CPU's bits.
+void check_large_gemm_at(int slice, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& grad_y, const Tensor& y_cpu, const Tensor& dx_cpu) {
+  INFO("slice depth " << slice);
+  const Device gpu = x.device();
+  cudaStream_t stream = cuda::current_stream(gpu.index);
+  const Tensor y = test::poisoned(y_cpu.shape(), gpu);
+  nn::detail::large_gemm_cuda<true, true>(output_gemm(x, weight, bias, y), gpu.index, stream, slice);
+  CHECK(test::bitwise_equal(y, y_cpu));
+  const Tensor dx = test::poisoned(dx_cpu.shape(), gpu);
+  nn::detail::large_gemm_cuda<true, false>(grad_input_gemm(grad_y, weight, dx), gpu.index, stream,
+                                           slice);
+  CHECK(test::bitwise_equal(dx, dx_cpu));
+}
+
 }  // namespace
 #endif
 
@@ -197,15 +213,7 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
     const Tensor grad_y_gpu = grad_y.to(gpu);
     const int device = gpu.index;
     for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice, 0}) {
-      INFO("slice depth " << slice);
-      const Tensor y = test::poisoned({c.rows, c.out}, gpu);
-      nn::detail::large_gemm_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), device,
-                                              cuda::current_stream(device), slice);
-      CHECK(test::bitwise_equal(y, y_cpu));
-      const Tensor dx = test::poisoned({c.rows, c.in}, gpu);
-      nn::detail::large_gemm_cuda<true, false>(grad_input_gemm(grad_y_gpu, weight_gpu, dx), device,
-                                               cuda::current_stream(device), slice);
-      CHECK(test::bitwise_equal(dx, dx_cpu));
+      check_large_gemm_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
     }
     // Captured into a graph and replayed: whichever depth the launch takes there (the
     // deep one once its limit is raised), the same bits.
@@ -288,15 +296,7 @@ TEST_CASE("both GEMM kernels keep a chain's -0 past K (seed 17)", "[cuda]") {
     CHECK(test::bitwise_equal(dx, dx_cpu));
     if (!large) continue;
     for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice}) {
-      INFO("slice depth " << slice);
-      const Tensor y_at = test::poisoned({c.rows, c.out}, gpu);
-      nn::detail::large_gemm_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y_at), device,
-                                              cuda::current_stream(device), slice);
-      CHECK(test::bitwise_equal(y_at, y_cpu));
-      const Tensor dx_at = test::poisoned({c.rows, c.in}, gpu);
-      nn::detail::large_gemm_cuda<true, false>(grad_input_gemm(grad_y_gpu, weight_gpu, dx_at), device,
-                                               cuda::current_stream(device), slice);
-      CHECK(test::bitwise_equal(dx_at, dx_cpu));
+      check_large_gemm_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
     }
   }
 #endif
