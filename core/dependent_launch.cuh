@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 
 #include "core/cuda_check.h"
@@ -36,14 +37,28 @@ __device__ __forceinline__ void allow_dependent_grids() {
 #endif
 }
 
+// Whether the current device takes dependent launches (compute capability 9.0 or
+// newer), asked of the driver once per device rather than at every launch: the eager
+// path's time is mostly the host's launches.
+inline bool dependent_launch_supported() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> major[kDevices] = {};  // 0: not asked yet
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kDevices) return false;
+  int known = major[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&known, cudaDevAttrComputeCapabilityMajor, device));
+    major[device].store(known, std::memory_order_relaxed);
+  }
+  return known >= 9;
+}
+
 // kernel<<<grid, block, shared_bytes, stream>>>(args...) as a dependent launch where
 // the device supports it (compute capability 9.0 or newer), an ordinary one otherwise.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                       cudaStream_t stream, Args&&... args) {
-  int device = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -53,7 +68,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = major >= 9 ? 1 : 0;
+  config.numAttrs = dependent_launch_supported() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

@@ -23,6 +23,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
+#include "core/dependent_launch.cuh"
 #include "nn/linear_kernels.h"
 
 namespace seqpar::nn::detail {
@@ -163,6 +164,8 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
   constexpr int kRowsPerWarp = 32 / kThreadsPerRow;
   constexpr int kQuadsPerRow = kTileK / 4;
   constexpr int kTileFloats = kRowsPerWarp * kTileStride;
+  cuda::wait_for_prior_grids();  // x, W and the maxima may come from the kernels before
+  cuda::allow_dependent_grids();
   extern __shared__ float4 shared_words[];
   float* weight_t = reinterpret_cast<float*>(shared_words);  // [in][16], zero past `out`
   const int64_t in = x.cols, quads = in / 4;
@@ -289,13 +292,14 @@ void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weig
     }
   }
   if (staged && x_largest != nullptr) {
-    narrow_forward_staged_kernel<kPerThread, true>
-        <<<blocks, kNarrowThreads, weight_bytes + staged_extra_bytes<kPerThread, true>(), stream>>>(
-            x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest);
+    cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true>, dim3(blocks),
+                           dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true>(),
+                           stream, x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest);
   } else if (staged) {
-    narrow_forward_staged_kernel<kPerThread, false>
-        <<<blocks, kNarrowThreads, weight_bytes + staged_extra_bytes<kPerThread, false>(), stream>>>(
-            x, weight, weight_row_stride, bias, out, y, y_row_stride, nullptr);
+    cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, false>, dim3(blocks),
+                           dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, false>(),
+                           stream, x, weight, weight_row_stride, bias, out, y, y_row_stride,
+                           static_cast<unsigned int*>(nullptr));
   } else {  // the same bits, x read one float at a time; its maxima in a pass of their own
     if (x_largest != nullptr) column_maxima_cuda(x, x_largest, nullptr, stream);
     narrow_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(

@@ -16,6 +16,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
+#include "core/dependent_launch.cuh"
 #include "core/device_buffer.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
@@ -222,6 +223,8 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                                                             const unsigned int* one_magnitude_words,
                                                             const int64_t* sign_sums,
                                                             int64_t* digits, int64_t count) {
+  cuda::wait_for_prior_grids();  // the factors, their maxima and words
+  cuda::allow_dependent_grids();
   // When dy had one magnitude: dW is the fixed-point path's (linear_ternary_sums.cu), and
   // db comes from dy's sign sums, here.
   if (one_magnitude_words != nullptr) {
@@ -311,9 +314,9 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   }
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
-  row_sums_kernel<kProducts><<<grid, kThreads, 0, stream>>>(
-      a, b, rows, outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
-      kProducts ? nullptr : maxima.sign_sums, digits, stride);
+  cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
+                         outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
+                         kProducts ? nullptr : maxima.sign_sums, digits, stride);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/dependent_launch.cuh"
 #include "core/exact_sum.cuh"
 #include "nn/linear_kernels.h"
 #include "nn/linear_ternary.cuh"
@@ -109,6 +110,8 @@ __device__ inline void byte_planes(const Offset (&u)[8], int first, unsigned (&p
 __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
     int64_t* digits, int64_t count, int64_t rows_per_chunk) {
+  cuda::wait_for_prior_grids();  // dy, its words and the maxima
+  cuda::allow_dependent_grids();
   const OneMagnitude magnitude = one_magnitude(words);
   if (!magnitude.holds) return;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -274,8 +277,8 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
       kStepRows, kRowsPerChunk);
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(groups),
                   static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_chunk)));
-  ternary_weight_grad_kernel<<<grid, kThreads, 0, stream>>>(grad_y, x, x_largest, words,
-                                                            digits, stride, rows_per_chunk);
+  cuda::launch_dependent(ternary_weight_grad_kernel, grid, dim3(kThreads), 0, stream, grad_y, x,
+                         x_largest, words, digits, stride, rows_per_chunk);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_util.cuh"
+#include "core/dependent_launch.cuh"
 #include "core/error.h"
 #include "core/exact_sum.cuh"
 #include "nn/l1_sign.h"
@@ -45,6 +46,8 @@ __global__ void __launch_bounds__(kThreads)
     exact_l1_kernel(const float* y, const float* target, int64_t target_row_stride,
                     int64_t rows, int64_t out, float scale, ExactL1Outputs o) {
   __shared__ ColumnTallies tally;
+  cuda::wait_for_prior_grids();  // y from the forward
+  cuda::allow_dependent_grids();
   for (int j = threadIdx.x; j < out; j += blockDim.x) {
     tally.signs[j] = 0;
     tally.nan_seen[j] = 0;
@@ -113,6 +116,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f) {
   __shared__ unsigned long long block[exact::kDigits];
   __shared__ bool last;
+  cuda::wait_for_prior_grids();  // the summed digits
+  cuda::allow_dependent_grids();
   const int64_t weight_blocks = (f.weight_count + kThreads - 1) / kThreads;
   const int tensor = blockIdx.x < weight_blocks ? 0 : 1;
   const int64_t first = tensor == 0 ? 0 : f.weight_count;
@@ -178,8 +183,8 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
   if (count == 0) return;
   const int64_t blocks =
       std::clamp<int64_t>(count / (kThreads * kElementsPerThread), 1, kMaxBlocks);
-  exact_l1_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      y, target, target_row_stride, rows, out, scale, outputs);
+  cuda::launch_dependent(exact_l1_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                         stream, y, target, target_row_stride, rows, out, scale, outputs);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -189,7 +194,8 @@ void exact_finish_cuda(const ExactFinish& finish, cuda::Stream stream) {
                " of them the weight's (both tensors must be non-empty)");
   const int64_t blocks = (finish.weight_count + kThreads - 1) / kThreads +
                          (finish.count - finish.weight_count + kThreads - 1) / kThreads;
-  exact_finish_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(finish);
+  cuda::launch_dependent(exact_finish_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                         stream, finish);
   CUDA_LAUNCH_CHECK();
 }
 
