@@ -7,8 +7,9 @@
 // host thread (so the ranks of a LocalProcessGroup that share a GPU are ordered by
 // that one stream). Memory comes from the stream-ordered allocator on the device's
 // default memory pool, whose release threshold is raised so freed blocks stay in
-// the pool: after warm-up an allocation is a pool lookup, and steps can be captured
-// into CUDA graphs.
+// the pool, and steps can be captured into CUDA graphs; in front of it, a cache of
+// freed blocks by size hands a block back without a driver call (ordered by the same
+// one stream; bypassed while the stream is being captured).
 #pragma once
 
 #include <cstddef>
@@ -32,8 +33,14 @@ Stream current_stream(int device);
 // The device's SM count (asked once), for grids sized to fill it.
 int multiprocessor_count(int device);
 
+// `bytes` of device memory (null for 0), and its release with the same `bytes`; both
+// in the order of the device's stream.
 void* allocate(size_t bytes, int device);
-void release(void* pointer, int device);
+void release(void* pointer, size_t bytes, int device);
+// Frees the blocks the cache holds to the pool (an allocation that finds the device
+// full does it before it fails), and how many bytes it holds.
+void release_cached(int device);
+size_t cached_bytes(int device);
 
 // Copies `bytes` between any two devices; returns once the destination holds the data
 // when the destination is the host, in stream order otherwise.

@@ -26,11 +26,11 @@ void* buffer_allocate(size_t bytes, Device device) {
   return data;
 }
 
-void buffer_release(void* data, Device device) noexcept {
+void buffer_release(void* data, size_t bytes, Device device) noexcept {
   if (data == nullptr) return;
   if (device.is_cuda()) {
     try {  // a failed free leaves the block to the pool
-      cuda::release(data, device.index);
+      cuda::release(data, bytes, device.index);
     } catch (...) {
     }
   } else {

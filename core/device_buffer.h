@@ -18,7 +18,7 @@ namespace seqpar {
 
 namespace detail {
 void* buffer_allocate(size_t bytes, Device device);
-void buffer_release(void* data, Device device) noexcept;
+void buffer_release(void* data, size_t bytes, Device device) noexcept;
 // Stream-ordered on the device's current stream for CUDA memory.
 void buffer_zero(void* data, size_t bytes, Device device);
 // From host memory; returns once `data` holds the bytes (as Tensor::copy_ from the host).
@@ -35,13 +35,13 @@ class DeviceBuffer {
       : data_(static_cast<T*>(detail::buffer_allocate(static_cast<size_t>(count) * sizeof(T), device))),
         size_(count),
         device_(device) {}
-  ~DeviceBuffer() { detail::buffer_release(data_, device_); }
+  ~DeviceBuffer() { detail::buffer_release(data_, bytes(), device_); }
   DeviceBuffer(DeviceBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
         device_(other.device_) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-      detail::buffer_release(data_, device_);
+      detail::buffer_release(data_, bytes(), device_);
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       device_ = other.device_;

@@ -30,7 +30,7 @@ Storage::~Storage() {
   if (device_.is_cuda()) {
     // A destructor must not throw; a failed free leaves the block to the pool.
     try {
-      cuda::release(data_, device_.index);
+      cuda::release(data_, elements_ * sizeof(float), device_.index);
     } catch (...) {
     }
   } else {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cuda_runtime.h"
 #include "core/tensor.h"
 
 namespace seqpar::test {
@@ -19,10 +20,12 @@ inline Tensor poisoned(const Shape& shape, Device device) {
   return Tensor::full(shape, std::numeric_limits<float>::quiet_NaN(), device);
 }
 
-// For tests through the public API, which allocate their own outputs: leaves a large
-// NaN-filled block in the device's memory pool, so the next allocations on its stream
-// (the op's outputs and scratch) are carved from NaN rather than from zeros.
+// For tests through the public API, which allocate their own outputs: empties the
+// device's block cache and leaves a large NaN-filled block in its memory pool, so the
+// next allocations on its stream (the op's outputs and scratch) are carved from NaN
+// rather than from zeros or from an earlier op's results.
 inline void poison_pool(Device device, int64_t elements = int64_t{16} << 20) {
+  cuda::release_cached(device.index);
   Tensor block = poisoned({elements}, device);
 }
 

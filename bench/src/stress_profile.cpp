@@ -132,9 +132,19 @@ void profile_host() {
   report("10 of those", host_median_us([&] {
            for (int i = 0; i < 10; ++i) one.fill_(0.0f);
          }));
-  report("allocate + release 768 KB (pool)", host_median_us([&] {
+  report("allocate + release 768 KB (the cache)", host_median_us([&] {
            void* pointer = cuda::allocate(768 << 10, 0);
-           cuda::release(pointer, 0);
+           cuda::release(pointer, 768 << 10, 0);
+         }));
+  report("allocate + release 768 KB (the pool: cudaMallocAsync + cudaFreeAsync)",
+         host_median_us([&] {
+           void* pointer = nullptr;
+           CUDA_CHECK(cudaMallocAsync(&pointer, 768 << 10, stream));
+           CUDA_CHECK(cudaFreeAsync(pointer, stream));
+         }));
+  report("cudaStreamIsCapturing", host_median_us([&] {
+           cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+           CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
          }));
   report("cudaMemsetAsync of 4 bytes", host_median_us([&] {
            CUDA_CHECK(cudaMemsetAsync(one.data(), 0, sizeof(float), stream));

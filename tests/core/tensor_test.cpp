@@ -3,11 +3,16 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
+
+#ifdef SEQPAR_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 using namespace seqpar;
 
@@ -126,4 +131,71 @@ TEST_CASE("fill_ on a GPU writes the value's bits: +0 by a memset, -0 and the re
     expected.narrow(0, 1, 1001).fill_(value);
     CHECK(test::bitwise_equal(buffer.to(Device::cpu()), expected));
   }
+}
+
+TEST_CASE("the block cache hands a freed block to the next allocation of its size, never one block "
+          "to two owners, and keeps no large block",
+          "[core][cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  cuda::release_cached(0);
+  REQUIRE(cuda::cached_bytes(0) == 0);
+  void* first = cuda::allocate(1000, 0);
+  cuda::release(first, 1000, 0);
+  CHECK(cuda::cached_bytes(0) == 1024);  // rounded up to 512 bytes
+  void* again = cuda::allocate(1000, 0);
+  CHECK(again == first);
+  CHECK(cuda::cached_bytes(0) == 0);
+  void* second = cuda::allocate(1000, 0);  // `again` is still owned
+  CHECK(second != again);
+  void* other = cuda::allocate(5000, 0);  // another size: not from the 1000-byte blocks
+  CHECK(other != again);
+  CHECK(other != second);
+  cuda::release(second, 1000, 0);
+  cuda::release(other, 5000, 0);
+  cuda::release(again, 1000, 0);
+  CHECK(cuda::cached_bytes(0) == 2 * 1024 + 5120);
+  const size_t large = size_t{32} << 20;  // past the largest cached block: back to the pool
+  cuda::release(cuda::allocate(large, 0), large, 0);
+  CHECK(cuda::cached_bytes(0) == 2 * 1024 + 5120);
+  cuda::release_cached(0);
+  CHECK(cuda::cached_bytes(0) == 0);
+
+  // A tensor's block reused at once by the next tensor of its size: the stream orders
+  // the old owner's kernels before the new owner's.
+  const Tensor expected = Tensor::full({300000}, 2.0f, Device::cpu());
+  for (int round = 0; round < 3; ++round) {
+    const float* before = nullptr;
+    {
+      const Tensor a = Tensor::full({300000}, 1.0f, Device::cuda());
+      before = a.data();
+    }
+    const Tensor b = Tensor::full({300000}, 2.0f, Device::cuda());
+    CHECK(b.data() == before);
+    CHECK(test::bitwise_equal(b.to(Device::cpu()), expected));
+  }
+}
+
+TEST_CASE("the block cache stays out of a stream capture: the graph's blocks come from the pool "
+          "and go back to it",
+          "[core][cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  cuda::release_cached(0);
+  cuda::set_device(0);
+  void* cached = cuda::allocate(4096, 0);
+  cuda::release(cached, 4096, 0);
+  REQUIRE(cuda::cached_bytes(0) == 4096);
+  cudaStream_t stream = cuda::current_stream(0);
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  void* in_graph = cuda::allocate(4096, 0);  // a graph allocation, not the cached block
+  const bool distinct = in_graph != cached;
+  cuda::release(in_graph, 4096, 0);         // a free node of the graph, not the cache
+  const size_t cached_during = cuda::cached_bytes(0);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  CHECK(distinct);
+  CHECK(cached_during == 4096);
+  cuda::release_cached(0);
+#endif
 }
