@@ -34,6 +34,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   gradient_sums_ = exact::ExactSums(out_ * in_ + out_, device);
   const int64_t maxima = nn::detail::weight_grad_scratch_words(in_, out_);
   step_words_ = DeviceBuffer<int64_t>(kStepDigits + (maxima + 1) / 2, device);
+  step_words_.zero();  // gradient_sums_ starts zero too
   finish_done_ = DeviceBuffer<unsigned>(1, device);
   finish_done_.zero();
   nn::detail::narrow_forward_prepare(device_);  // before any capture (linear_kernels.h)
@@ -49,8 +50,11 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   int64_t* loss_digits = step_words_.data();
   int64_t* norm_digits = loss_digits + exact::kDigits;
   auto* maxima = reinterpret_cast<unsigned int*>(step_words_.data() + kStepDigits);
-  CUDA_CHECK(cudaMemsetAsync(digits, 0, sizeof(int64_t) * gradient_sums_.words(), stream));
-  CUDA_CHECK(cudaMemsetAsync(step_words_.data(), 0, sizeof(int64_t) * step_words_.size(), stream));
+  if (!zeroed_) {
+    CUDA_CHECK(cudaMemsetAsync(digits, 0, sizeof(int64_t) * gradient_sums_.words(), stream));
+    CUDA_CHECK(cudaMemsetAsync(step_words_.data(), 0, sizeof(int64_t) * step_words_.size(), stream));
+  }
+  zeroed_ = false;  // until this step's finishing kernel is enqueued
 
   // The forward, which also finds x's column maxima (the windows of dW's fixed point).
   nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_, maxima);
@@ -65,8 +69,9 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   if (across_ != nullptr) across_->combine(gradient_sums_);
   const kernels::ExactFinish finish{digits,      stride,       out_ * in_,    gradients_.data(),
                                     loss_digits, loss_.data(), norm_digits,   finish_done_.data(),
-                                    total_norm_.data()};
+                                    total_norm_.data(), step_words_.data(), step_words_.size()};
   kernels::exact_finish_cuda(finish, stream);
+  zeroed_ = true;
 }
 
 const char* ExactL1Step::capture_refusal() const {

@@ -7,20 +7,20 @@
 // give up for speed.
 //
 // The launches of a step (buffers allocated once; run eagerly, or captured into one
-// CUDA graph per batch and replayed):
-//   1. the digits and maxima zeroed;
-//   2. y = x Wᵀ + b by nn's forward (one fma chain per output: a row's y is the same
+// CUDA graph per batch and replayed), each a dependent launch of the one before:
+//   1. y = x Wᵀ + b by nn's forward (one fma chain per output: a row's y is the same
 //      bits in any batch), which also finds x's column maxima (dW's fixed-point
 //      windows) in its pass over x when the Linear is narrow (a pass of their own
 //      otherwise);
-//   3. the L1 loss from y (train/kernels/exact_step.h): the loss's digits, dy, db's
+//   2. the L1 loss from y (train/kernels/exact_step.h): the loss's digits, dy, db's
 //      digits (every nonzero dy is ±s, so db is s times a count of signs) and dy's
 //      maxima;
-//   4. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores
+//   3. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores
 //      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN);
 //   -  the ranks' digits added (exact::CrossRankSums), if the step has ranks;
-//   5. the gradients and the loss rounded once, and the exact norm;
-//   6. the clip coefficient and AdamW.
+//   4. the gradients and the loss rounded once, and the exact norm; the digits and
+//      maxima zeroed for the next step as they are read (no zeroing of their own);
+//   5. the clip coefficient and AdamW.
 // Every sum over rows is an integer sum of digits, so no grid, atomic order, split of
 // the rows or NCCL algorithm changes a bit. Nothing in a step allocates, waits for the
 // host or reads a value back.
@@ -79,6 +79,11 @@ class ExactL1Step : public detail::FusedL1Step {
   // squares, digit-major), then the maxima dW's sums read (unsigned words).
   DeviceBuffer<int64_t> step_words_;
   DeviceBuffer<unsigned> finish_done_;  // the finishing kernel's count of finished blocks
+  // Whether the digits and step words are known to be zero: the finishing kernel, the
+  // step's last but one, zeroes them once read. A step that threw before it was
+  // enqueued (a combine across ranks that failed) leaves them to the next step, which
+  // zeroes them first.
+  bool zeroed_ = true;
 };
 
 }  // namespace seqpar::train

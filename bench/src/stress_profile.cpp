@@ -24,6 +24,7 @@
 #include "bench/src/bench_sections.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/elementwise.h"
 #include "core/exact_sums.h"
 #include "core/generator.h"
 #include "core/tensor.h"
@@ -123,6 +124,23 @@ void profile_host() {
            model.zero_grad();
            (void)nn::l1_loss(model.forward(input), target);
          }));
+  // The backward's parts, each called by itself.
+  {
+    const Tensor& x = seed.x;
+    const Tensor dy = Tensor::full({x.size(0), 16}, 1.0f / static_cast<float>(x.size(0) * 16), Device::cuda());
+    const Tensor dw = Tensor::empty({16, 640}, Device::cuda()), db = Tensor::empty({16}, Device::cuda());
+    report("  of which Linear's dW and db (linear_backward_cuda)", host_median_us([&] {
+             nn::detail::linear_backward_cuda(dy, x, model.weight().data(), Tensor(), dw, db);
+           }));
+    const Tensor y_values = model.forward(input).data(), grad_loss = Tensor::ones({}, Device::cuda());
+    report("  of which L1's backward (l1_loss_backward)", host_median_us([&] {
+             (void)nn::l1_loss_backward(grad_loss, y_values, target.data(), nn::Reduction::mean());
+           }));
+    Tensor grad = Tensor::zeros({16, 640}, Device::cuda());
+    report("  of which a gradient's accumulation (add_)", host_median_us([&] { add_(grad, dw); }));
+    report("  of which the seed gradient (Tensor::ones({}))",
+           host_median_us([&] { (void)Tensor::ones({}, Device::cuda()); }));
+  }
   report("clip_grad_norm", host_median_us([&] { optim::clip_grad_norm(model.parameters(), 1.0); }));
   report("AdamW step", host_median_us([&] { seed.optimizer.step(); }));
   // What those are made of.

@@ -158,6 +158,46 @@ TEST_CASE("the exact step's kernels at small shapes equal the public API's (for 
   }
 }
 
+namespace {
+// A test double for a combine across ranks that fails once: the first combine throws,
+// as a peer's failure would, and later ones keep the sums (one rank).
+class FailsOnceCombiner : public exact::CrossRankSums {
+ public:
+  void combine(exact::ExactSums&) override {
+    if (!failed_) {
+      failed_ = true;
+      SEQPAR_FAIL("FailsOnceCombiner: the first combine fails");
+    }
+  }
+
+ private:
+  bool failed_ = false;
+};
+}  // namespace
+
+TEST_CASE("a step after one that threw between its sums and its finish starts from zero digits",
+          "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  // The finishing kernel zeroes the digits for the next step; a step that threw before
+  // it was enqueued left them holding its sums, which the next step must clear first.
+  const Problem p{1001, 37, 5, 0.05};
+  const Data data = draw(p);
+  const Device gpu = Device::cuda();
+  nn::Linear clean_model = model_on(data, gpu), model = model_on(data, gpu);
+  const std::vector<train::Batch> batch = {{data.x.to(gpu), data.target.to(gpu)}};
+  const nn::Reduction reduction = nn::Reduction::sum_divided_by(p.rows * p.out);
+  train::ExactL1Step clean(clean_model, batch, reduction, issue_adamw(), p.max_norm);
+  clean.run();
+  FailsOnceCombiner combiner;
+  train::ExactL1Step step(model, batch, reduction, issue_adamw(), p.max_norm, &combiner);
+  CHECK_THROWS_WITH(step.run(), Catch::Contains("the first combine fails"));
+  step.run();  // the parameters are as they started: the failed step never reached AdamW
+  CHECK(same_bits(step.loss(), clean.loss()));
+  CHECK(same_bits(step.grad_weight(), clean.grad_weight()));
+  CHECK(same_bits(step.grad_bias(), clean.grad_bias()));
+  CHECK(same_bits(step.total_norm(), clean.total_norm()));
+}
+
 TEST_CASE("graph replay of the exact step equals eager runs and the public API, past AdamW's "
           "scalar table", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();

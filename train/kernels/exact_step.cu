@@ -127,6 +127,7 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f) {
   if (i < end) {
     const float gradient = exact::round_to_float(f.gradient_digits + i, f.count);
     f.gradients[i] = gradient;
+    for (int d = 0; d < exact::kDigits; ++d) f.gradient_digits[i + d * f.count] = 0;  // for the next step
     exact::BinnedSum square;
     square.clear();
     const double value = gradient;
@@ -161,6 +162,8 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f) {
     *f.loss = exact::round_to_float(f.loss_digits);
   }
   __syncthreads();
+  // Every block's adds are in and read: the step's words start the next step at zero.
+  for (int64_t w = threadIdx.x; w < f.step_word_count; w += blockDim.x) f.step_words[w] = 0;
   if (threadIdx.x != 0) return;
   exact::BinnedSum total;
   total.clear();

@@ -46,8 +46,11 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
 // rounded into that tensor's norm digits; the last block to finish (an integer count)
 // takes each tensor's float norm and the total as optim::clip_grad_norm does, and
 // rounds the loss. So the norm is summed once, not by every block of the optimizer.
+// It also leaves the step's digits and words zero for the next step, each once read:
+// the gradients' digits by the threads that round them, `step_words` (the loss's and
+// the norm's digits among them) by the last block. So a step needs no zeroing launch.
 struct ExactFinish {
-  const int64_t* gradient_digits;  // `count` sums: W's `weight_count`, then b's
+  int64_t* gradient_digits;        // `count` sums: W's `weight_count`, then b's
   int64_t count, weight_count;
   float* gradients;                // [count]
   const int64_t* loss_digits;      // one sum
@@ -55,6 +58,8 @@ struct ExactFinish {
   int64_t* norm_digits;            // two sums (W's squares, b's), stride 2; zeroed first
   unsigned* blocks_done;           // zero between launches; the last block resets it
   float* total_norm;
+  int64_t* step_words;             // [step_word_count], loss_digits and norm_digits among them
+  int64_t step_word_count;
 };
 void exact_finish_cuda(const ExactFinish& finish, cuda::Stream stream);
 
