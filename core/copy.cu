@@ -1,8 +1,13 @@
 // CUDA paths of core/copy.h: fill and strided copy.
 #include "core/copy.h"
 
+#include <cuda.h>  // the driver API's types, for cuMemsetD32Async (found at run time)
+#include <cudaTypedefs.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <mutex>
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -47,15 +52,43 @@ __global__ void strided_copy_kernel(float* destination, const float* source, int
   }
 }
 
+// The driver's cuMemsetD32Async, looked up once through the runtime (no link against
+// libcuda), or null where the driver does not give it.
+PFN_cuMemsetD32Async_v3020 memset_d32() {
+  static PFN_cuMemsetD32Async_v3020 function = [] {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemsetD32Async", &found, 3020, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<PFN_cuMemsetD32Async_v3020>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuMemsetD32Async_v3020>(found);
+  }();
+  return function;
+}
+
 }  // namespace
 
 void fill_cuda(float* data, int64_t count, float value, int device) {
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
-  // +0 is all zero bytes: a memset, which costs the host a third of a kernel launch
-  // (zero_grad's fills, every step). -0 and every other value take the kernel.
-  if (value == 0.0f && !std::signbit(value)) {
+  if (count == 0) return;
+  // A fill is a memset of the value's 32 bits (any value: -0, NaN payloads and
+  // subnormals are bits like any other), which costs the host about a third of a kernel
+  // launch; zero_grad, Tensor::zeros and ones fill at every step of an eager loop.
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  if (bits == 0) {
     CUDA_CHECK(cudaMemsetAsync(data, 0, sizeof(float) * static_cast<size_t>(count), stream));
+    return;
+  }
+  if (const PFN_cuMemsetD32Async_v3020 memset32 = memset_d32()) {
+    const CUresult result = memset32(reinterpret_cast<CUdeviceptr>(data), bits,
+                                     static_cast<size_t>(count), stream);
+    SEQPAR_CHECK(result == CUDA_SUCCESS, "cuMemsetD32Async of ", count, " floats on cuda:", device,
+                 " failed with CUresult ", static_cast<int>(result));
     return;
   }
   fill_kernel<<<cuda::blocks_for(count, kThreads, kMaxBlocks), kThreads, 0, stream>>>(data, count, value);

@@ -24,6 +24,7 @@
 #include "bench/src/bench_sections.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/device_buffer.h"
 #include "core/elementwise.h"
 #include "core/exact_sums.h"
 #include "core/generator.h"
@@ -136,6 +137,34 @@ void profile_host() {
     report("  of which L1's backward (l1_loss_backward)", host_median_us([&] {
              (void)nn::l1_loss_backward(grad_loss, y_values, target.data(), nn::Reduction::mean());
            }));
+    // Linear's dW and db by their calls, as accumulate_linear_grads_cuda makes them.
+    namespace nd = nn::detail;
+    cudaStream_t stream = cuda::current_stream(0);
+    const nd::ConstRows dy_rows = nd::const_rows_of(dy), x_rows = nd::const_rows_of(x);
+    DeviceBuffer<int64_t> scratch(nd::weight_grad_scratch_words(640, 16) + 16, Device::cuda());
+    auto* largest = reinterpret_cast<unsigned int*>(scratch.data());
+    scratch.zero();
+    DeviceBuffer<int64_t> sign_sums(16, Device::cuda());
+    sign_sums.zero();
+    exact::ExactSums sums(16 * 640 + 16, Device::cuda());
+    report("    ExactSums of 10,256 sums (allocate, zero, release)",
+           host_median_us([&] { exact::ExactSums made(16 * 640 + 16, Device::cuda()); }));
+    report("    DeviceBuffer of the scratch, zeroed", host_median_us([&] {
+             DeviceBuffer<int64_t> made(nd::weight_grad_scratch_words(640, 16) + 16, Device::cuda());
+             made.zero();
+           }));
+    report("    x's column maxima (column_maxima_cuda)",
+           host_median_us([&] { nd::column_maxima_cuda(x_rows, largest, nullptr, stream); }));
+    report("    dy's maxima, words, sign sums", host_median_us([&] {
+             nd::column_maxima_cuda(dy_rows, largest + 640, largest + 656, stream, sign_sums.data());
+           }));
+    report("    dW's sums (enqueue_weight_grad_sums: two launches)", host_median_us([&] {
+             nd::enqueue_weight_grad_sums(dy_rows, x_rows, largest, sums.digits(), sums.count(), stream);
+           }));
+    report("    the rounding (round_digits_cuda)", host_median_us([&] {
+             exact::detail::round_digits_cuda(sums.digits(), sums.count(), sums.count(), dw.data(), 0);
+           }));
+    report("    combine_across_ranks (no ranks)", host_median_us([&] { exact::combine_across_ranks(sums); }));
     Tensor grad = Tensor::zeros({16, 640}, Device::cuda());
     report("  of which a gradient's accumulation (add_)", host_median_us([&] { add_(grad, dw); }));
     report("  of which the seed gradient (Tensor::ones({}))",
@@ -145,11 +174,13 @@ void profile_host() {
   report("AdamW step", host_median_us([&] { seed.optimizer.step(); }));
   // What those are made of.
   cudaStream_t stream = cuda::current_stream(0);
-  const Tensor one = Tensor::empty({1}, Device::cuda());
-  report("Tensor::fill_ of one element (one launch)", host_median_us([&] { one.fill_(0.0f); }));
+  const Tensor one = Tensor::zeros({1}, Device::cuda());
+  Tensor target_one = Tensor::zeros({1}, Device::cuda());
+  report("one kernel launch (add_ of one element)", host_median_us([&] { add_(target_one, one); }));
   report("10 of those", host_median_us([&] {
-           for (int i = 0; i < 10; ++i) one.fill_(0.0f);
+           for (int i = 0; i < 10; ++i) add_(target_one, one);
          }));
+  report("Tensor::fill_ of one element (a memset)", host_median_us([&] { one.fill_(1.0f); }));
   report("allocate + release 768 KB (the cache)", host_median_us([&] {
            void* pointer = cuda::allocate(768 << 10, 0);
            cuda::release(pointer, 768 << 10, 0);

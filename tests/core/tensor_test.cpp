@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/cuda_runtime.h"
@@ -118,12 +120,20 @@ TEST_CASE("zero CUDA devices is a normal state", "[core]") {
   CHECK_THROWS_WITH(Device::parse("gpu"), Catch::Contains("'gpu'"));
 }
 
-TEST_CASE("fill_ on a GPU writes the value's bits: +0 by a memset, -0 and the rest by a kernel",
-          "[core][cuda]") {
+TEST_CASE("fill_ on a GPU writes the value's bits (a memset of its 32 bits)", "[core][cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  const float values[] = {0.0f, -0.0f, 1.5f, -3.25e-41f, std::numeric_limits<float>::infinity()};
+  const auto from_bits = [](uint32_t bits) {
+    float value = 0.0f;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+  };
+  // +0 (a byte memset), -0, a normal, a subnormal, infinity, NaNs with payloads and signs.
+  const float values[] = {0.0f,       -0.0f, 1.5f, -3.25e-41f, std::numeric_limits<float>::infinity(),
+                          from_bits(0x7fc01234u), from_bits(0xffa00001u)};
   for (const float value : values) {
-    INFO("value " << value << (std::signbit(value) ? " (sign bit set)" : ""));
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    INFO("value bits 0x" << std::hex << bits);
     // A view in the middle of a poisoned buffer: the fill must stop at its ends.
     const Tensor buffer = test::poisoned({1003}, Device::cuda());
     buffer.narrow(0, 1, 1001).fill_(value);
