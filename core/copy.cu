@@ -4,10 +4,8 @@
 #include <cuda.h>  // the driver API's types, for cuMemsetD32Async (found at run time)
 #include <cudaTypedefs.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -72,9 +70,9 @@ PFN_cuMemsetD32Async_v3020 memset_d32() {
 }  // namespace
 
 void fill_cuda(float* data, int64_t count, float value, int device) {
+  if (count == 0) return;
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
-  if (count == 0) return;
   // A fill is a memset of the value's 32 bits (any value: -0, NaN payloads and
   // subnormals are bits like any other), which costs the host about a third of a kernel
   // launch; zero_grad, Tensor::zeros and ones fill at every step of an eager loop.

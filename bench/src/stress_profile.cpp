@@ -139,24 +139,26 @@ void profile_host() {
            }));
     // Linear's dW and db by their calls, as accumulate_linear_grads_cuda makes them.
     namespace nd = nn::detail;
+    const int64_t in = x.size(1), out = dy.size(1), scratch_words = nd::weight_grad_scratch_words(in, out);
     cudaStream_t stream = cuda::current_stream(0);
     const nd::ConstRows dy_rows = nd::const_rows_of(dy), x_rows = nd::const_rows_of(x);
-    DeviceBuffer<int64_t> scratch(nd::weight_grad_scratch_words(640, 16) + 16, Device::cuda());
-    auto* largest = reinterpret_cast<unsigned int*>(scratch.data());
+    // x's maxima [in], dy's [out], dy's two words (linear_kernels.h).
+    DeviceBuffer<unsigned int> scratch(scratch_words, Device::cuda());
     scratch.zero();
-    DeviceBuffer<int64_t> sign_sums(16, Device::cuda());
+    unsigned int* const largest = scratch.data();
+    DeviceBuffer<int64_t> sign_sums(out, Device::cuda());
     sign_sums.zero();
-    exact::ExactSums sums(16 * 640 + 16, Device::cuda());
+    exact::ExactSums sums(out * in + out, Device::cuda());
     report("    ExactSums of 10,256 sums (allocate, zero, release)",
-           host_median_us([&] { exact::ExactSums made(16 * 640 + 16, Device::cuda()); }));
+           host_median_us([&] { exact::ExactSums made(out * in + out, Device::cuda()); }));
     report("    DeviceBuffer of the scratch, zeroed", host_median_us([&] {
-             DeviceBuffer<int64_t> made(nd::weight_grad_scratch_words(640, 16) + 16, Device::cuda());
+             DeviceBuffer<unsigned int> made(scratch_words, Device::cuda());
              made.zero();
            }));
     report("    x's column maxima (column_maxima_cuda)",
            host_median_us([&] { nd::column_maxima_cuda(x_rows, largest, nullptr, stream); }));
     report("    dy's maxima, words, sign sums", host_median_us([&] {
-             nd::column_maxima_cuda(dy_rows, largest + 640, largest + 656, stream, sign_sums.data());
+             nd::column_maxima_cuda(dy_rows, largest + in, largest + in + out, stream, sign_sums.data());
            }));
     report("    dW's sums (enqueue_weight_grad_sums: two launches)", host_median_us([&] {
              nd::enqueue_weight_grad_sums(dy_rows, x_rows, largest, sums.digits(), sums.count(), stream);

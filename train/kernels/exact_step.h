@@ -55,7 +55,7 @@ struct ExactFinish {
   float* gradients;                // [count]
   const int64_t* loss_digits;      // one sum
   float* loss;
-  int64_t* norm_digits;            // two sums (W's squares, b's), stride 2; zeroed first
+  int64_t* norm_digits;            // two sums (W's squares, b's), stride 2; zero at launch
   unsigned* blocks_done;           // zero between launches; the last block resets it
   float* total_norm;
   int64_t* step_words;             // [step_word_count], loss_digits and norm_digits among them
