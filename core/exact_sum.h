@@ -323,13 +323,15 @@ class ScaledAbsSum {
 };
 
 // ---- rounding the digits once ----
-// The exact value Σ_k digit_k * 2^b_k as a 320-bit two's complement integer in units
-// of 2^-149 (five 64-bit words, least significant first), then rounded to nearest
-// even at the target format's precision.
+// The digits are first carried into place, from the lowest bin up: each bin below the
+// top keeps its value modulo 2^31 (in [0, 2^31)) and passes the rest up, so that the
+// sum's sign is the top digit's and a negative sum is negated digit by digit (and
+// carried again). The highest nonzero digit and the two below it then hold at least 63
+// bits below the sum's leading one: enough for a double's 53, the rounding bit and more;
+// the digits further down only decide the sticky bit. Rounded to nearest even at the
+// target format's precision.
 
 namespace detail {
-
-constexpr int kWords = 5;
 
 SEQPAR_HOST_DEVICE int leading_zeros(uint64_t word) {
 #ifdef __CUDA_ARCH__
@@ -339,52 +341,15 @@ SEQPAR_HOST_DEVICE int leading_zeros(uint64_t word) {
 #endif
 }
 
-// value += digit * 2^shift (shift >= 0), two's complement over kWords words.
-SEQPAR_HOST_DEVICE void add_shifted(uint64_t (&value)[kWords], int64_t digit, int shift) {
-  const uint64_t fill = digit < 0 ? ~uint64_t{0} : 0;
-  const int word = shift / 64, bit = shift % 64;
-  uint64_t carry = 0;
-  for (int w = 0; w < kWords; ++w) {
-    // The addend's word w: zeros below the digit, its low and high parts, then its sign.
-    uint64_t addend = w < word ? 0 : fill;
-    if (w == word) addend = static_cast<uint64_t>(digit) << bit;
-    if (w == word + 1 && bit != 0) addend = static_cast<uint64_t>(digit >> (64 - bit));
-    const uint64_t sum = value[w] + addend;
-    const uint64_t carry_out = sum < value[w] ? 1 : 0;
-    value[w] = sum + carry;
-    carry = carry_out | (value[w] < sum ? 1 : 0);
+// Every digit but the top one into [0, 2^31), the excess carried into the bin above
+// (an arithmetic shift: a floor, for negative digits too). The value is unchanged; the
+// top digit stays within int64 (|digits| <= 2^62 on entry: kMaxTerms).
+SEQPAR_HOST_DEVICE void carry_digits(int64_t (&d)[kBins]) {
+  constexpr int64_t kMask = (int64_t{1} << kBinBits) - 1;
+  for (int k = kBins - 1; k > 0; --k) {
+    d[k - 1] += d[k] >> kBinBits;
+    d[k] &= kMask;
   }
-}
-
-// Whether any bit below `position` is set.
-SEQPAR_HOST_DEVICE bool any_below(const uint64_t (&magnitude)[kWords], int position) {
-  bool any = false;
-  for (int w = 0; w < kWords; ++w) {  // every word, so that the indices stay constants
-    const int bits = position - 64 * w;
-    const uint64_t mask = bits <= 0 ? 0 : bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
-    any = any || (magnitude[w] & mask) != 0;
-  }
-  return any;
-}
-
-// Bits [low, low + count) as an integer, count <= 63 (0 outside the magnitude). Every
-// word shifted into place, not the words at run-time indices: on a GPU an array read
-// at a run-time index lives in local memory; read at constant ones it stays in
-// registers.
-SEQPAR_HOST_DEVICE uint64_t bits_from(const uint64_t (&magnitude)[kWords], int low, int count) {
-  if (count <= 0) return 0;
-  uint64_t bits = 0;
-  for (int w = 0; w < kWords; ++w) {
-    const int offset = 64 * w - low;  // where word w's lowest bit lands
-    if (offset >= 0 && offset < 64) bits |= magnitude[w] << offset;
-    if (offset < 0 && offset > -64) bits |= magnitude[w] >> -offset;
-  }
-  return bits & ((uint64_t{1} << count) - 1);
-}
-
-// Bit `position` of an unsigned magnitude (0 outside it).
-SEQPAR_HOST_DEVICE uint64_t bit_at(const uint64_t (&magnitude)[kWords], int position) {
-  return bits_from(magnitude, position, 1);
 }
 
 // Rounds the exact sum to Float (float or double), to nearest even, subnormals and
@@ -400,33 +365,45 @@ SEQPAR_HOST_DEVICE Float round_digits(const int64_t* digits, int64_t stride) {
     return positive ? std::numeric_limits<Float>::infinity()
                     : -std::numeric_limits<Float>::infinity();
   }
-  uint64_t value[kWords] = {0, 0, 0, 0, 0};
-  for (int k = 0; k < kBins; ++k) {
-    add_shifted(value, digits[k * stride], bin_exponent(k) - kLowestExponent);
+  int64_t d[kBins];
+  for (int k = 0; k < kBins; ++k) d[k] = digits[k * stride];
+  carry_digits(d);
+  // The lower digits are now non-negative and below one unit of the top's bin: the sum
+  // is negative exactly when the top digit is.
+  const bool negative = d[0] < 0;
+  if (negative) {
+    for (int k = 0; k < kBins; ++k) d[k] = -d[k];
+    carry_digits(d);
   }
-  const bool negative = (value[kWords - 1] >> 63) != 0;
-  if (negative) {  // magnitude = -value
-    uint64_t carry = 1;
-    for (int w = 0; w < kWords; ++w) {
-      value[w] = ~value[w] + carry;
-      carry = (carry != 0 && value[w] == 0) ? 1 : 0;
-    }
-  }
-  int top = -1;  // the highest set bit (the highest nonzero word's, as w ascends)
-  for (int w = 0; w < kWords; ++w) {
-    if (value[w] != 0) top = 64 * w + 63 - leading_zeros(value[w]);
-  }
-  if (top < 0) return Float(0);  // an exact zero is +0, whatever the terms' signs
+  int first = 0;  // the highest nonzero digit
+  while (first < kBins && d[first] == 0) ++first;
+  if (first == kBins) return Float(0);  // an exact zero is +0, whatever the terms' signs
+  // Digits first .. first + 2 side by side (they do not overlap: the lower two are below
+  // 2^31), in units of 2^(b_(first + 2)); a missing digit is 0. At the first digit's
+  // bit 0 the window holds its bit 62, so the leading one is at bit 62 or above.
+  UInt128 window = static_cast<UInt128>(d[first]) << (2 * kBinBits);
+  if (first + 1 < kBins) window |= static_cast<UInt128>(d[first + 1]) << kBinBits;
+  if (first + 2 < kBins) window |= static_cast<UInt128>(d[first + 2]);
+  bool rest = false;  // any nonzero digit below the window
+  for (int k = first + 3; k < kBins; ++k) rest = rest || d[k] != 0;
+  // Positions in units of 2^-149 (bin 8's unit is 2^-149, bin k's 2^(31 (8 - k) - 149)).
+  const int window_low = kBinBits * (kBins - 3 - first);  // the window's bit 0; < 0 near the grid's end
+  const uint64_t window_high = static_cast<uint64_t>(window >> 64);
+  const int top = window_low + (window_high != 0 ? 127 - leading_zeros(window_high)
+                                                  : 63 - leading_zeros(static_cast<uint64_t>(window)));
   constexpr int kPrecision = std::numeric_limits<Float>::digits;  // 24 or 53
-  // The lowest kept bit, in units of 2^-149: precision bits below the top, but never
-  // below the format's smallest subnormal (2^-149 for float; doubles reach far lower).
+  // The lowest kept bit: precision bits below the top, but never below the format's
+  // smallest subnormal (2^-149 for float; doubles reach far lower) nor below the grid.
   const int subnormal_floor = std::numeric_limits<Float>::min_exponent - kPrecision - kLowestExponent;
   int low = top - kPrecision + 1;
   if (low < subnormal_floor) low = subnormal_floor;
   if (low < 0) low = 0;
-  uint64_t kept = bits_from(value, low, top - low + 1);
-  const bool half = bit_at(value, low - 1) != 0;
-  const bool sticky = any_below(value, low - 1);
+  // At least 10 bits below the kept ones lie in the window (the top is at its bit 62 or
+  // above), so the shift is in [10, 127].
+  const int shift = low - window_low;
+  uint64_t kept = static_cast<uint64_t>(window >> shift);
+  const bool half = ((window >> (shift - 1)) & 1u) != 0;
+  const bool sticky = rest || (window & ((static_cast<UInt128>(1) << (shift - 1)) - 1)) != 0;
   if (half && (sticky || (kept & 1u))) ++kept;  // may carry into one more bit: still exact
   // kept * 2^(low - 149): both factors exact in double, and ldexp rounds nothing
   // unless the result leaves Float's range, where it becomes infinity as it should.

@@ -308,3 +308,102 @@ TEST_CASE("ScaledAbsSum: many large terms carry into the fixed-point sum's upper
   CHECK(exact::round_to_double(scaled.data()) ==
         static_cast<double>(1.0f / 3) * static_cast<double>(a) * 0x1p20);
 }
+
+// ---------------------------------------------------------------- rounding any digits
+// round_to_float / round_to_double take digits as sums, flushes, atomics and the ranks'
+// combines leave them: any signs, up to 2^62 in magnitude, carries not propagated. Each
+// case below is a value V (in units of 2^-149) written as digits in a random way, and
+// the rounding must give the reference's rounding of V.
+
+namespace {
+
+// V as digits: its base-2^31 bins, then carries moved between neighbours at random
+// (d[k - 1] -= a, d[k] += a * 2^31: the same value) and each digit kept within 2^62.
+Digits scatter_digits(const mpz_class& units, std::mt19937_64& rng) {
+  Digits digits{};
+  mpz_class rest = units;
+  for (int k = exact::kBins - 1; k >= 1; --k) {  // bins below the top: non-negative remainders
+    mpz_class low;
+    mpz_fdiv_r_2exp(low.get_mpz_t(), rest.get_mpz_t(), exact::kBinBits);
+    digits[static_cast<size_t>(k)] = static_cast<int64_t>(low.get_si());
+    mpz_fdiv_q_2exp(rest.get_mpz_t(), rest.get_mpz_t(), exact::kBinBits);
+  }
+  digits[0] = static_cast<int64_t>(rest.get_si());  // callers keep |V| below 2^(99 + 61)
+  std::uniform_int_distribution<int> bin(1, exact::kBins - 1), bits(0, 30);
+  for (int moves = static_cast<int>(rng() % 12); moves > 0; --moves) {
+    const auto k = static_cast<size_t>(bin(rng));
+    const int64_t a = static_cast<int64_t>(rng() >> (64 - bits(rng) - 1)) * (rng() % 2 ? 1 : -1);
+    const int64_t moved = digits[k] + a * (int64_t{1} << exact::kBinBits);
+    const int64_t above = digits[k - 1] - a;
+    const int64_t limit = int64_t{1} << 62;
+    if (moved > -limit && moved < limit && above > -limit && above < limit) {
+      digits[k] = moved;
+      digits[k - 1] = above;
+    }
+  }
+  return digits;
+}
+
+void check_digits_round(const mpz_class& units, std::mt19937_64& rng) {
+  const Digits digits = scatter_digits(units, rng);
+  ReferenceSum reference;
+  reference.value = mpq_class(units, mpz_class(1) << 149);
+  reference.value.canonicalize();
+  const float want_float = reference.rounded<float>();
+  const double want_double = reference.rounded<double>();
+  const float got_float = exact::round_to_float(digits.data());
+  const double got_double = exact::round_to_double(digits.data());
+  CAPTURE(units.get_str(16), got_float, want_float, got_double, want_double);
+  CHECK(same_bits(got_float, want_float));
+  CHECK(same_bits(got_double, want_double));
+}
+
+}  // namespace
+
+TEST_CASE("rounding digits in any form (signs, carries, ties, cancellation) matches the exact reference",
+          "[exact][cpu]") {
+  std::mt19937_64 rng(0x5e9a7ull);
+  std::uniform_int_distribution<int> length(0, 158);  // |V| < 2^158: every digit stays within 2^62
+  std::uniform_int_distribution<int> precision(0, 2);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int bits = length(rng);
+    mpz_class units = 0;
+    for (int b = 0; b < bits; b += 64) units = (units << 64) + mpz_class(std::to_string(rng()));
+    mpz_fdiv_r_2exp(units.get_mpz_t(), units.get_mpz_t(), static_cast<unsigned long>(bits));
+    if (bits > 0) mpz_setbit(units.get_mpz_t(), static_cast<unsigned long>(bits - 1));
+    // Every third value a tie or a near tie at float's or double's precision: the bits
+    // below the kept ones are 100..0, 100..01 or 011..1.
+    if (trial % 3 == 0 && bits > 26) {
+      const int kept = precision(rng) == 0 ? 24 : 53;
+      const int below = bits - kept;
+      if (below >= 2) {
+        mpz_fdiv_q_2exp(units.get_mpz_t(), units.get_mpz_t(), static_cast<unsigned long>(below));
+        mpz_mul_2exp(units.get_mpz_t(), units.get_mpz_t(), static_cast<unsigned long>(below));
+        const int kind = static_cast<int>(rng() % 3);
+        if (kind == 0) mpz_setbit(units.get_mpz_t(), static_cast<unsigned long>(below - 1));
+        if (kind == 1) {
+          mpz_setbit(units.get_mpz_t(), static_cast<unsigned long>(below - 1));
+          mpz_setbit(units.get_mpz_t(), 0);
+        }
+        if (kind == 2) units += (mpz_class(1) << (below - 1)) - 1;
+      }
+    }
+    if (rng() % 2) units = -units;
+    check_digits_round(units, rng);
+  }
+  // Values at the edges: zero, the grid's unit, float's subnormal and normal ranges, its
+  // largest and just past it (to infinity), and a sum whose top digit cancels.
+  for (const int power : {0, 1, 22, 23, 24, 100, 126, 127, 149, 150, 276, 277, 278, 300}) {
+    for (const int offset : {-1, 0, 1}) {
+      const mpz_class units = (mpz_class(1) << power) + offset;
+      check_digits_round(units, rng);
+      check_digits_round(-units, rng);
+    }
+  }
+  check_digits_round(0, rng);
+  // float's largest (2^128 - 2^104) and the halfway point above it, in units of 2^-149
+  const mpz_class largest = (mpz_class(1) << 277) - (mpz_class(1) << 253);
+  check_digits_round(largest, rng);
+  check_digits_round(largest + (mpz_class(1) << 252), rng);
+  check_digits_round(largest + (mpz_class(1) << 252) - 1, rng);
+}
