@@ -189,6 +189,8 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   int buffer = 0;
   for (int64_t step_row = 0; step_row < rows; step_row += kStepRows, buffer ^= 1) {
     const Loaded current = next;
+    // The next step's loads go out first, so that a whole step covers their latency.
+    if (step_row + kStepRows < rows) next = load(step_row + kStepRows);
     unsigned char* bytes = reinterpret_cast<unsigned char*>(fragments[buffer]);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -198,7 +200,6 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     }
     __syncthreads();  // the step's fragments are laid out (and last-but-one step's read)
     const uint4 a = fragments[buffer][lane];
-    if (step_row + kStepRows < rows) next = load(step_row + kStepRows);
     Offset u[8];
     bool outside[8];
     bool any_outside = whole;
