@@ -328,7 +328,7 @@ Digits scatter_digits(const mpz_class& units, std::mt19937_64& rng) {
     digits[static_cast<size_t>(k)] = static_cast<int64_t>(low.get_si());
     mpz_fdiv_q_2exp(rest.get_mpz_t(), rest.get_mpz_t(), exact::kBinBits);
   }
-  digits[0] = static_cast<int64_t>(rest.get_si());  // callers keep |V| below 2^(99 + 61)
+  digits[0] = static_cast<int64_t>(rest.get_si());  // |V| < 2^310: the top digit within 2^62
   std::uniform_int_distribution<int> bin(1, exact::kBins - 1), bits(0, 30);
   for (int moves = static_cast<int>(rng() % 12); moves > 0; --moves) {
     const auto k = static_cast<size_t>(bin(rng));
@@ -363,8 +363,8 @@ void check_digits_round(const mpz_class& units, std::mt19937_64& rng) {
 TEST_CASE("rounding digits in any form (signs, carries, ties, cancellation) matches the exact reference",
           "[exact][cpu]") {
   std::mt19937_64 rng(0x5e9a7ull);
-  std::uniform_int_distribution<int> length(0, 158);  // |V| < 2^158: every digit stays within 2^62
-  std::uniform_int_distribution<int> precision(0, 2);
+  // |V| below 2^300 units (2^151): every bin reached, past float's range (2^277 units).
+  std::uniform_int_distribution<int> length(0, 300);
   for (int trial = 0; trial < 20000; ++trial) {
     const int bits = length(rng);
     mpz_class units = 0;
@@ -374,7 +374,7 @@ TEST_CASE("rounding digits in any form (signs, carries, ties, cancellation) matc
     // Every third value a tie or a near tie at float's or double's precision: the bits
     // below the kept ones are 100..0, 100..01 or 011..1.
     if (trial % 3 == 0 && bits > 26) {
-      const int kept = precision(rng) == 0 ? 24 : 53;
+      const int kept = rng() % 2 ? 24 : 53;
       const int below = bits - kept;
       if (below >= 2) {
         mpz_fdiv_q_2exp(units.get_mpz_t(), units.get_mpz_t(), static_cast<unsigned long>(below));
@@ -391,9 +391,10 @@ TEST_CASE("rounding digits in any form (signs, carries, ties, cancellation) matc
     if (rng() % 2) units = -units;
     check_digits_round(units, rng);
   }
-  // Values at the edges: zero, the grid's unit, float's subnormal and normal ranges, its
-  // largest and just past it (to infinity), and a sum whose top digit cancels.
-  for (const int power : {0, 1, 22, 23, 24, 100, 126, 127, 149, 150, 276, 277, 278, 300}) {
+  // Values at the edges: zero, the grid's unit, float's subnormal and normal ranges, the
+  // bins' boundaries, float's largest and just past it (to infinity).
+  for (const int power : {0, 1, 22, 23, 24, 31, 62, 93, 124, 126, 127, 149, 150, 155, 186, 217,
+                          248, 276, 277, 278, 300}) {
     for (const int offset : {-1, 0, 1}) {
       const mpz_class units = (mpz_class(1) << power) + offset;
       check_digits_round(units, rng);
