@@ -42,7 +42,12 @@ int64_t read_integer(const toml::node& node, const std::string& key) {
 
 double read_number(const toml::node& node, const std::string& key) {
   SEQPAR_INPUT_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
-  return node.value<double>().value();
+  // toml++ turns an integer into a double only up to 2^53 in magnitude, where every
+  // integer is one exactly; past it, an error rather than a value rounded unseen.
+  const std::optional<double> value = node.value<double>();
+  SEQPAR_INPUT_CHECK(value.has_value(), "config key ", key, " must be a number a double holds exactly ",
+                     "(an integer at most 2^53 in magnitude, or a float), got ", describe(node));
+  return *value;
 }
 
 Reader integer_into(int64_t ReproConfig::*field) {

@@ -106,7 +106,7 @@ KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& nod
                   "models DeepSpeed's default (false)");
   }
   if (key == "ds_config.gradient_predivide_factor") {
-    if (node.is_number() && node.value<double>().value() == 1.0) {
+    if (node.is_number() && node.value<double>() == 1.0) {  // empty past 2^53: not 1
       return ignore("1.0: DeepSpeed's default");
     }
     return refuse("a predivide factor rescales the gradients around the reduction; the "

@@ -99,6 +99,10 @@ TEST_CASE("every config error is an InputError of one line naming key, value and
       {"ds_config.optimizer.params.lr=1e-50", "not representable in float32"},
       {"ds_config.optimizer.params.lr=nan", "lr = nan: must be a finite number"},
       {"ds_config.optimizer.params.eps=inf", "eps = inf: must be a finite number"},
+      // an integer past 2^53, which toml++ does not turn into a double (found by fuzz_config)
+      {"ds_config.optimizer.params.eps=4611686018427387904", "eps must be a number a double holds exactly"},
+      {"ds_config.gradient_clipping=-9007199254740993", "gradient_clipping must be a number a double"},
+      {"ds_config.gradient_predivide_factor=4611686018427387904", "predivide factor"},
       {"ds_config.optimizer.params.weight_decay=inf", "weight_decay = inf"},
       {"ds_config.gradient_clipping=inf", "gradient_clipping = inf"},
       {"ds_config.gradient_clipping=-1", "gradient_clipping = -1: must be in [0, "},
