@@ -85,9 +85,15 @@ class BlockCache {
     cached_bytes_ += bytes;
     return true;
   }
+  // A block allocated during a capture is the graph's: noted until it is freed, by the
+  // graph itself (a free node, also during the capture) or later (then not cached).
   void note_graph_owned(void* pointer) {
     std::lock_guard<std::mutex> lock(mutex_);
     graph_owned_.insert(pointer);
+  }
+  void forget_graph_owned(void* pointer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    graph_owned_.erase(pointer);
   }
   // Every cached block, handed back (to free them to the pool).
   std::vector<void*> drain() {
@@ -171,7 +177,11 @@ void* allocate(size_t bytes, int device) {
 void release(void* pointer, size_t bytes, int device) {
   if (pointer == nullptr) return;
   DeviceState& state = state_of(device);
-  if (!capturing(state.stream) && state.cache.keep(pointer, BlockCache::rounded(bytes))) return;
+  if (capturing(state.stream)) {
+    state.cache.forget_graph_owned(pointer);  // the graph frees it: no note left behind
+  } else if (state.cache.keep(pointer, BlockCache::rounded(bytes))) {
+    return;
+  }
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaFreeAsync(pointer, state.stream));
 }
