@@ -48,6 +48,27 @@ __device__ inline void add_scaled_integer_atomically(int64_t* digits, int64_t st
   }
 }
 
+// integer * significand * 2^t added into digits[d * stride] as add_scaled_integer_atomically
+// adds it, through slice_scaled_product's four slices where they fit below bin 0 (almost
+// always): one 64-bit multiply pair and shifts instead of a 128-bit product and loop.
+__device__ inline void add_scaled_product_atomically(int64_t* digits, int64_t stride, int64_t integer,
+                                                     uint32_t significand, int t) {
+  if (integer == 0 || significand == 0) return;
+  int64_t slices[4];
+  int lowest;
+  if (!slice_scaled_product(integer, significand, t, slices, lowest)) {
+    add_scaled_integer_atomically(digits, stride, Int128{integer} * significand, t);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (slices[i] != 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(digits + (lowest - i) * stride),
+                static_cast<unsigned long long>(slices[i]));
+    }
+  }
+}
+
 // The sum of every thread's `local` digits into `block` (shared memory, kDigits words),
 // visible to every thread on return: a warp's lanes first (shuffles), then the block's
 // warps (shared-memory atomics). Every thread of the block must call it; blockDim.x a

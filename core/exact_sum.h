@@ -214,6 +214,42 @@ SEQPAR_HOST_DEVICE void add_scaled_integer(int64_t* digits, int64_t stride, Int1
   }
 }
 
+// add_scaled_integer's slices for the common product of an int64 and a float's
+// significand (a fixed-point sum times a factor's significand, as a one-magnitude dW
+// forms it) without 128-bit arithmetic beyond one wide multiply: |integer| times the
+// significand (below 2^87), shifted to its lowest bin's boundary (below 2^118), is four
+// kBinBits-bit slices, signed as the integer, for bins lowest, lowest - 1, ..,
+// lowest - 3. False, and nothing written, when those would reach above bin 0 (a unit of
+// 2^37 or more, which add_scaled_integer handles by giving bin 0 the rest).
+SEQPAR_HOST_DEVICE bool slice_scaled_product(int64_t integer, uint32_t significand, int t,
+                                             int64_t (&slices)[4], int& lowest) {
+  const int offset = t - kLowestExponent;  // the product's unit, in bits above 2^-149
+  lowest = kBins - 1 - offset / kBinBits;
+  if (lowest < 3) return false;
+  const int shift = offset % kBinBits;
+  const bool negative = integer < 0;
+  const uint64_t magnitude = negative ? 0 - static_cast<uint64_t>(integer) : static_cast<uint64_t>(integer);
+  const uint64_t low = magnitude * significand;
+#ifdef __CUDA_ARCH__
+  const uint64_t high = __umul64hi(magnitude, significand);
+#else
+  const uint64_t high = static_cast<uint64_t>((static_cast<UInt128>(magnitude) * significand) >> 64);
+#endif
+  // (high, low) << shift, shift < 31: high stays below 2^54.
+  const uint64_t shifted_low = low << shift;
+  const uint64_t shifted_high = (high << shift) | ((low >> 1) >> (63 - shift));
+  constexpr uint64_t kSliceMask = (uint64_t{1} << kBinBits) - 1;
+  const uint64_t parts[4] = {shifted_low & kSliceMask, (shifted_low >> kBinBits) & kSliceMask,
+                             ((shifted_low >> (2 * kBinBits)) | (shifted_high << (64 - 2 * kBinBits))) &
+                                 kSliceMask,
+                             shifted_high >> (3 * kBinBits - 64)};
+  for (int i = 0; i < 4; ++i) {
+    const auto part = static_cast<int64_t>(parts[i]);
+    slices[i] = negative ? -part : part;
+  }
+  return true;
+}
+
 // The first bin that a term of magnitude at most `bound` can reach: the bins before it
 // have units more than twice the bound. A NaN or infinite bound reaches them all (0).
 SEQPAR_HOST_DEVICE int first_reachable_bin(double bound) {

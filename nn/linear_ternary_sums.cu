@@ -146,10 +146,12 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   // double); 0 past the edge (zeros, inside any window).
   double scale = 0.0;
   bool whole = false;
+  int lsb = 0;
   if (column_valid) {
     const Window window = column_window(x_largest[my_column], magnitude.exponent);
     scale = ldexp(1.0, -window.lsb);
     whole = window.whole;
+    lsb = window.lsb;
   }
   const float* x_column = x.data + (column_valid ? my_column : 0);
   // Row r of a step, for r < 8: 4t + r, then 16 + 4t + r - 4; its offset from the step's
@@ -237,21 +239,27 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   __syncthreads();
 
   // Each of this lane's 4 sums: Σ s v = Σ_l 2^(8 l) (Σ s u_l) - 2^44 Σ s, times f's
-  // significand, into the digits at the window's unit times f's.
+  // significand, into the digits at the window's unit times f's. The sums are of
+  // columns 2t and 2t + 1, whose windows lanes 8t and 8t + 4 hold (g = 2t, 2t + 1).
+  int column_lsb[2];
+  bool column_whole[2];
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    column_lsb[c] = __shfl_sync(0xffffffffu, lsb, 4 * (2 * t + c));
+    column_whole[c] = __shfl_sync(0xffffffffu, whole, 4 * (2 * t + c));
+  }
 #pragma unroll
   for (int d = 0; d < 4; ++d) {
     const int jj = g + (d < 2 ? 0 : 8);
     const int64_t j = j0 + jj, k = k_warp + 2 * t + (d % 2);
-    if (j >= out || k >= in) continue;
-    const Window window = column_window(x_largest[k], magnitude.exponent);
-    if (window.whole) continue;
+    if (j >= out || k >= in || column_whole[d % 2]) continue;
     // |Σ s v| < kRowsPerChunk 2^44, and every partial term below 2^62: int64 holds it.
     int64_t total = -(int64_t{sign_totals[jj]} << kWindowBits);
 #pragma unroll
     for (int limb = 0; limb < kLimbs; ++limb) total += int64_t{sums[limb][d]} << (8 * limb);
-    exact::add_scaled_integer_atomically(digits + j * in + k, count,
-                                         exact::Int128{total} * magnitude.significand,
-                                         window.lsb + magnitude.exponent);
+    exact::add_scaled_product_atomically(digits + j * in + k, count, total,
+                                         static_cast<uint32_t>(magnitude.significand),
+                                         column_lsb[d % 2] + magnitude.exponent);
   }
 }
 

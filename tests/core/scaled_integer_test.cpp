@@ -73,3 +73,50 @@ TEST_CASE("add_scaled_integer adds p * 2^t exactly, in any unit, either sign", "
   CHECK(untouched[0] == 1);
   CHECK(untouched[7] == 8);
 }
+
+TEST_CASE("slice_scaled_product gives add_scaled_integer's digits for an int64 times a significand",
+          "[exact][cpu]") {
+  // The GPU's one-magnitude dW adds integer * significand * 2^t through these slices;
+  // they must change each digit exactly as add_scaled_integer's 128-bit path does.
+  std::mt19937_64 random(20261201);
+  int sliced = 0, refused = 0;
+  for (int trial = 0; trial < 50000; ++trial) {
+    // Integers of every width up to int64's, significands of 1 to 24 bits (a float's),
+    // with the extremes of both among them.
+    const int bits = 1 + static_cast<int>(random() % 63);
+    int64_t integer = static_cast<int64_t>(random() >> (64 - bits));
+    if (trial % 97 == 0) integer = INT64_MAX;
+    if (random() % 2) integer = -integer;
+    if (trial % 101 == 0) integer = INT64_MIN + 1;
+    const int significand_bits = 1 + static_cast<int>(random() % 24);
+    uint32_t significand = static_cast<uint32_t>(random() >> (64 - significand_bits)) |
+                           (uint32_t{1} << (significand_bits - 1));
+    if (trial % 89 == 0) significand = 0xffffffu;
+    const exact::Int128 product = exact::Int128{integer} * significand;
+    // Units from 2^-149 up to where the product's top still fits the top digit.
+    int width = 0;
+    for (exact::UInt128 m = product < 0 ? -static_cast<exact::UInt128>(product) : product; m != 0; m >>= 1) ++width;
+    const int highest_t = std::min(exact::kTopBinExponent + exact::kBinBits - 1,
+                                   exact::kTopBinExponent + 61 - width);
+    const int t = exact::kLowestExponent +
+                  static_cast<int>(random() % static_cast<uint64_t>(highest_t - exact::kLowestExponent + 1));
+    int64_t expected[kDigits] = {}, actual[kDigits] = {};
+    exact::add_scaled_integer(expected, 1, product, t);
+    int64_t slices[4];
+    int lowest = -1;
+    INFO("trial " << trial << ": " << integer << " * " << significand << " at 2^" << t);
+    if (!exact::slice_scaled_product(integer, significand, t, slices, lowest)) {
+      // Refused only where a slice would land above bin 0.
+      CHECK(t - exact::kLowestExponent >= (exact::kBins - 3) * exact::kBinBits);
+      ++refused;
+      continue;
+    }
+    ++sliced;
+    REQUIRE(lowest >= 3);
+    REQUIRE(lowest < exact::kBins);
+    for (int i = 0; i < 4; ++i) actual[lowest - i] += slices[i];
+    for (int k = 0; k < kDigits; ++k) REQUIRE(actual[k] == expected[k]);
+  }
+  CHECK(sliced > 30000);
+  CHECK(refused > 100);
+}

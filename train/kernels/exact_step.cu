@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = threadIdx.x; j < out; j += blockDim.x) {
     int64_t* sum = o.bias_digits + j;
     const int64_t signs = gradient < 0.0f ? -int64_t{tally.signs[j]} : tally.signs[j];
-    exact::add_scaled_integer_atomically(sum, o.digit_stride,
-                                         exact::Int128{signs} * f.significand, f.exponent);
+    exact::add_scaled_product_atomically(sum, o.digit_stride, signs,
+                                         static_cast<uint32_t>(f.significand), f.exponent);
     if (tally.nan_seen[j] != 0) add_nan(sum, o.digit_stride);
     if (tally.largest[j] != 0) atomicMax(o.grad_y_largest + j, tally.largest[j]);
   }
