@@ -36,6 +36,9 @@ void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exa
 // sums[first + j] += Σ_i dy[i, j].
 void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums, int64_t first = 0);
 
+// The most outputs the exact L1 loss's kernels take (a block tallies each column).
+constexpr int64_t kExactL1MaxOut = 64;
+
 #ifdef SEQPAR_WITH_CUDA
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
 // How the wide one-magnitude dW (linear_ternary_wide.cu) cuts the rows: rows converted
@@ -128,6 +131,34 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
                          int device, unsigned int* x_largest = nullptr,
                          int outputs_per_thread = 0);
+
+// The exact L1 loss and its backward as far as db, from y (nn/exact_l1.cuh): where a
+// launch puts them. dy's maxima feed the dW sums, as column_maxima_cuda's would.
+struct ExactL1Outputs {
+  float* grad_y;          // [rows, out], contiguous
+  int64_t* loss_digits;   // one sum (stride 1)
+  int64_t* bias_digits;   // db's out sums: digit d of sum j at bias_digits[d * stride + j]
+  int64_t digit_stride;
+  unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
+};
+// The target and the loss's scale (nn::Reduction::scale in float, finite).
+struct ExactL1Target {
+  const float* data;
+  int64_t row_stride;
+  float scale;
+};
+
+// The narrow forward with the exact L1 loss in its epilogue: y and x's column maxima as
+// narrow_forward_cuda gives them (x_largest required), then, from the y each thread
+// holds, the loss's digits, dy, db's digits and dy's maxima as exact_l1 would from y read
+// back: one launch and no second pass over y. Only where narrow_forward_exact_l1_fits
+// (the staged kernel: rows 16-byte aligned, in % 4 == 0) and after
+// narrow_forward_prepare on the device.
+bool narrow_forward_exact_l1_fits(const ConstRows& x, int64_t out);
+void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+                                  const float* bias, int64_t out, float* y, int device,
+                                  unsigned int* x_largest, const ExactL1Target& target,
+                                  const ExactL1Outputs& outputs);
 
 // dW when every dy has one magnitude, as after an L1 loss (linear_ternary_sums.cu):
 // exact integer sums of ±x in fixed point, the same digits' value as the general row

@@ -16,6 +16,7 @@
 // four threads a row give more warps for the same instructions per FMA (one 16-byte
 // read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -24,6 +25,7 @@
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
+#include "nn/exact_l1.cuh"
 #include "nn/linear_kernels.h"
 
 namespace seqpar::nn::detail {
@@ -99,13 +101,17 @@ __device__ __forceinline__ void chain_steps4(const FourRows<kPerThread>& rows, f
   }
 }
 
-// A row's outputs j0 .. j0 + kPerThread - 1 (those below `out`): its chains plus the bias.
+// A row's outputs j0 .. j0 + kPerThread - 1 (those below `out`): its chains plus the
+// bias, left in sum (for an epilogue) and stored.
 template <int kPerThread>
-__device__ __forceinline__ void store_row(const float (&sum)[kPerThread], const float* bias,
+__device__ __forceinline__ void store_row(float (&sum)[kPerThread], const float* bias,
                                           int64_t out, int j0, float* y_row) {
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
-    if (j0 + j < out) y_row[j0 + j] = bias != nullptr ? __fadd_rn(sum[j], bias[j0 + j]) : sum[j];
+    if (j0 + j < out) {
+      if (bias != nullptr) sum[j] = __fadd_rn(sum[j], bias[j0 + j]);
+      y_row[j0 + j] = sum[j];
+    }
   }
 }
 
@@ -142,12 +148,12 @@ constexpr int kTileStride = kTileK + 4;   // floats a staged row: 16-byte aligne
 constexpr int kStages = 4;
 
 // The dynamic shared memory past Wᵀ: the warps' rings, then, with x's column maxima,
-// the block's maxima [in].
-template <int kPerThread, bool kMaxima>
+// the block's maxima [in], then, with the L1 epilogue, its tally.
+template <int kPerThread, bool kMaxima, bool kL1 = false>
 constexpr size_t staged_extra_bytes() {
   constexpr int kRowsPerWarp = 32 / (kNarrowOut / kPerThread);
   return sizeof(float) * (kNarrowThreads / 32) * kStages * kRowsPerWarp * kTileStride +
-         (kMaxima ? sizeof(unsigned int) * kNarrowMaxIn : 0);
+         (kMaxima ? sizeof(unsigned int) * kNarrowMaxIn : 0) + (kL1 ? sizeof(ExactL1Tally) : 0);
 }
 
 // With kMaxima, x_largest[k] also becomes the bits of the largest |x[., k]| (NaNs passed
@@ -155,11 +161,15 @@ constexpr size_t staged_extra_bytes() {
 // memory anyway, so the maxima cost no second read of x. Each lane takes one column of
 // each tile; the warps meet in the block's maxima, the blocks in x_largest (integer
 // maxima of non-negative floats' bits: any order gives the same bits).
-template <int kPerThread, bool kMaxima>
+// With kL1, each thread then takes its row's outputs through the exact L1 loss
+// (nn/exact_l1.cuh) against `target`, into `l1` (y is [rows, out], contiguous).
+template <int kPerThread, bool kMaxima, bool kL1 = false>
 __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
     ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
-    float* y, int64_t y_row_stride, unsigned int* x_largest) {
+    float* y, int64_t y_row_stride, unsigned int* x_largest, ExactL1Target target,
+    ExactL1Outputs l1) {
   static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
+  static_assert(!kL1 || kMaxima, "the L1 epilogue's dW needs x's maxima from the same pass");
   constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
   constexpr int kRowsPerWarp = 32 / kThreadsPerRow;
   constexpr int kQuadsPerRow = kTileK / 4;
@@ -197,6 +207,8 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
   if (kMaxima) {
     for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) block_largest[k] = 0;
   }
+  ExactL1Tally* tally = reinterpret_cast<ExactL1Tally*>(block_largest + kNarrowMaxIn);
+  if (kL1) tally->clear(out);
   __syncthreads();
 
   const int r_local = lane / kThreadsPerRow;
@@ -237,12 +249,25 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
     __syncwarp();  // every lane is done with the slot before a later tile refills it
   }
   const int64_t row = first_row + r_local;
-  if (row < x.rows && j0 < out) store_row<kPerThread>(sum, bias, out, j0, y + row * y_row_stride);
+  const bool row_inside = row < x.rows && j0 < out;
+  if (row_inside) store_row<kPerThread>(sum, bias, out, j0, y + row * y_row_stride);
   if (kMaxima) {
     __syncthreads();
     for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) {
       if (block_largest[k] != 0) atomicMax(x_largest + k, block_largest[k]);
     }
+  }
+  if constexpr (kL1) {
+    ExactL1Terms terms(target.scale);
+    if (row_inside) {
+      const float* target_row = target.data + row * target.row_stride;
+      float* grad_y_row = l1.grad_y + row * out;
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        if (j0 + j < out) terms.add(sum[j], target_row[j0 + j], j0 + j, grad_y_row + j0 + j, *tally);
+      }
+    }
+    terms.finish(*tally, out, l1);
   }
 }
 
@@ -271,7 +296,14 @@ void raise_staged_limits(int device) {
   raise_both(std::integral_constant<int, 4>{});
   raise_both(std::integral_constant<int, 8>{});
   raise_both(std::integral_constant<int, 16>{});
+  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<kDefaultPerThread, true, true>),
+        staged_extra_bytes<kDefaultPerThread, true, true>());
   staged_ready[device].store(true);
+}
+
+// Whether x's rows can stream through the staged kernel's 16-byte copies.
+bool staged_layout(const ConstRows& x) {
+  return x.cols % 4 == 0 && x.row_stride % 4 == 0 && cuda::aligned16(x.data);
 }
 
 template <int kPerThread>
@@ -279,7 +311,7 @@ void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weig
                            const float* bias, int64_t out, float* y, int64_t y_row_stride,
                            unsigned int* x_largest, int device, cudaStream_t stream) {
   const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
-  const bool vector = x.cols % 4 == 0 && x.row_stride % 4 == 0 && cuda::aligned16(x.data);
+  const bool vector = staged_layout(x);
   const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
   const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
   bool staged = vector && device >= 0 && device < 64 && staged_ready[device].load();
@@ -294,12 +326,13 @@ void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weig
   if (staged && x_largest != nullptr) {
     cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true>, dim3(blocks),
                            dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true>(),
-                           stream, x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest);
+                           stream, x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest,
+                           ExactL1Target{}, ExactL1Outputs{});
   } else if (staged) {
     cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, false>, dim3(blocks),
                            dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, false>(),
                            stream, x, weight, weight_row_stride, bias, out, y, y_row_stride,
-                           static_cast<unsigned int*>(nullptr));
+                           static_cast<unsigned int*>(nullptr), ExactL1Target{}, ExactL1Outputs{});
   } else {  // the same bits, x read one float at a time; its maxima in a pass of their own
     if (x_largest != nullptr) column_maxima_cuda(x, x_largest, nullptr, stream);
     narrow_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(
@@ -337,6 +370,34 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
     case 8: return launch_narrow_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
     default: return launch_narrow_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
   }
+}
+
+bool narrow_forward_exact_l1_fits(const ConstRows& x, int64_t out) {
+  return narrow_forward_fits(x, out) && out >= 1 && staged_layout(x);
+}
+
+void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+                                  const float* bias, int64_t out, float* y, int device,
+                                  unsigned int* x_largest, const ExactL1Target& target,
+                                  const ExactL1Outputs& outputs) {
+  SEQPAR_CHECK(narrow_forward_exact_l1_fits(x, out), "narrow_forward_exact_l1_cuda: ", x.rows, " x ",
+               x.cols, " -> ", out, " is not a narrow Linear with 16-byte-aligned rows of x");
+  SEQPAR_CHECK(x_largest != nullptr, "narrow_forward_exact_l1_cuda: x's maxima are required");
+  SEQPAR_CHECK(std::isfinite(target.scale), "narrow_forward_exact_l1_cuda: the loss scale ",
+               target.scale, " is not finite");
+  SEQPAR_CHECK(device >= 0 && device < 64 && staged_ready[device].load(),
+               "narrow_forward_exact_l1_cuda: call narrow_forward_prepare(", device, ") first");
+  if (x.rows == 0) return;
+  cuda::set_device(device);
+  constexpr int kPerThread = kDefaultPerThread;
+  const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
+  const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
+  const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
+  cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true, true>, dim3(blocks),
+                         dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true, true>(),
+                         cuda::current_stream(device), x, weight, weight_row_stride, bias, out, y, out,
+                         x_largest, target, outputs);
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace seqpar::nn::detail

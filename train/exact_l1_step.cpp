@@ -56,13 +56,21 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   }
   zeroed_ = false;  // until this step's finishing kernel is enqueued
 
-  // The forward, which also finds x's column maxima (the windows of dW's fixed point).
-  nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_, maxima);
+  // The forward, which also finds x's column maxima (the windows of dW's fixed point),
+  // and the L1 loss: in the forward's epilogue where the narrow kernel runs, else a
+  // launch of its own that reads y back.
   const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
   const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits, digits + out_ * in_, stride,
                                    maxima + in_};
-  kernels::exact_l1_cuda(y_.data(), b.target.data(), b.target.stride(0), rows_, out_, loss_scale_,
-                         l1, stream);
+  if (nn::detail::narrow_forward_exact_l1_fits(x, out_) && weight_.stride(1) == 1) {
+    const nn::detail::ExactL1Target target{b.target.data(), b.target.stride(0), loss_scale_};
+    nn::detail::narrow_forward_exact_l1_cuda(x, weight_.data(), weight_.stride(0), bias_.data(),
+                                             out_, y_.data(), device_, maxima, target, l1);
+  } else {
+    nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_, maxima);
+    kernels::exact_l1_cuda(y_.data(), b.target.data(), b.target.stride(0), rows_, out_,
+                           loss_scale_, l1, stream);
+  }
   const nn::detail::ConstRows dy{grad_y_.data(), rows_, out_, out_};
   nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream);
 

@@ -9,8 +9,7 @@
 #include "core/dependent_launch.cuh"
 #include "core/error.h"
 #include "core/exact_sum.cuh"
-#include "nn/l1_sign.h"
-#include "nn/one_magnitude.h"
+#include "nn/exact_l1.cuh"
 
 namespace seqpar::train::kernels {
 
@@ -20,96 +19,23 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kElementsPerThread = 2;  // at least, before the grid grows
 
-// A NaN as the flags of a one-term sum, added into one sum's digits.
-__device__ void add_nan(int64_t* sum, int64_t stride) {
-  exact::BinnedSum special;
-  special.clear();
-  special.add(static_cast<double>(NAN));
-  int64_t flags[exact::kDigits] = {};
-  special.flush(flags);
-  exact::add_digits_atomically(flags, sum, stride);
-}
-
-// What a block gathers per column in shared memory, with integer atomics (order-free):
-// the count of signs, whether a NaN was seen, and dy's largest magnitude.
-struct ColumnTallies {
-  int signs[kExactL1MaxOut];
-  int nan_seen[kExactL1MaxOut];
-  unsigned int largest[kExactL1MaxOut];
-  unsigned int words[2];  // dy's largest |dy| bits, the complement of its smallest nonzero
-};
-
-// Block: a grid-stride share of the elements. Each thread keeps its loss terms in a
-// binned sum (moved into the block's digits, then the launch's); the columns' tallies
-// go into db's digits (the count times s) and dy's maxima once per block.
+// Block: a grid-stride share of the elements, each thread's loss terms in a binned sum
+// and the columns' tallies in the block's (nn/exact_l1.cuh).
 __global__ void __launch_bounds__(kThreads)
     exact_l1_kernel(const float* y, const float* target, int64_t target_row_stride,
                     int64_t rows, int64_t out, float scale, ExactL1Outputs o) {
-  __shared__ ColumnTallies tally;
+  __shared__ nn::detail::ExactL1Tally tally;
   cuda::wait_for_prior_grids();  // y from the forward
   cuda::allow_dependent_grids();
-  for (int j = threadIdx.x; j < out; j += blockDim.x) {
-    tally.signs[j] = 0;
-    tally.nan_seen[j] = 0;
-    tally.largest[j] = 0;
-  }
-  if (threadIdx.x < 2) tally.words[threadIdx.x] = 0;
+  tally.clear(out);
   __syncthreads();
-  // The backward's factor, as nn's L1 backward forms it from d loss / d loss = 1.
-  const float gradient = __double2float_rn(1.0 * scale);
-  // A BinnedSum, not an exact::ScaledAbsSum: a thread here has about two terms, and the
-  // integer path's flush (two products into the digits) costs more than it saves
-  // (measured: bench/RESULTS.md).
-  exact::BinnedSum loss;
-  loss.clear();
-  int64_t local[exact::kDigits] = {};
-  int64_t pending = 0;  // terms in the bins since the last flush
-  unsigned int most = 0, least_complement = 0;  // over this thread's dy, as column_maxima
+  nn::detail::ExactL1Terms terms(scale);
   for (cuda::GridStrideElements e(rows, out); e.inside(); e.next()) {
-    const int64_t row = e.row, i = e.row * out + e.col;
-    const int j = static_cast<int>(e.col);
-    const float difference = __fsub_rn(y[i], target[row * target_row_stride + j]);
-    loss.add(__dmul_rn(static_cast<double>(scale), static_cast<double>(fabsf(difference))));
-    if (++pending == exact::kTermsPerFlush) {
-      loss.flush(local);
-      pending = 0;
-    }
-    const float sign = nn::l1_sign(difference);
-    const float dy = __fmul_rn(gradient, sign);
-    o.grad_y[i] = dy;
-    if (sign != 0.0f) {
-      if (sign == sign) {
-        atomicAdd(&tally.signs[j], sign > 0.0f ? 1 : -1);
-      } else {
-        atomicOr(&tally.nan_seen[j], 1);
-      }
-    }
-    // nn's column maxima: fmaxf passes over a NaN; the words see every bit pattern.
-    atomicMax(&tally.largest[j], __float_as_uint(fmaxf(0.0f, fabsf(dy))));
-    const unsigned int bits = __float_as_uint(dy) & 0x7fffffffu;
-    most = max(most, bits);
-    if (bits != 0) least_complement = max(least_complement, ~bits);
+    const int64_t i = e.row * out + e.col;
+    terms.add(y[i], target[e.row * target_row_stride + e.col], static_cast<int>(e.col),
+              o.grad_y + i, tally);
   }
-  atomicMax(&tally.words[0], most);
-  atomicMax(&tally.words[1], least_complement);
-  loss.flush(local);
-  exact::add_block_digits(local, o.loss_digits, 1);  // synchronizes the block first
-
-  // s is finite (exact_l1_cuda checks), so |s| is one magnitude: db is s times the net
-  // count of signs, an integer at s's unit.
-  const unsigned int bits = __float_as_uint(gradient) & 0x7fffffffu;
-  const nn::detail::OneMagnitude f = nn::detail::one_magnitude_of(bits, bits);
-  for (int j = threadIdx.x; j < out; j += blockDim.x) {
-    int64_t* sum = o.bias_digits + j;
-    const int64_t signs = gradient < 0.0f ? -int64_t{tally.signs[j]} : tally.signs[j];
-    exact::add_scaled_product_atomically(sum, o.digit_stride, signs,
-                                         static_cast<uint32_t>(f.significand), f.exponent);
-    if (tally.nan_seen[j] != 0) add_nan(sum, o.digit_stride);
-    if (tally.largest[j] != 0) atomicMax(o.grad_y_largest + j, tally.largest[j]);
-  }
-  if (threadIdx.x < 2 && tally.words[threadIdx.x] != 0) {
-    atomicMax(o.grad_y_largest + out + threadIdx.x, tally.words[threadIdx.x]);
-  }
+  terms.finish(tally, out, o);
 }
 
 // Block: kThreads sums of one tensor (W's blocks first, then b's).

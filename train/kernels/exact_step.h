@@ -3,37 +3,22 @@
 //
 // exact_l1_cuda: the L1 loss from the forward's y, in one launch: everything nn's L1
 // loss and Linear's db produce for the step, with the same values and so the same bits
-// once rounded, and dy's maxima for dW's sums:
-//
-//   loss digits += exact Σ s |d|,  d = fl32(y - target)        (nn/l1_loss.h's terms)
-//   dy           = s * sign(d), sign(0) = 0, NaN stays NaN   (its backward, grad 1)
-//   db digits   += Σ_rows dy = s * Σ_rows sign(d)              (Linear's db, exact)
-//   dy's column maxima and one-magnitude words, as nn::detail::column_maxima_cuda
-//                  finds them (so nn's dW sums need no pass over dy of their own)
-//
-// db needs no bins: every nonzero dy is ±s, so a column's sum is s times an integer
-// count, added into the digits at s's unit (exact::add_scaled_integer_atomically): the
-// exact value the binned sum of dy holds. A NaN dy flags its column's sum NaN, as a NaN
-// term does. Integer atomics only; no order can change a bit.
+// once rounded, and dy's maxima for dW's sums (nn/exact_l1.cuh has the terms). For the
+// forwards that cannot take it in their epilogue (nn::detail::narrow_forward_exact_l1_cuda).
 #pragma once
 
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
+#include "nn/linear_kernels.h"
 
 namespace seqpar::train::kernels {
 
-constexpr int64_t kExactL1MaxOut = 64;
+using nn::detail::kExactL1MaxOut;
 
 #ifdef SEQPAR_WITH_CUDA
 
-struct ExactL1Outputs {
-  float* grad_y;          // [rows, out], contiguous
-  int64_t* loss_digits;   // one sum (stride 1)
-  int64_t* bias_digits;   // db's out sums: digit d of sum j at bias_digits[d * stride + j]
-  int64_t digit_stride;
-  unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
-};
+using nn::detail::ExactL1Outputs;
 
 // y [rows, out] contiguous; target [rows, out] with row stride target_row_stride; out at
 // most kExactL1MaxOut; scale the loss's factor as nn::Reduction::scale gives it, in
