@@ -23,6 +23,7 @@
 #include "core/exact_sum.cuh"
 #include "nn/l1_sign.h"
 #include "nn/linear_kernels.h"
+#include "nn/linear_ternary.cuh"
 #include "nn/one_magnitude.h"
 
 namespace seqpar::nn::detail {
@@ -59,8 +60,10 @@ class ExactL1Terms {
     for (int d = 0; d < exact::kDigits; ++d) local_[d] = 0;
   }
 
-  // Element (row, j): y and its target; writes dy to *grad_y.
-  __device__ void add(float y, float target, int j, float* grad_y, ExactL1Tally& tally) {
+  // Element (row, j) of `out` columns: y and its target; writes dy (and its sign's
+  // fragment byte, where o has them).
+  __device__ void add(float y, float target, int64_t row, int j, int64_t out, const ExactL1Outputs& o,
+                      ExactL1Tally& tally) {
     const float difference = __fsub_rn(y, target);
     // A BinnedSum, not an exact::ScaledAbsSum: a thread has a few terms, and the integer
     // path's flush (two products into the digits) costs more than it saves.
@@ -71,7 +74,10 @@ class ExactL1Terms {
     }
     const float sign = l1_sign(difference);
     const float dy = __fmul_rn(gradient_, sign);
-    *grad_y = dy;
+    o.grad_y[row * out + j] = dy;
+    if (o.sign_fragments != nullptr) {
+      o.sign_fragments[sign_fragment_byte(row, j)] = static_cast<uint8_t>(sign_of(dy));
+    }
     if (sign != 0.0f) {
       if (sign == sign) {
         atomicAdd(&tally.signs[j], sign > 0.0f ? 1 : -1);

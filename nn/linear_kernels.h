@@ -90,7 +90,7 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
                         cuda::Stream stream, int64_t* sign_sums = nullptr, SignMatrix signs = {});
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
                               const unsigned int* scratch, int64_t* digits, int64_t stride,
-                              cuda::Stream stream);
+                              cuda::Stream stream, const uint8_t* sign_fragments = nullptr);
 
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
@@ -140,6 +140,9 @@ struct ExactL1Outputs {
   int64_t* bias_digits;   // db's out sums: digit d of sum j at bias_digits[d * stride + j]
   int64_t digit_stride;
   unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
+  // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out <= 16;
+  // sign_fragment_bytes(rows) bytes, zeroed once: rows past the last are never written).
+  uint8_t* sign_fragments = nullptr;
 };
 // The target and the loss's scale (nn::Reduction::scale in float, finite).
 struct ExactL1Target {
@@ -165,10 +168,16 @@ void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
 // nonzero magnitude bits (linear_ternary.cuh), which also tell the general kernel to
 // skip its work when this path does it. Only when ternary_weight_grad_fits.
+// With sign_fragments (dy of at most 16 outputs, its signs laid out by whoever wrote dy:
+// ExactL1Outputs), the kernel takes its tensor-core operand from them instead of
+// reading dy and laying the signs out itself.
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
-                                int64_t* digits, int64_t stride, cuda::Stream stream);
+                                int64_t* digits, int64_t stride, cuda::Stream stream,
+                                const uint8_t* sign_fragments = nullptr);
+// The bytes of dy's sign fragments for `rows` rows: 16 a row, in steps of 32 rows.
+inline int64_t sign_fragment_bytes(int64_t rows) { return (rows + 31) / 32 * 32 * 16; }
 // The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),

@@ -261,10 +261,9 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
     ExactL1Terms terms(target.scale);
     if (row_inside) {
       const float* target_row = target.data + row * target.row_stride;
-      float* grad_y_row = l1.grad_y + row * out;
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) {
-        if (j0 + j < out) terms.add(sum[j], target_row[j0 + j], j0 + j, grad_y_row + j0 + j, *tally);
+        if (j0 + j < out) terms.add(sum[j], target_row[j0 + j], row, j0 + j, out, l1, *tally);
       }
     }
     terms.finish(*tally, out, l1);

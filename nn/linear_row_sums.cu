@@ -304,6 +304,7 @@ struct Maxima {
   const unsigned int* words;
   const int64_t* sign_sums = nullptr;
   SignMatrix signs = {};  // dy's, for the wide one-magnitude dW
+  const uint8_t* sign_fragments = nullptr;  // dy's, for the narrow one (linear_kernels.h)
 };
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
@@ -349,7 +350,8 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
     launch_ternary_weight_grad_wide(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
                                     stream, wide);
   } else if (ternary) {
-    launch_ternary_weight_grad(a, b, maxima.b, maxima.words, digits, stride, stream);
+    launch_ternary_weight_grad(a, b, maxima.b, maxima.words, digits, stride, stream,
+                               maxima.sign_fragments);
   }
 }
 
@@ -465,13 +467,14 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
 
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
                               const unsigned int* scratch, int64_t* digits, int64_t stride,
-                              cuda::Stream stream) {
+                              cuda::Stream stream, const uint8_t* sign_fragments) {
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);
   enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols,
-                         Maxima{scratch, scratch + x.cols, scratch + x.cols + grad_y.cols}, digits,
-                         stride, stream);
+                         Maxima{scratch, scratch + x.cols, scratch + x.cols + grad_y.cols, nullptr, {},
+                                sign_fragments},
+                         digits, stride, stream);
 }
 
 }  // namespace seqpar::nn::detail

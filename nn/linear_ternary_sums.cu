@@ -103,13 +103,20 @@ __device__ inline void byte_planes(const Offset (&u)[8], int first, unsigned (&p
 //
 // Fragments (PTX m16n8k32, lane = 4 g + t): a0/a1 = the signs of rows 4t..4t+3 for outputs
 // g / g+8, a2/a3 those of rows 16+4t..16+4t+3; b0/b1 = byte l of x at rows 4t.. / 16+4t..
-// of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at columns 2t, 2t+1. The
-// block reads each step's 32 x 16 dy once, two a thread, and lays their signs out in
-// shared memory as the warps' A fragments (the same for all eight), double-buffered: one
-// barrier a step. Then each (j, k) goes into the digits at once, with integer atomics.
+// of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at columns 2t, 2t+1. Each
+// (j, k) goes into the digits at once, with integer atomics.
+//
+// Where the signs come from:
+//   - kFragments: laid out already by whoever wrote dy (sign_fragment_byte): each lane
+//     loads its 16 bytes a step (the block's eight warps the same 512, from L1), and a
+//     seventh product with a matrix of ones gives Σ s. No barrier: the warps run apart.
+//   - else: the block reads each step's 32 x 16 dy once, two a thread, and lays their
+//     signs out in shared memory as the warps' A fragments, double-buffered: one barrier
+//     a step; each thread counts its dy's signs for Σ s.
+template <bool kFragments>
 __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
-    int64_t* digits, int64_t count, int64_t rows_per_chunk) {
+    int64_t* digits, int64_t count, int64_t rows_per_chunk, const uint8_t* sign_fragments) {
   cuda::wait_for_prior_grids();  // dy, its words and the maxima
   cuda::allow_dependent_grids();
   const OneMagnitude magnitude = one_magnitude(words);
@@ -122,19 +129,19 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   const int64_t row_begin = int64_t{blockIdx.z} * rows_per_chunk;
   const int64_t rows = min(x.rows - row_begin, rows_per_chunk);
 
-  __shared__ uint4 fragments[2][32];   // a step's A fragments, by lane
-  __shared__ int sign_totals[kGroup];  // Σ s over the chunk, by output
-  if (threadIdx.x < kGroup) sign_totals[threadIdx.x] = 0;
+  __shared__ uint4 fragments[kFragments ? 1 : 2][32];  // a step's A fragments, by lane
+  __shared__ int sign_totals[kGroup];                  // Σ s over the chunk, by output
+  if (!kFragments && threadIdx.x < kGroup) sign_totals[threadIdx.x] = 0;
+  // The chunk's fragments: a step's 512 bytes after another (rows_per_chunk is whole steps).
+  const uint4* chunk_fragments =
+      kFragments ? reinterpret_cast<const uint4*>(sign_fragments + row_begin / kStepRows * 512) : nullptr;
 
-  // This thread's two dy of each step: row dy_row, outputs dy_j and dy_j + 1, and where
-  // their signs go among the fragments' bytes.
+  // Without fragments, this thread's two dy of each step: row dy_row, outputs dy_j and
+  // dy_j + 1, and where their signs go among the fragments' bytes.
   const int dy_row = static_cast<int>(threadIdx.x) / 8, dy_j = 2 * (static_cast<int>(threadIdx.x) % 8);
   int byte_at[2];
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int jj = dy_j + e, part = dy_row / 16, tt = (dy_row % 16) / 4, i = dy_row % 4;
-    byte_at[e] = 16 * (4 * (jj % 8) + tt) + 4 * (2 * part + jj / 8) + i;
-  }
+  for (int e = 0; e < 2; ++e) byte_at[e] = static_cast<int>(sign_fragment_byte(dy_row, dy_j + e));
   const bool dy_valid[2] = {j0 + dy_j < out, j0 + dy_j + 1 < out};
   int my_sign_sums[2] = {0, 0};
 
@@ -164,21 +171,25 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
 
   struct Loaded {
     float dy[2], x[8];
+    uint4 a;
   };
   auto load = [&](int64_t step_row) {
     Loaded loaded;
+    if (kFragments) loaded.a = chunk_fragments[step_row / kStepRows * 32 + lane];
     const float* dy_step = dy.data + (row_begin + step_row) * dy.row_stride + j0 + dy_offset;
     const float* x_step = x_column + (row_begin + step_row) * x.row_stride;
-    if (step_row + kStepRows <= rows && column_valid && dy_valid[1]) {  // the usual case
+    if (step_row + kStepRows <= rows && column_valid && (kFragments || dy_valid[1])) {  // the usual case
 #pragma unroll
-      for (int e = 0; e < 2; ++e) loaded.dy[e] = dy_step[e];
+      for (int e = 0; e < 2 && !kFragments; ++e) loaded.dy[e] = dy_step[e];
 #pragma unroll
       for (int r = 0; r < 8; ++r) loaded.x[r] = x_step[x_offset[r]];
       return loaded;
     }
     const bool dy_row_valid = step_row + dy_row < rows;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) loaded.dy[e] = dy_row_valid && dy_valid[e] ? dy_step[e] : 0.0f;
+    for (int e = 0; e < 2 && !kFragments; ++e) {
+      loaded.dy[e] = dy_row_valid && dy_valid[e] ? dy_step[e] : 0.0f;
+    }
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       loaded.x[r] = step_row + step_row_of(r) < rows && column_valid ? x_step[x_offset[r]] : 0.0f;
@@ -187,21 +198,27 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   };
 
   int sums[kLimbs][4] = {};  // [limb][fragment d0..d3]
+  int sign_sums[4] = {};     // with fragments: Σ s of d0..d3's outputs
   Loaded next = load(0);
   int buffer = 0;
   for (int64_t step_row = 0; step_row < rows; step_row += kStepRows, buffer ^= 1) {
     const Loaded current = next;
     // The next step's loads go out first, so that a whole step covers their latency.
     if (step_row + kStepRows < rows) next = load(step_row + kStepRows);
-    unsigned char* bytes = reinterpret_cast<unsigned char*>(fragments[buffer]);
+    uint4 a;
+    if (kFragments) {
+      a = current.a;
+    } else {
+      unsigned char* bytes = reinterpret_cast<unsigned char*>(fragments[buffer]);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int s = sign_of(current.dy[e]);
-      my_sign_sums[e] += s;
-      bytes[byte_at[e]] = static_cast<unsigned char>(s);
+      for (int e = 0; e < 2; ++e) {
+        const int s = sign_of(current.dy[e]);
+        my_sign_sums[e] += s;
+        bytes[byte_at[e]] = static_cast<unsigned char>(s);
+      }
+      __syncthreads();  // the step's fragments are laid out (and last-but-one step's read)
+      a = fragments[buffer][lane];
     }
-    __syncthreads();  // the step's fragments are laid out (and last-but-one step's read)
-    const uint4 a = fragments[buffer][lane];
     Offset u[8];
     bool outside[8];
     bool any_outside = whole;
@@ -232,11 +249,14 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     for (int limb = 0; limb < kLimbs; ++limb) {
       imma_16x8x32(sums[limb], a, rows_0_3[limb], rows_16_19[limb]);
     }
+    if (kFragments) imma_16x8x32(sign_sums, a, 0x01010101u, 0x01010101u);  // Σ s, row by row
   }
-  // Σ s of each output over the chunk (integers: exact in any order).
+  if (!kFragments) {
+    // Σ s of each output over the chunk (integers: exact in any order).
 #pragma unroll
-  for (int e = 0; e < 2; ++e) atomicAdd(&sign_totals[dy_j + e], my_sign_sums[e]);
-  __syncthreads();
+    for (int e = 0; e < 2; ++e) atomicAdd(&sign_totals[dy_j + e], my_sign_sums[e]);
+    __syncthreads();
+  }
 
   // Each of this lane's 4 sums: Σ s v = Σ_l 2^(8 l) (Σ s u_l) - 2^44 Σ s, times f's
   // significand, into the digits at the window's unit times f's. The sums are of
@@ -254,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     const int64_t j = j0 + jj, k = k_warp + 2 * t + (d % 2);
     if (j >= out || k >= in || column_whole[d % 2]) continue;
     // |Σ s v| < kRowsPerChunk 2^44, and every partial term below 2^62: int64 holds it.
-    int64_t total = -(int64_t{sign_totals[jj]} << kWindowBits);
+    const int signs = kFragments ? sign_sums[d] : sign_totals[jj];
+    int64_t total = -(int64_t{signs} << kWindowBits);
 #pragma unroll
     for (int limb = 0; limb < kLimbs; ++limb) total += int64_t{sums[limb][d]} << (8 * limb);
     exact::add_scaled_product_atomically(digits + j * in + k, count, total,
@@ -274,7 +295,8 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
 
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
-                                int64_t* digits, int64_t stride, cuda::Stream stream) {
+                                int64_t* digits, int64_t stride, cuda::Stream stream,
+                                const uint8_t* sign_fragments) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t column_blocks = cuda::ceil_div(x.cols, int64_t{kColumns});
@@ -286,8 +308,15 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
       kStepRows, kRowsPerChunk);
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(groups),
                   static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_chunk)));
-  cuda::launch_dependent(ternary_weight_grad_kernel, grid, dim3(kThreads), 0, stream, grad_y, x,
-                         x_largest, words, digits, stride, rows_per_chunk);
+  if (sign_fragments != nullptr) {
+    SEQPAR_CHECK(grad_y.cols <= kGroup, "launch_ternary_weight_grad: sign fragments for ", grad_y.cols,
+                 " outputs (at most ", kGroup, ")");
+    cuda::launch_dependent(ternary_weight_grad_kernel<true>, grid, dim3(kThreads), 0, stream, grad_y,
+                           x, x_largest, words, digits, stride, rows_per_chunk, sign_fragments);
+  } else {
+    cuda::launch_dependent(ternary_weight_grad_kernel<false>, grid, dim3(kThreads), 0, stream, grad_y,
+                           x, x_largest, words, digits, stride, rows_per_chunk, sign_fragments);
+  }
   CUDA_LAUNCH_CHECK();
 }
 

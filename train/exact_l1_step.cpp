@@ -37,6 +37,12 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   step_words_.zero();  // gradient_sums_ starts zero too
   finish_done_ = DeviceBuffer<unsigned>(1, device);
   finish_done_.zero();
+  // dy's signs as dW's tensor-core operand, written with dy (16 outputs at most); zeroed
+  // once: the rows past the last, up to a whole step of 32, are never written.
+  if (out_ <= 16) {
+    sign_fragments_ = DeviceBuffer<uint8_t>(nn::detail::sign_fragment_bytes(rows_), device);
+    sign_fragments_.zero();
+  }
   nn::detail::narrow_forward_prepare(device_);  // before any capture (linear_kernels.h)
 }
 
@@ -60,8 +66,8 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   // and the L1 loss: in the forward's epilogue where the narrow kernel runs, else a
   // launch of its own that reads y back.
   const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
-  const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits, digits + out_ * in_, stride,
-                                   maxima + in_};
+  const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits,  digits + out_ * in_,
+                                   stride,         maxima + in_, sign_fragments_.data()};
   if (nn::detail::narrow_forward_exact_l1_fits(x, out_) && weight_.stride(1) == 1) {
     const nn::detail::ExactL1Target target{b.target.data(), b.target.stride(0), loss_scale_};
     nn::detail::narrow_forward_exact_l1_cuda(x, weight_.data(), weight_.stride(0), bias_.data(),
@@ -72,7 +78,7 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
                            loss_scale_, l1, stream);
   }
   const nn::detail::ConstRows dy{grad_y_.data(), rows_, out_, out_};
-  nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream);
+  nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream, sign_fragments_.data());
 
   if (across_ != nullptr) across_->combine(gradient_sums_);
   const kernels::ExactFinish finish{digits,      stride,       out_ * in_,    gradients_.data(),

@@ -18,7 +18,8 @@
 //      that kernel (16-byte aligned, in % 4 == 0), else a launch that reads y back
 //      (train/kernels/exact_step.h);
 //   3. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores
-//      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN);
+//      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN),
+//      taking dy's signs as step 2 laid them out for the tensor cores;
 //   -  the ranks' digits added (exact::CrossRankSums), if the step has ranks;
 //   4. the gradients and the loss rounded once, and the exact norm; the digits and
 //      maxima zeroed for the next step as they are read (no zeroing of their own);
@@ -81,6 +82,7 @@ class ExactL1Step : public detail::FusedL1Step {
   // squares, digit-major), then the maxima dW's sums read (unsigned words).
   DeviceBuffer<int64_t> step_words_;
   DeviceBuffer<unsigned> finish_done_;  // the finishing kernel's count of finished blocks
+  DeviceBuffer<uint8_t> sign_fragments_;  // dy's signs for dW's sums (empty past 16 outputs)
   // Whether the digits and step words are known to be zero: the finishing kernel, the
   // step's last but one, zeroes them once read. A step that threw before it was
   // enqueued (a combine across ranks that failed) leaves them to the next step, which

@@ -31,9 +31,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   nn::detail::ExactL1Terms terms(scale);
   for (cuda::GridStrideElements e(rows, out); e.inside(); e.next()) {
-    const int64_t i = e.row * out + e.col;
-    terms.add(y[i], target[e.row * target_row_stride + e.col], static_cast<int>(e.col),
-              o.grad_y + i, tally);
+    terms.add(y[e.row * out + e.col], target[e.row * target_row_stride + e.col], e.row,
+              static_cast<int>(e.col), out, o, tally);
   }
   terms.finish(tally, out, o);
 }
@@ -108,6 +107,8 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
                " outside [1, ", kExactL1MaxOut, "]");
   // Every nn::Reduction scale of a non-empty loss is finite; db's count of signs needs it.
   SEQPAR_CHECK(std::isfinite(scale), "exact_l1_cuda: the loss scale ", scale, " is not finite");
+  SEQPAR_CHECK(outputs.sign_fragments == nullptr || out <= 16, "exact_l1_cuda: sign fragments for ",
+               out, " outputs (at most 16)");
   const int64_t count = rows * out;
   if (count == 0) return;
   const int64_t blocks =
