@@ -202,35 +202,45 @@ __device__ void accumulate_rows(const RowSumsWork& w) {
 }
 
 // db when dy had one magnitude f: Σ_rows dy[., j] is f times column j's sign sum (an
-// integer), added at f's unit by one thread of the column's first tile.
+// integer), added at f's unit by one thread of the column's first block.
 __device__ void add_column_sum_from_signs(const OneMagnitude& magnitude, const int64_t* sign_sums,
-                                          int64_t column_block, int64_t columns, int64_t* digits,
-                                          int64_t count) {
-  const int64_t j = column_block * 32 + threadIdx.x;
-  if (threadIdx.x >= 32 || j >= columns) return;
+                                          int64_t columns, int64_t* digits, int64_t count) {
+  const int64_t j = int64_t{blockIdx.x} * 32 + threadIdx.x;
+  if (blockIdx.z != 0 || threadIdx.x >= 32 || j >= columns) return;
   // |sign sum| <= rows <= kMaxTerms (2^32) and the significand < 2^24: far below 2^93.
   exact::add_scaled_integer(digits + j, count, exact::Int128{sign_sums[j]} * magnitude.significand,
                             magnitude.exponent);
 }
 
-// The launch's work in tiles: (column block, output group, chunk of rows), numbered
-// with the column block fastest. A block takes tiles blockIdx.x, + gridDim.x, ...
-struct RowSumsTiles {
-  int64_t column_blocks, output_groups, chunks;
-  __host__ __device__ int64_t count() const { return column_blocks * output_groups * chunks; }
-};
-
-// One tile's sums. kProducts: dW's; else db's, one per column of b (= dy).
+// Block (column block, output group, chunk of rows). kProducts: dW's sums; else db's,
+// one per column of b (= dy).
 template <bool kProducts>
-__device__ void row_sums_tile(const ConstRows& a, const ConstRows& b, int64_t rows, int64_t outputs,
-                              int64_t columns, int64_t rows_per_chunk, int64_t column_block,
-                              int64_t output_group, int64_t chunk, const unsigned int* largest_a,
-                              const unsigned int* largest_b, int64_t* digits, int64_t count) {
+__global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRows b, int64_t rows,
+                                                            int64_t outputs, int64_t columns,
+                                                            int64_t rows_per_chunk,
+                                                            const unsigned int* largest_a,
+                                                            const unsigned int* largest_b,
+                                                            const unsigned int* one_magnitude_words,
+                                                            const int64_t* sign_sums,
+                                                            int64_t* digits, int64_t count) {
+  cuda::wait_for_prior_grids();  // the factors, their maxima and words
+  cuda::allow_dependent_grids();
+  // When dy had one magnitude: dW is the fixed-point path's (linear_ternary_sums.cu), and
+  // db comes from dy's sign sums, here.
+  if (one_magnitude_words != nullptr) {
+    const OneMagnitude magnitude = one_magnitude(one_magnitude_words);
+    if (magnitude.holds) {
+      if (!kProducts && sign_sums != nullptr) {
+        add_column_sum_from_signs(magnitude, sign_sums, columns, digits, count);
+      }
+      return;
+    }
+  }
   RowSumsWork w{a, b, 0, 0, 0, 0, 0, digits, columns, count};
-  w.k = column_block * 32 + threadIdx.x % 32;
-  w.j0 = output_group * kOutputs<kProducts>;
+  w.k = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
+  w.j0 = int64_t{blockIdx.y} * kOutputs<kProducts>;
   w.outputs = static_cast<int>(min(int64_t{kOutputs<kProducts>}, outputs - w.j0));
-  w.row_begin = chunk * rows_per_chunk;
+  w.row_begin = int64_t{blockIdx.z} * rows_per_chunk;
   w.row_end = min(rows, w.row_begin + rows_per_chunk);
   // The first bin this warp's terms can reach, from the largest factors over all rows:
   // the same for the whole warp (a reduction over its columns), so no lane diverges.
@@ -253,42 +263,6 @@ __device__ void row_sums_tile(const ConstRows& a, const ConstRows& b, int64_t ro
     case 6: return accumulate_rows<kProducts, 6>(w);
     case 7: return accumulate_rows<kProducts, 7>(w);
     default: return accumulate_rows<kProducts, 8>(w);
-  }
-}
-
-// kProducts: dW's sums; else db's. The grid is at most one wave of resident blocks, each
-// walking tiles: when dy has one magnitude this kernel only returns (or, for db, adds
-// the sign sums), and a grid of several waves would take several waves to do nothing.
-template <bool kProducts>
-__global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRows b, int64_t rows,
-                                                            int64_t outputs, int64_t columns,
-                                                            int64_t rows_per_chunk, RowSumsTiles tiles,
-                                                            const unsigned int* largest_a,
-                                                            const unsigned int* largest_b,
-                                                            const unsigned int* one_magnitude_words,
-                                                            const int64_t* sign_sums,
-                                                            int64_t* digits, int64_t count) {
-  cuda::wait_for_prior_grids();  // the factors, their maxima and words
-  cuda::allow_dependent_grids();
-  // When dy had one magnitude: dW is the fixed-point path's (linear_ternary_sums.cu), and
-  // db comes from dy's sign sums, here.
-  if (one_magnitude_words != nullptr) {
-    const OneMagnitude magnitude = one_magnitude(one_magnitude_words);
-    if (magnitude.holds) {
-      if (!kProducts && sign_sums != nullptr) {
-        for (int64_t c = blockIdx.x; c < tiles.column_blocks; c += gridDim.x) {
-          add_column_sum_from_signs(magnitude, sign_sums, c, columns, digits, count);
-        }
-      }
-      return;
-    }
-  }
-  for (int64_t tile = blockIdx.x; tile < tiles.count(); tile += gridDim.x) {
-    const int64_t column_block = tile % tiles.column_blocks;
-    const int64_t output_group = tile / tiles.column_blocks % tiles.output_groups;
-    const int64_t chunk = tile / (tiles.column_blocks * tiles.output_groups);
-    row_sums_tile<kProducts>(a, b, rows, outputs, columns, rows_per_chunk, column_block,
-                             output_group, chunk, largest_a, largest_b, digits, count);
   }
 }
 static_assert(exact::kBins == 9, "row_sums_kernel's switch has a case for each first bin");
@@ -322,29 +296,23 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   const int64_t wanted_chunks =
       std::max<int64_t>(1, kTargetBlocks / (column_blocks * output_groups));
   const int64_t rows_per_chunk =
-      std::max(kMinRowsPerChunk, cuda::ceil_div(rows, wanted_chunks));
+      std::max(kMinRowsPerChunk, cuda::ceil_div(rows, std::min<int64_t>(wanted_chunks, 65535)));
   const int64_t chunks = cuda::ceil_div(rows, rows_per_chunk);
+  SEQPAR_CHECK(column_blocks <= 0x7fffffff && output_groups <= 65535 && chunks <= 65535,
+               "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
+               " rows exceed the row-sum kernel's grid");
   // When dy has one magnitude, dW's fixed-point sums or db's sign sums (added by the
   // general kernel), and the general kernel's binned sums return at once (all read the
-  // words on the device). The general kernel goes first: its grid is resident while the
-  // pass before it runs and ends as that pass does, where after the fixed-point kernel,
-  // whose blocks fill the SMs, its blocks would start only as those end.
+  // words on the device). The general kernel goes first: its blocks wait, resident,
+  // while the pass before it runs and end as that pass does, where after the fixed-point
+  // kernel, whose blocks fill the SMs, they would start only as those end.
   const bool ternary = kProducts && (maxima.signs.data != nullptr || ternary_weight_grad_fits(a, b));
   const unsigned int* one_magnitude_words = kProducts && !ternary ? nullptr : maxima.words;
-  const RowSumsTiles tiles{column_blocks, output_groups, chunks};
-  const auto kernel = row_sums_kernel<kProducts>;
-  static const int resident_per_sm = [&] {
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-    return std::max(per_sm, 1);
-  }();
-  int device = 0;  // the callers' (they set it)
-  CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t blocks =
-      std::min(tiles.count(), int64_t{resident_per_sm} * cuda::multiprocessor_count(device));
-  cuda::launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, a,
-                         b, rows, outputs, columns, rows_per_chunk, tiles, maxima.a, maxima.b,
-                         one_magnitude_words, kProducts ? nullptr : maxima.sign_sums, digits, stride);
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
+                  static_cast<unsigned>(chunks));
+  cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
+                         outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
+                         kProducts ? nullptr : maxima.sign_sums, digits, stride);
   CUDA_LAUNCH_CHECK();
   if (kProducts && maxima.signs.data != nullptr) {
     launch_ternary_weight_grad_wide(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
