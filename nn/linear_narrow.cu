@@ -38,19 +38,30 @@ constexpr int kNarrowThreads = 128;
 constexpr int kDefaultPerThread = 8;  // measured fastest (bench/RESULTS.md), 4 a close second
 
 // Wᵀ into shared memory ([in][16], zero past `out`): a thread takes every 128th k and
-// its 16 weights, read along W's rows (each of the 16 loads coalesced across the warp,
-// all 16 in flight at once: staged one load at a time, this copy took longer than the
-// FMAs) and stored as four float4s.
+// its 16 weights, read along W's rows (each load coalesced across the warp) and stored
+// as four float4s. Every load of the thread goes out before the first store (the shared
+// memory that limits the blocks an SM leaves registers spare): with 16 in flight at a
+// time the copy waited on L2 once per 128 k's (bench/RESULTS.md has what it saved).
 __device__ __forceinline__ void stage_weight_t(const float* weight, int64_t weight_row_stride,
                                                int64_t out, int64_t in, float* weight_t) {
-  for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) {
-    float column[kNarrowOut];
+  constexpr int kRounds = static_cast<int>((kNarrowMaxIn + kNarrowThreads - 1) / kNarrowThreads);
+  float column[kRounds][kNarrowOut];
 #pragma unroll
-    for (int j = 0; j < kNarrowOut; ++j) column[j] = j < out ? weight[j * weight_row_stride + k] : 0.0f;
+  for (int r = 0; r < kRounds; ++r) {
+    const int64_t k = threadIdx.x + int64_t{r} * kNarrowThreads;
+#pragma unroll
+    for (int j = 0; j < kNarrowOut; ++j) {
+      column[r][j] = k < in && j < out ? weight[j * weight_row_stride + k] : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int64_t k = threadIdx.x + int64_t{r} * kNarrowThreads;
+    if (k >= in) continue;
     float4* row = reinterpret_cast<float4*>(weight_t + k * kNarrowOut);
 #pragma unroll
     for (int q = 0; q < kNarrowOut / 4; ++q) {
-      row[q] = make_float4(column[4 * q], column[4 * q + 1], column[4 * q + 2], column[4 * q + 3]);
+      row[q] = make_float4(column[r][4 * q], column[r][4 * q + 1], column[r][4 * q + 2], column[r][4 * q + 3]);
     }
   }
 }
