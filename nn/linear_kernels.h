@@ -16,6 +16,7 @@
 #include "core/cuda_runtime.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
+#include "nn/one_magnitude.h"
 #include "nn/rows.h"
 
 namespace seqpar::nn::detail {
@@ -141,7 +142,8 @@ struct ExactL1Outputs {
   int64_t digit_stride;
   unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
   // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out <= 16;
-  // sign_fragment_bytes(rows) bytes, zeroed once: rows past the last are never written).
+  // nn/one_magnitude.h's sign_fragment_bytes(rows) bytes, zeroed once: rows past the last
+  // are never written).
   uint8_t* sign_fragments = nullptr;
 };
 // The target and the loss's scale (nn::Reduction::scale in float, finite).
@@ -176,8 +178,6 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream,
                                 const uint8_t* sign_fragments = nullptr);
-// The bytes of dy's sign fragments for `rows` rows: 16 a row, in steps of 32 rows.
-inline int64_t sign_fragment_bytes(int64_t rows) { return (rows + 31) / 32 * 32 * 16; }
 // The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),

@@ -19,15 +19,6 @@ __device__ inline OneMagnitude one_magnitude(const unsigned int* words) {
 
 __device__ inline int sign_of(float value) { return value > 0.0f ? 1 : value < 0.0f ? -1 : 0; }
 
-// Where dy[row, j]'s sign (j < 16) sits among the one-magnitude dW kernel's tensor-core
-// A fragments (PTX m16n8k32, s8): rows in steps of 32, a step 32 lanes x 16 bytes; lane
-// 4 g + t holds outputs g and g + 8 of rows 4t..4t+3 (words 0, 1) and 16+4t..16+4t+3
-// (words 2, 3), a row's sign in byte row % 4 of its word.
-__device__ inline int64_t sign_fragment_byte(int64_t row, int j) {
-  const int r = static_cast<int>(row % 32);
-  return row / 32 * 512 + 16 * (4 * (j % 8) + r % 16 / 4) + 4 * (2 * (r / 16) + j / 8) + r % 4;
-}
-
 // One element x[row, k] outside its column's window, times dy[row, j]: the product through
 // a binned sum (the general path's rules: rounded to the grid, NaN and inf as IEEE), into
 // the digits of dW[j, k] with integer atomics (in any order, the same digits).

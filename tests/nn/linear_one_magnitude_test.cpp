@@ -10,6 +10,7 @@
 // strided views).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -20,6 +21,7 @@
 #include "core/exact_sums.h"
 #include "nn/linear.h"
 #include "nn/linear_kernels.h"
+#include "nn/one_magnitude.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -200,6 +202,31 @@ const std::vector<Case>& wide_cases() {
 TEST_CASE("dW from a one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
           "[cpu]") {
   for (const Case& c : cases()) check_cpu(c);
+}
+
+TEST_CASE("dy's sign fragments follow PTX's m16n8k32 A layout, each sign its own byte", "[cpu]") {
+  // The PTX ISA's A fragment of mma.m16n8k32 with .s8 (row-major A, M = 16 outputs,
+  // K = 32 rows of a step): lane 4 g + t holds four 32-bit registers a0..a3, register i
+  // the four bytes k = 4 t + 16 (i / 2) + b (b = 0..3) of row m = g + 8 (i % 2) of A.
+  // Lane by lane, register by register, that is where sign_fragment_byte must put the
+  // sign of dy[step row k, output m]; and every byte of a step is some sign's.
+  std::vector<int> seen(2 * 512, 0);
+  for (int step = 0; step < 2; ++step) {
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4, t = lane % 4;
+      for (int i = 0; i < 4; ++i) {
+        for (int b = 0; b < 4; ++b) {
+          const int m = g + 8 * (i % 2), k = 4 * t + 16 * (i / 2) + b;
+          const int64_t byte = nn::detail::sign_fragment_byte(32 * step + k, m);
+          INFO("step " << step << ", lane " << lane << ", a" << i << " byte " << b);
+          REQUIRE(byte == 512 * step + 16 * lane + 4 * i + b);
+          ++seen[static_cast<size_t>(byte)];
+        }
+      }
+    }
+  }
+  CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(seen.size()));
+  CHECK(nn::detail::sign_fragment_bytes(33) == 2 * 512);  // whole steps, padding zeroed
 }
 
 TEST_CASE("dW from a one-magnitude dy on the GPU gives the CPU's exact bits", "[cuda]") {
