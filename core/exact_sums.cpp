@@ -7,6 +7,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.h"
 
 namespace seqpar::exact {

@@ -5,6 +5,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_util.cuh"
 #include "core/cuda_runtime.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
 

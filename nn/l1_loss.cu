@@ -27,6 +27,7 @@
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
 #include "core/device_buffer.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/l1_loss.h"

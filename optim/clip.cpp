@@ -6,6 +6,7 @@
 #include "core/elementwise.h"
 #include "core/checks.h"
 #include "core/error.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "core/nvtx.h"

@@ -26,6 +26,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "optim/clip.h"

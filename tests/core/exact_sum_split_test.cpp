@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/exact_round.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"

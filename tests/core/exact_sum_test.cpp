@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "core/exact_round.h"
 #include "core/exact_sum.h"
 #include "tests/core/exact_sum_test_util.h"
 #include "tests/exact_reference.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/device_buffer.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "nn/linear.h"

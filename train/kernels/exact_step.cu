@@ -8,6 +8,7 @@
 #include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
 #include "core/error.h"
+#include "core/exact_round.h"
 #include "core/exact_sum.cuh"
 #include "nn/exact_l1.cuh"
 
