@@ -47,6 +47,7 @@ static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the l
 // bits, and the signs' sum times 2^44.
 static_assert(kRowsPerChunk * 256 <= (int64_t{1} << 22), "a chunk's total fits in int64");
 static_assert(kThreads * 2 == kStepRows * kGroup, "each thread reads two dy of a step");
+static_assert(kGroup == kSignFragmentOutputs && kStepRows * kGroup == 512, "sign_fragment_byte's steps");
 
 // D = A B + D on the integer tensor cores, m16n8k32: A 16 outputs x 32 rows of signs
 // (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of the offset fixed-point x (u8).
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   if (!kFragments && threadIdx.x < kGroup) sign_totals[threadIdx.x] = 0;
   // The chunk's fragments: a step's 512 bytes after another (rows_per_chunk is whole steps).
   const uint4* chunk_fragments =
-      kFragments ? reinterpret_cast<const uint4*>(sign_fragments + row_begin / kStepRows * 512) : nullptr;
+      kFragments ? reinterpret_cast<const uint4*>(sign_fragments + sign_fragment_byte(row_begin, 0)) : nullptr;
 
   // Without fragments, this thread's two dy of each step: row dy_row, outputs dy_j and
   // dy_j + 1, and where their signs go among the fragments' bytes.
@@ -309,8 +310,8 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(groups),
                   static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_chunk)));
   if (sign_fragments != nullptr) {
-    SEQPAR_CHECK(grad_y.cols <= kGroup, "launch_ternary_weight_grad: sign fragments for ", grad_y.cols,
-                 " outputs (at most ", kGroup, ")");
+    SEQPAR_CHECK(grad_y.cols <= kSignFragmentOutputs, "launch_ternary_weight_grad: sign fragments for ",
+                 grad_y.cols, " outputs (at most ", kSignFragmentOutputs, ")");
     cuda::launch_dependent(ternary_weight_grad_kernel<true>, grid, dim3(kThreads), 0, stream, grad_y,
                            x, x_largest, words, digits, stride, rows_per_chunk, sign_fragments);
   } else {

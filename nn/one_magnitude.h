@@ -71,7 +71,10 @@ SEQPAR_HOST_DEVICE Window column_window(unsigned int largest_bits, int f_exponen
   return {lsb > lowest ? lsb : lowest, false};
 }
 
-// Where dy[row, j]'s sign (j < 16) sits among the one-magnitude dW kernel's tensor-core
+// The outputs one step of sign fragments holds: the tensor-core tile's M.
+constexpr int kSignFragmentOutputs = 16;
+
+// Where dy[row, j]'s sign (j < kSignFragmentOutputs) sits among the one-magnitude dW kernel's tensor-core
 // A fragments (PTX m16n8k32, s8; linear_ternary_sums.cu): rows in steps of 32, a step
 // 32 lanes x 16 bytes; lane 4 g + t holds outputs g and g + 8 of rows 4t..4t+3 (words
 // 0, 1) and 16+4t..16+4t+3 (words 2, 3), a row's sign in byte row % 4 of its word.

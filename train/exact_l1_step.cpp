@@ -37,9 +37,9 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   step_words_.zero();  // gradient_sums_ starts zero too
   finish_done_ = DeviceBuffer<unsigned>(1, device);
   finish_done_.zero();
-  // dy's signs as dW's tensor-core operand, written with dy (16 outputs at most); zeroed
+  // dy's signs as dW's tensor-core operand, written with dy (one tile of outputs); zeroed
   // once: the rows past the last, up to a whole step of 32, are never written.
-  if (out_ <= 16) {
+  if (out_ <= nn::detail::kSignFragmentOutputs) {
     sign_fragments_ = DeviceBuffer<uint8_t>(nn::detail::sign_fragment_bytes(rows_), device);
     sign_fragments_.zero();
   }
