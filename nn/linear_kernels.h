@@ -141,9 +141,9 @@ struct ExactL1Outputs {
   int64_t* bias_digits;   // db's out sums: digit d of sum j at bias_digits[d * stride + j]
   int64_t digit_stride;
   unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
-  // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out <= 16;
-  // nn/one_magnitude.h's sign_fragment_bytes(rows) bytes, zeroed once: rows past the last
-  // are never written).
+  // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out at most
+  // kSignFragmentOutputs; sign_fragment_bytes(rows) bytes, zeroed once: rows past the
+  // last are never written; both in nn/one_magnitude.h).
   uint8_t* sign_fragments = nullptr;
 };
 // The target and the loss's scale (nn::Reduction::scale in float, finite).
@@ -170,9 +170,9 @@ void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
 // nonzero magnitude bits (linear_ternary.cuh), which also tell the general kernel to
 // skip its work when this path does it. Only when ternary_weight_grad_fits.
-// With sign_fragments (dy of at most 16 outputs, its signs laid out by whoever wrote dy:
-// ExactL1Outputs), the kernel takes its tensor-core operand from them instead of
-// reading dy and laying the signs out itself.
+// With sign_fragments (dy of at most kSignFragmentOutputs, its signs laid out by
+// whoever wrote dy: ExactL1Outputs), the kernel takes its tensor-core operand from them
+// instead of reading dy and laying the signs out itself.
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
