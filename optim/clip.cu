@@ -18,7 +18,7 @@
 // min(1, max_norm / (total + 1e-6)) itself and scales its chunk, one launch over all
 // gradients. Like PyTorch, gradients are multiplied even when the coefficient is 1,
 // and the coefficient is formed as PyTorch forms it: reciprocal(total + 1e-6) * max_norm,
-// with the CPU's float operations (clip_coefficient in clip.cpp), each rounded once.
+// with the CPU's float operations (optim/clip_coefficient.cuh), each rounded once.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -30,6 +30,7 @@
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "optim/clip.h"
+#include "optim/clip_coefficient.cuh"
 #include "optim/multi_tensor.cuh"
 
 namespace seqpar::optim::detail {
@@ -110,10 +111,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
 __global__ void __launch_bounds__(kMultiTensorThreads)
     scale_by_clip_coefficient_kernel(WriteTable table, int64_t chunk, float max_norm,
                                      const float* total_norm) {
-  // max_norm / (total + 1e-6), as reciprocal then product, clamped to at most 1 (a NaN
-  // stays NaN, as with torch.clamp and the CPU path's std::min).
-  const float unclamped = __fmul_rn(__frcp_rn(__fadd_rn(*total_norm, 1e-6f)), max_norm);
-  const float coefficient = 1.0f < unclamped ? 1.0f : unclamped;
+  const float coefficient = clip_coefficient(*total_norm, max_norm);
   const BlockWork work = block_work(table, blockIdx.x, chunk);
   float* grad = table.pointers[0][work.slot];
   for (int64_t i = work.begin + threadIdx.x; i < work.end; i += blockDim.x) {

@@ -25,7 +25,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
                          nn::Reduction reduction, const optim::AdamWOptions& adamw,
                          double max_norm, exact::CrossRankSums* across)
     : FusedL1Step("ExactL1Step", model, std::move(batches), reduction, adamw, max_norm,
-                  kernels::kExactL1MaxOut, /*norm_given=*/true),
+                  kernels::kExactL1MaxOut, /*updates_itself=*/true),
       across_(across) {
   const Device device = weight_.device();
   exact::check_term_count("ExactL1Step", rows_ * out_);
@@ -35,8 +35,9 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   const int64_t maxima = nn::detail::weight_grad_scratch_words(in_, out_);
   step_words_ = DeviceBuffer<int64_t>(kStepDigits + (maxima + 1) / 2, device);
   step_words_.zero();  // gradient_sums_ starts zero too
-  finish_done_ = DeviceBuffer<unsigned>(1, device);
-  finish_done_.zero();
+  finish_counts_ = DeviceBuffer<unsigned>(2, device);
+  finish_counts_.zero();
+  finish_grid_ = kernels::exact_finish_grid(out_ * in_ + out_, out_ * in_, device_);
   // dy's signs as dW's tensor-core operand, written with dy (one tile of outputs); zeroed
   // once: the rows past the last, up to a whole step of 32, are never written.
   if (out_ <= nn::detail::kSignFragmentOutputs) {
@@ -59,6 +60,7 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   if (!zeroed_) {
     CUDA_CHECK(cudaMemsetAsync(digits, 0, sizeof(int64_t) * gradient_sums_.words(), stream));
     CUDA_CHECK(cudaMemsetAsync(step_words_.data(), 0, sizeof(int64_t) * step_words_.size(), stream));
+    CUDA_CHECK(cudaMemsetAsync(finish_counts_.data(), 0, sizeof(unsigned) * finish_counts_.size(), stream));
   }
   zeroed_ = false;  // until this step's finishing kernel is enqueued
 
@@ -81,10 +83,26 @@ void ExactL1Step::enqueue_gradients(size_t batch) {
   nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream, sign_fragments_.data());
 
   if (across_ != nullptr) across_->combine(gradient_sums_);
-  const kernels::ExactFinish finish{digits,      stride,       out_ * in_,    gradients_.data(),
-                                    loss_digits, loss_.data(), norm_digits,   finish_done_.data(),
-                                    total_norm_.data(), step_words_.data(), step_words_.size()};
-  kernels::exact_finish_cuda(finish, stream);
+  kernels::ExactFinish finish{};
+  finish.gradient_digits = digits;
+  finish.count = stride;
+  finish.weight_count = out_ * in_;
+  finish.gradients = gradients_.data();
+  finish.loss_digits = loss_digits;
+  finish.loss = loss_.data();
+  finish.norm_digits = norm_digits;
+  finish.total_norm = total_norm_.data();
+  finish.step_words = step_words_.data();
+  finish.step_word_count = step_words_.size();
+  finish.counts = finish_counts_.data();
+  finish.weight = weight_.data();
+  finish.bias = bias_.data();
+  finish.exp_avg = exp_avg_.data();
+  finish.exp_avg_sq = exp_avg_sq_.data();
+  finish.table = schedule_->table();
+  finish.step_slot = schedule_->slot();
+  finish.max_norm = max_norm_;
+  kernels::exact_finish_cuda(finish, finish_grid_, stream);
   zeroed_ = true;
 }
 

@@ -21,9 +21,10 @@
 //      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN),
 //      taking dy's signs as step 2 laid them out for the tensor cores;
 //   -  the ranks' digits added (exact::CrossRankSums), if the step has ranks;
-//   4. the gradients and the loss rounded once, and the exact norm; the digits and
-//      maxima zeroed for the next step as they are read (no zeroing of their own);
-//   5. the clip coefficient and AdamW.
+//   4. the gradients and the loss rounded once, the exact norm, the clip coefficient and
+//      AdamW, in one launch whose blocks meet once, all rows and ranks summed, to take
+//      the norm; the digits and maxima zeroed for the next step as they are read (no
+//      zeroing of their own).
 // Every sum over rows is an integer sum of digits, so no grid, atomic order, split of
 // the rows or NCCL algorithm changes a bit. Nothing in a step allocates, waits for the
 // host or reads a value back.
@@ -53,6 +54,7 @@
 #include "nn/linear.h"
 #include "optim/adamw.h"
 #include "train/fused_step.h"
+#include "train/kernels/exact_step.h"
 
 namespace seqpar::train {
 
@@ -81,10 +83,11 @@ class ExactL1Step : public detail::FusedL1Step {
   // One zeroing a step: the loss's digits (one sum), the norm's (two sums, W's and b's
   // squares, digit-major), then the maxima dW's sums read (unsigned words).
   DeviceBuffer<int64_t> step_words_;
-  DeviceBuffer<unsigned> finish_done_;  // the finishing kernel's count of finished blocks
+  DeviceBuffer<unsigned> finish_counts_;  // the finishing kernel's counts of blocks
+  kernels::ExactFinishGrid finish_grid_;
   DeviceBuffer<uint8_t> sign_fragments_;  // dy's signs for dW's sums (empty past 16 outputs)
   // Whether the digits and step words are known to be zero: the finishing kernel, the
-  // step's last but one, zeroes them once read. A step that threw before it was
+  // step's last, zeroes them once read. A step that threw before it was
   // enqueued (a combine across ranks that failed) leaves them to the next step, which
   // zeroes them first.
   bool zeroed_ = true;

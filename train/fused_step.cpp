@@ -74,7 +74,7 @@ void check_batches(const char* op, const std::vector<Batch>& batches, int64_t in
 
 FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<Batch> batches,
                          nn::Reduction reduction, const optim::AdamWOptions& adamw,
-                         double max_norm, int64_t max_out, bool norm_given)
+                         double max_norm, int64_t max_out, bool updates_itself)
     : name_(name),
       weight_(model.weight().data()),
       bias_(model.bias().data()),
@@ -82,10 +82,10 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
       in_(model.in_features()),
       out_(model.out_features()),
       device_(weight_.device().index),
+      max_norm_(static_cast<float>(max_norm)),
       run_range_(std::string(name) + "::run"),
       replay_range_(std::string(name) + "::replay"),
-      max_norm_(static_cast<float>(max_norm)),
-      norm_given_(norm_given) {
+      updates_itself_(updates_itself) {
   const Device device = weight_.device();
   SEQPAR_CHECK(device.is_cuda(), name, ": the model must be on a GPU, it is on ", device);
   SEQPAR_CHECK(out_ <= max_out, name, ": out_features ", out_, " is above the step's ", max_out);
@@ -118,6 +118,7 @@ FusedL1Step::~FusedL1Step() = default;
 
 void FusedL1Step::enqueue(size_t batch) {
   enqueue_gradients(batch);
+  if (updates_itself_) return;
   optim::detail::AdamWTensors tensors;
   tensors.params = {weight_.data(), bias_.data()};
   tensors.grads = {grad_weight_.data(), grad_bias_.data()};
@@ -126,9 +127,7 @@ void FusedL1Step::enqueue(size_t batch) {
   tensors.sizes = {out_ * in_, out_};
   const kernels::ClipAdamWState state{schedule_->table(), schedule_->slot(), blocks_done_.data(),
                                       total_norm_.data()};
-  kernels::clip_adamw_step_cuda(tensors, max_norm_, state,
-                                norm_given_ ? kernels::NormSum::Given : kernels::NormSum::FloatOrder,
-                                cuda::current_stream(device_));
+  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, cuda::current_stream(device_));
 }
 
 void FusedL1Step::run(size_t batch) {

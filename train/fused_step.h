@@ -73,8 +73,9 @@ class StepGraphs {
 
 // The base of the fused steps. A step's device work is enqueue_gradients (the derived
 // step's: the loss, the unclipped gradients in gradients(), synchronized across ranks
-// when it has them, and the total norm when the derived step computes it), then one
-// launch of clip + AdamW (train/kernels/clip_adamw.h). Nothing in a step allocates,
+// when it has them), then one launch of clip + AdamW (train/kernels/clip_adamw.h), or,
+// for a step that updates the parameters itself (the exact step, whose tail takes the
+// norm, clips and updates in one launch), nothing more. Nothing in a step allocates,
 // synchronizes with the host or reads a value back.
 class FusedL1Step {
  public:
@@ -107,11 +108,12 @@ class FusedL1Step {
  protected:
   // Checks the model (on a GPU, contiguous, out_features at most max_out) and the
   // batches, naming `name` in every error; allocates the buffers; the model's .grad()
-  // become views of gradients(). norm_given: enqueue_gradients leaves the total norm in
-  // total_norm(), else the optimizer's launch computes it in float order.
+  // become views of gradients(). updates_itself: enqueue_gradients also takes the norm,
+  // clips and updates the parameters (with the optimizer's state below), else one launch
+  // of clip + AdamW follows it, the norm in float order.
   FusedL1Step(const char* name, const nn::Linear& model, std::vector<Batch> batches,
               nn::Reduction reduction, const optim::AdamWOptions& adamw, double max_norm,
-              int64_t max_out, bool norm_given);
+              int64_t max_out, bool updates_itself);
 
   virtual void enqueue_gradients(size_t batch) = 0;
   // Why the step cannot be captured into a graph, or null when it can.
@@ -124,15 +126,17 @@ class FusedL1Step {
   float loss_scale_ = 0.0f;  // the loss's factor, nn::Reduction::scale in float
   int device_ = 0;
   Tensor gradients_, grad_weight_, grad_bias_, loss_, total_norm_;
+  // The optimizer's state: AdamW's moments ([parameters], W's then b's, as gradients_)
+  // and its scalars on the device.
+  float max_norm_ = 0.0f;
+  Tensor exp_avg_, exp_avg_sq_;
+  std::unique_ptr<AdamWSchedule> schedule_;
 
  private:
   void enqueue(size_t batch);
 
   std::string run_range_, replay_range_;  // NVTX: "<name>::run", "<name>::replay"
-  float max_norm_ = 0.0f;
-  bool norm_given_ = false;
-  Tensor exp_avg_, exp_avg_sq_;
-  std::unique_ptr<AdamWSchedule> schedule_;
+  bool updates_itself_ = false;
   DeviceBuffer<unsigned> blocks_done_;  // the clip + AdamW launch's count of finished blocks
   StepGraphs graphs_;
 };

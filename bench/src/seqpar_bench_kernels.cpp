@@ -213,8 +213,7 @@ void bench_kernels(Report& report, const Settings& s) {
         norm.data()};
     report.add("kernel/clip_adamw_fused/10256", "norm (float order) + clip + AdamW in one launch",
                time_calls([&] {
-                 train::kernels::clip_adamw_step_cuda(tensors, 1.0f, state,
-                                                      train::kernels::NormSum::FloatOrder, stream);
+                 train::kernels::clip_adamw_step_cuda(tensors, 1.0f, state, stream);
                }, s.warmup, s.repeats), kF * 7 * parameters);
   }
 }

@@ -127,7 +127,11 @@ TEST_CASE("the exact fused step gives the public API's bits on the GPU and the C
       {500, 1100, 16, 0.5},                    // in > 768: the GEMM forward
       {700, 48, 8, 1.0e6, false, /*nan_target=*/true},
       {640, 96, 16, 0.05, false, false, /*zero_model=*/true},
+      {48, 20000, 16, 0.05},                   // 320,016 parameters: two or more a thread at the end
   };
+  // The last problem's finishing grid would not all be resident with one parameter a
+  // thread (on an H200: 1251 blocks of 256), so its threads take several each.
+  CHECK(train::kernels::exact_finish_grid(16 * 20000 + 16, 16 * 20000, 0).per_thread >= 2);
   for (const Problem& p : problems) {
     INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out << ", max_norm " << p.max_norm
                  << (p.nan_target ? ", a NaN target" : "") << (p.zero_model ? ", zero model" : ""));
@@ -147,7 +151,7 @@ TEST_CASE("the exact step's kernels at small shapes equal the public API's (for 
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   // Small enough for compute-sanitizer (scripts/exact-checks.sh): the L1 kernel's
-  // shared-memory tallies, the finishing kernel's block digits and last block, NaN and
+  // shared-memory tallies, the finishing kernel's block digits, grid-wide wait and last block, NaN and
   // zero residuals, eager and replayed.
   for (const Problem& p : {Problem{1001, 37, 5, 0.05, true}, Problem{700, 48, 8, 1.0e6, false, true},
                            Problem{640, 96, 16, 0.05, false, false, true}}) {

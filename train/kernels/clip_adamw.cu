@@ -8,6 +8,7 @@
 #include "core/cuda_check.h"
 #include "core/dependent_launch.cuh"
 #include "optim/adamw_update.cuh"
+#include "optim/clip_coefficient.cuh"
 #include "optim/multi_tensor.cuh"
 
 namespace seqpar::train::kernels {
@@ -43,7 +44,6 @@ __device__ float float_order_norm(const TensorTable<kListCount>& table, int tens
   return __double2float_rn(sqrt(squared_norms));
 }
 
-template <NormSum kNorm>
 __global__ void __launch_bounds__(kThreads)
     clip_adamw_kernel(TensorTable<kListCount> table, int tensors, float max_norm,
                       ClipAdamWState state) {
@@ -67,19 +67,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   cuda::wait_for_prior_grids();  // the gradients are final from here on
 
-  // 1. The total norm: given, or computed in the same order in every block (the result
-  // is in thread 0).
-  float total = 0.0f;
-  if constexpr (kNorm == NormSum::FloatOrder) total = float_order_norm(table, tensors);
+  // 1. The total norm, computed in the same order in every block (the result is in
+  // thread 0).
+  const float total = float_order_norm(table, tensors);
   if (threadIdx.x == 0) {
-    if constexpr (kNorm == NormSum::Given) {
-      total = *state.total_norm;
-    } else {
-      if (blockIdx.x == 0) *state.total_norm = total;
-    }
-    // As clip.cu: reciprocal(total + 1e-6) * max_norm, clamped to at most 1.
-    const float unclamped = __fmul_rn(__frcp_rn(__fadd_rn(total, 1e-6f)), max_norm);
-    coefficient_shared = 1.0f < unclamped ? 1.0f : unclamped;
+    if (blockIdx.x == 0) *state.total_norm = total;
+    coefficient_shared = clip_coefficient(total, max_norm);
   }
   __syncthreads();
   const float coefficient = coefficient_shared;
@@ -121,7 +114,7 @@ bool clip_adamw_fits(const std::vector<int64_t>& sizes) {
 }
 
 void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
-                          const ClipAdamWState& state, NormSum norm, cuda::Stream stream) {
+                          const ClipAdamWState& state, cuda::Stream stream) {
   const size_t count = tensors.sizes.size();
   SEQPAR_CHECK(tensors.params.size() == count && tensors.grads.size() == count &&
                    tensors.exp_avgs.size() == count && tensors.exp_avg_sqs.size() == count,
@@ -137,13 +130,8 @@ void clip_adamw_step_cuda(const AdamWTensors& tensors, float max_norm,
       lists, tensors.sizes,
       [&](const TensorTable<kListCount>& table, int blocks, int64_t /*first_block*/) {
         // A dependent launch: the loads before its wait overlap the gradients' kernels.
-        if (norm == NormSum::Given) {
-          cuda::launch_dependent(clip_adamw_kernel<NormSum::Given>, dim3(blocks), dim3(kThreads),
-                                 0, stream, table, non_empty, max_norm, state);
-        } else {
-          cuda::launch_dependent(clip_adamw_kernel<NormSum::FloatOrder>, dim3(blocks),
-                                 dim3(kThreads), 0, stream, table, non_empty, max_norm, state);
-        }
+        cuda::launch_dependent(clip_adamw_kernel, dim3(blocks), dim3(kThreads), 0, stream, table,
+                               non_empty, max_norm, state);
       },
       kClipChunk);
 }

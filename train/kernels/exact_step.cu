@@ -10,7 +10,10 @@
 #include "core/error.h"
 #include "core/exact_round.h"
 #include "core/exact_sum.cuh"
+#include "core/grid_sync.cuh"
 #include "nn/exact_l1.cuh"
+#include "optim/adamw_update.cuh"
+#include "optim/clip_coefficient.cuh"
 
 namespace seqpar::train::kernels {
 
@@ -38,28 +41,52 @@ __global__ void __launch_bounds__(kThreads)
   terms.finish(tally, out, o);
 }
 
-// Block: kThreads sums of one tensor (W's blocks first, then b's).
-__global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f) {
+// Block: kThreads * kPerThread sums of one tensor (W's blocks first, then b's), sum
+// i = the block's first + e * kThreads + threadIdx.x for e < kPerThread.
+template <int kPerThread>
+__global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f, int64_t weight_blocks) {
   __shared__ unsigned long long block[exact::kDigits];
+  __shared__ double norms[2];
+  __shared__ float coefficient_shared;
   __shared__ bool last;
-  cuda::wait_for_prior_grids();  // the summed digits
-  cuda::allow_dependent_grids();
-  const int64_t weight_blocks = (f.weight_count + kThreads - 1) / kThreads;
   const int tensor = blockIdx.x < weight_blocks ? 0 : 1;
   const int64_t first = tensor == 0 ? 0 : f.weight_count;
   const int64_t end = tensor == 0 ? f.weight_count : f.count;
-  const int64_t i = first + (blockIdx.x - (tensor == 0 ? 0 : weight_blocks)) * kThreads + threadIdx.x;
-  int64_t local[exact::kDigits] = {};
-  if (i < end) {
-    const float gradient = exact::round_to_float(f.gradient_digits + i, f.count);
-    f.gradients[i] = gradient;
-    for (int d = 0; d < exact::kDigits; ++d) f.gradient_digits[i + d * f.count] = 0;  // for the next step
-    exact::BinnedSum square;
-    square.clear();
-    const double value = gradient;
-    square.add(__dmul_rn(value, value));  // exact: a float's square has 48 significant bits
-    square.flush(local);
+  const int64_t block_first =
+      first + (blockIdx.x - (tensor == 0 ? 0 : weight_blocks)) * int64_t{kThreads * kPerThread};
+  float* params = tensor == 0 ? f.weight : f.bias;  // indexed by i - first
+  auto sum_index = [&](int e) { return block_first + e * kThreads + threadIdx.x; };
+
+  // 0. The step's AdamW scalars and this thread's parameters and moments, on their way
+  // while the gradients are rounded.
+  const optim::detail::AdamWStepScalars scalars = f.table[*f.step_slot];
+  float param[kPerThread], exp_avg[kPerThread], exp_avg_sq[kPerThread], gradient[kPerThread];
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const int64_t i = sum_index(e);
+    if (i < end) {
+      param[e] = params[i - first];
+      exp_avg[e] = f.exp_avg[i];
+      exp_avg_sq[e] = f.exp_avg_sq[i];
+    }
   }
+
+  // 1. The gradients rounded once (and their digits zeroed for the next step), and
+  // their exact squares into the tensor's norm digits.
+  int64_t local[exact::kDigits] = {};
+  exact::BinnedSum square;
+  square.clear();
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const int64_t i = sum_index(e);
+    if (i >= end) continue;
+    gradient[e] = exact::round_to_float(f.gradient_digits + i, f.count);
+    f.gradients[i] = gradient[e];
+    for (int d = 0; d < exact::kDigits; ++d) f.gradient_digits[i + d * f.count] = 0;
+    const double value = gradient[e];
+    square.add(__dmul_rn(value, value));  // exact: a float's square has 48 significant bits
+  }
+  square.flush(local);
   exact::sum_block_digits(local, block);
   if (threadIdx.x < exact::kDigits && block[threadIdx.x] != 0) {
     auto* word = reinterpret_cast<unsigned long long*>(f.norm_digits + threadIdx.x * 2 + tensor);
@@ -69,35 +96,68 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f) {
       atomicAdd(word, block[threadIdx.x]);
     }
   }
-  // The last block to count itself sees every block's digits (each fenced its adds;
-  // the last reads them from L2, past its own L1).
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(f.blocks_done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  // As optim::clip_grad_norm: each tensor's float norm (warps 0 and 1, side by side),
-  // then the norm of the norms; the loss rounded by warp 2.
-  __shared__ double norms[2];
+
+  // 2. Every block's squares are in: each block takes the norm from the digits itself,
+  // as optim::clip_grad_norm does (each tensor's float norm by warps 0 and 1, side by
+  // side, then the norm of the norms), the same bits in every block. Block 0 keeps the
+  // total and rounds the loss (warp 2). The digits are read from L2 (__ldcg): other
+  // blocks' atomics wrote them.
+  cuda::arrive_and_wait_grid(f.counts);
   const int warp = static_cast<int>(threadIdx.x / 32);
   if (threadIdx.x % 32 == 0 && warp < 2) {
     int64_t digits[exact::kDigits];
     for (int d = 0; d < exact::kDigits; ++d) digits[d] = __ldcg(f.norm_digits + d * 2 + warp);
     norms[warp] = __double2float_rn(sqrt(exact::round_to_double(digits)));
-  } else if (threadIdx.x % 32 == 0 && warp == 2) {
+  } else if (threadIdx.x % 32 == 0 && warp == 2 && blockIdx.x == 0) {
     *f.loss = exact::round_to_float(f.loss_digits);
   }
   __syncthreads();
-  // Every block's adds are in and read: the step's words start the next step at zero.
+  if (threadIdx.x == 0) {
+    exact::BinnedSum total;
+    total.clear();
+    for (int t = 0; t < 2; ++t) total.add(__dmul_rn(norms[t], norms[t]));
+    int64_t total_digits[exact::kDigits] = {};
+    total.flush(total_digits);
+    const float total_norm = __double2float_rn(sqrt(exact::round_to_double(total_digits)));
+    if (blockIdx.x == 0) *f.total_norm = total_norm;
+    coefficient_shared = optim::detail::clip_coefficient(total_norm, f.max_norm);
+  }
+  __syncthreads();
+
+  // 3. AdamW on this thread's parameters, with the clipped gradient.
+  const float coefficient = coefficient_shared;
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const int64_t i = sum_index(e);
+    if (i >= end) continue;
+    optim::detail::adamw_update(param[e], __fmul_rn(gradient[e], coefficient), exp_avg[e],
+                                exp_avg_sq[e], scalars);
+    params[i - first] = param[e];
+    f.exp_avg[i] = exp_avg[e];
+    f.exp_avg_sq[i] = exp_avg_sq[e];
+  }
+
+  // 4. The last block out (every block has read the norm's digits and the step slot):
+  // the step's words zeroed for the next step, the counts reset, the slot advanced.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(f.counts + 1, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
   for (int64_t w = threadIdx.x; w < f.step_word_count; w += blockDim.x) f.step_words[w] = 0;
-  if (threadIdx.x != 0) return;
-  exact::BinnedSum total;
-  total.clear();
-  for (int t = 0; t < 2; ++t) total.add(__dmul_rn(norms[t], norms[t]));
-  int64_t total_digits[exact::kDigits] = {};
-  total.flush(total_digits);
-  *f.total_norm = __double2float_rn(sqrt(exact::round_to_double(total_digits)));
-  *f.blocks_done = 0;
+  if (threadIdx.x == 0) {
+    f.counts[0] = 0;
+    f.counts[1] = 0;
+    *f.step_slot += 1;
+  }
+}
+
+template <int kPerThread>
+int64_t finish_blocks(int64_t count, int64_t weight_count) {
+  constexpr int64_t kSums = int64_t{kThreads} * kPerThread;
+  return cuda::ceil_div(weight_count, kSums) + cuda::ceil_div(count - weight_count, kSums);
 }
 
 }  // namespace
@@ -120,14 +180,48 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
   CUDA_LAUNCH_CHECK();
 }
 
-void exact_finish_cuda(const ExactFinish& finish, cuda::Stream stream) {
+ExactFinishGrid exact_finish_grid(int64_t count, int64_t weight_count, int device) {
+  SEQPAR_CHECK(weight_count >= 1 && count > weight_count, "exact_finish_grid: ", count,
+               " sums, ", weight_count, " of them the weight's (both tensors must be non-empty)");
+  const auto fits = [&](auto kernel, int64_t blocks) {
+    return blocks <= cuda::cooperative_capacity(kernel, kThreads, 0, device);
+  };
+  const int64_t one = finish_blocks<1>(count, weight_count);
+  if (fits(exact_finish_kernel<1>, one)) return {static_cast<int>(one), 1};
+  const int64_t two = finish_blocks<2>(count, weight_count);
+  if (fits(exact_finish_kernel<2>, two)) return {static_cast<int>(two), 2};
+  const int64_t four = finish_blocks<4>(count, weight_count);
+  if (fits(exact_finish_kernel<4>, four)) return {static_cast<int>(four), 4};
+  const int64_t eight = finish_blocks<8>(count, weight_count);
+  SEQPAR_CHECK(fits(exact_finish_kernel<8>, eight), "exact_finish_grid: ", count,
+               " parameters need ", eight, " blocks of ", kThreads,
+               " threads resident at once (8 sums a thread), more than device ", device, " holds");
+  return {static_cast<int>(eight), 8};
+}
+
+void exact_finish_cuda(const ExactFinish& finish, const ExactFinishGrid& grid, cuda::Stream stream) {
   SEQPAR_CHECK(finish.weight_count >= 1 && finish.count > finish.weight_count,
                "exact_finish_cuda: ", finish.count, " sums, ", finish.weight_count,
                " of them the weight's (both tensors must be non-empty)");
-  const int64_t blocks = (finish.weight_count + kThreads - 1) / kThreads +
-                         (finish.count - finish.weight_count + kThreads - 1) / kThreads;
-  cuda::launch_dependent(exact_finish_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
-                         stream, finish);
+  const int64_t weight_blocks =
+      cuda::ceil_div(finish.weight_count, int64_t{kThreads} * grid.per_thread);
+  const dim3 blocks(static_cast<unsigned>(grid.blocks));
+  switch (grid.per_thread) {
+    case 1:
+      cuda::launch_cooperative(exact_finish_kernel<1>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
+      break;
+    case 2:
+      cuda::launch_cooperative(exact_finish_kernel<2>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
+      break;
+    case 4:
+      cuda::launch_cooperative(exact_finish_kernel<4>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
+      break;
+    case 8:
+      cuda::launch_cooperative(exact_finish_kernel<8>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
+      break;
+    default:
+      SEQPAR_FAIL("exact_finish_cuda: ", grid.per_thread, " sums a thread (1, 2, 4 or 8)");
+  }
   CUDA_LAUNCH_CHECK();
 }
 

@@ -11,10 +11,17 @@
 
 #include "core/cuda_runtime.h"
 #include "nn/linear_kernels.h"
+#include "optim/adamw.h"
 
 namespace seqpar::train::kernels {
 
 using nn::detail::kExactL1MaxOut;
+
+// The finishing kernel's grid (exact_finish_grid).
+struct ExactFinishGrid {
+  int blocks = 0;
+  int per_thread = 0;  // sums a thread
+};
 
 #ifdef SEQPAR_WITH_CUDA
 
@@ -26,27 +33,45 @@ using nn::detail::ExactL1Outputs;
 void exact_l1_cuda(const float* y, const float* target, int64_t target_row_stride, int64_t rows,
                    int64_t out, float scale, const ExactL1Outputs& outputs, cuda::Stream stream);
 
-// exact_finish_cuda: the step's sums rounded, and the norm, in one launch. Each block
-// rounds a slice of one gradient tensor's sums and adds the exact squares of what it
-// rounded into that tensor's norm digits; the last block to finish (an integer count)
-// takes each tensor's float norm and the total as optim::clip_grad_norm does, and
-// rounds the loss. So the norm is summed once, not by every block of the optimizer.
-// It also leaves the step's digits and words zero for the next step, each once read:
-// the gradients' digits by the threads that round them, `step_words` (the loss's and
-// the norm's digits among them) by the last block. So a step needs no zeroing launch.
+// The step's tail in one launch: the sums rounded, the exact norm, the clip coefficient
+// and AdamW. Each block rounds a slice of one gradient tensor's sums and adds the exact
+// squares of what it rounded into that tensor's norm digits; then every block waits for
+// all the others (the step's one grid-wide wait, core/grid_sync.cuh), takes each
+// tensor's float norm and the total from the digits as optim::clip_grad_norm does (the
+// same bits in every block), and updates its own parameters with the clipped gradient
+// it still holds (optim/adamw_update.cuh), the gradients stored unclipped. So the norm
+// is summed once, and no launch of its own waits for it.
+// The launch also leaves the step's digits and words zero for the next step, each once
+// read: the gradients' digits by the threads that round them, `step_words` (the loss's
+// and the norm's digits among them) by the last block out, which also advances AdamW's
+// step slot (train/fused_step.h). So a step needs no zeroing launch.
 struct ExactFinish {
   int64_t* gradient_digits;        // `count` sums: W's `weight_count`, then b's
   int64_t count, weight_count;
-  float* gradients;                // [count]
+  float* gradients;                // [count], unclipped
   const int64_t* loss_digits;      // one sum
   float* loss;
   int64_t* norm_digits;            // two sums (W's squares, b's), stride 2; zero at launch
-  unsigned* blocks_done;           // zero between launches; the last block resets it
   float* total_norm;
   int64_t* step_words;             // [step_word_count], loss_digits and norm_digits among them
   int64_t step_word_count;
+  unsigned* counts;                // [2]: blocks at the wait, blocks done; zero between launches
+  // AdamW: the parameters (W's weight_count, b's count - weight_count) and their moments
+  // ([count], W's then b's), the step's scalars at table[*step_slot].
+  float* weight;
+  float* bias;
+  float* exp_avg;
+  float* exp_avg_sq;
+  const optim::detail::AdamWStepScalars* table;
+  int* step_slot;
+  float max_norm;
 };
-void exact_finish_cuda(const ExactFinish& finish, cuda::Stream stream);
+
+// The grid of the tail for `count` sums (`weight_count` of them W's) on `device`: every
+// block resident at once (a cooperative launch), so each thread takes one sum or, when
+// that grid would not fit, two, four or eight. Checks that it fits.
+ExactFinishGrid exact_finish_grid(int64_t count, int64_t weight_count, int device);
+void exact_finish_cuda(const ExactFinish& finish, const ExactFinishGrid& grid, cuda::Stream stream);
 
 #endif
 
