@@ -48,6 +48,17 @@ static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the l
 static_assert(kRowsPerChunk * 256 <= (int64_t{1} << 22), "a chunk's total fits in int64");
 static_assert(kThreads * 2 == kStepRows * kGroup, "each thread reads two dy of a step");
 static_assert(kGroup == kSignFragmentOutputs && kStepRows * kGroup == 512, "sign_fragment_byte's steps");
+// Elements outside their window that a warp keeps until its sums are in (below).
+constexpr int kOutsidePerWarp = 32;
+static_assert(kGroup <= 32, "a lane an output for the kept elements");
+
+// An element outside its column's window, kept: x, its row in the chunk, its column in
+// the warp's 8.
+struct KeptElement {
+  float value;
+  int row;
+  int column;
+};
 
 // D = A B + D on the integer tensor cores, m16n8k32: A 16 outputs x 32 rows of signs
 // (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of the offset fixed-point x (u8).
@@ -132,6 +143,8 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
 
   __shared__ uint4 fragments[kFragments ? 1 : 2][32];  // a step's A fragments, by lane
   __shared__ int sign_totals[kGroup];                  // Σ s over the chunk, by output
+  __shared__ KeptElement kept[kWarps][kOutsidePerWarp];  // each warp's, for the end
+  int kept_count = 0;  // the warp's elements outside (the same in every lane)
   if (!kFragments && threadIdx.x < kGroup) sign_totals[threadIdx.x] = 0;
   // The chunk's fragments: a step's 512 bytes after another (rows_per_chunk is whole steps).
   const uint4* chunk_fragments =
@@ -229,17 +242,28 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
       any_outside = any_outside || outside[r];
     }
     // Elements outside the window are rare (about one in 300,000 from randn): one vote
-    // a step, not a branch an element.
+    // a step, not a branch an element. Each goes to the warp's list, and its products
+    // into the digits once the warp's sums are in, a lane an output. Taken here, one
+    // lane's 16 products one after the other held its warp, and so the kernel, for
+    // microseconds: at the issue's shape most SMs had finished at 55 % of the kernel's
+    // time (bench/RESULTS.md). Past the list (a column of infinities), here.
     if (__any_sync(0xffffffffu, any_outside)) {
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        if (!(outside[r] || whole)) continue;
-        const int64_t local = step_row + step_row_of(r);
-        if (local < rows) {
-          add_outside_window(dy, current.x[r], row_begin + local, my_column, j0,
-                             min(j0 + kGroup, out), in, digits, count);
+        const int local = static_cast<int>(step_row) + step_row_of(r);
+        const bool keep = (outside[r] || whole) && local < rows;
+        const unsigned voters = __ballot_sync(0xffffffffu, keep);
+        if (keep) {
+          const int slot = kept_count + __popc(voters & ((1u << lane) - 1u));
+          if (slot < kOutsidePerWarp) {
+            kept[warp][slot] = {current.x[r], local, g};
+          } else {
+            add_outside_window(dy, current.x[r], row_begin + local, my_column, j0,
+                               min(j0 + kGroup, out), in, digits, count);
+          }
         }
-        u[r] = {0u, 1u << (kWindowBits - 32)};  // 2^44: 0 in the window's sums
+        kept_count += __popc(voters);
+        if (outside[r] || whole) u[r] = {0u, 1u << (kWindowBits - 32)};  // 2^44: 0 in the window's sums
       }
     }
     __syncwarp();  // mma.sync wants the whole warp
@@ -282,6 +306,18 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     exact::add_scaled_product_atomically(digits + j * in + k, count, total,
                                          static_cast<uint32_t>(magnitude.significand),
                                          column_lsb[d % 2] + magnitude.exponent);
+  }
+
+  // The warp's kept elements: each one's products with its row's dy, a lane an output.
+  __syncwarp();
+  const int listed = min(kept_count, kOutsidePerWarp);
+  const int64_t j = j0 + lane;
+  for (int e = 0; e < listed; ++e) {
+    const KeptElement element = kept[warp][e];
+    if (lane < kGroup && j < out) {
+      add_outside_product(dy, element.value, row_begin + element.row, k_warp + element.column, j,
+                          in, digits, count);
+    }
   }
 }
 
