@@ -8,9 +8,9 @@
 // caller sizes the grid with cooperative_capacity.
 //
 // The launch is not a dependent one (core/dependent_launch.cuh): the grid starts once
-// the kernels before it have finished. Launched dependent, the exact step's tail had
-// its blocks resident early, waiting beside the last blocks of the dW kernel, and the
-// 12,000-row step took 2.7 us longer for it (bench/RESULTS.md, performance round 13).
+// the kernels before it have finished. Launched dependent, with or without the
+// cooperative attribute, the exact step's tail made the step slower than launched
+// plain (measured; bench/RESULTS.md has the variants).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -244,9 +244,9 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     // Elements outside the window are rare (about one in 300,000 from randn): one vote
     // a step, not a branch an element. Each goes to the warp's list, and its products
     // into the digits once the warp's sums are in, a lane an output. Taken here, one
-    // lane's 16 products one after the other held its warp, and so the kernel, for
-    // microseconds: at the issue's shape most SMs had finished at 55 % of the kernel's
-    // time (bench/RESULTS.md). Past the list (a column of infinities), here.
+    // lane's 16 products one after the other held its warp, and so the kernel, long
+    // after most SMs had finished (measured; bench/RESULTS.md). Past the list (a column
+    // of infinities), here.
     if (__any_sync(0xffffffffu, any_outside)) {
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
