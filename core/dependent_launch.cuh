@@ -54,6 +54,20 @@ inline bool dependent_launch_supported() {
   return known >= 9;
 }
 
+// A cudaLaunchKernelEx configuration with one attribute (not copied: it must outlive the
+// launch), or none when `with_attribute` is false.
+inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                                        cudaLaunchAttribute* attribute, bool with_attribute) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = with_attribute ? 1 : 0;
+  return config;
+}
+
 // kernel<<<grid, block, shared_bytes, stream>>>(args...) as a dependent launch where
 // the device supports it (compute capability 9.0 or newer), an ordinary one otherwise.
 template <typename... Params, typename... Args>
@@ -62,13 +76,8 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = dependent_launch_supported() ? 1 : 0;
+  const cudaLaunchConfig_t config =
+      launch_config(grid, block, shared_bytes, stream, &attribute, dependent_launch_supported());
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

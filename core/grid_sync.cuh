@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/cuda_check.h"
+#include "core/dependent_launch.cuh"  // launch_config
 
 namespace seqpar::cuda {
 
@@ -60,13 +61,7 @@ void launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config = launch_config(grid, block, shared_bytes, stream, &attribute, true);
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

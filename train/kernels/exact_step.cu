@@ -154,10 +154,23 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f, i
   }
 }
 
-template <int kPerThread>
-int64_t finish_blocks(int64_t count, int64_t weight_count) {
-  constexpr int64_t kSums = int64_t{kThreads} * kPerThread;
-  return cuda::ceil_div(weight_count, kSums) + cuda::ceil_div(count - weight_count, kSums);
+using FinishKernel = void (*)(ExactFinish, int64_t);
+
+// The finishing kernel for `per_thread` sums a thread (1, 2, 4 or 8).
+FinishKernel finish_kernel(int per_thread) {
+  switch (per_thread) {
+    case 1: return exact_finish_kernel<1>;
+    case 2: return exact_finish_kernel<2>;
+    case 4: return exact_finish_kernel<4>;
+    case 8: return exact_finish_kernel<8>;
+    default: SEQPAR_FAIL("exact_finish: ", per_thread, " sums a thread (1, 2, 4 or 8)");
+  }
+}
+
+// Its blocks: each tensor's sums in blocks of kThreads * per_thread.
+int64_t finish_blocks(int64_t count, int64_t weight_count, int per_thread) {
+  const int64_t sums = int64_t{kThreads} * per_thread;
+  return cuda::ceil_div(weight_count, sums) + cuda::ceil_div(count - weight_count, sums);
 }
 
 }  // namespace
@@ -183,20 +196,15 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
 ExactFinishGrid exact_finish_grid(int64_t count, int64_t weight_count, int device) {
   SEQPAR_CHECK(weight_count >= 1 && count > weight_count, "exact_finish_grid: ", count,
                " sums, ", weight_count, " of them the weight's (both tensors must be non-empty)");
-  const auto fits = [&](auto kernel, int64_t blocks) {
-    return blocks <= cuda::cooperative_capacity(kernel, kThreads, 0, device);
-  };
-  const int64_t one = finish_blocks<1>(count, weight_count);
-  if (fits(exact_finish_kernel<1>, one)) return {static_cast<int>(one), 1};
-  const int64_t two = finish_blocks<2>(count, weight_count);
-  if (fits(exact_finish_kernel<2>, two)) return {static_cast<int>(two), 2};
-  const int64_t four = finish_blocks<4>(count, weight_count);
-  if (fits(exact_finish_kernel<4>, four)) return {static_cast<int>(four), 4};
-  const int64_t eight = finish_blocks<8>(count, weight_count);
-  SEQPAR_CHECK(fits(exact_finish_kernel<8>, eight), "exact_finish_grid: ", count,
-               " parameters need ", eight, " blocks of ", kThreads,
-               " threads resident at once (8 sums a thread), more than device ", device, " holds");
-  return {static_cast<int>(eight), 8};
+  int64_t blocks = 0;
+  for (int per_thread : {1, 2, 4, 8}) {
+    blocks = finish_blocks(count, weight_count, per_thread);
+    if (blocks <= cuda::cooperative_capacity(finish_kernel(per_thread), kThreads, 0, device)) {
+      return {static_cast<int>(blocks), per_thread};
+    }
+  }
+  SEQPAR_FAIL("exact_finish_grid: ", count, " parameters need ", blocks, " blocks of ", kThreads,
+              " threads resident at once (8 sums a thread), more than device ", device, " holds");
 }
 
 void exact_finish_cuda(const ExactFinish& finish, const ExactFinishGrid& grid, cuda::Stream stream) {
@@ -205,23 +213,8 @@ void exact_finish_cuda(const ExactFinish& finish, const ExactFinishGrid& grid, c
                " of them the weight's (both tensors must be non-empty)");
   const int64_t weight_blocks =
       cuda::ceil_div(finish.weight_count, int64_t{kThreads} * grid.per_thread);
-  const dim3 blocks(static_cast<unsigned>(grid.blocks));
-  switch (grid.per_thread) {
-    case 1:
-      cuda::launch_cooperative(exact_finish_kernel<1>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
-      break;
-    case 2:
-      cuda::launch_cooperative(exact_finish_kernel<2>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
-      break;
-    case 4:
-      cuda::launch_cooperative(exact_finish_kernel<4>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
-      break;
-    case 8:
-      cuda::launch_cooperative(exact_finish_kernel<8>, blocks, dim3(kThreads), 0, stream, finish, weight_blocks);
-      break;
-    default:
-      SEQPAR_FAIL("exact_finish_cuda: ", grid.per_thread, " sums a thread (1, 2, 4 or 8)");
-  }
+  cuda::launch_cooperative(finish_kernel(grid.per_thread), dim3(static_cast<unsigned>(grid.blocks)),
+                           dim3(kThreads), 0, stream, finish, weight_blocks);
   CUDA_LAUNCH_CHECK();
 }
 
