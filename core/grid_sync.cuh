@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/cuda_check.h"
+#include "core/cuda_runtime.h"  // multiprocessor_count
 #include "core/dependent_launch.cuh"  // launch_config
 
 namespace seqpar::cuda {
@@ -48,9 +49,7 @@ int cooperative_capacity(void (*kernel)(Params...), int block_threads, size_t sh
   int per_multiprocessor = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_multiprocessor, reinterpret_cast<const void*>(kernel), block_threads, shared_bytes));
-  int multiprocessors = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  return per_multiprocessor * multiprocessors;
+  return per_multiprocessor * multiprocessor_count(device);
 }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...) with every block resident at

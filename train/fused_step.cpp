@@ -108,8 +108,10 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
   exp_avg_ = Tensor::zeros({parameters}, device);
   exp_avg_sq_ = Tensor::zeros({parameters}, device);
   schedule_ = std::make_unique<AdamWSchedule>(adamw, device);
-  blocks_done_ = DeviceBuffer<unsigned>(1, device);
-  blocks_done_.zero();
+  if (!updates_itself_) {  // the clip + AdamW launch's count; a step that updates itself has its own
+    blocks_done_ = DeviceBuffer<unsigned>(1, device);
+    blocks_done_.zero();
+  }
   model.weight().set_grad(grad_weight_);
   model.bias().set_grad(grad_bias_);
 }

@@ -137,7 +137,7 @@ class FusedL1Step {
 
   std::string run_range_, replay_range_;  // NVTX: "<name>::run", "<name>::replay"
   bool updates_itself_ = false;
-  DeviceBuffer<unsigned> blocks_done_;  // the clip + AdamW launch's count of finished blocks
+  DeviceBuffer<unsigned> blocks_done_;  // the clip + AdamW launch's count (none if updates_itself_)
   StepGraphs graphs_;
 };
 
