@@ -93,7 +93,8 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
                ": weight and bias must be contiguous");
   SEQPAR_CHECK(max_norm > 0.0, name, ": max_norm must be positive, got ", max_norm);
   check_batches(name, batches_, in_, out_, device);
-  SEQPAR_CHECK(kernels::clip_adamw_fits({out_ * in_, out_}), name,
+  // A step that updates its parameters itself checks its own launch's limits.
+  SEQPAR_CHECK(updates_itself_ || kernels::clip_adamw_fits({out_ * in_, out_}), name,
                ": too many parameters for the one-launch optimizer");
   rows_ = batches_[0].x.size(0);
   loss_scale_ = static_cast<float>(reduction.scale(rows_ * out_));
