@@ -43,11 +43,15 @@ __device__ __forceinline__ void copy_async4(void* shared, const void* global) {
 
 // As copy_async16 / copy_async4, but when `copy` is false nothing is read and the
 // destination is filled with zeros (cp.async's src-size operand); `global` must still
-// be a valid address.
-__device__ __forceinline__ void copy_async16_or_zero(void* shared, const void* global, bool copy) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
-               "l"(global), "r"(copy ? 16 : 0)
+// be a valid address. The destination as a pointer or as a shared-memory address
+// (shared_address), which a kernel can work out once and offset.
+__device__ __forceinline__ void copy_async16_or_zero(unsigned shared, const void* global, bool copy) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global),
+               "r"(copy ? 16 : 0)
                : "memory");
+}
+__device__ __forceinline__ void copy_async16_or_zero(void* shared, const void* global, bool copy) {
+  copy_async16_or_zero(shared_address(shared), global, copy);
 }
 __device__ __forceinline__ void copy_async4_or_zero(void* shared, const void* global, bool copy) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)),

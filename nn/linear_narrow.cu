@@ -195,15 +195,30 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
   const int64_t first_row =
       int64_t{blockIdx.x} * (kNarrowThreads / kThreadsPerRow) + int64_t{warp} * kRowsPerWarp;
   const int tile_count = static_cast<int>(cuda::ceil_div(quads, int64_t{kQuadsPerRow}));
-  // Tile t into ring slot t % kStages: its quads of the warp's rows (zeros past the edges).
+  // Tile t into ring slot t % kStages: its quads of the warp's rows (zeros past the
+  // edges). A lane copies quad `copy_quad` of rows lane / 8 + 4 m of the warp's; their
+  // addresses are worked out once, as each tile's copies were most of the loop's
+  // instructions that were not FMAs (ncu).
+  constexpr int kRowsPerCopy = 32 / kQuadsPerRow;  // rows one copy of the warp's covers
+  constexpr int kCopies = kRowsPerWarp / kRowsPerCopy;
+  const int copy_quad = lane % kQuadsPerRow, copy_row = lane / kQuadsPerRow;
+  const float* copy_source[kCopies];
+  bool copy_row_inside[kCopies];
+#pragma unroll
+  for (int m = 0; m < kCopies; ++m) {
+    const int64_t row = first_row + copy_row + m * kRowsPerCopy;
+    copy_row_inside[m] = row < x.rows;
+    copy_source[m] = copy_row_inside[m] ? x.data + row * x.row_stride + 4 * copy_quad : x.data;
+  }
+  const unsigned copy_target = cuda::shared_address(tiles + copy_row * kTileStride + 4 * copy_quad);
   auto load_tile = [&](int t) {
-    float* slot = tiles + (t % kStages) * kTileFloats;
-    for (int i = lane; i < kRowsPerWarp * kQuadsPerRow; i += 32) {
-      const int r = i / kQuadsPerRow, q = i % kQuadsPerRow;
-      const int64_t quad = int64_t{t} * kQuadsPerRow + q, row = first_row + r;
-      const bool inside = row < x.rows && quad < quads;
-      const float* source = inside ? x.data + row * x.row_stride + 4 * quad : x.data;
-      cuda::copy_async16_or_zero(slot + r * kTileStride + 4 * q, source, inside);
+    const bool quad_inside = int64_t{t} * kQuadsPerRow + copy_quad < quads;
+    const unsigned slot = copy_target + (t % kStages) * kTileFloats * sizeof(float);
+#pragma unroll
+    for (int m = 0; m < kCopies; ++m) {
+      const bool inside = copy_row_inside[m] && quad_inside;
+      cuda::copy_async16_or_zero(slot + m * kRowsPerCopy * kTileStride * sizeof(float),
+                                 inside ? copy_source[m] + t * kTileK : x.data, inside);
     }
   };
   // The first tiles start on their way before Wᵀ is staged.

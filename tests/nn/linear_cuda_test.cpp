@@ -396,6 +396,19 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
                                       reinterpret_cast<unsigned int*>(largest.data()), per_thread);
       CHECK(test::same_bits(y_too, y_cpu));
       CHECK(test::bitwise_equal(largest, Tensor::from_data({c.in}, largest_cpu)));
+      if (shifted) continue;
+      // W as a view: rows in + 4 floats apart, and one float in (rows not 16-byte aligned).
+      for (int64_t offset : {0, 1}) {
+        INFO("W a view " << offset << " floats into rows of " << c.in + 4);
+        const Tensor wide_weight = test::poisoned({c.out, c.in + 4}, Device::cuda());
+        const Tensor weight_view = wide_weight.narrow(1, offset, c.in);
+        weight_view.copy_(weight);
+        const Tensor y_view = test::poisoned({c.rows, c.out}, Device::cuda());
+        nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_view.data(),
+                                        weight_view.stride(0), bias_gpu.data(), c.out, y_view.data(),
+                                        y_view.stride(0), 0, nullptr, per_thread);
+        CHECK(test::same_bits(y_view, y_cpu));
+      }
     }
   }
 #endif
