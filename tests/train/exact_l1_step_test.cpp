@@ -46,6 +46,7 @@ struct Problem {
   bool strided = false;     // x as a misaligned window of a wider buffer
   bool nan_target = false;  // one target element NaN: dy holds a NaN (the general dW path)
   bool zero_model = false;  // W = b = 0 and some targets 0: residuals of exactly zero
+  bool far_targets = false;  // some targets near ±1000: loss terms past the L1 sum's fixed point
 };
 
 using Outcome = test::StepOutcome;
@@ -61,6 +62,9 @@ Data draw(const Problem& p) {
     data.weight.fill_(0.0f);
     data.bias.fill_(0.0f);
     for (int64_t i = 0; i < p.rows * p.out; i += 3) target[i] = 0.0f;
+  }
+  if (p.far_targets) {  // in some blocks' rows only
+    for (int64_t i = 0; i < p.rows * p.out; i += 997) target[i] = i % 2 ? 1000.0f : -1000.0f;
   }
   return data;
 }
@@ -127,6 +131,7 @@ TEST_CASE("the exact fused step gives the public API's bits on the GPU and the C
       {500, 1100, 16, 0.5},                    // in > 768: the GEMM forward
       {700, 48, 8, 1.0e6, false, /*nan_target=*/true},
       {640, 96, 16, 0.05, false, false, /*zero_model=*/true},
+      {3000, 64, 16, 0.05, false, false, false, /*far_targets=*/true},
       {48, 20000, 16, 0.05},                   // 320,016 parameters: two or more a thread at the end
   };
 #ifdef SEQPAR_WITH_CUDA
@@ -136,7 +141,8 @@ TEST_CASE("the exact fused step gives the public API's bits on the GPU and the C
 #endif
   for (const Problem& p : problems) {
     INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out << ", max_norm " << p.max_norm
-                 << (p.nan_target ? ", a NaN target" : "") << (p.zero_model ? ", zero model" : ""));
+                 << (p.nan_target ? ", a NaN target" : "") << (p.zero_model ? ", zero model" : "")
+                 << (p.far_targets ? ", targets near 1000" : ""));
     const Data data = draw(p);
     test::poison_pool(Device::cuda());
     const Outcome fused = exact_steps(p, data, 3, /*graph=*/false);
