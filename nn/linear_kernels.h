@@ -121,8 +121,9 @@ bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Ten
 // threads a row; the forward takes it whenever it fits. weight [out, in] with its row
 // stride, y with its own. With x_largest, also x's column maxima into it, as
 // column_maxima_cuda finds them (zero it first), in the same pass over x where the
-// kernel allows. outputs_per_thread (4, 8 or 16; 0: the default) changes the speed,
-// never the bits: the benchmark measures each.
+// kernel allows. outputs_per_thread (4, 8 or 16; 0: the default, 8, or 4 where 8 would
+// leave SMs without a block) changes the speed, never the bits: the benchmark measures
+// each.
 bool narrow_forward_fits(const ConstRows& x, int64_t out);
 // Raises the forward's shared-memory limit on `device` (once; a launch does it itself
 // when it is not being captured into a graph, and otherwise takes a slower kernel with

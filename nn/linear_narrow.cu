@@ -35,7 +35,14 @@ namespace {
 constexpr int kNarrowOut = 16;
 constexpr int64_t kNarrowMaxIn = 768;  // Wᵀ in at most 48 KB of shared memory
 constexpr int kNarrowThreads = 128;
-constexpr int kDefaultPerThread = 8;  // measured fastest (bench/RESULTS.md), 4 a close second
+
+// Outputs a thread by default: 8 (the fastest at 12,000 rows, bench/RESULTS.md) where
+// that gives every SM a block, else 4, twice the blocks for the same rows: at 3000 rows
+// (an sp-4 shard of the issue's batch), 8 a thread is 47 blocks for 132 SMs.
+int default_per_thread(int64_t rows, int device) {
+  const int64_t blocks_at_8 = (rows + kNarrowThreads / 2 - 1) / (kNarrowThreads / 2);
+  return blocks_at_8 >= cuda::multiprocessor_count(device) ? 8 : 4;
+}
 
 // Wᵀ into shared memory ([in][16], zero past `out`): a thread takes every 128th k and
 // its 16 weights, read along W's rows (each load coalesced across the warp) and stored
@@ -321,8 +328,10 @@ void raise_staged_limits(int device) {
   raise_both(std::integral_constant<int, 4>{});
   raise_both(std::integral_constant<int, 8>{});
   raise_both(std::integral_constant<int, 16>{});
-  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<kDefaultPerThread, true, true>),
-        staged_extra_bytes<kDefaultPerThread, true, true>());
+  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<4, true, true>),
+        staged_extra_bytes<4, true, true>());
+  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<8, true, true>),
+        staged_extra_bytes<8, true, true>());
   staged_ready[device].store(true);
 }
 
@@ -380,7 +389,7 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
                          int device, unsigned int* x_largest, int outputs_per_thread) {
   SEQPAR_CHECK(narrow_forward_fits(x, out), "narrow_forward_cuda: ", x.rows, " x ", x.cols,
                " -> ", out, " is not a narrow Linear");
-  if (outputs_per_thread == 0) outputs_per_thread = kDefaultPerThread;
+  if (outputs_per_thread == 0) outputs_per_thread = default_per_thread(x.rows, device);
   SEQPAR_CHECK(outputs_per_thread == 4 || outputs_per_thread == 8 || outputs_per_thread == 16,
                "narrow_forward_cuda: ", outputs_per_thread, " outputs per thread (4, 8 or 16)");
   if (x.rows == 0) return;
@@ -414,14 +423,21 @@ void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64
                "narrow_forward_exact_l1_cuda: call narrow_forward_prepare(", device, ") first");
   if (x.rows == 0) return;
   cuda::set_device(device);
-  constexpr int kPerThread = kDefaultPerThread;
-  const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
-  const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
-  const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
-  cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true, true>, dim3(blocks),
-                         dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true, true>(),
-                         cuda::current_stream(device), x, weight, weight_row_stride, bias, out, y, out,
-                         x_largest, target, outputs);
+  const auto launch = [&](auto per_thread) {
+    constexpr int kPerThread = decltype(per_thread)::value;
+    const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
+    const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
+    const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
+    cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true, true>, dim3(blocks),
+                           dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true, true>(),
+                           cuda::current_stream(device), x, weight, weight_row_stride, bias, out, y, out,
+                           x_largest, target, outputs);
+  };
+  if (default_per_thread(x.rows, device) == 8) {
+    launch(std::integral_constant<int, 8>{});
+  } else {
+    launch(std::integral_constant<int, 4>{});
+  }
   CUDA_LAUNCH_CHECK();
 }
 
