@@ -397,7 +397,7 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
       CHECK(test::same_bits(y_too, y_cpu));
       CHECK(test::bitwise_equal(largest, Tensor::from_data({c.in}, largest_cpu)));
       if (shifted) continue;
-      // W as a view: rows in + 4 floats apart, and one float in (rows not 16-byte aligned).
+      // W as a view: rows in + 4 floats apart, from its first float and from its second.
       for (int64_t offset : {0, 1}) {
         INFO("W a view " << offset << " floats into rows of " << c.in + 4);
         const Tensor wide_weight = test::poisoned({c.out, c.in + 4}, Device::cuda());
