@@ -4,7 +4,8 @@
 //
 //   copy_async16 / copy_async4   global -> shared without a register round trip; the
 //                                copy completes in the background (the _or_zero forms
-//                                write zeros instead when told not to copy).
+//                                write zeros instead when told not to copy, the _prefix
+//                                form zeros after the bytes it copies).
 //   commit_copies / wait_copies  a thread's copies since its last commit form a group;
 //                                wait_copies<N> returns once at most N of the thread's
 //                                groups are still in flight. The data is then visible
@@ -50,13 +51,22 @@ __device__ __forceinline__ void copy_async16_or_zero(unsigned shared, const void
                "r"(copy ? 16 : 0)
                : "memory");
 }
+// The first `bytes` (0 to 16) of the 16 copied, the rest zeros: a row's last, partial
+// 16 bytes without reading past it.
+__device__ __forceinline__ void copy_async16_prefix(unsigned shared, const void* global, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void copy_async16_or_zero(void* shared, const void* global, bool copy) {
   copy_async16_or_zero(shared_address(shared), global, copy);
 }
-__device__ __forceinline__ void copy_async4_or_zero(void* shared, const void* global, bool copy) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)),
-               "l"(global), "r"(copy ? 4 : 0)
+__device__ __forceinline__ void copy_async4_or_zero(unsigned shared, const void* global, bool copy) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(global),
+               "r"(copy ? 4 : 0)
                : "memory");
+}
+__device__ __forceinline__ void copy_async4_or_zero(void* shared, const void* global, bool copy) {
+  copy_async4_or_zero(shared_address(shared), global, copy);
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -12,8 +12,10 @@
 // are the same whatever dy holds.
 #include <algorithm>
 
+#include "core/async_copy.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
 #include "core/exact_sum.cuh"
 #include "nn/linear_kernels.h"
@@ -30,7 +32,9 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kGroup = 16;             // outputs j per block: one m16 tile
 constexpr int kColumns = 8 * kWarps;   // columns k per block
 constexpr int kStepRows = 32;          // rows per tensor-core step: the k32 of m16n8k32
-constexpr int kLimbs = 6;              // bytes of a fixed-point element plus 2^44: 45 bits
+constexpr int kStages = 4;             // x's tiles in shared memory: copies go out 3 steps ahead
+constexpr int kLimbs = 3;              // bytes of each of an element's two 23-bit fields
+constexpr int kFieldBits = 23;
 constexpr int64_t kRowsPerChunk = 512;
 // Chunks are shortened (to whole steps) until the grid has about this many blocks per SM
 // (two fit: 128 registers a thread): with few column blocks and output groups, 512-row
@@ -42,13 +46,17 @@ static_assert(kRowsPerChunk * 255 < (int64_t{1} << 31), "a chunk's limb sums fit
 // A chunk's sum of ±(an element below 2^44) times f's significand (below 2^24) stays below
 // add_scaled_integer's 2^93.
 static_assert(kWindowBits + 24 + 25 <= 93 && kRowsPerChunk <= (int64_t{1} << 25), "in range");
-static_assert(kWindowBits + 1 <= 8 * kLimbs, "an element plus 2^44 fits in the limbs");
-// A chunk's total in int64: the limb sums (below 255 kRowsPerChunk) shifted by up to 40
-// bits, and the signs' sum times 2^44.
+// An element of the window, v = x / 2^lsb with |v| < 2^44, is 2^23 H + L with
+// H = floor(v / 2^23) in [-2^21, 2^21) and L in [0, 2^23): two 23-bit fields once H is
+// offset by 2^22.
+static_assert(kWindowBits == 2 * kFieldBits - 2 && 3 * 8 >= kFieldBits, "the fields hold the window");
+// A chunk's total in int64: the limb sums (below 256 kRowsPerChunk) shifted by up to
+// 16 + 23 bits, and the signs' sum times 2^45.
 static_assert(kRowsPerChunk * 256 <= (int64_t{1} << 22), "a chunk's total fits in int64");
 static_assert(kThreads * 2 == kStepRows * kGroup, "each thread reads two dy of a step");
 static_assert(kGroup == kSignFragmentOutputs && kStepRows * kGroup == 512, "sign_fragment_byte's steps");
-// Elements outside their window that a warp keeps until its sums are in (below).
+static_assert(kStepRows * kColumns == 2 * 4 * kThreads, "two 16-byte copies a thread a step");
+// Elements outside their column's window that a warp keeps until its sums are in (below).
 constexpr int kOutsidePerWarp = 32;
 static_assert(kGroup <= 32, "a lane an output for the kept elements");
 
@@ -61,8 +69,8 @@ struct KeptElement {
 };
 
 // D = A B + D on the integer tensor cores, m16n8k32: A 16 outputs x 32 rows of signs
-// (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of the offset fixed-point x (u8).
-// Integer products and sums: exact in any order.
+// (s8: -1, 0, +1), B 32 rows x 8 columns of one byte of x's fields (u8). Integer
+// products and sums: exact in any order.
 __device__ inline void imma_16x8x32(int (&d)[4], const uint4& a, unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -71,84 +79,205 @@ __device__ inline void imma_16x8x32(int (&d)[4], const uint4& a, unsigned b0, un
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-// x in its column's fixed point, offset: u = x / 2^lsb + 2^44, in [0, 2^45), when
-// y = x / 2^lsb is an integer below 2^44 in magnitude (the window is the column's
-// largest |x|'s), as its low and high 32 bits; `outside` when it is not (a fraction
-// left, too large, NaN or infinite). In double: y = x * 2^-lsb is exact, and adding
-// kMagic = 2^52 + 2^51 + 2^44, whose unit in the last place is 1, rounds y to an
-// integer: exactly y when y is one, and then the significand's low 45 bits are u
-// (2^51 + u sits between 2^51 and 2^52). So five double operations, no integer shifts.
-struct Offset {
-  unsigned low, high;
+// A column's window as the floats that cut its elements into fields, in float
+// arithmetic alone (the FP32 pipe: no conversion to double, no integer shifts):
+//   high = 1.5 * 2^(46 + lsb): h = x + high, rounded toward zero, is high + 2^(23+lsb) H
+//          (its unit in the last place is 2^(23+lsb), and every |x| below 2^(44+lsb)
+//          keeps it in [1.25, 1.75) 2^(46+lsb), one binade), so its 23 fraction bits
+//          are F_H = 2^22 + H;
+//   low  = 2^(23 + lsb): l = x - 2^(23+lsb) H + low = 2^lsb L + low has fraction bits
+//          F_L = L ([1, 2) 2^(23+lsb), one binade again). It is worked out as x + c,
+//          c = (high + low) - h = 2^(23+lsb) (1 - H), both steps exact, and it is
+//          exact itself when x is a multiple of 2^lsb;
+//   and whether it was: l - c is x rounded to a multiple of 2^lsb (exactly), so
+//   x - (l - c) is 0 exactly when x is held. NaN and infinities give NaN there.
+// The column's lsb is raised to -149 at least (a wider window: the exact sums' grid is
+// still below it, and every float is a multiple of it), and a column whose high would
+// overflow (its largest |x| at least 2^125) has no window.
+struct Cut {
+  float high, high_and_low, low;
 };
-__device__ inline Offset offset_fixed(float x, double scale, bool& outside) {
-  constexpr double kMagic = 0x1p52 + 0x1p51 + 0x1p44;
-  const double y = __dmul_rn(static_cast<double>(x), scale);
-  const double d = __dadd_rn(y, kMagic);
-  outside = !(fabs(y) < kWindowLimit && __dsub_rn(d, kMagic) == y);
-  return {static_cast<unsigned>(__double2loint(d)), static_cast<unsigned>(__double2hiint(d))};
+
+__device__ inline float power_of_two(int exponent) {  // a normal float: -126 <= exponent <= 127
+  return __uint_as_float(static_cast<unsigned>(exponent + 127) << 23);
 }
 
-// The six byte planes of four offsets u[first..first+3]: planes[l] holds byte l of each,
-// low to high. A byte transpose: two permutes pair the rows' bytes, two more take the
-// pairs apart (12 permutes for the six planes).
-__device__ inline void byte_planes(const Offset (&u)[8], int first, unsigned (&planes)[kLimbs]) {
+__device__ inline Cut cut_of(int lsb) {
+  const float high = 1.5f * power_of_two(46 + lsb), low = power_of_two(kFieldBits + lsb);
+  return {high, high + low, low};
+}
+
+// x's two fields in the fraction bits of `high` and `low` (with the exponent's lowest bit
+// above them, masked off later), and x minus x rounded to the window's unit: 0 when x is
+// held, else (x outside the window, not finite) nonzero or NaN, and the fields are not
+// x's: the caller then puts in the neutral ones, F_H = 2^22 and F_L = 0, which are what
+// x = 0 gives.
+__device__ inline float cut_fields(float x, const Cut& cut, unsigned& high, unsigned& low) {
+  const float h = __fadd_rz(x, cut.high);
+  const float c = __fsub_rn(cut.high_and_low, h);
+  const float l = __fadd_rn(x, c);
+  high = __float_as_uint(h);
+  low = __float_as_uint(l);
+  return __fsub_rn(x, __fsub_rn(l, c));
+}
+
+// The three byte planes of four fields w[first..first+3]: planes[l] holds byte l of
+// each, low to high, byte 2 without the exponent bit above the 23-bit field.
+__device__ inline void field_planes(const unsigned (&w)[8], int first, unsigned (&planes)[kLimbs]) {
   // __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the pair (x, y).
-  const unsigned low01 = __byte_perm(u[first].low, u[first + 1].low, 0x5140);       // b0 b0 b1 b1
-  const unsigned low01_high = __byte_perm(u[first].low, u[first + 1].low, 0x7362);  // b2 b2 b3 b3
-  const unsigned low23 = __byte_perm(u[first + 2].low, u[first + 3].low, 0x5140);
-  const unsigned low23_high = __byte_perm(u[first + 2].low, u[first + 3].low, 0x7362);
+  const unsigned low01 = __byte_perm(w[first], w[first + 1], 0x5140);   // b0 b0' b1 b1'
+  const unsigned low23 = __byte_perm(w[first + 2], w[first + 3], 0x5140);
+  const unsigned high01 = __byte_perm(w[first], w[first + 1], 0x0062);  // b2 b2'
+  const unsigned high23 = __byte_perm(w[first + 2], w[first + 3], 0x0062);
   planes[0] = __byte_perm(low01, low23, 0x5410);
   planes[1] = __byte_perm(low01, low23, 0x7632);
-  planes[2] = __byte_perm(low01_high, low23_high, 0x5410);
-  planes[3] = __byte_perm(low01_high, low23_high, 0x7632);
-  const unsigned high01 = __byte_perm(u[first].high, u[first + 1].high, 0x5140);
-  const unsigned high23 = __byte_perm(u[first + 2].high, u[first + 3].high, 0x5140);
-  planes[4] = __byte_perm(high01, high23, 0x5410);
-  planes[5] = __byte_perm(high01, high23, 0x7632);
+  planes[2] = __byte_perm(high01, high23, 0x5410) & 0x7f7f7f7fu;
 }
 
+// Row r of a lane's 8 in a step, r < 8: 4t + r, then 16 + 4t + r - 4 (the B fragment's
+// rows of m16n8k32).
+__device__ inline int step_row_of(int t, int r) { return r < 4 ? 4 * t + r : 12 + 4 * t + r; }
+
+// The warp's elements outside the window past the first kOutsidePerWarp, which its list
+// holds: the chunk read again (from global memory), in the order the loop met them
+// (step, row r, lane), the list's skipped, each other's products with its row's dy, a
+// lane an output. Not inlined: only a warp whose list overflowed (a column without a
+// window, or x spread over more binades than the window) gets here.
+__device__ __noinline__ void add_outside_past_list(const ConstRows& dy, const ConstRows& x, const Cut& cut,
+                                                   bool whole, int64_t row_begin, int64_t rows,
+                                                   int64_t k_warp, int64_t j0, int64_t* digits,
+                                                   int64_t count) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const int64_t my_column = k_warp + g, j = j0 + lane;
+  const bool column_valid = my_column < x.cols;
+  int met = 0;
+  for (int64_t step_row = 0; step_row < rows; step_row += kStepRows) {
+#pragma unroll 1
+    for (int r = 0; r < 8; ++r) {
+      const int64_t local = step_row + step_row_of(t, r);
+      const bool valid = local < rows && column_valid;
+      const float value = valid ? x.data[(row_begin + local) * x.row_stride + my_column] : 0.0f;
+      unsigned high, low;
+      const bool outside = cut_fields(value, cut, high, low) != 0.0f;
+      unsigned voters = __ballot_sync(0xffffffffu, valid && (outside || whole));
+      for (; voters != 0; voters &= voters - 1, ++met) {
+        const int from = __ffs(static_cast<int>(voters)) - 1;
+        const float element = __shfl_sync(0xffffffffu, value, from);
+        const int64_t element_row = step_row + step_row_of(from % 4, r);
+        if (met >= kOutsidePerWarp && lane < kGroup && j < dy.cols) {
+          add_outside_product(dy, element, row_begin + element_row, k_warp + from / 4, j, x.cols,
+                              digits, count);
+        }
+      }
+    }
+  }
+}
+
+// Where x's tiles sit in shared memory: a step's 32 rows x 64 columns, each row's 16
+// chunks of four columns permuted by its rows' group of four, chunk c at c ^ 2 ((row / 4)
+// % 4). A lane reads 8 rows of its column, rows 4t + r and 16 + 4t + r (r < 4): with
+// the permutation the warp's 32 reads of one r fall in 32 banks (without it, the four
+// t's of a column share one), and a warp's 16-byte copies of a row still do.
+__device__ inline int tile_chunk(int row, int chunk) { return chunk ^ (2 * ((row / 4) % 4)); }
+
 // dW[j, k] = f * Σ_rows s[row, j] v[row, k], v the fixed-point x of column k's window.
-// With u = v + 2^44 in [0, 2^45) cut into six bytes u_l, Σ s v = Σ_l 2^(8 l) Σ s u_l -
-// 2^44 Σ s: six tensor-core products of the sign matrix with a byte matrix, and the
-// signs' own sums.
+// With v = 2^23 (F_H - 2^22) + F_L (cut_fields), each field cut into three bytes,
+// Σ s v = 2^23 Σ_l 2^(8 l) Σ s F_H,l + Σ_l 2^(8 l) Σ s F_L,l - 2^45 Σ s: six
+// tensor-core products of the sign matrix with a byte matrix, and the signs' own sums.
+//
+// x's tiles (32 rows x 64 columns a step) go into shared memory by asynchronous copies,
+// kStages - 1 steps ahead of the step that reads them: one barrier a step, and no
+// register holds a load in flight. kAligned16: x's rows start 16-byte aligned (16-byte
+// copies, two a thread a step); otherwise 4-byte copies (eight).
 //
 // Fragments (PTX m16n8k32, lane = 4 g + t): a0/a1 = the signs of rows 4t..4t+3 for outputs
-// g / g+8, a2/a3 those of rows 16+4t..16+4t+3; b0/b1 = byte l of x at rows 4t.. / 16+4t..
-// of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at columns 2t, 2t+1. Each
-// (j, k) goes into the digits at once, with integer atomics.
+// g / g+8, a2/a3 those of rows 16+4t..16+4t+3; b0/b1 = byte l of x's field at rows 4t.. /
+// 16+4t.. of column g; d0,d1 / d2,d3 = the sums of outputs g / g+8 at columns 2t, 2t+1.
+// Each (j, k) goes into the digits at once, with integer atomics.
 //
 // Where the signs come from:
 //   - kFragments: laid out already by whoever wrote dy (sign_fragment_byte): each lane
 //     loads its 16 bytes a step (the block's eight warps the same 512, from L1), and a
-//     seventh product with a matrix of ones gives Σ s. No barrier: the warps run apart.
+//     seventh product with a matrix of ones gives Σ s.
 //   - else: the block reads each step's 32 x 16 dy once, two a thread, and lays their
-//     signs out in shared memory as the warps' A fragments, double-buffered: one barrier
-//     a step; each thread counts its dy's signs for Σ s.
-template <bool kFragments>
+//     signs out in shared memory as the warps' A fragments, double-buffered (the step's
+//     barrier covers them); each thread counts its dy's signs for Σ s.
+template <bool kFragments, bool kAligned16>
 __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
     int64_t* digits, int64_t count, int64_t rows_per_chunk, const uint8_t* sign_fragments) {
-  cuda::wait_for_prior_grids();  // dy, its words and the maxima
-  cuda::allow_dependent_grids();
-  const OneMagnitude magnitude = one_magnitude(words);
-  if (!magnitude.holds) return;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t in = x.cols, out = dy.cols;
   const int64_t j0 = int64_t{blockIdx.y} * kGroup;
-  const int64_t k_warp = int64_t{blockIdx.x} * kColumns + 8 * warp;  // this warp's 8 columns
+  const int64_t k_block = int64_t{blockIdx.x} * kColumns;
+  const int64_t k_warp = k_block + 8 * warp;  // this warp's 8 columns
+  const int64_t my_column = k_warp + g;       // this lane's column of x
   const int64_t row_begin = int64_t{blockIdx.z} * rows_per_chunk;
-  const int64_t rows = min(x.rows - row_begin, rows_per_chunk);
+  const int rows = static_cast<int>(min(x.rows - row_begin, rows_per_chunk));
+  const int steps = (rows + kStepRows - 1) / kStepRows;
+  // The chunk's fragments: a step's 512 bytes after another (rows_per_chunk is whole steps).
+  const uint4* chunk_fragments =
+      kFragments ? reinterpret_cast<const uint4*>(sign_fragments + sign_fragment_byte(row_begin, 0)) : nullptr;
 
+  cuda::wait_for_prior_grids();  // dy, its words and the maxima (and x, if a kernel wrote it)
+  cuda::allow_dependent_grids();
+  // dy's two words, this lane's column maximum and the first step's fragments, loaded
+  // side by side: each is a trip to L2 or beyond, and the loop cannot start before all.
+  const unsigned largest = words[0], smallest_complement = words[1];
+  const unsigned my_largest = my_column < in ? x_largest[my_column] : 0u;
+  uint4 next_a = {};
+  if (kFragments) next_a = chunk_fragments[lane];
+  const OneMagnitude magnitude = one_magnitude_of(largest, ~smallest_complement);
+  if (!magnitude.holds) return;
+
+  __shared__ __align__(16) float tiles[kStages][kStepRows][kColumns];
   __shared__ uint4 fragments[kFragments ? 1 : 2][32];  // a step's A fragments, by lane
   __shared__ int sign_totals[kGroup];                  // Σ s over the chunk, by output
   __shared__ KeptElement kept[kWarps][kOutsidePerWarp];  // each warp's, for the end
   int kept_count = 0;  // the warp's elements outside (the same in every lane)
   if (!kFragments && threadIdx.x < kGroup) sign_totals[threadIdx.x] = 0;
-  // The chunk's fragments: a step's 512 bytes after another (rows_per_chunk is whole steps).
-  const uint4* chunk_fragments =
-      kFragments ? reinterpret_cast<const uint4*>(sign_fragments + sign_fragment_byte(row_begin, 0)) : nullptr;
+
+  // This thread's copies of each step: 16 bytes of rows copy_row and copy_row + 16 at
+  // chunk copy_column / 4 (or 4 bytes of 8 rows, 4 apart, at column copy_column), from
+  // `copy_from` on, which moves down a step each time. The columns past x's get zeros,
+  // which are inside any window, and so do the rows past the chunk's (only its last
+  // step has any).
+  constexpr int kCopies = kAligned16 ? 2 : 8;
+  constexpr int kCopyRowsApart = kStepRows / kCopies;
+  const int copy_row = kAligned16 ? static_cast<int>(threadIdx.x) / 16 : static_cast<int>(threadIdx.x) / 64;
+  const int copy_column = kAligned16 ? 4 * (static_cast<int>(threadIdx.x) % 16) : static_cast<int>(threadIdx.x) % 64;
+  const int64_t columns_left = in - k_block - copy_column;
+  const unsigned copy_bytes = columns_left <= 0 ? 0u : 4u * static_cast<unsigned>(min(columns_left, int64_t{kAligned16 ? 4 : 1}));
+  const float* copy_from = x.data + (row_begin + copy_row) * x.row_stride + k_block + (copy_bytes > 0 ? copy_column : 0);
+  const int64_t copies_apart = kCopyRowsApart * x.row_stride, step_apart = kStepRows * x.row_stride;
+  // The shared-memory address of each copy in stage 0. The 16-byte copies' rows, 16
+  // apart, are permuted alike, so copy 1 is copy 0's address a fixed offset on.
+  unsigned copy_target[kAligned16 ? 1 : kCopies];
+#pragma unroll
+  for (int c = 0; c < (kAligned16 ? 1 : kCopies); ++c) {
+    const int row = copy_row + c * kCopyRowsApart;
+    copy_target[c] = cuda::shared_address(&tiles[0][row][4 * tile_chunk(row, copy_column / 4) + copy_column % 4]);
+  }
+  static_assert(!kAligned16 || kCopyRowsApart % 16 == 0, "the 16-byte copies' rows permuted alike");
+  auto copy_step = [&](int step) {
+    const unsigned stage = static_cast<unsigned>((step % kStages) * sizeof(tiles[0]));
+    const int first_row = step * kStepRows + copy_row;
+#pragma unroll
+    for (int c = 0; c < kCopies; ++c) {
+      const bool valid = first_row + c * kCopyRowsApart < rows;
+      const float* from = valid ? copy_from + c * copies_apart : x.data;  // x.data: read nothing
+      const unsigned target =
+          stage + (kAligned16 ? copy_target[0] + static_cast<unsigned>(c * kCopyRowsApart * sizeof(tiles[0][0]))
+                              : copy_target[c]);
+      if (kAligned16) {
+        cuda::copy_async16_prefix(target, from, valid ? copy_bytes : 0u);
+      } else {
+        cuda::copy_async4_or_zero(target, from, valid && copy_bytes > 0);
+      }
+    }
+    copy_from += step_apart;
+  };
 
   // Without fragments, this thread's two dy of each step: row dy_row, outputs dy_j and
   // dy_j + 1, and where their signs go among the fragments' bytes.
@@ -159,120 +288,106 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   const bool dy_valid[2] = {j0 + dy_j < out, j0 + dy_j + 1 < out};
   int my_sign_sums[2] = {0, 0};
 
-  // This lane's column of x and its window: lsb, or every element outside (a column with
-  // no window); past the edge the lane reads zeros, inside any window.
-  const int64_t my_column = k_warp + g;
-  const bool column_valid = my_column < in;
-  // The window's unit as a factor: 2^-lsb, a power of two (x times it is exact in
-  // double); 0 past the edge (zeros, inside any window).
-  double scale = 0.0;
-  bool whole = false;
+  // This lane's column of x and its window; past the edge the lane reads zeros, inside
+  // any window.
   int lsb = 0;
-  if (column_valid) {
-    const Window window = column_window(x_largest[my_column], magnitude.exponent);
-    scale = ldexp(1.0, -window.lsb);
-    whole = window.whole;
-    lsb = window.lsb;
+  bool whole = false;
+  if (my_column < in) {
+    const Window window = column_window(my_largest, magnitude.exponent);
+    lsb = max(window.lsb, exact::kLowestExponent);
+    whole = window.whole || lsb > 127 - 46;
   }
-  const float* x_column = x.data + (column_valid ? my_column : 0);
-  // Row r of a step, for r < 8: 4t + r, then 16 + 4t + r - 4; its offset from the step's
-  // first row (32-bit: ternary_weight_grad_fits bounds the row stride).
-  auto step_row_of = [&](int r) { return r < 4 ? 4 * t + r : 12 + 4 * t + r; };
-  int x_offset[8];
-#pragma unroll
-  for (int r = 0; r < 8; ++r) x_offset[r] = step_row_of(r) * static_cast<int>(x.row_stride);
-  const int dy_offset = dy_row * static_cast<int>(dy.row_stride) + dy_j;
+  const Cut cut = cut_of(whole ? 0 : lsb);
+  // This lane's 8 elements of a step in its tile: rows 4t + r and 16 + 4t + r, r < 4.
+  const int read_column = 4 * tile_chunk(4 * t, (8 * warp + g) / 4) + g % 4;
 
-  struct Loaded {
-    float dy[2], x[8];
-    uint4 a;
-  };
-  auto load = [&](int64_t step_row) {
-    Loaded loaded;
-    if (kFragments) loaded.a = chunk_fragments[step_row / kStepRows * 32 + lane];
-    const float* dy_step = dy.data + (row_begin + step_row) * dy.row_stride + j0 + dy_offset;
-    const float* x_step = x_column + (row_begin + step_row) * x.row_stride;
-    if (step_row + kStepRows <= rows && column_valid && (kFragments || dy_valid[1])) {  // the usual case
-#pragma unroll
-      for (int e = 0; e < 2 && !kFragments; ++e) loaded.dy[e] = dy_step[e];
-#pragma unroll
-      for (int r = 0; r < 8; ++r) loaded.x[r] = x_step[x_offset[r]];
-      return loaded;
-    }
-    const bool dy_row_valid = step_row + dy_row < rows;
-#pragma unroll
-    for (int e = 0; e < 2 && !kFragments; ++e) {
-      loaded.dy[e] = dy_row_valid && dy_valid[e] ? dy_step[e] : 0.0f;
-    }
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      loaded.x[r] = step_row + step_row_of(r) < rows && column_valid ? x_step[x_offset[r]] : 0.0f;
-    }
-    return loaded;
-  };
-
-  int sums[kLimbs][4] = {};  // [limb][fragment d0..d3]
-  int sign_sums[4] = {};     // with fragments: Σ s of d0..d3's outputs
-  Loaded next = load(0);
-  int buffer = 0;
-  for (int64_t step_row = 0; step_row < rows; step_row += kStepRows, buffer ^= 1) {
-    const Loaded current = next;
-    // The next step's loads go out first, so that a whole step covers their latency.
-    if (step_row + kStepRows < rows) next = load(step_row + kStepRows);
-    uint4 a;
+  auto load_dy = [&](int step, float (&values)[2], uint4& a) {
     if (kFragments) {
-      a = current.a;
-    } else {
-      unsigned char* bytes = reinterpret_cast<unsigned char*>(fragments[buffer]);
+      a = chunk_fragments[step * 32 + lane];
+      return;
+    }
+    const bool valid = step * kStepRows + dy_row < rows;
+    const float* dy_step = dy.data + (row_begin + step * kStepRows + dy_row) * dy.row_stride + j0 + dy_j;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) values[e] = valid && dy_valid[e] ? dy_step[e] : 0.0f;
+  };
+
+  int high_sums[kLimbs][4] = {}, low_sums[kLimbs][4] = {};  // [limb][fragment d0..d3]
+  int sign_sums[4] = {};  // with fragments: Σ s of d0..d3's outputs
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) copy_step(s);
+    cuda::commit_copies();
+  }
+  float next_dy[2] = {0.0f, 0.0f};
+  if (!kFragments) load_dy(0, next_dy, next_a);
+  for (int step = 0; step < steps; ++step) {
+    const float current_dy[2] = {next_dy[0], next_dy[1]};
+    uint4 a = next_a;
+    if (step + 1 < steps) load_dy(step + 1, next_dy, next_a);
+    if (!kFragments) {
+      unsigned char* bytes = reinterpret_cast<unsigned char*>(fragments[step % 2]);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int s = sign_of(current.dy[e]);
+        const int s = sign_of(current_dy[e]);
         my_sign_sums[e] += s;
         bytes[byte_at[e]] = static_cast<unsigned char>(s);
       }
-      __syncthreads();  // the step's fragments are laid out (and last-but-one step's read)
-      a = fragments[buffer][lane];
     }
-    Offset u[8];
-    bool outside[8];
-    bool any_outside = whole;
+    // This step's tile has landed (this thread's copies; the barrier: everyone's), and
+    // every warp is done with the stage the next copies overwrite (read last step).
+    cuda::wait_copies<kStages - 2>();
+    __syncthreads();
+    if (step + kStages - 1 < steps) copy_step(step + kStages - 1);
+    cuda::commit_copies();
+    if (!kFragments) a = fragments[step % 2][lane];
+
+    const float* tile = &tiles[step % kStages][0][read_column];
+    float value[8], missed[8];
+    unsigned high[8], low[8];
+    float missed_sum = 0.0f;  // nonzero (or NaN) when an element is outside
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-      u[r] = offset_fixed(current.x[r], scale, outside[r]);
-      any_outside = any_outside || outside[r];
+      value[r] = tile[step_row_of(t, r) * kColumns];
+      missed[r] = cut_fields(value[r], cut, high[r], low[r]);
+      missed_sum += fabsf(missed[r]);
     }
-    // Elements outside the window are rare (about one in 300,000 from randn): one vote
-    // a step, not a branch an element. Each goes to the warp's list, and its products
+    const bool any_outside = whole || missed_sum != 0.0f;
+    // Elements outside the window are rare (a few in a million from randn): one vote a
+    // step, not a branch an element. Each goes to the warp's list, and its products
     // into the digits once the warp's sums are in, a lane an output. Taken here, one
     // lane's 16 products one after the other held its warp, and so the kernel, long
     // after most SMs had finished (measured; bench/RESULTS.md). Past the list (a column
-    // of infinities), here.
+    // of infinities), they are found again after the loop (add_outside_past_list), so
+    // that the loop makes no call and keeps its registers.
     if (__any_sync(0xffffffffu, any_outside)) {
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        const int local = static_cast<int>(step_row) + step_row_of(r);
-        const bool keep = (outside[r] || whole) && local < rows;
+        const int local = step * kStepRows + step_row_of(t, r);
+        const bool outside = missed[r] != 0.0f || whole;
+        const bool keep = outside && local < rows;
         const unsigned voters = __ballot_sync(0xffffffffu, keep);
         if (keep) {
           const int slot = kept_count + __popc(voters & ((1u << lane) - 1u));
-          if (slot < kOutsidePerWarp) {
-            kept[warp][slot] = {current.x[r], local, g};
-          } else {
-            add_outside_window(dy, current.x[r], row_begin + local, my_column, j0,
-                               min(j0 + kGroup, out), in, digits, count);
-          }
+          if (slot < kOutsidePerWarp) kept[warp][slot] = {value[r], local, g};
         }
         kept_count += __popc(voters);
-        if (outside[r] || whole) u[r] = {0u, 1u << (kWindowBits - 32)};  // 2^44: 0 in the window's sums
+        if (outside) {  // the fields of 0: nothing in the window's sums
+          high[r] = __float_as_uint(cut.high);
+          low[r] = __float_as_uint(cut.low);
+        }
       }
     }
     __syncwarp();  // mma.sync wants the whole warp
-    unsigned rows_0_3[kLimbs], rows_16_19[kLimbs];
-    byte_planes(u, 0, rows_0_3);
-    byte_planes(u, 4, rows_16_19);
+    unsigned high_0_3[kLimbs], high_16_19[kLimbs], low_0_3[kLimbs], low_16_19[kLimbs];
+    field_planes(high, 0, high_0_3);
+    field_planes(high, 4, high_16_19);
+    field_planes(low, 0, low_0_3);
+    field_planes(low, 4, low_16_19);
 #pragma unroll
     for (int limb = 0; limb < kLimbs; ++limb) {
-      imma_16x8x32(sums[limb], a, rows_0_3[limb], rows_16_19[limb]);
+      imma_16x8x32(high_sums[limb], a, high_0_3[limb], high_16_19[limb]);
+      imma_16x8x32(low_sums[limb], a, low_0_3[limb], low_16_19[limb]);
     }
     if (kFragments) imma_16x8x32(sign_sums, a, 0x01010101u, 0x01010101u);  // Σ s, row by row
   }
@@ -283,9 +398,10 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     __syncthreads();
   }
 
-  // Each of this lane's 4 sums: Σ s v = Σ_l 2^(8 l) (Σ s u_l) - 2^44 Σ s, times f's
-  // significand, into the digits at the window's unit times f's. The sums are of
-  // columns 2t and 2t + 1, whose windows lanes 8t and 8t + 4 hold (g = 2t, 2t + 1).
+  // Each of this lane's 4 sums: Σ s v = 2^23 Σ_l 2^(8 l) (Σ s F_H,l) + Σ_l 2^(8 l)
+  // (Σ s F_L,l) - 2^45 Σ s, times f's significand, into the digits at the window's unit
+  // times f's. The sums are of columns 2t and 2t + 1, whose windows lanes 8t and 8t + 4
+  // hold (g = 2t, 2t + 1).
   int column_lsb[2];
   bool column_whole[2];
 #pragma unroll
@@ -300,14 +416,20 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     if (j >= out || k >= in || column_whole[d % 2]) continue;
     // |Σ s v| < kRowsPerChunk 2^44, and every partial term below 2^62: int64 holds it.
     const int signs = kFragments ? sign_sums[d] : sign_totals[jj];
-    int64_t total = -(int64_t{signs} << kWindowBits);
+    int64_t total = -(int64_t{signs} << (2 * kFieldBits - 1));
 #pragma unroll
-    for (int limb = 0; limb < kLimbs; ++limb) total += int64_t{sums[limb][d]} << (8 * limb);
+    for (int limb = 0; limb < kLimbs; ++limb) {
+      total += int64_t{high_sums[limb][d]} << (8 * limb + kFieldBits);
+      total += int64_t{low_sums[limb][d]} << (8 * limb);
+    }
     exact::add_scaled_product_atomically(digits + j * in + k, count, total,
                                          static_cast<uint32_t>(magnitude.significand),
                                          column_lsb[d % 2] + magnitude.exponent);
   }
 
+  if (kept_count > kOutsidePerWarp) {
+    add_outside_past_list(dy, x, cut, whole, row_begin, rows, k_warp, j0, digits, count);
+  }
   // The warp's kept elements: each one's products with its row's dy, a lane an output.
   __syncwarp();
   const int listed = min(kept_count, kOutsidePerWarp);
@@ -345,14 +467,17 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
       kStepRows, kRowsPerChunk);
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(groups),
                   static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_chunk)));
+  const bool aligned16 = cuda::aligned16(x.data) && x.row_stride % 4 == 0;
+  auto launch = [&](auto kernel) {
+    cuda::launch_dependent(kernel, grid, dim3(kThreads), 0, stream, grad_y, x, x_largest, words, digits,
+                           stride, rows_per_chunk, sign_fragments);
+  };
   if (sign_fragments != nullptr) {
     SEQPAR_CHECK(grad_y.cols <= kSignFragmentOutputs, "launch_ternary_weight_grad: sign fragments for ",
                  grad_y.cols, " outputs (at most ", kSignFragmentOutputs, ")");
-    cuda::launch_dependent(ternary_weight_grad_kernel<true>, grid, dim3(kThreads), 0, stream, grad_y,
-                           x, x_largest, words, digits, stride, rows_per_chunk, sign_fragments);
+    aligned16 ? launch(ternary_weight_grad_kernel<true, true>) : launch(ternary_weight_grad_kernel<true, false>);
   } else {
-    cuda::launch_dependent(ternary_weight_grad_kernel<false>, grid, dim3(kThreads), 0, stream, grad_y,
-                           x, x_largest, words, digits, stride, rows_per_chunk, sign_fragments);
+    aligned16 ? launch(ternary_weight_grad_kernel<false, true>) : launch(ternary_weight_grad_kernel<false, false>);
   }
   CUDA_LAUNCH_CHECK();
 }

@@ -119,9 +119,14 @@ void check_cpu(const Case& c) {
   CHECK(test::bitwise_equal(rounded_a, rounded_b));
 }
 
-void check(const Case& c, int64_t pad = 0) {
+// pad > 0: x and dy as views, each row `pad` floats wider than the tensor, starting
+// `offset` floats into it (offset 0 with a row of a multiple of 4 floats: rows 16-byte
+// aligned, as the dW kernel's 16-byte copies want, with a partial 16 bytes at each
+// row's end when the tensor's width is not a multiple of 4).
+void check(const Case& c, int64_t pad = 0, int64_t offset = -1) {
+  if (offset < 0) offset = pad;
   INFO(c.name << ": " << c.rows << " x " << c.in << " -> " << c.out << ", f " << c.f
-              << ", pad " << pad);
+              << ", pad " << pad << ", offset " << offset);
   const Inputs inputs = make_inputs(c, pad);
   const Tensor x_cpu = inputs.x, dy_cpu = inputs.dy;
   const Tensor weight = Tensor::zeros({c.out, c.in});
@@ -132,7 +137,7 @@ void check(const Case& c, int64_t pad = 0) {
   auto place = [&](const Tensor& t) {
     if (pad == 0) return t.to(gpu);
     Tensor wide = Tensor::zeros({t.size(0), t.size(1) + pad}, gpu);
-    Tensor window = wide.narrow(1, pad, t.size(1));
+    Tensor window = wide.narrow(1, offset, t.size(1));
     window.copy_(t);
     return window;
   };
@@ -177,6 +182,12 @@ const std::vector<Case>& cases() {
       {"two output groups, partial", 1025, 37, 20, 0.25f, 0.1, -5, 5},
       {"one row", 1, 300, 3, 3.0f, 0.0, -2, 2},
       {"chunk edges", 1537, 32, 16, 1.5f, 0.3, -40, 0},
+      // The window's unit raised to 2^-149 (a huge f lets it reach below): every float
+      // is then a multiple of it, subnormals included.
+      {"x near the subnormals, a huge f", 1500, 64, 16, 0x1p30f, 0.1, -160, -110},
+      // Columns whose largest |x| is at least 2^125: no window on the GPU (its float
+      // cut would overflow), every element on its own, far past a warp's list.
+      {"x near float's largest, a tiny f", 600, 40, 16, 0x1p-30f, 0.1, 124, 124},
   };
   return all;
 }
@@ -233,7 +244,8 @@ TEST_CASE("dy's sign fragments follow PTX's m16n8k32 A layout, each sign its own
 TEST_CASE("dW from a one-magnitude dy on the GPU gives the CPU's exact bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   for (const Case& c : cases()) check(c);
-  check(cases()[1], 3);  // strided dy and x
+  check(cases()[1], 3);     // strided dy and x, rows not 16-byte aligned
+  check(cases()[8], 3, 0);  // 37 columns in rows of 40: aligned, a partial 16 bytes at the end
 }
 
 TEST_CASE("dW from a wide one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
