@@ -21,24 +21,22 @@
 #include "core/exact_sum.cuh"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
+#include "nn/linear_row_sums.cuh"
 #include "nn/linear_ternary.cuh"
 
 namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kRowSumsWarps;
 constexpr int kThreads = 32 * kWarps;
 // Rows per chunk at least: each thread flushes its digits once per chunk. Few enough
 // that a sum over few columns (db: out of them) still spreads over many blocks.
 constexpr int64_t kMinRowsPerChunk = 64;
 constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value gives the same bits
 
-// Sums per thread. One: the FP64 chains of a term are long, so occupancy (many warps
-// with few registers) hides their latency better than sums that share an x load
-// (measured: bench/RESULTS.md).
 template <bool kProducts>
-constexpr int kOutputs = 1;
+constexpr int kOutputs = kRowSumsOutputs<kProducts>;
 
 // largest[c] = the largest |m[row, c]| over all rows, as the bits of a float (integer
 // atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
@@ -151,56 +149,6 @@ __global__ void column_maxima_kernel(ConstRows m, int64_t rows_per_block, unsign
 }
 
 
-struct RowSumsWork {
-  ConstRows a, b;
-  int64_t row_begin, row_end;
-  int64_t k, j0;
-  int outputs;  // of kOutputs: those below the matrix's edge
-  int64_t* digits;
-  int64_t columns, count;
-};
-
-// Moves the bins into the launch's digits (integer atomics: order-free). The loop over
-// the outputs is unrolled so that every index into the bins is a constant: the bins
-// stay in registers.
-template <int kLanes>
-__device__ void flush_outputs(exact::BinnedSums<kLanes>& sums, const RowSumsWork& w) {
-#pragma unroll
-  for (int jj = 0; jj < kLanes; ++jj) {
-    int64_t local[exact::kDigits] = {};
-    sums.flush(jj, local, 1);
-    if (jj < w.outputs) {
-      exact::add_digits_atomically(local, w.digits + (w.j0 + jj) * w.columns + w.k, w.count);
-    }
-  }
-}
-
-// Σ a[row, j] * b[row, k] (kProducts) or Σ b[row, k] over this thread's rows, from bin
-// kFirstBin on.
-template <bool kProducts, int kFirstBin>
-__device__ void accumulate_rows(const RowSumsWork& w) {
-  constexpr int kLanes = kOutputs<kProducts>;
-  exact::BinnedSums<kLanes> sums;
-  sums.clear();
-  int64_t terms = 0;
-  for (int64_t row = w.row_begin + threadIdx.x / 32; row < w.row_end; row += kWarps) {
-    const double value = static_cast<double>(w.b.data[row * w.b.row_stride + w.k]);
-    double products[kLanes];
-#pragma unroll
-    for (int jj = 0; jj < kLanes; ++jj) {
-      const float factor =
-          !kProducts ? 1.0f : jj < w.outputs ? w.a.data[row * w.a.row_stride + w.j0 + jj] : 0.0f;
-      products[jj] = __dmul_rn(static_cast<double>(factor), value);
-    }
-    sums.template add<kFirstBin>(products);
-    if (++terms == exact::kTermsPerFlush) {
-      flush_outputs(sums, w);
-      terms = 0;
-    }
-  }
-  flush_outputs(sums, w);
-}
-
 // db when dy had one magnitude f: Σ_rows dy[., j] is f times column j's sign sum (an
 // integer), added at f's unit by one thread of the column's first block.
 __device__ void add_column_sum_from_signs(const OneMagnitude& magnitude, const int64_t* sign_sums,
@@ -236,35 +184,13 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
       return;
     }
   }
-  RowSumsWork w{a, b, 0, 0, 0, 0, 0, digits, columns, count};
-  w.k = int64_t{blockIdx.x} * 32 + threadIdx.x % 32;
-  w.j0 = int64_t{blockIdx.y} * kOutputs<kProducts>;
-  w.outputs = static_cast<int>(min(int64_t{kOutputs<kProducts>}, outputs - w.j0));
-  w.row_begin = int64_t{blockIdx.z} * rows_per_chunk;
-  w.row_end = min(rows, w.row_begin + rows_per_chunk);
-  // The first bin this warp's terms can reach, from the largest factors over all rows:
-  // the same for the whole warp (a reduction over its columns), so no lane diverges.
-  const unsigned int b_bits = w.k < columns ? largest_b[w.k] : 0u;
-  const float b_largest = __uint_as_float(__reduce_max_sync(0xffffffffu, b_bits));
-  float a_largest = kProducts ? 0.0f : 1.0f;
-  for (int jj = 0; kProducts && jj < w.outputs; ++jj) {
-    a_largest = fmaxf(a_largest, __uint_as_float(largest_a[w.j0 + jj]));
-  }
-  const int first = exact::first_reachable_bin(static_cast<double>(a_largest) *
-                                               static_cast<double>(b_largest));
-  if (w.k >= columns) return;
-  switch (first) {
-    case 0: return accumulate_rows<kProducts, 0>(w);
-    case 1: return accumulate_rows<kProducts, 1>(w);
-    case 2: return accumulate_rows<kProducts, 2>(w);
-    case 3: return accumulate_rows<kProducts, 3>(w);
-    case 4: return accumulate_rows<kProducts, 4>(w);
-    case 5: return accumulate_rows<kProducts, 5>(w);
-    case 6: return accumulate_rows<kProducts, 6>(w);
-    case 7: return accumulate_rows<kProducts, 7>(w);
-    default: return accumulate_rows<kProducts, 8>(w);
-  }
+  sum_rows_block<kProducts>(a, b, outputs, columns, int64_t{blockIdx.x} * 32,
+                            int64_t{blockIdx.y} * kRowSumsOutputs<kProducts>,
+                            int64_t{blockIdx.z} * rows_per_chunk,
+                            min(rows, int64_t{blockIdx.z} * rows_per_chunk + rows_per_chunk), largest_a,
+                            largest_b, digits, count);
 }
+
 static_assert(exact::kBins == 9, "row_sums_kernel's switch has a case for each first bin");
 
 
@@ -306,20 +232,27 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // words on the device). The general kernel goes first: its blocks wait, resident,
   // while the pass before it runs and end as that pass does, where after the fixed-point
   // kernel, whose blocks fill the SMs, they would start only as those end.
+  // With dy's sign fragments (an L1 step, where dy has one magnitude unless a NaN came
+  // in), the fixed-point kernel does the general sums itself when it must, over its
+  // own blocks' shares: one launch instead of two in the step's chain (2.6 us of the
+  // exact step's graph, measured: bench/RESULTS.md).
   const bool ternary = kProducts && (maxima.signs.data != nullptr || ternary_weight_grad_fits(a, b));
+  const bool general_inside = ternary && maxima.signs.data == nullptr && maxima.sign_fragments != nullptr;
   const unsigned int* one_magnitude_words = kProducts && !ternary ? nullptr : maxima.words;
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
-  cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
-                         outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
-                         kProducts ? nullptr : maxima.sign_sums, digits, stride);
-  CUDA_LAUNCH_CHECK();
+  if (!general_inside) {
+    cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
+                           outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
+                           kProducts ? nullptr : maxima.sign_sums, digits, stride);
+    CUDA_LAUNCH_CHECK();
+  }
   if (kProducts && maxima.signs.data != nullptr) {
     launch_ternary_weight_grad_wide(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
                                     stream, wide);
   } else if (ternary) {
     launch_ternary_weight_grad(a, b, maxima.b, maxima.words, digits, stride, stream,
-                               maxima.sign_fragments);
+                               maxima.sign_fragments, maxima.a);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "core/dependent_launch.cuh"
 #include "core/exact_sum.cuh"
 #include "nn/linear_kernels.h"
+#include "nn/linear_row_sums.cuh"
 #include "nn/linear_ternary.cuh"
 
 namespace seqpar::nn::detail {
@@ -173,6 +174,25 @@ __device__ __noinline__ void add_outside_past_list(const ConstRows& dy, const Co
   }
 }
 
+// With sign fragments and dy of more than one magnitude (a NaN in it), the general
+// row sums of this block's share, 32 columns and one output at a time
+// (linear_row_sums.cuh): the launch then stands for the general kernel's too. Not
+// inlined: a rare path, which keeps its binned sums out of the loop's registers.
+__device__ __noinline__ void sum_rows_in_general(const ConstRows& dy, const ConstRows& x,
+                                                 const unsigned int* dy_largest,
+                                                 const unsigned int* x_largest, int64_t k_block,
+                                                 int64_t j0, int64_t row_begin, int64_t rows,
+                                                 int64_t* digits, int64_t count) {
+  static_assert(kWarps == kRowSumsWarps && kRowSumsOutputs<true> == 1 && kColumns % 32 == 0,
+                "the block takes the general kernel's blocks one after another");
+  for (int64_t k0 = k_block; k0 < min(k_block + kColumns, x.cols); k0 += 32) {
+    for (int64_t j = j0; j < min(j0 + kGroup, dy.cols); ++j) {
+      sum_rows_block<true>(dy, x, dy.cols, x.cols, k0, j, row_begin, row_begin + rows, dy_largest,
+                           x_largest, digits, count);
+    }
+  }
+}
+
 // Where x's tiles sit in shared memory: a step's 32 rows x 64 columns, each row's 16
 // chunks of four columns permuted by its rows' group of four, chunk c at c ^ 2 ((row / 4)
 // % 4). A lane reads 8 rows of its column, rows 4t + r and 16 + 4t + r (r < 4): with
@@ -205,7 +225,8 @@ __device__ inline int tile_chunk(int row, int chunk) { return chunk ^ (2 * ((row
 template <bool kFragments, bool kAligned16>
 __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
-    int64_t* digits, int64_t count, int64_t rows_per_chunk, const uint8_t* sign_fragments) {
+    int64_t* digits, int64_t count, int64_t rows_per_chunk, const uint8_t* sign_fragments,
+    const unsigned int* dy_largest) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t in = x.cols, out = dy.cols;
@@ -229,7 +250,12 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
   uint4 next_a = {};
   if (kFragments) next_a = chunk_fragments[lane];
   const OneMagnitude magnitude = one_magnitude_of(largest, ~smallest_complement);
-  if (!magnitude.holds) return;
+  if (!magnitude.holds) {
+    if (kFragments) {
+      sum_rows_in_general(dy, x, dy_largest, x_largest, k_block, j0, row_begin, rows, digits, count);
+    }
+    return;
+  }
 
   __shared__ __align__(16) float tiles[kStages][kStepRows][kColumns];
   __shared__ uint4 fragments[kFragments ? 1 : 2][32];  // a step's A fragments, by lane
@@ -455,7 +481,7 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream,
-                                const uint8_t* sign_fragments) {
+                                const uint8_t* sign_fragments, const unsigned int* dy_largest) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t column_blocks = cuda::ceil_div(x.cols, int64_t{kColumns});
@@ -470,11 +496,12 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
   const bool aligned16 = cuda::aligned16(x.data) && x.row_stride % 4 == 0;
   auto launch = [&](auto kernel) {
     cuda::launch_dependent(kernel, grid, dim3(kThreads), 0, stream, grad_y, x, x_largest, words, digits,
-                           stride, rows_per_chunk, sign_fragments);
+                           stride, rows_per_chunk, sign_fragments, dy_largest);
   };
   if (sign_fragments != nullptr) {
     SEQPAR_CHECK(grad_y.cols <= kSignFragmentOutputs, "launch_ternary_weight_grad: sign fragments for ",
                  grad_y.cols, " outputs (at most ", kSignFragmentOutputs, ")");
+    SEQPAR_CHECK(dy_largest != nullptr, "launch_ternary_weight_grad: sign fragments without dy's maxima");
     aligned16 ? launch(ternary_weight_grad_kernel<true, true>) : launch(ternary_weight_grad_kernel<true, false>);
   } else {
     aligned16 ? launch(ternary_weight_grad_kernel<false, true>) : launch(ternary_weight_grad_kernel<false, false>);
