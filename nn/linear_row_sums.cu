@@ -234,8 +234,8 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // kernel, whose blocks fill the SMs, they would start only as those end.
   // With dy's sign fragments (an L1 step, where dy has one magnitude unless a NaN came
   // in), the fixed-point kernel does the general sums itself when it must, over its
-  // own blocks' shares: one launch instead of two in the step's chain (2.6 us of the
-  // exact step's graph, measured: bench/RESULTS.md).
+  // own blocks' shares: one launch instead of two in the step's chain, where even a
+  // launch that returns at once costs the step time (measured: bench/RESULTS.md).
   const bool ternary = kProducts && (maxima.signs.data != nullptr || ternary_weight_grad_fits(a, b));
   const bool general_inside = ternary && maxima.signs.data == nullptr && maxima.sign_fragments != nullptr;
   const unsigned int* one_magnitude_words = kProducts && !ternary ? nullptr : maxima.words;

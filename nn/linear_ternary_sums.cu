@@ -9,7 +9,9 @@
 // column maxima (linear_row_sums.cu) also records its largest and smallest nonzero
 // magnitude; the kernel here returns at once unless they agree (and are finite), and
 // the general kernel returns at once if they do. No host round trip, and the launches
-// are the same whatever dy holds.
+// are the same whatever dy holds. With dy's sign fragments (an L1 step's), the general
+// kernel is not launched: where dy has not one magnitude, this kernel's blocks do the
+// general sums of their shares themselves (sum_rows_in_general).
 #include <algorithm>
 
 #include "core/async_copy.cuh"
