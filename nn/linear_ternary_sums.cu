@@ -40,7 +40,7 @@ constexpr int kLimbs = 3;              // bytes of each of an element's two 23-b
 constexpr int kFieldBits = 23;
 constexpr int64_t kRowsPerChunk = 512;
 // Chunks are shortened (to whole steps) until the grid has about this many blocks per SM
-// (two fit: 128 registers a thread): with few column blocks and output groups, 512-row
+// (two fit: its registers): with few column blocks and output groups, 512-row
 // chunks left SMs idle (60 blocks at 3000 rows) or some with twice the work of others.
 // Any chunking gives the same integer sums.
 constexpr int64_t kBlocksPerSm = 2;
@@ -474,7 +474,8 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
 }  // namespace
 
 bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
-  // Row offsets within a step are 32-bit.
+  // The grid's dimensions; and row strides below 2^26 floats, the bound the kernel was
+  // written and tested for (its offsets are 64-bit now).
   return cuda::ceil_div(x.rows, kRowsPerChunk) <= 65535 &&
          cuda::ceil_div(grad_y.cols, kGroup) <= 65535 && cuda::ceil_div(x.cols, kColumns) <= 0x7fffffff &&
          x.row_stride * kStepRows < (int64_t{1} << 31) && grad_y.row_stride * kStepRows < (int64_t{1} << 31);
