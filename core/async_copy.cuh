@@ -46,16 +46,14 @@ __device__ __forceinline__ void copy_async4(void* shared, const void* global) {
 // destination is filled with zeros (cp.async's src-size operand); `global` must still
 // be a valid address. The destination as a pointer or as a shared-memory address
 // (shared_address), which a kernel can work out once and offset.
-__device__ __forceinline__ void copy_async16_or_zero(unsigned shared, const void* global, bool copy) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global),
-               "r"(copy ? 16 : 0)
-               : "memory");
-}
 // The first `bytes` (0 to 16) of the 16 copied, the rest zeros: a row's last, partial
 // 16 bytes without reading past it.
 __device__ __forceinline__ void copy_async16_prefix(unsigned shared, const void* global, unsigned bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes)
                : "memory");
+}
+__device__ __forceinline__ void copy_async16_or_zero(unsigned shared, const void* global, bool copy) {
+  copy_async16_prefix(shared, global, copy ? 16u : 0u);
 }
 __device__ __forceinline__ void copy_async16_or_zero(void* shared, const void* global, bool copy) {
   copy_async16_or_zero(shared_address(shared), global, copy);

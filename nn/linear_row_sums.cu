@@ -5,7 +5,7 @@
 // meet through integer atomics, whose order cannot change the result. No
 // floating-point atomics: the bins are private to a thread.
 //
-// Layout: a warp owns 32 adjacent columns k of kOutputs output rows j and a chunk of
+// Layout: a warp owns 32 adjacent columns k of kRowSumsOutputs output rows j and a chunk of
 // rows; the block's 8 warps take every 8th row of the chunk. Lanes read adjacent x
 // values (one coalesced load per row) and share dy[row, j] (broadcasts). A first pass
 // finds the largest magnitude of every column of x and dy; each warp then skips the
@@ -34,9 +34,6 @@ constexpr int kThreads = 32 * kWarps;
 // that a sum over few columns (db: out of them) still spreads over many blocks.
 constexpr int64_t kMinRowsPerChunk = 64;
 constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value gives the same bits
-
-template <bool kProducts>
-constexpr int kOutputs = kRowSumsOutputs<kProducts>;
 
 // largest[c] = the largest |m[row, c]| over all rows, as the bits of a float (integer
 // atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
@@ -218,7 +215,7 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   exact::check_term_count("linear_backward", rows);
   if (rows == 0 || columns == 0 || outputs == 0) return;
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
-  const int64_t output_groups = cuda::ceil_div(outputs, kOutputs<kProducts>);
+  const int64_t output_groups = cuda::ceil_div(outputs, kRowSumsOutputs<kProducts>);
   const int64_t wanted_chunks =
       std::max<int64_t>(1, kTargetBlocks / (column_blocks * output_groups));
   const int64_t rows_per_chunk =
