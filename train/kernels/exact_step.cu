@@ -113,12 +113,11 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f, i
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    exact::BinnedSum total;
-    total.clear();
-    for (int t = 0; t < 2; ++t) total.add(__dmul_rn(norms[t], norms[t]));
-    int64_t total_digits[exact::kDigits] = {};
-    total.flush(total_digits);
-    const float total_norm = __double2float_rn(sqrt(exact::round_to_double(total_digits)));
+    // The exact sum of the two squares rounded once, as optim::clip_grad_norm takes it
+    // from its digits: exact::sum_of_two gives those bits without the bins, where a
+    // lane of its own did the bins, flush and rounding while the block waited.
+    const double squares = exact::sum_of_two(__dmul_rn(norms[0], norms[0]), __dmul_rn(norms[1], norms[1]));
+    const float total_norm = __double2float_rn(sqrt(squares));
     if (blockIdx.x == 0) *f.total_norm = total_norm;
     coefficient_shared = optim::detail::clip_coefficient(total_norm, f.max_norm);
   }
