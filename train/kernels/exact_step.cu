@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f, i
   __syncthreads();
   if (threadIdx.x == 0) {
     // The exact sum of the two squares rounded once, as optim::clip_grad_norm takes it
-    // from its digits: exact::sum_of_two gives those bits without the bins, where a
-    // lane of its own did the bins, flush and rounding while the block waited.
+    // from its digits: exact::sum_of_two gives those bits in one addition, where bins,
+    // a flush and a rounding in this one lane would hold the whole block.
     const double squares = exact::sum_of_two(__dmul_rn(norms[0], norms[0]), __dmul_rn(norms[1], norms[1]));
     const float total_norm = __double2float_rn(sqrt(squares));
     if (blockIdx.x == 0) *f.total_norm = total_norm;
