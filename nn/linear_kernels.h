@@ -171,8 +171,8 @@ void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
 // nonzero magnitude bits (linear_ternary.cuh), which also tell the general kernel to
 // skip its work when this path does it. Only when ternary_weight_grad_fits.
-// With sign_fragments (dy of at most kSignFragmentOutputs, its signs laid out by
-// whoever wrote dy: ExactL1Outputs), the kernel takes its tensor-core operand from them
+// With sign_fragments (or null: dy of at most kSignFragmentOutputs, its signs laid out
+// by whoever wrote dy: ExactL1Outputs), the kernel takes its tensor-core operand from them
 // instead of reading dy and laying the signs out itself, and when dy has not one
 // magnitude it does the general row sums itself (from dy_largest, dy's column maxima),
 // so that no general kernel need be launched beside it.
@@ -180,8 +180,7 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream,
-                                const uint8_t* sign_fragments = nullptr,
-                                const unsigned int* dy_largest = nullptr);
+                                const uint8_t* sign_fragments, const unsigned int* dy_largest);
 // The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),

@@ -188,9 +188,6 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                             largest_b, digits, count);
 }
 
-static_assert(exact::kBins == 9, "row_sums_kernel's switch has a case for each first bin");
-
-
 // What a launch takes from the passes over its factors: b's column maxima [columns]; for
 // dW also a's [outputs]; dy's two one-magnitude words (linear_ternary.cuh: a's for dW,
 // b's for db), or null where no one-magnitude path runs; and for db, dy's sign sums

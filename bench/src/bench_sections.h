@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bench/src/bench_util.h"
+#include "core/tensor.h"
 #include "dist/environment.h"
 #include "optim/adamw.h"
 
@@ -29,6 +30,11 @@ void bench_kernels(Report& report, const Settings& settings);
 // The kernels one launcher at a time, where bench_kernels times them in pairs
 // (seqpar-bench --kernel-parts; seqpar_bench_kernels.cpp).
 void bench_kernel_parts(Report& report, const Settings& settings);
+// The exact step's forward (the L1 loss in its epilogue) and its one-magnitude dW at
+// 12,000 rows of weight's shape: alone, one after the other and side by side on two
+// streams (seqpar_bench_overlap.cpp).
+void bench_forward_and_weight_grad(Report& report, const Settings& settings, const Tensor& weight,
+                                   const Tensor& bias);
 // The stress shape and the square GEMM (seqpar_bench_kernels.cpp).
 void bench_stress(Report& report, const Settings& settings);
 

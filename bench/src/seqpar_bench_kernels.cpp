@@ -14,7 +14,6 @@
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
 #include "core/device_generator.h"
-#include "core/exact_sum.h"
 #include "core/exact_sums.h"
 #include "core/error.h"
 #include "core/elementwise.h"
@@ -23,7 +22,6 @@
 #include "nn/linear.h"
 #include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
-#include "nn/one_magnitude.h"
 #include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -92,76 +90,7 @@ void bench_kernels(Report& report, const Settings& s) {
                }, s.warmup, s.repeats),
                kF * (n * in + out * in + n * out), 2.0 * n * in * out);
   }
-  {  // the exact step's first two kernels: the forward with the L1 loss in its epilogue
-     // and the one-magnitude dW. Alone, one after the other, and side by side on two
-     // streams (the dW over another batch, whose dy, signs and maxima a forward wrote
-     // first): whether the two latency-bound kernels gain from sharing the SMs, as a
-     // one-kernel step that overlapped them chunk by chunk would need them to.
-    nn::detail::narrow_forward_prepare(0);
-    const int64_t scratch_words = nn::detail::weight_grad_scratch_words(in, out);
-    const float scale = 1.0f / static_cast<float>(n * out);
-    struct Batch {
-      Tensor x, target, y, grad_y;
-      DeviceBuffer<unsigned int> scratch;
-      DeviceBuffer<int64_t> loss, digits;
-      DeviceBuffer<uint8_t> fragments;
-    };
-    auto batch = [&](uint64_t seed) {
-      Generator g(seed);
-      Batch b{g.randn({n, in}, kGpu), g.randn({n, out}, kGpu), Tensor::empty({n, out}, kGpu),
-              Tensor::empty({n, out}, kGpu), DeviceBuffer<unsigned int>(scratch_words, kGpu),
-              DeviceBuffer<int64_t>(exact::kDigits, kGpu),
-              DeviceBuffer<int64_t>(exact::kDigits * (out * in + out), kGpu),
-              DeviceBuffer<uint8_t>(nn::detail::sign_fragment_bytes(n), kGpu)};
-      b.scratch.zero();
-      b.loss.zero();
-      b.digits.zero();
-      b.fragments.zero();
-      return b;
-    };
-    Batch a = batch(21), b = batch(22);
-    auto forward = [&](Batch& t) {  // on the current stream
-      unsigned int* maxima = t.scratch.data();
-      const nn::detail::ExactL1Outputs l1{t.grad_y.data(), t.loss.data(), t.digits.data() + out * in,
-                                          out * in + out,  maxima + in,   t.fragments.data()};
-      nn::detail::narrow_forward_exact_l1_cuda(nn::detail::const_rows_of(t.x), weight.data(),
-                                               weight.stride(0), bias.data(), out, t.y.data(), 0,
-                                               maxima, {t.target.data(), out, scale}, l1);
-    };
-    auto weight_grad = [&](Batch& t, cudaStream_t on) {
-      nn::detail::enqueue_weight_grad_sums(nn::detail::const_rows_of(t.grad_y),
-                                           nn::detail::const_rows_of(t.x), t.scratch.data(),
-                                           t.digits.data(), out * in + out, on, t.fragments.data());
-    };
-    forward(b);  // b's dy, signs and maxima, for its dW
-    cudaStream_t main_stream = cuda::current_stream(0), side = nullptr;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-    cudaEvent_t fork = nullptr, join = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-    // Both orders take the same two events, so the figures differ by the overlap alone.
-    auto both = [&](bool side_by_side) {
-      CUDA_CHECK(cudaEventRecord(fork, main_stream));
-      CUDA_CHECK(cudaStreamWaitEvent(side, fork));
-      forward(a);
-      weight_grad(b, side_by_side ? side : main_stream);
-      CUDA_CHECK(cudaEventRecord(join, side));
-      CUDA_CHECK(cudaStreamWaitEvent(main_stream, join));
-    };
-    const double bytes = kF * (n * in + out * in + n * out), flops = 2.0 * n * in * out;
-    report.add("kernel/forward_l1/12000x640x16", "the exact step's forward, the L1 loss in its epilogue",
-               time_calls([&] { forward(a); }, s.warmup, s.repeats), bytes, flops);
-    report.add("kernel/one_magnitude_dw/12000x640x16", "the exact step's dW from dy's sign fragments",
-               time_calls([&] { weight_grad(b, main_stream); }, s.warmup, s.repeats), bytes, flops);
-    report.add("kernel/forward_l1_then_dw/12000x640x16", "the two one after the other (another batch's dW)",
-               time_calls([&] { both(false); }, s.warmup, s.repeats), 2 * bytes, 2 * flops);
-    report.add("kernel/forward_l1_beside_dw/12000x640x16", "the two side by side on two streams",
-               time_calls([&] { both(true); }, s.warmup, s.repeats), 2 * bytes, 2 * flops);
-    cuda::synchronize(0);
-    CUDA_CHECK(cudaEventDestroy(fork));
-    CUDA_CHECK(cudaEventDestroy(join));
-    CUDA_CHECK(cudaStreamDestroy(side));
-  }
+  bench_forward_and_weight_grad(report, s, weight, bias);
   {  // the narrow forward's variants (the same bits; linear_fwd above uses the default)
     const Tensor y = Tensor::empty({n, out}, kGpu);
     for (int per_thread : {4, 8, 16}) {
