@@ -7,8 +7,8 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 
 namespace seqpar::exact {
 
@@ -59,7 +59,7 @@ void ExactSums::add(const ExactSums& other) {
 #endif
   for (int64_t i = 0; i < words(); ++i) {
     // The special digit's flags are or-ed within one rank but added across ranks
-    // (core/exact_sum.h): add() is the across-ranks addition of the threads group.
+    // (core/exact_bins.h): add() is the across-ranks addition of the threads group.
     // Two's complement wrap-around is harmless: the true totals stay in range.
     digits()[i] = static_cast<int64_t>(static_cast<uint64_t>(digits()[i]) +
                                        static_cast<uint64_t>(other.digits()[i]));

@@ -1,12 +1,12 @@
 // CUDA paths of core/exact_sums.h: elementwise over the sums, with the same arithmetic
-// as the CPU loops (core/exact_sum.h is compiled for both), so both give the same bits.
+// as the CPU loops (core/exact_bins.h is compiled for both), so both give the same bits.
 #include <algorithm>
 
 #include "core/cuda_check.h"
 #include "core/cuda_util.cuh"
 #include "core/cuda_runtime.h"
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 
 namespace seqpar::exact::detail {

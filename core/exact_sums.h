@@ -1,4 +1,4 @@
-// ExactSums: the digits of `count` exact sums (core/exact_sum.h) on one device, and the
+// ExactSums: the digits of `count` exact sums (core/exact_bins.h) on one device, and the
 // one place where sums of several ranks meet.
 //
 // An op that reduces over rows (Linear's dW and db) accumulates its terms into an

@@ -20,7 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/exact_sum.cuh"
+#include "core/exact_bins.cuh"
 #include "nn/l1_sign.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_ternary.cuh"

@@ -9,7 +9,7 @@
 #include "core/elementwise.h"
 #include "core/checks.h"
 #include "core/error.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
 #include "nn/l1_sign.h"

@@ -5,7 +5,7 @@
 //   sum / count   sum / an explicit count (a rank's share of a loss over rows that
 //                 other ranks hold: the "exact" sequence-parallel loss)
 //
-// The forward is an exact reduction (core/exact_sum.h), the same bits on every device
+// The forward is an exact reduction (core/exact_bins.h), the same bits on every device
 // and for any order of the elements (a permutation of the rows changes nothing):
 //
 //   s   = (float)scale(numel)                 (the double scale rounded to float32 once)
@@ -17,7 +17,7 @@
 // follow the exact sums' rules: a NaN term (or NaN input) gives NaN, else an infinite
 // |d_i| gives +inf, and a finite total beyond float32's range rounds to +inf. A term
 // below 2^-149 (a tiny |d_i| times a small s) is first rounded to a multiple of 2^-149
-// (the exactness domain of core/exact_sum.h). With no elements the loss is 0 * s: 0,
+// (the exactness domain of core/exact_bins.h). With no elements the loss is 0 * s: 0,
 // or NaN for the mean (torch.mean of nothing). At most exact::kMaxTerms elements.
 //
 // The gradient with respect to input is scale * sign(input - target), sign(0) = 0

@@ -31,7 +31,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "core/exact_round.h"
+#include "core/exact_rounding.h"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_large.h"

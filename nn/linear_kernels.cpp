@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "nn/one_magnitude.h"
 
 namespace seqpar::nn::detail {

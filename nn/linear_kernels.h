@@ -4,7 +4,7 @@
 //
 //   y[i, j]  = (Σ_k x[i, k] W[j, k], one fma chain over k = 0, 1, ..., from +0) + b[j]
 //   dx[i, k] =  Σ_j dy[i, j] W[j, k], one fma chain over j = 0, 1, ..., from +0
-//   dW[j, k] =  Σ_i dy[i, j] x[i, k], exact, rounded once (core/exact_sum.h)
+//   dW[j, k] =  Σ_i dy[i, j] x[i, k], exact, rounded once (core/exact_bins.h)
 //   db[j]    =  Σ_i dy[i, j],         exact, rounded once
 //
 // A chain's order depends on the feature index alone, never on the row, the row count

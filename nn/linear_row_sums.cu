@@ -1,5 +1,5 @@
 // CUDA kernels of Linear's sums over rows, dW = dyᵀ x and db = Σ_rows dy, in exact
-// arithmetic (core/exact_sum.h): the same digits as the CPU loops of nn/linear_kernels.cpp,
+// arithmetic (core/exact_bins.h): the same digits as the CPU loops of nn/linear_kernels.cpp,
 // whatever the grid. Because the digits of partial sums add as integers, the rows can
 // be cut into chunks freely (here: enough chunks to fill the GPU) and the chunks' digits
 // meet through integer atomics, whose order cannot change the result. No
@@ -18,7 +18,7 @@
 #include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
 #include "core/device_buffer.h"
-#include "core/exact_sum.cuh"
+#include "core/exact_bins.cuh"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"

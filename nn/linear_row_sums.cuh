@@ -9,7 +9,7 @@
 // from j0 on, and the warps take every kRowSumsWarps-th row of [row_begin, row_end).
 #pragma once
 
-#include "core/exact_sum.cuh"
+#include "core/exact_bins.cuh"
 #include "nn/rows.h"
 
 namespace seqpar::nn::detail {

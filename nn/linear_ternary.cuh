@@ -5,7 +5,7 @@
 // their column's fixed-point window.
 #pragma once
 
-#include "core/exact_sum.cuh"
+#include "core/exact_bins.cuh"
 #include "nn/one_magnitude.h"
 #include "nn/rows.h"
 

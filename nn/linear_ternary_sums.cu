@@ -19,7 +19,7 @@
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
-#include "core/exact_sum.cuh"
+#include "core/exact_bins.cuh"
 #include "nn/fixed_point_cut.cuh"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"

@@ -36,7 +36,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
-#include "core/exact_sum.cuh"
+#include "core/exact_bins.cuh"
 #include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_ternary.cuh"

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/host_device.h"
 
 namespace seqpar::nn::detail {

@@ -6,8 +6,8 @@
 #include "core/elementwise.h"
 #include "core/checks.h"
 #include "core/error.h"
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/nvtx.h"
 

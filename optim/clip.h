@@ -3,7 +3,7 @@
 //   norm_i = ||g_i||_2 for each parameter,  total = ||(norm_1, ..., norm_k)||_2
 //   coefficient = min(1, max_norm / (total + 1e-6));  every g_i *= coefficient
 //
-// The norms are exact reductions (core/exact_sum.h), the same bits on the CPU and the
+// The norms are exact reductions (core/exact_bins.h), the same bits on the CPU and the
 // GPU and for any order of the elements:
 //
 //   S_i    = exact Σ_j (double)g_ij * (double)g_ij          (each square exact in double)

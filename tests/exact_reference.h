@@ -1,5 +1,5 @@
 // The tests' independent exact reference for the exact reductions: a sum by the rules of
-// core/exact_sum.h (each finite term first put on the 2^-149 grid, ties to even; IEEE
+// core/exact_bins.h (each finite term first put on the 2^-149 grid, ties to even; IEEE
 // rules for NaN and the infinities), computed with GMP rationals independently of the
 // library's bins, then rounded once to nearest even: by MPFR where the build defines
 // SEQPAR_TEST_HAVE_MPFR, else by hand. Plus bitwise comparison of floats.

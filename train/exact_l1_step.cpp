@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "train/kernels/exact_step.h"
 
 #ifdef SEQPAR_WITH_CUDA

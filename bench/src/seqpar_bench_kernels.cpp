@@ -376,7 +376,7 @@ void bench_stress(Report& report, const Settings& s) {
                }, 1, 3), kF * 2 * rows * features, flops);
   }
   // The whole step through the public API. Its L1 loss sums 2^30 terms, inside the exact
-  // sums' 2^32 (core/exact_sum.h).
+  // sums' 2^32 (core/exact_bins.h).
   optim::AdamW optimizer(model.parameters(), issue_adamw());
   const auto public_step = [&](const autograd::Variable& input) {
     return [&model, &optimizer, input] {

@@ -35,7 +35,7 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "train/exact_l1_step.h"
 #include "train/linear_l1_step.h"

@@ -8,7 +8,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "nn/linear_kernels.h"

@@ -1,7 +1,7 @@
 // core/exact_sums.h: ExactSums on the CPU (of_values, add, copy_from, round_into,
 // check_term_count), the cross-rank scopes, and ExactSums on the GPU against the CPU,
 // checked against the independent reference of tests/exact_reference.h. The arithmetic
-// of the sums themselves: tests/core/exact_sum_test.cpp.
+// of the sums themselves: tests/core/exact_bins_test.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "tests/cuda_test_util.h"

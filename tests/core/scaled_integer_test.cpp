@@ -1,4 +1,4 @@
-// exact::add_scaled_integer (core/exact_sum.h), the way integer sums such as the
+// exact::add_scaled_integer (core/exact_bins.h), the way integer sums such as the
 // fixed-point dW of nn/one_magnitude.h enter the digits: p * 2^t added into existing
 // digits must change their value by exactly p * 2^t, checked against GMP rationals.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "tests/exact_reference.h"
 
 using namespace seqpar;

@@ -269,7 +269,7 @@ TEST_CASE("linear_backward: subnormal products on the 2^-149 grid are summed exa
 
 TEST_CASE("linear_backward: products below the grid are rounded to it, ties to even",
           "[exact][cpu]") {
-  // The domain's rule (core/exact_sum.h): 3 2^-150 is 1.5 units of 2^-149, a tie that
+  // The domain's rule (core/exact_bins.h): 3 2^-150 is 1.5 units of 2^-149, a tie that
   // goes to 2 units; 2^-150 is half a unit, a tie that goes to 0; 5 2^-151 = 1.25 units
   // goes to 1. Each row's term is rounded on its own before the sum.
   const float x_small = std::ldexp(1.0f, -100);

@@ -18,7 +18,7 @@
 
 #include "autograd/variable.h"
 #include "core/device.h"
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "nn/linear.h"
@@ -156,7 +156,7 @@ class SimulatedAllReduce : public exact::CrossRankSums {
 
 // ---------------------------------------------------------------- exact values
 
-// The exact value of sum i of host digits (core/exact_sum.h's layout: digit d of sum i at
+// The exact value of sum i of host digits (core/exact_bins.h's layout: digit d of sum i at
 // d * count + i), in units of 2^-149: Σ_k digit_k 2^(b_k + 149). Finite sums only.
 inline mpz_class digits_value(const std::vector<int64_t>& digits, int64_t count, int64_t i) {
   mpz_class value = 0, digit;

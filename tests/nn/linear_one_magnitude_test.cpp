@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/device_buffer.h"
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "nn/linear.h"
 #include "nn/linear_kernels.h"

@@ -20,8 +20,8 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "nn/one_magnitude.h"
 #include "train/kernels/exact_step.h"
 #endif

@@ -8,7 +8,7 @@
 // rounding into kBins "bins" of doubles, then moved ("flushed") into int64 digits;
 // the digits of partial sums, of any number of threads or ranks, add as integers; and
 // the total is rounded once, to nearest even, to a float (or a double for norms:
-// core/exact_round.h).
+// core/exact_rounding.h).
 //
 // Bins (the idea of ReproBLAS's binned sums, with boundaries fixed once and for all so
 // that no two placements can disagree): bin k holds multiples of 2^b_k, with
@@ -22,7 +22,7 @@
 // rather than eight of 35: one more extraction a term buys 2^32 terms a sum instead of
 // 2^28 (an L1 loss over 2^20 rows of 1024 outputs sums 2^30).
 //
-// The exactness domain (tested on both sides in tests/core/exact_sum_test.cpp):
+// The exactness domain (tested on both sides in tests/core/exact_bins_test.cpp):
 //   - every term that is a multiple of 2^-149 with |t| < 2^129 is summed exactly:
 //     every finite float32 (subnormals included), and every product of two float32s
 //     whose exponents add to at least -103 (e.g. both factors at least 2^-51);

@@ -1,4 +1,4 @@
-// core/exact_sum.h's exact sums against the exact reference (tests/exact_reference.h):
+// core/exact_bins.h's exact sums against the exact reference (tests/exact_reference.h):
 // the same digits and bits however the terms are split into pieces and ordered, and
 // exactness past kTermsPerFlush terms (flushes) and for long sums of large terms.
 #include <catch2/catch.hpp>
@@ -9,11 +9,11 @@
 #include <random>
 #include <vector>
 
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
-#include "tests/core/exact_sum_test_util.h"
+#include "tests/core/exact_bins_test_util.h"
 #include "tests/exact_reference.h"
 
 using namespace seqpar;

@@ -1,11 +1,11 @@
-// Device helpers for exact sums (core/exact_sum.h): how threads' digits meet. Integer
+// Device helpers for exact sums (core/exact_bins.h): how threads' digits meet. Integer
 // operations only (sums of the bin digits, an or of the flags), so neither the order
 // of the threads nor that of the atomics can change a bit.
 #pragma once
 
 #include <cstdint>
 
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 
 namespace seqpar::exact {
 

@@ -1,5 +1,5 @@
-// What the exact-sum tests share (tests/core/exact_sum_test.cpp,
-// exact_sum_split_test.cpp): terms through the library's binned sum into digits, digit
+// What the exact-sum tests share (tests/core/exact_bins_test.cpp,
+// exact_bins_split_test.cpp): terms through the library's binned sum into digits, digit
 // addition as ExactSums does it, random terms of the kinds the ops produce.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "tests/exact_reference.h"
 
 namespace seqpar::test {

@@ -1,7 +1,7 @@
-// core/exact_sum.h and core/exact_sums.h against an independent exact reference (GMP
+// core/exact_bins.h and core/exact_sums.h against an independent exact reference (GMP
 // rationals, rounded once by MPFR, or by hand where MPFR is not installed): random and
 // adversarial terms, both sides of the documented exactness domain, invariance under
-// any split and order (exact_sum_split_test.cpp, with long sums across flushes) and
+// any split and order (exact_bins_split_test.cpp, with long sums across flushes) and
 // add_scaled_integer (scaled_integer_test.cpp). ExactSums itself, the cross-rank scopes
 // and the GPU: tests/core/exact_sums_test.cpp.
 #include <catch2/catch.hpp>
@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/exact_round.h"
-#include "core/exact_sum.h"
-#include "tests/core/exact_sum_test_util.h"
+#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
+#include "tests/core/exact_bins_test_util.h"
 #include "tests/exact_reference.h"
 #include "tests/test_util.h"
 

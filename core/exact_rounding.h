@@ -1,4 +1,4 @@
-// Rounding an exact sum's digits (core/exact_sum.h) once, to nearest even, to a float or
+// Rounding an exact sum's digits (core/exact_bins.h) once, to nearest even, to a float or
 // a double: the last step of every exact reduction, the same function on the CPU and
 // (compiled by nvcc) on the GPU.
 //
@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/exact_sum.h"
+#include "core/exact_bins.h"
 #include "core/host_device.h"
 
 namespace seqpar::exact {
