@@ -32,6 +32,8 @@ class Variable {
   explicit Variable(Tensor data, bool requires_grad = false);
 
   bool defined() const { return impl_ != nullptr; }
+  // Whether both are the same Variable (copies share one), as Python's `is`.
+  bool is(const Variable& other) const { return impl_ == other.impl_; }
   const Tensor& data() const;
   // Replaces the values in place for every alias (optimizers and broadcasts use it).
   void set_data(const Tensor& data) const;

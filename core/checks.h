@@ -6,11 +6,11 @@
 
 namespace seqpar {
 
-// For an op's CPU fallback in a build without CUDA: fails unless `device` is the CPU,
-// with "<op>: <what> are on <device> but this seqpar was built without CUDA".
+// For an op's host paths in a build without CUDA: fails unless `device` is the CPU or
+// the reference, with "<op>: <what> are on <device> but this seqpar was built without CUDA".
 // `what` names the op's tensors: "tensors", "gradients", "parameters".
-inline void require_cpu(const char* op, Device device, const char* what = "tensors") {
-  SEQPAR_CHECK(device.is_cpu(), op, ": ", what, " are on ", device,
+inline void require_host(const char* op, Device device, const char* what = "tensors") {
+  SEQPAR_CHECK(device.is_host(), op, ": ", what, " are on ", device,
                " but this seqpar was built without CUDA");
 }
 

@@ -11,7 +11,7 @@ void fill(float* data, int64_t count, float value, Device device) {
 #ifdef SEQPAR_WITH_CUDA
   if (device.is_cuda()) return fill_cuda(data, count, value, device.index);
 #endif
-  SEQPAR_CHECK(device.is_cpu(), "fill on ", device, ": this seqpar was built without CUDA");
+  SEQPAR_CHECK(device.is_host(), "fill on ", device, ": this seqpar was built without CUDA");
   std::fill(data, data + count, value);
 }
 
@@ -56,7 +56,7 @@ void strided_copy(float* destination, const Shape& destination_strides, const fl
                              device.index);
   }
 #endif
-  SEQPAR_CHECK(device.is_cpu(), "copy on ", device, ": this seqpar was built without CUDA");
+  SEQPAR_CHECK(device.is_host(), "copy on ", device, ": this seqpar was built without CUDA");
   strided_copy_cpu(destination, destination_strides, source, source_strides, shape);
 }
 

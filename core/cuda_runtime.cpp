@@ -213,7 +213,7 @@ void copy(void* destination, Device destination_device, const void* source, Devi
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
   // Host memory on either side may be pageable and reused as soon as we return.
-  if (destination_device.is_cpu() || source_device.is_cpu()) {
+  if (destination_device.is_host() || source_device.is_host()) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 }

@@ -1,4 +1,9 @@
-// Where a tensor lives: the CPU, or one CUDA device by index.
+// Where a tensor lives, and so which implementation of every op runs on it:
+//   cpu        host memory; each op's fast CPU path (vector loops, shortcuts), bitwise
+//              the reference's
+//   reference  host memory; each op's plain reference (nn/reference/, optim/reference/):
+//              the loops that define the bits, which every fast path is tested against
+//   cuda:N     one GPU's memory; each op's CUDA kernels, bitwise the reference's
 #pragma once
 
 #include <ostream>
@@ -6,23 +11,27 @@
 
 namespace seqpar {
 
-enum class DeviceType { CPU, CUDA };
+enum class DeviceType { CPU, Reference, CUDA };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
   int index = 0;
 
   static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device reference() { return {DeviceType::Reference, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
-  // "cpu", "cuda" or "cuda:N"; anything else is an error naming the text.
+  // "cpu", "reference", "cuda" or "cuda:N"; anything else is an error naming the text.
   static Device parse(const std::string& text);
 
   bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_reference() const { return type == DeviceType::Reference; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
+  // The CPU and the reference: host memory, one allocator, plain memcpy between them.
+  bool is_host() const { return type != DeviceType::CUDA; }
   std::string str() const;
 
   bool operator==(const Device& other) const {
-    return type == other.type && (type == DeviceType::CPU || index == other.index);
+    return type == other.type && (type != DeviceType::CUDA || index == other.index);
   }
   bool operator!=(const Device& other) const { return !(*this == other); }
 };

@@ -40,7 +40,7 @@ void buffer_release(void* data, size_t bytes, Device device) noexcept {
 
 void buffer_zero(void* data, size_t bytes, Device device) {
   if (bytes == 0) return;
-  if (device.is_cpu()) {
+  if (device.is_host()) {
     std::memset(data, 0, bytes);
     return;
   }
@@ -54,7 +54,7 @@ void buffer_zero(void* data, size_t bytes, Device device) {
 
 void buffer_copy_from_host(void* data, Device device, const void* host, size_t bytes) {
   if (bytes == 0) return;
-  if (device.is_cpu()) {
+  if (device.is_host()) {
     std::memcpy(data, host, bytes);
     return;
   }

@@ -12,7 +12,7 @@ void axpby(float* out, const float* a, float alpha, const float* b, float beta, 
 #ifdef SEQPAR_WITH_CUDA
   if (device.is_cuda()) return axpby_cuda(out, a, alpha, b, beta, count, device.index);
 #endif
-  SEQPAR_CHECK(device.is_cpu(), "elementwise op on ", device, ": this seqpar was built without CUDA");
+  SEQPAR_CHECK(device.is_host(), "elementwise op on ", device, ": this seqpar was built without CUDA");
   if (b == nullptr) {
     for (int64_t i = 0; i < count; ++i) out[i] = alpha * a[i];
   } else {

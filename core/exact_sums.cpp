@@ -14,8 +14,6 @@ namespace seqpar::exact {
 
 namespace {
 
-thread_local CrossRankSums* current_combiner = nullptr;
-
 void require_same(const char* op, const ExactSums& a, const ExactSums& b) {
   SEQPAR_CHECK(a.count() == b.count() && a.device() == b.device(), op, ": ", a.count(),
                " sums on ", a.device(), " vs ", b.count(), " sums on ", b.device());
@@ -70,7 +68,7 @@ void ExactSums::copy_from(const ExactSums& other) {
   require_same("ExactSums::copy_from", *this, other);
   if (words() == 0) return;
   const size_t bytes = static_cast<size_t>(words()) * sizeof(int64_t);
-  if (device().is_cpu()) {
+  if (device().is_host()) {
     std::memcpy(digits(), other.digits(), bytes);
   } else {
     cuda::copy(digits(), device(), other.digits(), other.device(), bytes);
@@ -103,44 +101,12 @@ void ExactSums::round_into(const Tensor& out, int64_t first) const {
 }
 
 std::vector<int64_t> ExactSums::to_host() const {
-  if (device().is_cpu()) return std::vector<int64_t>(digits(), digits() + words());
+  if (device().is_host()) return std::vector<int64_t>(digits(), digits() + words());
   std::vector<int64_t> host(static_cast<size_t>(words()));
   if (!host.empty()) {
     cuda::copy(host.data(), Device::cpu(), digits(), device(), host.size() * sizeof(int64_t));
   }
   return host;
-}
-
-CrossRankScope::CrossRankScope(CrossRankSums& combiner) : previous_(current_combiner) {
-  current_combiner = &combiner;
-}
-
-CrossRankScope::~CrossRankScope() { current_combiner = previous_; }
-
-void combine_across_ranks(ExactSums& sums) {
-  if (current_combiner != nullptr) current_combiner->combine(sums);
-}
-
-void AccumulatedSums::combine(ExactSums& sums) {
-  if (across_ != nullptr) across_->combine(sums);
-  if (passes_ <= 1) {  // the step's first pass: its sums are the totals so far
-    if (next_ == totals_.size()) totals_.emplace_back();
-    ExactSums& total = totals_[next_++];
-    if (total.count() != sums.count() || total.device() != sums.device()) {
-      total = ExactSums(sums.count(), sums.device());
-    }
-    total.copy_from(sums);
-    return;
-  }
-  SEQPAR_CHECK(next_ < totals_.size() && totals_[next_].count() == sums.count() &&
-                   totals_[next_].device() == sums.device(),
-               "AccumulatedSums: combine ", next_ + 1, " of this pass has ", sums.count(),
-               " sums on ", sums.device(), ", but the first pass's ",
-               next_ < totals_.size() ? "had " + std::to_string(totals_[next_].count()) : std::string("had none"),
-               " (every pass must run the same ops)");
-  ExactSums& total = totals_[next_++];
-  total.add(sums);
-  sums.copy_from(total);
 }
 
 void check_term_count(const char* op, int64_t terms) {

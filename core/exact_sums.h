@@ -1,13 +1,11 @@
-// ExactSums: the digits of `count` exact sums (core/exact_bins.h) on one device, and the
-// one place where sums of several ranks meet.
+// ExactSums: the digits of `count` exact sums (core/exact_bins.h) on one device.
 //
 // An op that reduces over rows (Linear's dW and db) accumulates its terms into an
-// ExactSums, hands it to combine_across_ranks(), and rounds it once into its float
-// output. Outside a CrossRankScope combine_across_ranks() does nothing: the sums are
-// this rank's rows alone. Inside one, it adds the digits of every rank of the scope's
-// group (an integer all-reduce, see dist/), so the rounded result is the sum over the
-// rows of all ranks, exactly as if one rank held them all. Integer addition is
-// associative, so no order, algorithm or placement can change a bit of it.
+// ExactSums and rounds it once into its float output. Sums of several ranks meet by
+// adding their digits (ProcessGroup::all_reduce_sums in dist/, an integer all-reduce)
+// before that one rounding, so the result is the sum over the rows of all ranks, exactly
+// as if one rank held them all (nn/exact_gradients.h). Integer addition is associative,
+// so no order, algorithm or placement can change a bit of it.
 #pragma once
 
 #include <cstdint>
@@ -60,54 +58,6 @@ class CrossRankSums {
   // peers on the host, waits or reads back), so that a CUDA graph can capture it.
   virtual bool only_enqueues() const { return false; }
 };
-
-// While one is alive on a thread, combine_across_ranks() on that thread uses its
-// combiner (one per thread: a rank of a threads group is a thread). Scopes nest; the
-// innermost wins.
-class CrossRankScope {
- public:
-  explicit CrossRankScope(CrossRankSums& combiner);
-  ~CrossRankScope();
-  CrossRankScope(const CrossRankScope&) = delete;
-  CrossRankScope& operator=(const CrossRankScope&) = delete;
-
- private:
-  CrossRankSums* previous_;
-};
-
-// Gradient accumulation without rounding: the sums of successive passes (the
-// micro-batches of one optimizer step) added exactly. The n-th combine of a pass adds
-// `sums` (first combined across ranks by `across`, when given) into the n-th running
-// total and hands the total back, so each pass's rounded outputs are the sums over every
-// pass so far, rounded once. A caller that zeroes its gradients before each pass thus
-// ends the step with gradients bitwise equal to one pass over all the micro-batches'
-// rows. Every pass makes the same combines, with the same counts, in the same order
-// (backward over the same graph does).
-class AccumulatedSums final : public CrossRankSums {
- public:
-  explicit AccumulatedSums(CrossRankSums* across = nullptr) : across_(across) {}
-  // The next combine is the first of a new pass.
-  void start_pass() {
-    ++passes_;
-    next_ = 0;
-  }
-  // A new optimizer step: the next pass's sums start the totals afresh (their buffers
-  // are kept for it, so a step allocates nothing once the first has run).
-  void reset() {
-    passes_ = 0;
-    next_ = 0;
-  }
-  void combine(ExactSums& sums) override;
-
- private:
-  CrossRankSums* across_;
-  std::vector<ExactSums> totals_;
-  int64_t passes_ = 0;  // since the last reset
-  size_t next_ = 0;
-};
-
-// Adds the sums of every rank of the current scope's group; nothing outside a scope.
-void combine_across_ranks(ExactSums& sums);
 
 // Fails with a clear error when a sum of `terms` terms would leave the digits' range
 // (kMaxTerms); `op` names the caller.

@@ -151,7 +151,8 @@ void Tensor::copy_(const Tensor& source) const {
   SEQPAR_CHECK(shape_ == source.shape_, "copy_: destination shape ", shape_,
                " differs from source shape ", source.shape_);
   if (numel() == 0) return;
-  if (device() == source.device()) {
+  // The CPU and the reference share host memory: a copy between them is a host copy.
+  if (device() == source.device() || (device().is_host() && source.device().is_host())) {
     detail::strided_copy(data(), strides_, source.data(), source.strides_, shape_, device());
     return;
   }
@@ -217,7 +218,7 @@ int64_t Tensor::element_offset(const std::vector<int64_t>& index) const {
 
 float Tensor::at(const std::vector<int64_t>& index) const {
   const int64_t position = element_offset(index);
-  if (device().is_cpu()) return data()[position];
+  if (device().is_host()) return data()[position];
   float value = 0.0f;
   cuda::copy(&value, Device::cpu(), data() + position, device(), sizeof(float));
   return value;
@@ -225,7 +226,7 @@ float Tensor::at(const std::vector<int64_t>& index) const {
 
 void Tensor::set(const std::vector<int64_t>& index, float value) const {
   const int64_t position = element_offset(index);
-  if (device().is_cpu()) {
+  if (device().is_host()) {
     data()[position] = value;
   } else {
     cuda::copy(data() + position, device(), &value, Device::cpu(), sizeof(float));

@@ -82,8 +82,8 @@ class ProcessGroup {
   void all_reduce_exact(Tensor& tensor, ReduceOp op);
 };
 
-// A group as the combiner of exact row sums: inside an exact::CrossRankScope over it,
-// Linear's dW and db add the digits of every rank of the group before rounding.
+// A group as an exact::CrossRankSums: how a fused training step (bench/) adds its
+// ranks' gradient digits before rounding.
 class GroupSums final : public exact::CrossRankSums {
  public:
   explicit GroupSums(ProcessGroup& group) : group_(group) {}

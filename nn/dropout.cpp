@@ -84,7 +84,7 @@ Tensor apply(const char* op, const Tensor& input, const DropoutMask& mask) {
     return output;
   }
 #endif
-  require_cpu(op, input.device());
+  require_host(op, input.device());
   dropout_cpu(input_rows, rows, columns, launch, output);
   return output;
 }
@@ -139,7 +139,7 @@ Tensor dropout_keep_mask(int64_t rows, int64_t columns, const DropoutMask& mask,
     return output;
   }
 #endif
-  require_cpu("dropout_keep_mask", device);
+  require_host("dropout_keep_mask", device);
   dropout_cpu(Tensor(), rows, columns, launch, output);
   return output;
 }

@@ -141,7 +141,7 @@ Tensor masked_l1_backward(const Tensor& grad_loss, const Tensor& input, const Te
     return grad_input;
   }
 #endif
-  require_cpu("l1_loss_backward", input.device());
+  require_host("l1_loss_backward", input.device());
   return l1_loss_backward_cpu(gradient_scale(scale, grad_loss), input_rows, target_rows,
                               KeptRows{row_mask.data(), row_mask.stride(0)});
 }
@@ -171,7 +171,7 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
     return loss;
   }
 #endif
-  require_cpu("l1_loss", input.device());
+  require_host("l1_loss", input.device());
   return l1_loss_forward_cpu(input_rows, target_rows, scale, AllRows{}, codes);
 }
 
@@ -194,7 +194,7 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
     return grad_input;
   }
 #endif
-  require_cpu("l1_loss_backward", input.device());
+  require_host("l1_loss_backward", input.device());
   return l1_loss_backward_cpu(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
                               target_rows, AllRows{});
 }
@@ -213,7 +213,7 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction
     return grad_input;
   }
 #endif
-  require_cpu("l1_loss_backward", device);
+  require_host("l1_loss_backward", device);
   return l1_loss_backward_from_signs_cpu(gradient_scale(scale, grad_loss), signs.codes.data(),
                                          signs.shape);
 }
@@ -265,7 +265,7 @@ Tensor masked_l1_forward(const Tensor& input, const Tensor& target, const Tensor
     return loss;
   }
 #endif
-  require_cpu("l1_loss", input.device());
+  require_host("l1_loss", input.device());
   return l1_loss_forward_cpu(input_rows, target_rows, scale,
                              KeptRows{row_mask.data(), row_mask.stride(0)});
 }

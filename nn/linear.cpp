@@ -9,7 +9,9 @@
 #include "core/error.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
+#include "nn/exact_gradients.h"
 #include "nn/linear_kernels.h"
+#include "nn/reference/linear.h"
 
 namespace seqpar::nn {
 
@@ -54,100 +56,134 @@ Tensor transposed(const Tensor& matrix) {
   return result;
 }
 
-
-// The exact row sums of dW and db: accumulated, added over the ranks of the current
-// CrossRankScope (if any), rounded once.
-LinearGradients linear_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                                    bool want_x, bool want_weight, bool want_bias) {
-  LinearGradients gradients;
-  const detail::ConstRows dy = detail::const_rows_of(grad_y);
-  if (want_x) {  // dx = dy W: chains over the outputs j, i.e. the rows of Wᵀ are W's columns
-    gradients.x = Tensor::empty(x.shape());
-    const Tensor weight_t = transposed(weight);
-    detail::chain_products_cpu(dy, detail::const_rows_of(weight_t), nullptr, gradients.x.data(),
-                               x.size(1));
-  }
-  // dW's sums, then db's, in one ExactSums, as on the GPU: one combine across ranks.
-  const int64_t weight_count = want_weight ? weight.numel() : 0;
-  const int64_t bias_count = want_bias ? weight.size(0) : 0;
-  if (weight_count + bias_count == 0) return gradients;
-  exact::ExactSums sums(weight_count + bias_count, Device::cpu());
-  if (want_weight) {  // dW = dyᵀ x
-    detail::accumulate_weight_grad_cpu(dy, detail::const_rows_of(x), sums);
-  }
-  if (want_bias) {  // db = Σ_rows dy
-    detail::accumulate_column_sums_cpu(dy, sums, weight_count);
-  }
-  exact::combine_across_ranks(sums);
-  if (want_weight) {
-    gradients.weight = Tensor::empty(weight.shape());
-    sums.round_into(gradients.weight, 0);
-  }
-  if (want_bias) {
-    gradients.bias = Tensor::empty({weight.size(0)});
-    sums.round_into(gradients.bias, weight_count);
-  }
-  return gradients;
-}
-
 }  // namespace
+
+// ---------------------------------------------------------------- dispatch
+//
+// One table for the op: which implementation runs, by the tensors' device. Every row
+// gives the reference's bits (tests/nn/linear_reference_test.cpp and, on a GPU,
+// linear_cuda_test.cpp check them on random shapes and data).
+//
+//   device     y = x Wᵀ + b, dx = dy W           dW, db (exact row sums, then rounded once)
+//   reference  reference/linear.cpp: plain      reference/linear.cpp: one binned sum per
+//              fma chains                       output, over the rows in order
+//   cpu        fast/linear_cpu.cpp: AVX-512     fast/linear_cpu.cpp: integer sums of ±x in
+//              chains, 16 outputs a vector      fixed point when every dy has one magnitude
+//              (the portable loop without it)   (an L1 loss's dy), else binned sums 8 lanes
+//                                               a vector, from the first reachable bin
+//   cuda       linear.cu: the forward and dx    linear_row_sums.cu: which dW kernel runs is
+//              kernels by shape (its table)     its table's choice (shape, then dy's data)
+//
+// Why a fast CPU path at all: the default run of seqpar-repro trains on 12,000 rows on
+// the CPU, and the plain loops take seconds where the fast ones take a fraction of one.
 
 namespace {
 
-// The forward and the backward of both entry points. On a GPU, x_largest carries x's
-// column maxima from the forward's pass over x (zeroed by the caller) to the exact dW
-// of the backward, which would otherwise read x once more to find them.
 Tensor forward(const Tensor& x, const Tensor& weight, const Tensor& bias, unsigned int* x_largest) {
   check_x_and_weight("linear", x, weight);
   check_bias(bias, weight);
   const Tensor x_rows = detail::with_unit_column_stride(x);
   const Tensor weight_rows = weight.contiguous(), bias_values = bias.contiguous();
-  // Written whole by either path, in the canonical numerics of nn/linear_kernels.h.
   Tensor y = Tensor::empty({x.size(0), weight.size(0)}, x.device());
-#ifdef SEQPAR_WITH_CUDA
-  if (x.device().is_cuda()) {
-    detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y, x_largest);
-    return y;
+  switch (x.device().type) {
+    case DeviceType::Reference:
+      reference::linear_chains(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
+                               bias_values.data(), y.data(), y.size(1));
+      return y;
+    case DeviceType::CPU:
+      detail::chain_products_cpu(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
+                                 bias_values.data(), y.data(), y.size(1));
+      return y;
+    case DeviceType::CUDA:
+      break;
   }
-#endif
-  (void)x_largest;
-  require_cpu("linear", x.device());
-  detail::chain_products_cpu(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
-                             bias_values.data(), y.data(), y.size(1));
+#ifdef SEQPAR_WITH_CUDA
+  detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y, x_largest);
   return y;
+#else
+  (void)x_largest;
+  require_host("linear", x.device());
+  return y;
+#endif
 }
 
-LinearGradients backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, bool want_x,
-                         bool want_weight, bool want_bias, const unsigned int* x_largest) {
+Tensor grad_input(const Tensor& dy, const Tensor& weight, const Shape& x_shape) {
+  Tensor dx = Tensor::empty(x_shape, dy.device());
+  switch (dy.device().type) {
+    case DeviceType::Reference:
+      reference::linear_grad_input(detail::const_rows_of(dy), detail::const_rows_of(weight),
+                                   dx.data(), dx.size(1));
+      return dx;
+    case DeviceType::CPU:  // chains over the outputs j: the rows of Wᵀ are W's columns
+      detail::chain_products_cpu(detail::const_rows_of(dy), detail::const_rows_of(transposed(weight)),
+                                 nullptr, dx.data(), dx.size(1));
+      return dx;
+    case DeviceType::CUDA:
+      break;
+  }
+#ifdef SEQPAR_WITH_CUDA
+  detail::linear_grad_input_cuda(dy, weight, dx);
+#else
+  require_host("linear_backward", dy.device());
+#endif
+  return dx;
+}
+
+// dW's exact sums, then db's, in one ExactSums: unrounded.
+exact::ExactSums row_sums(const Tensor& dy, const Tensor& x, bool want_weight, bool want_bias,
+                          const unsigned int* x_largest) {
+  const int64_t weight_count = want_weight ? dy.size(1) * x.size(1) : 0;
+  const int64_t bias_count = want_bias ? dy.size(1) : 0;
+  exact::ExactSums sums(weight_count + bias_count, dy.device());
+  if (weight_count + bias_count == 0) return sums;
+  const detail::ConstRows dy_rows = detail::const_rows_of(dy), x_rows = detail::const_rows_of(x);
+  switch (dy.device().type) {
+    case DeviceType::Reference:
+      if (want_weight) reference::linear_weight_sums(dy_rows, x_rows, sums, 0);
+      if (want_bias) reference::linear_bias_sums(dy_rows, sums, weight_count);
+      return sums;
+    case DeviceType::CPU:
+      if (want_weight) detail::accumulate_weight_grad_cpu(dy_rows, x_rows, sums);
+      if (want_bias) detail::accumulate_column_sums_cpu(dy_rows, sums, weight_count);
+      return sums;
+    case DeviceType::CUDA:
+      break;
+  }
+#ifdef SEQPAR_WITH_CUDA
+  detail::accumulate_linear_grads_cuda(dy_rows, x_rows, sums, want_weight, want_bias, x_largest);
+#else
+  (void)x_largest;
+  require_host("linear_backward", dy.device());
+#endif
+  return sums;
+}
+
+// The backward, and the exact sums its dW and db were rounded from (for
+// ExactGradients). dW and db lie side by side in one allocation, as their sums do, so
+// one rounding writes both.
+struct Backward {
+  LinearGradients gradients;
+  exact::ExactSums sums;
+};
+
+Backward backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, bool want_x,
+                  bool want_weight, bool want_bias, const unsigned int* x_largest) {
   check_x_and_weight("linear_backward", x, weight);
   check_grad_y(grad_y, x, weight);
   const Tensor dy = grad_y.contiguous(), x_rows = detail::with_unit_column_stride(x);
   const Tensor weight_rows = weight.contiguous();
-#ifdef SEQPAR_WITH_CUDA
-  if (x.device().is_cuda()) {
-    const Device device = x.device();
-    LinearGradients gradients;
-    if (want_x) gradients.x = Tensor::empty(x.shape(), device);
-    const int64_t out = weight.size(0), in = weight.size(1);
-    if (want_weight && want_bias) {
-      // Side by side in one allocation, dW then db, as their sums are: one rounding
-      // launch writes both (linear_backward_cuda).
-      const Tensor both = Tensor::empty({out * in + out}, device);
-      gradients.weight = both.narrow(0, 0, out * in).view({out, in});
-      gradients.bias = both.narrow(0, out * in, out);
-    } else if (want_weight) {
-      gradients.weight = Tensor::empty({out, in}, device);
-    } else if (want_bias) {
-      gradients.bias = Tensor::empty({out}, device);
-    }
-    detail::linear_backward_cuda(dy, x_rows, weight_rows, gradients.x, gradients.weight,
-                                 gradients.bias, x_largest);
-    return gradients;
-  }
-#endif
-  (void)x_largest;
-  require_cpu("linear_backward", x.device());
-  return linear_backward_cpu(dy, x_rows, weight_rows, want_x, want_weight, want_bias);
+  Backward result;
+  LinearGradients& gradients = result.gradients;
+  if (want_x) gradients.x = grad_input(dy, weight_rows, x.shape());
+  result.sums = row_sums(dy, x_rows, want_weight, want_bias, x_largest);
+  if (result.sums.count() == 0) return result;
+  const int64_t out = weight.size(0), in = weight.size(1);
+  const int64_t weight_count = want_weight ? out * in : 0;
+  const Tensor both = Tensor::empty({result.sums.count()}, x.device());
+  result.sums.round_into(both);
+  if (want_weight) gradients.weight = both.narrow(0, 0, weight_count).view({out, in});
+  if (want_bias) gradients.bias = both.narrow(0, weight_count, out);
+  return result;
 }
 
 }  // namespace
@@ -158,7 +194,17 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
 
 LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                                 bool want_x, bool want_weight, bool want_bias) {
-  return backward(grad_y, x, weight, want_x, want_weight, want_bias, nullptr);
+  return backward(grad_y, x, weight, want_x, want_weight, want_bias, nullptr).gradients;
+}
+
+exact::ExactSums linear_row_sums(const Tensor& grad_y, const Tensor& x, bool want_weight,
+                                 bool want_bias) {
+  SEQPAR_CHECK(grad_y.defined() && x.defined() && grad_y.dim() == 2 && x.dim() == 2 &&
+                   grad_y.size(0) == x.size(0) && grad_y.device() == x.device(),
+               "linear_row_sums: grad_y ", grad_y.shape(), " and x ", x.shape(),
+               " must be matrices of as many rows, on one device");
+  return row_sums(grad_y.contiguous(), detail::with_unit_column_stride(x), want_weight, want_bias,
+                  nullptr);
 }
 
 // ---------------------------------------------------------------- autograd
@@ -170,17 +216,28 @@ namespace {
 // for any saved tensor, x must not change between the forward and the backward: the
 // exact dW's bins are chosen from these maxima, so a larger x written in place would
 // also lose its sums' exactness, not only give the gradient of other data.
+//
+// Inside an ExactGradients::Recording, the backward also hands its unrounded dW and db
+// sums to the recording, for the caller to add across ranks and round once.
 struct LinearBackward : autograd::Node {
-  LinearBackward(Tensor x, Tensor weight, DeviceBuffer<unsigned int> x_largest)
-      : x(std::move(x)), weight(std::move(weight)), x_largest(std::move(x_largest)) {}
+  LinearBackward(Tensor x, Variable weight, Variable bias, DeviceBuffer<unsigned int> x_largest)
+      : x(std::move(x)), weight(std::move(weight)), bias(std::move(bias)),
+        x_largest(std::move(x_largest)) {}
   std::vector<Tensor> apply(const Tensor& grad_output) override {
     const std::vector<autograd::Edge>& edges = next_edges();
-    LinearGradients gradients = backward(grad_output, x, weight, edges[0].valid(), edges[1].valid(),
-                                         edges[2].valid(), x_largest.data());
+    const bool want_weight = edges[1].valid(), want_bias = edges[2].valid();
+    Backward result = backward(grad_output, x, weight.data(), edges[0].valid(), want_weight,
+                               want_bias, x_largest.data());
+    std::vector<ExactGradients::Target> targets;
+    if (want_weight) targets.push_back({weight, 0});
+    if (want_bias) targets.push_back({bias, want_weight ? weight.data().numel() : 0});
+    if (!targets.empty()) ExactGradients::record(result.sums, std::move(targets));
+    const LinearGradients& gradients = result.gradients;
     return {gradients.x, gradients.weight, gradients.bias};
   }
   std::string name() const override { return "LinearBackward"; }
-  Tensor x, weight;
+  Tensor x;
+  Variable weight, bias;  // the parameters themselves: ExactGradients rounds into their .grad()
   DeviceBuffer<unsigned int> x_largest;
 };
 
@@ -198,7 +255,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
   }
   Tensor y = forward(x.data(), weight.data(), bias.data(), x_largest.data());
   if (!records) return Variable(std::move(y));
-  auto node = std::make_shared<LinearBackward>(x.data(), weight.data(), std::move(x_largest));
+  auto node = std::make_shared<LinearBackward>(x.data(), weight, bias, std::move(x_largest));
   node->add_input(x);
   node->add_input(weight);
   node->add_input(bias);

@@ -1,5 +1,5 @@
-// CUDA path of nn/linear.h: y = x Wᵀ + b and dx = dy W by GEMM kernels; dW = dyᵀ x and
-// db = Σ_rows dy by the exact row sums (nn/linear_row_sums.cu).
+// CUDA path of nn/linear.h: y = x Wᵀ + b and dx = dy W by GEMM kernels (dW = dyᵀ x and
+// db = Σ_rows dy are the exact row sums of nn/linear_row_sums.cu).
 //
 // Design note. Both GEMM products are C[M, N] = Σ_k A(m, k) · Bᵀ(n, k) (+ bias[n]),
 // whose operands are described by two strides each (Operand and Gemm, in
@@ -177,50 +177,34 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   gemm</*kAAlongK=*/true, /*kBAlongK=*/true>(output_gemm(x, weight, bias_data, y), device);
 }
 
-void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                          const Tensor& grad_x, const Tensor& grad_weight,
-                          const Tensor& grad_bias, const unsigned int* x_largest) {
+void linear_grad_input_cuda(const Tensor& grad_y, const Tensor& weight, const Tensor& grad_x) {
   SEQPAR_CHECK(grad_y.defined() && grad_y.device().is_cuda(),
-               "linear_backward_cuda: grad_y must be on a GPU");
+               "linear_grad_input_cuda: grad_y must be on a GPU");
   const int device = grad_y.device().index;
-  check_on_device(x, "x", device);
   check_on_device(weight, "weight", device);
-  SEQPAR_CHECK(grad_y.dim() == 2 && x.dim() == 2 && weight.dim() == 2,
-               "linear_backward_cuda: grad_y ", grad_y.shape(), ", x ", x.shape(), ", weight ",
-               weight.shape());
-  const int64_t in = x.size(1), out = weight.size(0);
+  check_on_device(grad_x, "grad_x", device);
+  SEQPAR_CHECK(grad_y.dim() == 2 && weight.dim() == 2 && grad_x.dim() == 2 && grad_x.stride(1) == 1,
+               "linear_grad_input_cuda: grad_y ", grad_y.shape(), ", weight ", weight.shape(),
+               ", grad_x ", grad_x.shape(), " (grad_x needs unit column stride)");
   cuda::set_device(device);
-  if (grad_x.defined()) {  // dx[row, i] = Σ_o dy[row, o] W[o, i]
-    check_on_device(grad_x, "grad_x", device);
-    SEQPAR_CHECK(grad_x.stride(1) == 1, "linear_backward_cuda: grad_x needs unit column stride");
-    gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), device);
-  }
-  // dW and db are sums over rows: exact (nn/linear_row_sums.cu), added over the ranks of
-  // the current CrossRankScope, rounded once. Both from one pass over dy's maxima, into
-  // one ExactSums (dW's sums, then db's): one allocation, one zeroing, one combine.
+  // dx[row, i] = Σ_o dy[row, o] W[o, i]
+  gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), device);
+}
+
+void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                          const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                          const unsigned int* x_largest) {
+  if (grad_x.defined()) linear_grad_input_cuda(grad_y, weight, grad_x);
+  const int64_t out = weight.size(0), in = weight.size(1);
   const int64_t weight_count = grad_weight.defined() ? out * in : 0;
   const int64_t bias_count = grad_bias.defined() ? out : 0;
-  if (grad_weight.defined()) {  // dW[o, i] = Σ_row dy[row, o] x[row, i]
-    check_on_device(grad_weight, "grad_weight", device);
-    SEQPAR_CHECK(grad_weight.is_contiguous(), "linear_backward_cuda: grad_weight must be contiguous");
-  }
-  if (grad_bias.defined()) {  // db[o] = Σ_row dy[row, o]
-    check_on_device(grad_bias, "grad_bias", device);
-    SEQPAR_CHECK(grad_bias.is_contiguous(), "linear_backward_cuda: grad_bias must be contiguous");
-    SEQPAR_CHECK(grad_y.stride(1) == 1 || out <= 1,
-                 "linear_backward_cuda: grad_y needs unit column stride");
-  }
   if (weight_count + bias_count == 0) return;
-  exact::ExactSums sums(weight_count + bias_count, Device::cuda(device));
+  SEQPAR_CHECK((!grad_weight.defined() || grad_weight.is_contiguous()) &&
+                   (!grad_bias.defined() || grad_bias.is_contiguous()),
+               "linear_backward_cuda: grad_weight and grad_bias must be contiguous");
+  exact::ExactSums sums(weight_count + bias_count, grad_y.device());
   accumulate_linear_grads_cuda(const_rows_of(grad_y), const_rows_of(x), sums, grad_weight.defined(),
                                grad_bias.defined(), x_largest);
-  exact::combine_across_ranks(sums);
-  // One rounding launch where the caller put db right after dW (linear.cpp does).
-  if (weight_count > 0 && bias_count > 0 && grad_bias.data() == grad_weight.data() + weight_count) {
-    exact::detail::round_digits_cuda(sums.digits(), sums.count(), sums.count(), grad_weight.data(),
-                                     device);
-    return;
-  }
   if (grad_weight.defined()) sums.round_into(grad_weight, 0);
   if (grad_bias.defined()) sums.round_into(grad_bias, weight_count);
 }

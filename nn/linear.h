@@ -2,14 +2,15 @@
 //
 // x is [n, in] and may be a view with any row stride (a rank's rows of the full
 // batch, or a column window of a wider tensor); W is [out, in]; b is [out].
-// The compute functions dispatch on the device: the CPU kernels (linear_kernels.cpp)
-// and the CUDA ones (linear.cu, linear_row_sums.cu) give the same bits, in the
-// numerics of nn/linear_kernels.h.
+// The compute functions dispatch on the device (the table in linear.cpp): the plain
+// reference (nn/reference/linear.h, which defines the bits), the fast CPU loops and the
+// CUDA kernels, all giving the reference's bits.
 #pragma once
 
 #include <cstdint>
 
 #include "autograd/variable.h"
+#include "core/exact_sums.h"
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "nn/module.h"
@@ -24,6 +25,11 @@ struct LinearGradients {
 };
 LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                                 bool want_x, bool want_weight, bool want_bias);
+// dW's exact row sums, then db's (each where asked), not yet rounded: what
+// linear_backward rounds, and what ranks add together before rounding once
+// (nn/exact_gradients.h).
+exact::ExactSums linear_row_sums(const Tensor& grad_y, const Tensor& x, bool want_weight,
+                                 bool want_bias);
 
 // ---- differentiable ----
 autograd::Variable linear(const autograd::Variable& x, const autograd::Variable& weight,

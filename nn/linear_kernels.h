@@ -96,15 +96,17 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
 // [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written whole
-// (never accumulated into); undefined gradient outputs are skipped. y by the narrow
-// kernel where it fits, else by a GEMM kernel; dx by a GEMM kernel; dW and db by the
-// exact row sums, added over the ranks of the current exact::CrossRankScope and
-// rounded once. With x_largest, the forward also leaves x's column maxima there, as
-// column_maxima_cuda finds them (zero it first): in the narrow kernel's own pass over x
-// where it runs, else in a pass of their own; the backward takes them back (x_largest)
-// instead of reading x once more for them.
+// (never accumulated into). y by the narrow kernel where it fits, else by a GEMM kernel;
+// dx by a GEMM kernel. With x_largest, the forward also leaves x's column maxima there,
+// as column_maxima_cuda finds them (zero it first): in the narrow kernel's own pass over
+// x where it runs, else in a pass of their own; the backward's exact dW takes them back
+// (accumulate_linear_grads_cuda's x_largest) instead of reading x once more for them.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, unsigned int* x_largest = nullptr);
+void linear_grad_input_cuda(const Tensor& grad_y, const Tensor& weight, const Tensor& grad_x);
+// dx, dW and db (each where defined) of CUDA tensors, rounded from this rank's rows alone:
+// the CUDA row of linear.cpp's table, for the tests and benchmarks that reach the kernels
+// directly.
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,
                           const Tensor& grad_bias, const unsigned int* x_largest = nullptr);

@@ -149,7 +149,7 @@ void AdamW::step() {
 #ifdef SEQPAR_WITH_CUDA
   if (device.is_cuda()) return step_cuda(updates, options_, device.index);
 #endif
-  require_cpu("AdamW", device, "parameters");
+  require_host("AdamW", device, "parameters");
   step_cpu(updates, options_);
 }
 

@@ -107,7 +107,7 @@ Tensor grad_norm(const std::vector<Variable>& parameters) {
     return total_norm;
   }
 #endif
-  require_cpu("grad_norm", device, "gradients");
+  require_host("grad_norm", device, "gradients");
   Tensor total_norm = Tensor::empty({});
   total_norm.data()[0] = total_norm_cpu(gradients);
   return total_norm;
@@ -140,7 +140,7 @@ void clip_grads_with_norm(const std::vector<Variable>& parameters, double max_no
     return;
   }
 #endif
-  require_cpu("clip_grad_norm", device, "gradients");
+  require_host("clip_grad_norm", device, "gradients");
   // Applied even when it is 1, as torch multiplies by the clamped coefficient.
   const float coefficient = clip_coefficient(max_norm, total_norm.item());
   for (Tensor& gradient : gradients) mul_(gradient, coefficient);

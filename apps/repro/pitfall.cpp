@@ -21,16 +21,13 @@ namespace seqpar::repro {
 
 using autograd::Variable;
 
-StepContext::StepContext(int64_t step, const Parameters& parameters, exact::AccumulatedSums* exact_sums)
-    : step_(step), parameters_(parameters), exact_sums_(exact_sums) {}
+StepContext::StepContext(int64_t step, nn::ExactGradients* exact_gradients)
+    : step_(step), exact_gradients_(exact_gradients) {}
 
 void StepContext::backward(const Variable& loss) {
-  if (exact_sums_ == nullptr) return loss.backward();
-  // The running totals hold every earlier micro-batch: each pass's rounded gradient
-  // is the step's total so far, so it replaces the one before instead of adding to it.
-  for (const Variable& parameter : parameters_) parameter.zero_grad();
-  exact_sums_->start_pass();
-  const exact::CrossRankScope scope(*exact_sums_);
+  if (exact_gradients_ == nullptr) return loss.backward();
+  // Every micro-batch's exact row sums add up in exact_gradients_, unrounded.
+  const nn::ExactGradients::Recording recording(*exact_gradients_);
   loss.backward();
 }
 
@@ -98,21 +95,23 @@ TrainedRun train_variant(const Variant& variant, const ReproConfig& config, cons
   auto model = make_model(config, data, device);
   const Parameters parameters = model->parameters();
   optim::AdamW optimizer(parameters, config.adamw);
-  std::unique_ptr<dist::GroupSums> across;
-  std::unique_ptr<exact::AccumulatedSums> exact_sums;
-  if (variant.exact) {
-    across = std::make_unique<dist::GroupSums>(*groups->sequence_data_parallel);
-    exact_sums = std::make_unique<exact::AccumulatedSums>(across.get());
-  }
+  nn::ExactGradients exact_gradients;
   TrainedRun run;
   for (int64_t step = 0; step < config.steps; ++step) {
     if (progress != nullptr) progress->set_step(variant.name, step, config.steps);
     if (groups != nullptr) groups->world->barrier();
     const auto start = Clock::now();
     model->zero_grad();
-    if (exact_sums) exact_sums->reset();
-    StepContext context(step, parameters, exact_sums.get());
+    StepContext context(step, variant.exact ? &exact_gradients : nullptr);
     variant.backward(*model, context);
+    if (variant.exact) {
+      // The exact row sums of every micro-batch, added over every rank of sp x dp as
+      // integers, rounded once: one-rank training's gradient over all the step's rows.
+      for (exact::ExactSums* sums : exact_gradients.sums()) {
+        groups->sequence_data_parallel->all_reduce_sums(*sums);
+      }
+      exact_gradients.round_into_grads();
+    }
     if (variant.reduce) variant.reduce(parameters, *groups);
     // The combined gradient's norm: what the step clips with unless the variant says
     // otherwise, and a figure at step 1.

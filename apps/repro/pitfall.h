@@ -16,11 +16,10 @@
 //   vs one rank      rank 0's parameters after the last step against the reference's:
 //                    bitwise equal, or the largest difference
 //
-// A variant marked `exact` runs its backward passes with the exact cross-rank sums
-// (core/exact_sums.h): every sum over rows adds the digits of every rank of sp x dp
-// and of every micro-batch of the step before it rounds once, so a loss normalized by
-// the global count gives the one-rank gradient bit for bit, and the kit checks that
-// it does.
+// A variant marked `exact` keeps the exact row sums of its backward passes
+// (nn/exact_gradients.h) and adds the digits of every micro-batch of the step and every
+// rank of sp x dp before it rounds once, so a loss normalized by the global count gives
+// the one-rank gradient bit for bit, and the kit checks that it does.
 #pragma once
 
 #include <functional>
@@ -35,7 +34,7 @@
 #include "apps/repro/scenario.h"
 #include "autograd/variable.h"
 #include "core/device.h"
-#include "core/exact_sums.h"
+#include "nn/exact_gradients.h"
 #include "core/safetensors.h"
 #include "nn/linear.h"
 
@@ -44,20 +43,19 @@ namespace seqpar::repro {
 // What a variant's step function gets: the step (from 0) and how to run a backward pass.
 class StepContext {
  public:
-  StepContext(int64_t step, const std::vector<autograd::Variable>& parameters,
-              exact::AccumulatedSums* exact_sums);
+  // exact_gradients: where an exact variant's backward passes keep their row sums.
+  StepContext(int64_t step, nn::ExactGradients* exact_gradients);
 
   int64_t step() const { return step_; }
 
   // loss.backward(), once per micro-batch. Plain: the gradients accumulate in float32,
-  // as frameworks accumulate them. Exact: the row sums of every micro-batch and rank
-  // add up exactly and the gradients hold the step's total, rounded once.
+  // as frameworks accumulate them. Exact: the row sums of every micro-batch add up
+  // exactly in the ExactGradients, which train_variant adds across ranks and rounds once.
   void backward(const autograd::Variable& loss);
 
  private:
   int64_t step_;
-  const std::vector<autograd::Variable>& parameters_;
-  exact::AccumulatedSums* exact_sums_;
+  nn::ExactGradients* exact_gradients_;
 };
 
 using StepFunction = std::function<void(const nn::Linear& model, StepContext& context)>;
@@ -67,11 +65,12 @@ struct Variant {
   std::string name;  // a row of the report: "shard-local shift"
   // Forward, loss and backward on this rank (all rows for the reference).
   StepFunction backward;
-  // Combines the ranks' gradients; empty: nothing to combine (exact variants).
+  // Combines the ranks' gradients; empty: nothing more to combine (exact variants: their
+  // exact row sums are added across ranks by train_variant).
   std::function<void(const Parameters&, const RankGroups&)> reduce;
   // The norm the step clips with; empty: the norm of the combined gradient.
   std::function<Tensor(const Parameters&, const RankGroups&)> clip_norm;
-  bool exact = false;  // backward with the exact cross-rank sums (see above)
+  bool exact = false;  // backward keeps exact row sums, added across sp x dp (see above)
 };
 
 // One scenario's plan for this rank (the same on every rank but for the data it cuts).

@@ -1,7 +1,6 @@
 #include "apps/repro/policy_step.h"
 
 #include "core/elementwise.h"
-#include "core/exact_sums.h"
 #include "core/nvtx.h"
 #include "optim/clip.h"
 
@@ -15,10 +14,11 @@ PolicyStep::PolicyStep(const Policy& policy, const nn::Linear& model, RankGroups
       optimizer_(parameters_, adamw),
       gradient_clipping_(gradient_clipping) {}
 
-void PolicyStep::backward(const autograd::Variable& loss) const {
+void PolicyStep::backward(const autograd::Variable& loss) {
   if (policy_.kind != PolicyKind::Exact) return loss.backward();
-  dist::GroupSums all_ranks(*groups_.sequence_data_parallel);
-  const exact::CrossRankScope scope(all_ranks);
+  // Linear's dW and db also keep their exact, unrounded row sums in exact_gradients_,
+  // for synchronize_gradients to add across ranks before the one rounding.
+  const nn::ExactGradients::Recording recording(exact_gradients_);
   loss.backward();
 }
 
@@ -35,23 +35,32 @@ void PolicyStep::broadcast_parameters() {
 // The heart of the bug and of its fixes: which ranks' partial gradients are added up.
 void PolicyStep::synchronize_gradients() {
   SEQPAR_NVTX_RANGE("synchronize gradients");
-  for (const autograd::Variable& parameter : parameters_) {
-    Tensor gradient = parameter.grad();
-    switch (policy_.kind) {
-      case PolicyKind::DeepSpeed016:
+  switch (policy_.kind) {
+    case PolicyKind::DeepSpeed016:
+      for (const autograd::Variable& parameter : parameters_) {
+        Tensor gradient = parameter.grad();
         // The mesh's dp group: with dp = 1 a group of one, so this adds nothing.
         groups_.data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
         mul_(gradient, static_cast<float>(groups_.sp) / static_cast<float>(groups_.dp));
-        break;
-      case PolicyKind::WithMpu:
+      }
+      break;
+    case PolicyKind::WithMpu:
+      for (const autograd::Variable& parameter : parameters_) {
+        Tensor gradient = parameter.grad();
         groups_.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
         mul_(gradient, 1.0f / static_cast<float>(groups_.dp));
-        break;
-      case PolicyKind::Exact:
-        // Nothing left to add: each rank's loss is its share of the global batch's
-        // mean, and backward already summed the rows of every rank of sp x dp.
-        break;
-    }
+      }
+      break;
+    case PolicyKind::Exact:
+      // Each rank's loss is its share of the global batch's mean, and backward kept the
+      // exact sums over its rows. Adding those digits over every rank of sp x dp (an
+      // integer all-reduce) gives the exact sums over all rows; rounding them once gives
+      // one-rank training's gradient, bit for bit.
+      for (exact::ExactSums* sums : exact_gradients_.sums()) {
+        groups_.sequence_data_parallel->all_reduce_sums(*sums);
+      }
+      exact_gradients_.round_into_grads();
+      break;
   }
 }
 

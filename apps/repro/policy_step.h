@@ -10,6 +10,7 @@
 #include "apps/repro/policy.h"
 #include "autograd/variable.h"
 #include "dist/process_group.h"
+#include "nn/exact_gradients.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
 
@@ -39,10 +40,9 @@ class PolicyStep {
   // deepspeed.initialize() broadcasts the parameters from the first rank of the group
   // it reduces over: the data-parallel group in 0.16, the sp x dp group with an mpu.
   void broadcast_parameters();
-  // The exact policy runs backward inside an exact::CrossRankScope over the sp x dp
-  // group: every sum over rows (Linear's dW and db) then adds the exact digits of all
-  // ranks before it rounds, so each rank's gradient is the whole batch's, bit for bit.
-  void backward(const autograd::Variable& loss) const;
+  // The exact policy records the exact row sums of Linear's dW and db
+  // (nn::ExactGradients) for synchronize_gradients to add across ranks.
+  void backward(const autograd::Variable& loss);
   StepNorms step();
 
   const std::vector<autograd::Variable>& parameters() const { return parameters_; }
@@ -56,6 +56,7 @@ class PolicyStep {
   std::vector<autograd::Variable> parameters_;
   RankGroups groups_;
   optim::AdamW optimizer_;
+  nn::ExactGradients exact_gradients_;  // the exact policy's unrounded row sums
   double gradient_clipping_;
 };
 

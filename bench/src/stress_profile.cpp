@@ -167,7 +167,6 @@ void profile_host() {
     report("    the rounding (round_digits_cuda)", host_median_us([&] {
              exact::detail::round_digits_cuda(sums.digits(), sums.count(), sums.count(), dw.data(), 0);
            }));
-    report("    combine_across_ranks (no ranks)", host_median_us([&] { exact::combine_across_ranks(sums); }));
     Tensor grad = Tensor::zeros({16, 640}, Device::cuda());
     report("  of which a gradient's accumulation (add_)", host_median_us([&] { add_(grad, dw); }));
     report("  of which the seed gradient (Tensor::ones({}))",

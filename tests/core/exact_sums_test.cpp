@@ -182,127 +182,6 @@ TEST_CASE("check_term_count allows kMaxTerms and names the op above it", "[exact
         std::numeric_limits<int64_t>::max() / 2 + 1);
 }
 
-// ---------------------------------------------------------------- 6. cross-rank scopes
-
-namespace {
-
-// Records every call; adds `increment` to digit 0 of every sum, so the effect shows.
-class RecordingCombiner : public exact::CrossRankSums {
- public:
-  explicit RecordingCombiner(int64_t increment) : increment_(increment) {}
-  void combine(exact::ExactSums& sums) override {
-    calls.push_back(&sums);
-    int64_t* digits = sums.digits();
-    for (int64_t i = 0; i < sums.count(); ++i) digits[i] += increment_;
-  }
-  std::vector<const exact::ExactSums*> calls;
-
- private:
-  int64_t increment_;
-};
-
-}  // namespace
-
-TEST_CASE("combine_across_ranks uses the innermost CrossRankScope", "[exact][cpu]") {
-  exact::ExactSums sums = exact::ExactSums::of_values(Tensor::from_data({3}, {1.0f, -2.0f, 0.5f}));
-  const std::vector<int64_t> before = sums.to_host();
-  RecordingCombiner outer(1), inner(100);
-
-  exact::combine_across_ranks(sums);  // outside any scope: nothing
-  CHECK(sums.to_host() == before);
-  {
-    exact::CrossRankScope outer_scope(outer);
-    exact::combine_across_ranks(sums);
-    REQUIRE(outer.calls.size() == 1);
-    CHECK(outer.calls[0] == &sums);
-    {
-      exact::CrossRankScope inner_scope(inner);
-      exact::combine_across_ranks(sums);
-      exact::combine_across_ranks(sums);
-      CHECK(inner.calls.size() == 2);
-      CHECK(outer.calls.size() == 1);
-      // Another thread sees no scope (one combiner per thread).
-      exact::ExactSums elsewhere = exact::ExactSums::of_values(Tensor::from_data({1}, {4.0f}));
-      const std::vector<int64_t> elsewhere_before = elsewhere.to_host();
-      std::thread([&] { exact::combine_across_ranks(elsewhere); }).join();
-      CHECK(elsewhere.to_host() == elsewhere_before);
-      CHECK(inner.calls.size() == 2);
-      CHECK(outer.calls.size() == 1);
-    }
-    exact::combine_across_ranks(sums);  // the outer scope again
-    CHECK(outer.calls.size() == 2);
-    CHECK(inner.calls.size() == 2);
-  }
-  exact::combine_across_ranks(sums);  // outside again: nothing
-  CHECK(outer.calls.size() == 2);
-  CHECK(inner.calls.size() == 2);
-  const std::vector<int64_t> after = sums.to_host();
-  for (int64_t i = 0; i < sums.count(); ++i) CHECK(after[i] == before[i] + 2 * 1 + 2 * 100);
-  for (size_t w = static_cast<size_t>(sums.count()); w < after.size(); ++w) CHECK(after[w] == before[w]);
-}
-
-TEST_CASE("AccumulatedSums: passes add exactly and round once, as one pass over every term",
-          "[exact][cpu]") {
-  // Three passes of two combines each (5 and 3 sums). Values are multiples of 2^-10 below
-  // 2^10, so the double sum of three is exact and its float rounding the correctly
-  // rounded total.
-  const uint64_t seed = std::random_device{}();
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
-  constexpr int kPasses = 3;
-  const int64_t counts[2] = {5, 3};
-  std::vector<std::vector<float>> values[2];
-  for (int which = 0; which < 2; ++which) {
-    for (int pass = 0; pass < kPasses; ++pass) {
-      std::vector<float> v(static_cast<size_t>(counts[which]));
-      // Multiples of 2^-10 below 2^10 (random_float would give a subnormal now and then).
-      for (float& x : v) {
-        x = std::ldexp(static_cast<float>(static_cast<int64_t>(rng() % (1u << 21)) - (1 << 20)), -10);
-      }
-      values[which].push_back(v);
-    }
-  }
-  RecordingCombiner across(0);
-  exact::AccumulatedSums accumulated(&across);
-  std::vector<float> rounded[2];
-  for (int pass = 0; pass < kPasses; ++pass) {
-    accumulated.start_pass();
-    for (int which = 0; which < 2; ++which) {
-      exact::ExactSums sums =
-          exact::ExactSums::of_values(Tensor::from_data({counts[which]}, values[which][pass]));
-      accumulated.combine(sums);
-      const Tensor out = Tensor::empty({counts[which]});
-      sums.round_into(out);
-      rounded[which] = out.to_vector();
-    }
-  }
-  CHECK(across.calls.size() == 2 * kPasses);  // each pass is combined across ranks first
-  for (int which = 0; which < 2; ++which) {
-    for (int64_t i = 0; i < counts[which]; ++i) {
-      double total = 0;
-      for (int pass = 0; pass < kPasses; ++pass) total += values[which][pass][static_cast<size_t>(i)];
-      CHECK(rounded[which][static_cast<size_t>(i)] == static_cast<float>(total));
-    }
-  }
-  // A pass that runs other ops is refused, naming the combine.
-  accumulated.start_pass();
-  exact::ExactSums wrong = exact::ExactSums::of_values(Tensor::from_data({4}, {1, 2, 3, 4}));
-  CHECK_THROWS_WITH(accumulated.combine(wrong), Catch::Contains("combine 1") && Catch::Contains("5"));
-  // After reset the totals start again from zero.
-  accumulated.reset();
-  exact::ExactSums fresh = exact::ExactSums::of_values(Tensor::from_data({4}, {1, 2, 3, 4}));
-  accumulated.combine(fresh);
-  const Tensor out = Tensor::empty({4});
-  fresh.round_into(out);
-  CHECK(out.to_vector() == std::vector<float>{1, 2, 3, 4});
-  // A step of the same shape reuses the totals' buffers, and still starts from zero.
-  accumulated.reset();
-  exact::ExactSums again = exact::ExactSums::of_values(Tensor::from_data({4}, {5, 6, 7, 8}));
-  accumulated.combine(again);
-  again.round_into(out);
-  CHECK(out.to_vector() == std::vector<float>{5, 6, 7, 8});
-}
-
 // ---------------------------------------------------------------- 7. CUDA
 
 namespace {
@@ -321,6 +200,7 @@ std::vector<float> random_values_with_specials(std::mt19937_64& rng, int64_t cou
 }
 
 }  // namespace
+
 
 TEST_CASE("ExactSums on a GPU give the CPU's digits and bits", "[exact][cuda]") {
   SEQPAR_REQUIRE_CUDA();

@@ -41,7 +41,7 @@ TEST_CASE("linear_backward: dW and db do not depend on the split of the rows ove
     const Tensor weight = random_matrix(rng, shape.out, shape.in, 0);
     RecordingCombiner full;
     const nn::LinearGradients expected = recorded_backward(grad_y, x, weight, full);
-    // Outside any scope combine_across_ranks does nothing: the same bits.
+    // Without a group, the same bits.
     const nn::LinearGradients alone = nn::linear_backward(grad_y, x, weight, false, true, true);
     CHECK_SAME_BITS(alone.weight, expected.weight);
     CHECK_SAME_BITS(alone.bias, expected.bias);
@@ -68,15 +68,11 @@ TEST_CASE("the simulated all-reduce is not vacuous: a shard alone gives its own 
   // And with its digits combined with a recording of the rest, it is.
   std::vector<RecordingCombiner> ranks(2);
   for (int s = 0; s < 2; ++s) {
-    exact::CrossRankScope scope(ranks[static_cast<size_t>(s)]);
-    nn::linear_backward(grad_y.narrow(0, s * 60, s == 0 ? 60 : 40),
-                        x.narrow(0, s * 60, s == 0 ? 60 : 40), weight, false, true, true);
+    ranks[static_cast<size_t>(s)].calls.push_back(nn::linear_row_sums(
+        grad_y.narrow(0, s * 60, s == 0 ? 60 : 40), x.narrow(0, s * 60, s == 0 ? 60 : 40), true, true));
   }
-  SimulatedAllReduce all_reduce(ranks, 0);
-  exact::CrossRankScope scope(all_reduce);
-  const nn::LinearGradients combined = nn::linear_backward(
-      grad_y.narrow(0, 0, 60), x.narrow(0, 0, 60), weight, false, true, true);
-  CHECK(all_reduce.calls() == 1);
+  const nn::LinearGradients combined =
+      all_reduced_backward(ranks, 0, grad_y.narrow(0, 0, 60), x.narrow(0, 0, 60), weight);
   CHECK_SAME_BITS(combined.weight, full.weight);
   CHECK_SAME_BITS(combined.bias, full.bias);
 }
@@ -129,7 +125,7 @@ TEST_CASE("linear_backward: dW and db do not depend on the order of the rows", "
 namespace {
 
 // dW and db of linear_backward against the reference: the rounded bits, and the exact
-// (unrounded) values of the digits the op hands to combine_across_ranks.
+// (unrounded) values of its row sums (linear_row_sums).
 void check_against_reference(const Tensor& grad_y, const Tensor& x) {
   const Tensor weight = Tensor::ones({grad_y.size(1), x.size(1)});  // dW and db ignore it
   RecordingCombiner recorder;

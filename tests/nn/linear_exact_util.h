@@ -116,43 +116,30 @@ inline std::string describe_difference(const Tensor& got, const Tensor& expected
 // exact sums (dist/ implements it by an integer all-reduce). These two doubles simulate
 // a group of ranks, one shard of rows each, in one thread:
 //
-// RecordingCombiner, pass 1: a group of one that keeps a copy of the digits of every
-// combine() (linear_backward makes one, of dW's sums followed by db's) and leaves the
-// sums as they are: each shard's own partial sums, recorded.
-class RecordingCombiner : public exact::CrossRankSums {
- public:
-  void combine(exact::ExactSums& sums) override {
-    exact::ExactSums copy(sums.count(), sums.device());
-    copy.copy_from(sums);
-    calls.push_back(std::move(copy));
-  }
+// RecordingCombiner: keeps the unrounded sums (nn::linear_row_sums: dW's, then db's) of
+// each backward it records: a rank's own partial sums, as it would hand them to an
+// all-reduce.
+struct RecordingCombiner {
   std::vector<exact::ExactSums> calls;
 };
 
-// SimulatedAllReduce, pass 2: plays rank `rank` of the group whose members' digits were
-// recorded in pass 1 (the same shards, the same calls): its n-th combine() adds the n-th
-// recorded sums of every other rank into `sums`, which then hold the digit-wise total
-// over the group, as dist's all-reduce leaves them on every member.
-class SimulatedAllReduce : public exact::CrossRankSums {
- public:
-  SimulatedAllReduce(const std::vector<RecordingCombiner>& ranks, size_t rank)
-      : ranks_(ranks), rank_(rank) {}
-  void combine(exact::ExactSums& sums) override {
-    for (size_t other = 0; other < ranks_.size(); ++other) {
-      if (other == rank_) continue;
-      if (calls_ >= ranks_[other].calls.size()) {
-        throw std::logic_error("SimulatedAllReduce: more combine() calls than recorded");
-      }
-      sums.add(ranks_[other].calls[calls_]);  // checks the count and the device
-    }
-    ++calls_;
+// Plays rank `rank` of a group whose members' sums were recorded in `ranks` (the same
+// shards): its own row sums plus every other rank's recorded ones, rounded once, as
+// dist's all_reduce_sums and ExactSums::round_into leave them on every member.
+inline nn::LinearGradients all_reduced_backward(const std::vector<RecordingCombiner>& ranks,
+                                                size_t rank, const Tensor& grad_y, const Tensor& x,
+                                                const Tensor& weight) {
+  exact::ExactSums sums = nn::linear_row_sums(grad_y, x, true, true);
+  for (size_t other = 0; other < ranks.size(); ++other) {
+    if (other != rank) sums.add(ranks[other].calls.at(0));  // checks the count and the device
   }
-  size_t calls() const { return calls_; }
-
- private:
-  const std::vector<RecordingCombiner>& ranks_;
-  size_t rank_, calls_ = 0;
-};
+  nn::LinearGradients gradients;
+  gradients.weight = Tensor::empty(weight.shape(), weight.device());
+  gradients.bias = Tensor::empty({weight.size(0)}, weight.device());
+  sums.round_into(gradients.weight, 0);
+  sums.round_into(gradients.bias, weight.numel());
+  return gradients;
+}
 
 // ---------------------------------------------------------------- exact values
 
@@ -288,8 +275,8 @@ inline std::vector<int64_t> random_partition(std::mt19937_64& rng, int64_t rows,
   return sizes;
 }
 
-// Runs linear_backward on every shard of rows of (grad_y, x) as a group of ranks would:
-// pass 1 records each shard's digits, pass 2 runs each shard again under a simulated
+// Runs every shard of rows of (grad_y, x) as a group of ranks would:
+// pass 1 records each shard's digits, pass 2 runs each shard again with a simulated
 // all-reduce and checks that its dW and db are `expected`'s bits, and that the shards'
 // exact digit values add up to `full`'s (the recorded digits of the full batch).
 inline void check_sharded(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
@@ -305,21 +292,14 @@ inline void check_sharded(const Tensor& grad_y, const Tensor& x, const Tensor& w
   REQUIRE(start == x.size(0));
   std::vector<RecordingCombiner> ranks(sizes.size());
   for (size_t s = 0; s < sizes.size(); ++s) {
-    exact::CrossRankScope scope(ranks[s]);
-    nn::linear_backward(grad_y.narrow(0, starts[s], sizes[s]), x.narrow(0, starts[s], sizes[s]),
-                        weight, false, true, true);
-    REQUIRE(ranks[s].calls.size() == 1);  // dW's sums, then db's
+    ranks[s].calls.push_back(nn::linear_row_sums(grad_y.narrow(0, starts[s], sizes[s]),
+                                                 x.narrow(0, starts[s], sizes[s]), true, true));
   }
   bool every_shard_exact = true;
   for (size_t s = 0; s < sizes.size(); ++s) {
     INFO("shard " << s << " (rows " << starts[s] << " + " << sizes[s] << ")");
-    SimulatedAllReduce all_reduce(ranks, s);
-    exact::CrossRankScope scope(all_reduce);
-    const nn::LinearGradients shard =
-        nn::linear_backward(grad_y.narrow(0, starts[s], sizes[s]), x.narrow(0, starts[s], sizes[s]),
-                            weight, false, true, true);
-    REQUIRE(all_reduce.calls() == 1);
-    CHECK_FALSE(shard.x.defined());
+    const nn::LinearGradients shard = all_reduced_backward(
+        ranks, s, grad_y.narrow(0, starts[s], sizes[s]), x.narrow(0, starts[s], sizes[s]), weight);
     const std::string dw = describe_difference(shard.weight, expected.weight);
     const std::string db = describe_difference(shard.bias, expected.bias);
     if (!dw.empty() || !db.empty()) {
@@ -351,9 +331,8 @@ inline void check_sharded(const Tensor& grad_y, const Tensor& x, const Tensor& w
 // Full-batch dW and db of (grad_y, x), with their digits recorded.
 inline nn::LinearGradients recorded_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                                       RecordingCombiner& recorder) {
-  exact::CrossRankScope scope(recorder);
   nn::LinearGradients gradients = nn::linear_backward(grad_y, x, weight, true, true, true);
-  REQUIRE(recorder.calls.size() == 1);
+  recorder.calls.push_back(nn::linear_row_sums(grad_y, x, true, true));
   return gradients;
 }
 
