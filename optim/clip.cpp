@@ -108,7 +108,7 @@ Tensor grad_norm(const std::vector<Variable>& parameters) {
   }
 #endif
   require_host("grad_norm", device, "gradients");
-  Tensor total_norm = Tensor::empty({});
+  Tensor total_norm = Tensor::empty({}, device);
   total_norm.data()[0] = total_norm_cpu(gradients);
   return total_norm;
 }

@@ -70,6 +70,11 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
                  " ranks, but this machine has ", gpus, " GPU(s); use --backend local");
     return {Backend::LaunchNccl, Device::cuda(0), ranks + ", one process per GPU over NCCL"};
   }
+  if (options.device == std::string("reference")) {
+    return {Backend::LocalThreads, Device::reference(),
+            ranks + " as threads of one process on the CPU, every op the plain reference loops "
+                    "(local process group)"};
+  }
   const bool on_gpu = options.device ? *options.device == "cuda" : gpus > 0;
   SEQPAR_INPUT_CHECK(!on_gpu || gpus > 0, "--device cuda: this machine has no CUDA device");
   return {Backend::LocalThreads, on_gpu ? Device::cuda(0) : Device::cpu(),

@@ -13,7 +13,7 @@ namespace seqpar::repro {
 const char* const kUsage =
     "usage: seqpar-repro [--scenario NAME] [--list-scenarios]\n"
     "                    [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
-    "                    [--steps N] [--device cpu|cuda] [--backend local|nccl] [--nproc N]\n"
+    "                    [--steps N] [--device cpu|reference|cuda] [--backend local|nccl] [--nproc N]\n"
     "                    [--dump DIR [--overwrite]] [--json FILE|-] [--plot FILE]\n"
     "                    [--timeout SECONDS] [--print-config] [--local_rank N] [--help]\n"
     "                    [--version]\n"
@@ -94,7 +94,7 @@ Options parse_options(const std::vector<std::string>& arguments) {
          options.overrides.push_back("repro.steps=" + std::to_string(steps));
        }},
       {{"--device"}, true,
-       [&](const std::string& v) { options.device = one_of("--device", v, {"cpu", "cuda"}); }},
+       [&](const std::string& v) { options.device = one_of("--device", v, {"cpu", "reference", "cuda"}); }},
       {{"--backend"}, true,
        [&](const std::string& v) { options.backend = one_of("--backend", v, {"local", "nccl"}); }},
       {{"--timeout"}, true, [&](const std::string& v) { options.timeout_seconds = parse_timeout(v); }},
