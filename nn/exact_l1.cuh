@@ -1,7 +1,7 @@
 // The exact L1 loss of a Linear's output and its backward as far as db, element by
 // element, for the kernels that have y at hand: the exact step's L1 kernel
-// (train/kernels/exact_step.cu), which reads y back, and the narrow forward
-// (linear_narrow.cu), which takes it from its own chains. Per element, with d = fl32(y -
+// (train/kernels/exact_step.cu), which reads y back, and the few-outputs forward
+// (linear_forward_few_outputs.cu), which takes it from its own chains. Per element, with d = fl32(y -
 // target) and s the loss's scale:
 //
 //   loss digits += exact Σ s |d|                         (nn/l1_loss.h's terms)
@@ -23,7 +23,7 @@
 #include "core/exact_bins.cuh"
 #include "nn/l1_sign.h"
 #include "nn/linear_kernels.h"
-#include "nn/linear_ternary.cuh"
+#include "nn/one_magnitude_dw.cuh"
 #include "nn/one_magnitude.h"
 
 namespace seqpar::nn::detail {

@@ -3,7 +3,7 @@
 //
 // Design note. Both GEMM products are C[M, N] = Σ_k A(m, k) · Bᵀ(n, k) (+ bias[n]),
 // whose operands are described by two strides each (Operand and Gemm, in
-// nn/linear_large.h), so a transposed or row-strided view costs nothing but a stride:
+// nn/gemm_tile128.h), so a transposed or row-strided view costs nothing but a stride:
 //
 //   forward  C = y  [n, out]   A = x  (m=row, k=in)     Bᵀ = W (n=out, k=in)
 //   dx       C = dx [n, in]    A = dy (m=row, k=out)    Bᵀ = W (n=in, k=out), read down columns
@@ -21,11 +21,11 @@
 // and its global stores are 16 consecutive floats). The load mapping is a template
 // argument: consecutive threads walk whichever index of the operand is contiguous.
 //
-// The forward of a narrow Linear (out_features <= 16) takes the kernel of
-// nn/linear_narrow.cu instead, in the same order.
+// The forward of a Linear with few outputs (out_features <= 16) takes the kernel of
+// nn/linear_forward_few_outputs.cu instead, in the same order.
 //
-// Large products go to the 128 x 128 kernel of nn/linear_large.cu when the operands
-// allow its 16-byte loads and it has at least kLargeMinBlocks tiles (about one per SM);
+// Large products go to the 128 x 128 kernel of nn/gemm_tile128.cu when the operands
+// allow its 16-byte loads and it has at least kGemm128MinBlocks tiles (about one per SM);
 // choose_large below decides, from the shape and alignment alone, never the GPU.
 #include <cstdint>
 
@@ -34,7 +34,7 @@
 #include "core/exact_rounding.h"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
-#include "nn/linear_large.h"
+#include "nn/gemm_tile128.h"
 
 namespace seqpar::nn::detail {
 
@@ -48,7 +48,7 @@ constexpr int kPad = 1;  // spreads the column-walking tile stores over the bank
 
 // The 128 x 128 kernel runs only with at least this many tiles; a constant, so the
 // kernel is the same on every GPU (not that it changes the bits).
-constexpr int64_t kLargeMinBlocks = 128;
+constexpr int64_t kGemm128MinBlocks = 128;
 
 // Stages rows [row0, row0 + kRows) x k [k0, k0 + kTileK) of `op` into tile[k][row],
 // `zero` outside the matrix and past K (kPastKA or kPastKB: the k past K change no
@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Gemm g) {
 // Whether C = A Bᵀ runs on the 128 x 128 kernel: when it fits and has enough tiles.
 template <bool kAAlongK, bool kBAlongK>
 bool choose_large(const Gemm& g) {
-  const int64_t tiles = cuda::ceil_div(g.m, kLargeTile) * cuda::ceil_div(g.n, kLargeTile);
-  return tiles >= kLargeMinBlocks && large_gemm_fits<kAAlongK, kBAlongK>(g);
+  const int64_t tiles = cuda::ceil_div(g.m, kGemm128Tile) * cuda::ceil_div(g.n, kGemm128Tile);
+  return tiles >= kGemm128MinBlocks && gemm128_fits<kAAlongK, kBAlongK>(g);
 }
 
 // Runs C = A Bᵀ (+ bias), K whole, on the kernel that choose_large picks.
@@ -121,7 +121,7 @@ void gemm(const Gemm& g, int device) {
   if (g.m == 0 || g.n == 0) return;
   cudaStream_t stream = cuda::current_stream(device);
   if (choose_large<kAAlongK, kBAlongK>(g)) {
-    large_gemm_cuda<kAAlongK, kBAlongK>(g, device, stream);
+    gemm128_cuda<kAAlongK, kBAlongK>(g, device, stream);
     return;
   }
   const int64_t tiles_m = cuda::ceil_div(g.m, kTileM), tiles_n = cuda::ceil_div(g.n, kTileN);
@@ -166,8 +166,8 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   cuda::set_device(device);
   const float* bias_data = bias.defined() ? bias.data() : nullptr;
   const ConstRows x_rows = const_rows_of(x);
-  if (narrow_forward_fits(x_rows, weight.size(0)) && weight.stride(1) == 1) {
-    narrow_forward_cuda(x_rows, weight.data(), weight.stride(0), bias_data, weight.size(0),
+  if (few_outputs_forward_fits(x_rows, weight.size(0)) && weight.stride(1) == 1) {
+    few_outputs_forward_cuda(x_rows, weight.data(), weight.stride(0), bias_data, weight.size(0),
                         y.data(), y.stride(0), device, x_largest);
     return;
   }
@@ -209,7 +209,7 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
   if (grad_bias.defined()) sums.round_into(grad_bias, weight_count);
 }
 
-bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,
+bool linear_uses_gemm128(LinearProduct product, const Tensor& left, const Tensor& right,
                             const Tensor& result) {
   switch (product) {
     case LinearProduct::Output:
@@ -217,7 +217,7 @@ bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Ten
     case LinearProduct::GradInput:
       return choose_large<true, false>(grad_input_gemm(left, right, result));
   }
-  SEQPAR_CHECK(false, "linear_uses_large_gemm: unknown product");
+  SEQPAR_CHECK(false, "linear_uses_gemm128: unknown product");
   return false;
 }
 

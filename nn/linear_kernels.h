@@ -42,7 +42,7 @@ constexpr int64_t kExactL1MaxOut = 64;
 
 #ifdef SEQPAR_WITH_CUDA
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
-// How the wide one-magnitude dW (linear_ternary_wide.cu) cuts the rows: rows converted
+// How the many-outputs one-magnitude dW (one_magnitude_dw_many_outputs.cu) cuts the rows: rows converted
 // and multiplied at a time, rows between folds of its int32 products into the digits,
 // and how many elements outside their windows a chunk lists before it scans for them
 // instead. 0: its own choice (chunks of about 512 MB of scratch, folds every 2^23 rows,
@@ -67,7 +67,7 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
 // fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
 // words: x's column maxima [in], dy's [out], then dy's two one-magnitude words
-// (linear_ternary.cuh), each as column_maxima_cuda finds them (zero the scratch
+// (one_magnitude_dw.cuh), each as column_maxima_cuda finds them (zero the scratch
 // first: they are atomic maxima). Then enqueue_weight_grad_sums adds dW's sums, as
 // accumulate_weight_grad_cuda does, into digits[d * stride + j * in + k] (stride >=
 // out * in: dW may be the first sums of a larger set). Stream-ordered; they allocate
@@ -76,7 +76,7 @@ int64_t weight_grad_scratch_words(int64_t in, int64_t out);
 // m's signs (+1, -1, or 0 for zeros, NaNs and the padding) as int8, column by column:
 // sign of m[row, c] at data[c * ld + row], for every c below m.cols rounded up to 32 and
 // every row below m.rows rounded up to kSignRowsMultiple (ld at least that, a multiple
-// of 16). What the wide one-magnitude dW multiplies on the tensor cores.
+// of 16). What the many-outputs one-magnitude dW multiplies on the tensor cores.
 struct SignMatrix {
   int8_t* data = nullptr;
   int64_t ld = 0;
@@ -96,9 +96,9 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
 // [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written whole
-// (never accumulated into). y by the narrow kernel where it fits, else by a GEMM kernel;
+// (never accumulated into). y by the few-outputs kernel where it fits, else by a GEMM kernel;
 // dx by a GEMM kernel. With x_largest, the forward also leaves x's column maxima there,
-// as column_maxima_cuda finds them (zero it first): in the narrow kernel's own pass over
+// as column_maxima_cuda finds them (zero it first): in the few-outputs kernel's own pass over
 // x where it runs, else in a pass of their own; the backward's exact dW takes them back
 // (accumulate_linear_grads_cuda's x_largest) instead of reading x once more for them.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -112,26 +112,26 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
                           const Tensor& grad_bias, const unsigned int* x_largest = nullptr);
 
 // For the tests, which reach each GEMM kernel on purpose by shape: whether a product
-// runs on the 128 x 128 kernel (nn/linear_large.h), else on the 64 x 64 one. `left`,
+// runs on the 128 x 128 kernel (nn/gemm_tile128.h), else on the 64 x 64 one. `left`,
 // `right` and `result` as the launchers take them: Output y = x Wᵀ (x, weight, y),
 // GradInput dx = dy W (grad_y, weight, grad_x).
 enum class LinearProduct { Output, GradInput };
-bool linear_uses_large_gemm(LinearProduct product, const Tensor& left, const Tensor& right,
+bool linear_uses_gemm128(LinearProduct product, const Tensor& left, const Tensor& right,
                             const Tensor& result);
 
-// The forward of a narrow Linear (linear_narrow.cu): out <= 16 and in <= 768, a few
+// The forward of a Linear with few outputs (linear_forward_few_outputs.cu): out <= 16 and in <= 768, a few
 // threads a row; the forward takes it whenever it fits. weight [out, in] with its row
 // stride, y with its own. With x_largest, also x's column maxima into it, as
 // column_maxima_cuda finds them (zero it first), in the same pass over x where the
 // kernel allows. outputs_per_thread (4, 8 or 16; 0: the default, 8, or 4 where 8 would
 // leave SMs without a block) changes the speed, never the bits: the benchmark measures
 // each.
-bool narrow_forward_fits(const ConstRows& x, int64_t out);
+bool few_outputs_forward_fits(const ConstRows& x, int64_t out);
 // Raises the forward's shared-memory limit on `device` (once; a launch does it itself
 // when it is not being captured into a graph, and otherwise takes a slower kernel with
 // the same bits). A step that captures its forward calls this first.
-void narrow_forward_prepare(int device);
-void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+void few_outputs_forward_prepare(int device);
+void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
                          int device, unsigned int* x_largest = nullptr,
                          int outputs_per_thread = 0);
@@ -156,39 +156,39 @@ struct ExactL1Target {
   float scale;
 };
 
-// The narrow forward with the exact L1 loss in its epilogue: y and x's column maxima as
-// narrow_forward_cuda gives them (x_largest required), then, from the y each thread
+// The few-outputs forward with the exact L1 loss in its epilogue: y and x's column maxima as
+// few_outputs_forward_cuda gives them (x_largest required), then, from the y each thread
 // holds, the loss's digits, dy, db's digits and dy's maxima as exact_l1 would from y read
-// back: one launch and no second pass over y. Only where narrow_forward_exact_l1_fits
+// back: one launch and no second pass over y. Only where few_outputs_forward_exact_l1_fits
 // (the staged kernel: rows 16-byte aligned, in % 4 == 0) and after
-// narrow_forward_prepare on the device.
-bool narrow_forward_exact_l1_fits(const ConstRows& x, int64_t out);
-void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+// few_outputs_forward_prepare on the device.
+bool few_outputs_forward_exact_l1_fits(const ConstRows& x, int64_t out);
+void few_outputs_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                                   const float* bias, int64_t out, float* y, int device,
                                   unsigned int* x_largest, const ExactL1Target& target,
                                   const ExactL1Outputs& outputs);
 
-// dW when every dy has one magnitude, as after an L1 loss (linear_ternary_sums.cu):
+// dW when every dy has one magnitude, as after an L1 loss (one_magnitude_dw_few_outputs.cu):
 // exact integer sums of ±x in fixed point, the same digits' value as the general row
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
-// nonzero magnitude bits (linear_ternary.cuh), which also tell the general kernel to
-// skip its work when this path does it. Only when ternary_weight_grad_fits.
+// nonzero magnitude bits (one_magnitude_dw.cuh), which also tell the general kernel to
+// skip its work when this path does it. Only when one_magnitude_dw_fits.
 // With sign_fragments (or null: dy of at most kSignFragmentOutputs, its signs laid out
 // by whoever wrote dy: ExactL1Outputs), the kernel takes its tensor-core operand from them
 // instead of reading dy and laying the signs out itself, and when dy has not one
 // magnitude it does the general row sums itself (from dy_largest, dy's column maxima),
 // so that no general kernel need be launched beside it.
-bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x);
-void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
+bool one_magnitude_dw_fits(const ConstRows& grad_y, const ConstRows& x);
+void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream,
                                 const uint8_t* sign_fragments, const unsigned int* dy_largest);
-// The same sums for a wide dy (at least 64 outputs; linear_ternary_wide.cu): x converted
+// The same sums for a dy of many outputs (at least 64 outputs; one_magnitude_dw_many_outputs.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),
 // so only accumulate_weight_grad_cuda takes it, not a step that captures a graph.
-bool ternary_weight_grad_wide_fits(const ConstRows& grad_y, const ConstRows& x);
-void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x,
+bool one_magnitude_dw_many_outputs_fits(const ConstRows& grad_y, const ConstRows& x);
+void launch_one_magnitude_dw_many_outputs(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
                                      SignMatrix signs, int64_t* digits, int64_t stride,
                                      cuda::Stream stream, const WideChunks& chunks);

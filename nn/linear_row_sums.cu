@@ -22,7 +22,7 @@
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"
-#include "nn/linear_ternary.cuh"
+#include "nn/one_magnitude_dw.cuh"
 
 namespace seqpar::nn::detail {
 
@@ -43,7 +43,7 @@ constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value
 // signs, else rows warp, warp + 8, ..., the faster order where no words are built
 // (bench/RESULTS.md).
 // With `magnitudes`, also the two words of the one-magnitude test over all of m
-// (linear_ternary.cuh): the largest |m| bits (NaN above infinity) and the complement of
+// (one_magnitude_dw.cuh): the largest |m| bits (NaN above infinity) and the complement of
 // the smallest nonzero. With `sign_sums`, also each column's count of positive elements
 // less its count of negative ones (what db is, in units of dy's one magnitude, when dy
 // has one: the same pass, not a second read of dy). With `signs`, also every element's
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                                                             int64_t* digits, int64_t count) {
   cuda::wait_for_prior_grids();  // the factors, their maxima and words
   cuda::allow_dependent_grids();
-  // When dy had one magnitude: dW is the fixed-point path's (linear_ternary_sums.cu), and
+  // When dy had one magnitude: dW is the fixed-point path's (one_magnitude_dw_few_outputs.cu), and
   // db comes from dy's sign sums, here.
   if (one_magnitude_words != nullptr) {
     const OneMagnitude magnitude = one_magnitude(one_magnitude_words);
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
 }
 
 // What a launch takes from the passes over its factors: b's column maxima [columns]; for
-// dW also a's [outputs]; dy's two one-magnitude words (linear_ternary.cuh: a's for dW,
+// dW also a's [outputs]; dy's two one-magnitude words (one_magnitude_dw.cuh: a's for dW,
 // b's for db), or null where no one-magnitude path runs; and for db, dy's sign sums
 // [columns] from the same pass.
 struct Maxima {
@@ -197,14 +197,14 @@ struct Maxima {
   const unsigned int* a;
   const unsigned int* words;
   const int64_t* sign_sums = nullptr;
-  SignMatrix signs = {};  // dy's, for the wide one-magnitude dW
-  const uint8_t* sign_fragments = nullptr;  // dy's, for the narrow one (linear_kernels.h)
+  SignMatrix signs = {};  // dy's, for the many-outputs one-magnitude dW
+  const uint8_t* sign_fragments = nullptr;  // dy's, for the few-outputs one (linear_kernels.h)
 };
 
 // The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
 // Allocates nothing and never waits (capturable). With dy's signs in maxima.signs (a
-// caller that may allocate, where the wide path fits: accumulate_linear_grads_cuda),
-// dW's one-magnitude sums take the wide path, cut as `wide` says.
+// caller that may allocate, where the many-outputs path fits: accumulate_linear_grads_cuda),
+// dW's one-magnitude sums take the many-outputs path, cut as `wide` says.
 template <bool kProducts>
 void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
                       Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
@@ -230,9 +230,9 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   // in), the fixed-point kernel does the general sums itself when it must, over its
   // own blocks' shares: one launch instead of two in the step's chain, where even a
   // launch that returns at once costs the step time (measured: bench/RESULTS.md).
-  const bool ternary = kProducts && (maxima.signs.data != nullptr || ternary_weight_grad_fits(a, b));
-  const bool general_inside = ternary && maxima.signs.data == nullptr && maxima.sign_fragments != nullptr;
-  const unsigned int* one_magnitude_words = kProducts && !ternary ? nullptr : maxima.words;
+  const bool one_magnitude = kProducts && (maxima.signs.data != nullptr || one_magnitude_dw_fits(a, b));
+  const bool general_inside = one_magnitude && maxima.signs.data == nullptr && maxima.sign_fragments != nullptr;
+  const unsigned int* one_magnitude_words = kProducts && !one_magnitude ? nullptr : maxima.words;
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
   if (!general_inside) {
@@ -242,10 +242,10 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
     CUDA_LAUNCH_CHECK();
   }
   if (kProducts && maxima.signs.data != nullptr) {
-    launch_ternary_weight_grad_wide(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
+    launch_one_magnitude_dw_many_outputs(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
                                     stream, wide);
-  } else if (ternary) {
-    launch_ternary_weight_grad(a, b, maxima.b, maxima.words, digits, stride, stream,
+  } else if (one_magnitude) {
+    launch_one_magnitude_dw(a, b, maxima.b, maxima.words, digits, stride, stream,
                                maxima.sign_fragments, maxima.a);
   }
 }
@@ -308,8 +308,8 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   unsigned int* words = dy_largest + out;
   if (find_x) column_maxima_cuda(x, scratch.largest(), nullptr, stream);
   // dy in one pass for both sums: its maxima, its one-magnitude words, db's sign sums,
-  // and, where dW may take the wide path, its signs as bytes (a quarter of dy's size).
-  const bool wide_dw = weight && in > 0 && ternary_weight_grad_wide_fits(grad_y, x);
+  // and, where dW may take the many-outputs path, its signs as bytes (a quarter of dy's size).
+  const bool wide_dw = weight && in > 0 && one_magnitude_dw_many_outputs_fits(grad_y, x);
   const int64_t signs_ld = cuda::round_up(rows, kSignRowsMultiple);
   DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::round_up(out, 32) * signs_ld : 0, sums.device());
   const SignMatrix signs{wide_dw ? sign_bytes.data() : nullptr, signs_ld};
@@ -336,7 +336,7 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
                "column_maxima_cuda: a sign matrix for ", m.rows, " rows needs a 16-byte-aligned start and ",
                "an ld of at least ", sign_rows, " (a multiple of 16), got ", signs.ld);
   const int64_t column_blocks = cuda::ceil_div(m.cols, 32);
-  // Without signs, a narrow m (dy of a Linear with 16 outputs: one column block) takes
+  // Without signs, an m of few columns (dy of a Linear with 16 outputs: one column block) takes
   // fewer rows a block, so that its blocks cover the SMs about twice: 256-row blocks
   // put 12,000 rows on 47 SMs. Any split gives the same maxima and sums.
   int64_t rows_per_block = kMaxRowsPerBlock;

@@ -1,7 +1,7 @@
 // The general path of Linear's sums over rows (dW = dyᵀ x, db = Σ_rows dy), one block's
 // share: binned sums in each thread, integer atomics into the launch's digits. The row
 // sums kernel (linear_row_sums.cu) runs it for each of its blocks; the one-magnitude dW
-// kernel with dy's sign fragments (linear_ternary_sums.cu) runs it over its own block's
+// kernel with dy's sign fragments (one_magnitude_dw_few_outputs.cu) runs it over its own block's
 // share when dy turns out not to have one magnitude, so that a step which lays the
 // fragments out needs no launch of the general kernel beside it.
 //

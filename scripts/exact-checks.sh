@@ -54,13 +54,13 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
   for t in seqpar_core_tests seqpar_nn_tests; do
     compute-sanitizer --tool memcheck "$build/tests/$t" "[cuda]~[large]" 2>&1 | tail -n 1
   done
-  step "racecheck: the kernels with shared memory (exact sums' block combine in L1 and the norm, the one-magnitude dW's sign fragments, the narrow forward's Wᵀ, the large GEMM's slices)"
+  step "racecheck: the kernels with shared memory (exact sums' block combine in L1 and the norm, the one-magnitude dW's sign fragments, the few-outputs forward's Wᵀ, the large GEMM's slices)"
   compute-sanitizer --tool racecheck "$build/tests/seqpar_core_tests" "[cuda]" 2>&1 | tail -n 1
   compute-sanitizer --tool racecheck "$build/tests/seqpar_nn_tests" \
-    "l1 loss forward and backward on the GPU match the CPU","l1 loss with a row mask on the GPU is bitwise the CPU's","gradient norm and clipping on the GPU match the CPU","linear on the GPU gives the CPU's bits","dW from a one-magnitude dy on the GPU gives the CPU's exact bits","every variant of the narrow forward gives the CPU's bits","dropout on the GPU equals the CPU bit for bit","the large GEMM gives the CPU's bits at both slice depths and in a graph","both GEMM kernels keep a chain's -0 past K (seed 17)" 2>&1 | tail -n 1
-  step "racecheck: the wide one-magnitude dW (dy's sign matrix, the byte planes, cuBLASLt's int8 GEMM)"
+    "l1 loss forward and backward on the GPU match the CPU","l1 loss with a row mask on the GPU is bitwise the CPU's","gradient norm and clipping on the GPU match the CPU","linear on the GPU gives the CPU's bits","dW from a one-magnitude dy on the GPU gives the CPU's exact bits","every variant of the few-outputs forward gives the CPU's bits","dropout on the GPU equals the CPU bit for bit","the large GEMM gives the CPU's bits at both slice depths and in a graph","both GEMM kernels keep a chain's -0 past K (seed 17)" 2>&1 | tail -n 1
+  step "racecheck: the many-outputs one-magnitude dW (dy's sign matrix, the byte planes, cuBLASLt's int8 GEMM)"
   timeout 240 compute-sanitizer --tool racecheck "$build/tests/seqpar_nn_tests" \
-    "dW from a wide one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits" 2>&1 | tail -n 1
+    "dW from a many-outputs one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits" 2>&1 | tail -n 1
   step "memcheck: the scenarios' [cuda] cases (the pitfall kit, dropout, masked tokens)"
   compute-sanitizer --tool memcheck "$build/tests/seqpar_apps_tests" "[cuda]" 2>&1 | tail -n 1
   step "done"

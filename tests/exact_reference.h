@@ -86,9 +86,9 @@ struct ReferenceSum {
     mpfr_set_emax(std::numeric_limits<Float>::max_exponent);
     mpfr_t x;
     mpfr_init2(x, kPrecision);
-    int ternary = mpfr_set_q(x, value.get_mpq_t(), MPFR_RNDN);
-    ternary = mpfr_check_range(x, ternary, MPFR_RNDN);
-    mpfr_subnormalize(x, ternary, MPFR_RNDN);
+    int one_magnitude = mpfr_set_q(x, value.get_mpq_t(), MPFR_RNDN);
+    one_magnitude = mpfr_check_range(x, one_magnitude, MPFR_RNDN);
+    mpfr_subnormalize(x, one_magnitude, MPFR_RNDN);
     Float result;
     if constexpr (kPrecision == 24) {
       result = mpfr_get_flt(x, MPFR_RNDN);

@@ -14,7 +14,7 @@
 //      otherwise);
 //   2. the L1 loss from y (nn/exact_l1.cuh): the loss's digits, dy, db's digits (every
 //      nonzero dy is ±s, so db is s times a count of signs) and dy's maxima; in the
-//      narrow forward's epilogue, from the y its threads hold, where x's rows allow
+//      few-outputs forward's epilogue, from the y its threads hold, where x's rows allow
 //      that kernel (16-byte aligned, in % 4 == 0), else a launch that reads y back
 //      (train/kernels/exact_step.h);
 //   3. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores

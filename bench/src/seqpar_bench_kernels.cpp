@@ -91,13 +91,13 @@ void bench_kernels(Report& report, const Settings& s) {
                kF * (n * in + out * in + n * out), 2.0 * n * in * out);
   }
   bench_forward_and_weight_grad(report, s, weight, bias);
-  {  // the narrow forward's variants (the same bits; linear_fwd above uses the default)
+  {  // the few-outputs forward's variants (the same bits; linear_fwd above uses the default)
     const Tensor y = Tensor::empty({n, out}, kGpu);
     for (int per_thread : {4, 8, 16}) {
       report.add("kernel/linear_fwd_narrow/" + std::to_string(per_thread) + "_per_thread",
                  std::to_string(per_thread) + " outputs a thread, 12000x640x16",
                  time_calls([&] {
-                   nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x), weight.data(),
+                   nn::detail::few_outputs_forward_cuda(nn::detail::const_rows_of(x), weight.data(),
                                                    weight.stride(0), bias.data(), out, y.data(),
                                                    y.stride(0), 0, nullptr, per_thread);
                  }, s.warmup, s.repeats),
@@ -266,8 +266,8 @@ void bench_kernel_parts(Report& report, const Settings& s) {
 namespace {
 
 // The two one-magnitude dW kernels side by side at 262,144 rows and 1024 columns of x,
-// for 32 to 256 outputs: the 16-output-group kernel (linear_ternary_sums.cu, the one a
-// captured step takes) and the int8 GEMM (linear_ternary_wide.cu, the public API's from
+// for 32 to 256 outputs: the 16-output-group kernel (one_magnitude_dw_few_outputs.cu, the one a
+// captured step takes) and the int8 GEMM (one_magnitude_dw_many_outputs.cu, the public API's from
 // 64 outputs), each after its maxima pass (the int8 path's also writes dy's signs).
 // Then the int8 GEMM alone at the shape of one chunk of the 1024-output stress dW.
 void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x) {
@@ -298,7 +298,7 @@ void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x)
     report.add("gemm/dw_l1_int8_gemm/" + shape, "one-magnitude dW, x in byte planes once, cuBLASLt int8 GEMM",
                time_calls([&] {
                  maxima(signs);
-                 nn::detail::launch_ternary_weight_grad_wide(
+                 nn::detail::launch_one_magnitude_dw_many_outputs(
                      dy_rows, x_rows, scratch.data(), scratch.data() + in + out, signs, sums.digits(),
                      sums.count(), stream, {});
                }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);

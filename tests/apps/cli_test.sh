@@ -43,7 +43,7 @@ expect 2 "option --steps needs a value" --steps
 expect 2 "--nproc needs a number of ranks" --nproc
 expect 2 "'x' is not an integer" --steps=x
 expect 2 "out of range" --steps 0
-expect 2 "expected cpu or cuda" --device=gpu
+expect 2 "expected cpu or reference or cuda" --device=gpu
 expect 2 "expected local or nccl" --backend tcp
 expect 2 "unknown policy 'fixed'" --policy fixed
 expect 2 "unexpected argument 'extra'" extra

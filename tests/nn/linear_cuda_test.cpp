@@ -1,7 +1,7 @@
 // nn/linear.cu and nn/linear_row_sums.cu against the CPU path, bit for bit: y = x Wᵀ + b
 // and dx = dy W by the two GEMM kernels (each element one fma chain over k from +0,
 // then + bias, as on the CPU), dW and db by the exact row sums. Fixed shapes that reach
-// each GEMM kernel on purpose (checked with linear_uses_large_gemm, so a dispatch that
+// each GEMM kernel on purpose (checked with linear_uses_gemm128, so a dispatch that
 // silently changes fails), random shapes, odd sizes and strided x views.
 #include <catch2/catch.hpp>
 
@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_runtime.h"
-#include "nn/linear_large.h"
+#include "nn/gemm_tile128.h"
 #endif
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -72,9 +72,9 @@ void check_case(const LinearCase& c, XLayout layout, const Kernels* kernels = nu
   const Tensor grad_bias = test::poisoned({c.out}, gpu);
   if (kernels != nullptr) {
     using nn::detail::LinearProduct;
-    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::Output, x_gpu, weight_gpu, y) ==
+    CHECK(nn::detail::linear_uses_gemm128(LinearProduct::Output, x_gpu, weight_gpu, y) ==
           kernels->output_large);
-    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::GradInput, grad_y_gpu, weight_gpu,
+    CHECK(nn::detail::linear_uses_gemm128(LinearProduct::GradInput, grad_y_gpu, weight_gpu,
                                              grad_x) == kernels->grad_input_large);
   }
   nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, y);
@@ -177,16 +177,16 @@ nn::detail::Gemm grad_input_gemm(const Tensor& grad_y, const Tensor& weight, con
 
 // y and dx through the large kernel at one slice depth (0: its own choice), into
 // poisoned outputs, against the CPU's bits.
-void check_large_gemm_at(int slice, const Tensor& x, const Tensor& weight, const Tensor& bias,
+void check_gemm128_at(int slice, const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& grad_y, const Tensor& y_cpu, const Tensor& dx_cpu) {
   INFO("slice depth " << slice);
   const Device gpu = x.device();
   cudaStream_t stream = cuda::current_stream(gpu.index);
   const Tensor y = test::poisoned(y_cpu.shape(), gpu);
-  nn::detail::large_gemm_cuda<true, true>(output_gemm(x, weight, bias, y), gpu.index, stream, slice);
+  nn::detail::gemm128_cuda<true, true>(output_gemm(x, weight, bias, y), gpu.index, stream, slice);
   CHECK(test::bitwise_equal(y, y_cpu));
   const Tensor dx = test::poisoned(dx_cpu.shape(), gpu);
-  nn::detail::large_gemm_cuda<true, false>(grad_input_gemm(grad_y, weight, dx), gpu.index, stream,
+  nn::detail::gemm128_cuda<true, false>(grad_input_gemm(grad_y, weight, dx), gpu.index, stream,
                                            slice);
   CHECK(test::bitwise_equal(dx, dx_cpu));
 }
@@ -212,18 +212,18 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
     const Tensor x_gpu = x.to(gpu), weight_gpu = weight.to(gpu), bias_gpu = bias.to(gpu);
     const Tensor grad_y_gpu = grad_y.to(gpu);
     const int device = gpu.index;
-    for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice, 0}) {
-      check_large_gemm_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
+    for (const int slice : {nn::detail::kGemm128ShallowSlice, nn::detail::kGemm128Slice, 0}) {
+      check_gemm128_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
     }
     // Captured into a graph and replayed: whichever depth the launch takes there (the
     // deep one once its limit is raised), the same bits.
-    nn::detail::large_gemm_prepare(device);
+    nn::detail::gemm128_prepare(device);
     const Tensor y = test::poisoned({c.rows, c.out}, gpu);
     cudaStream_t stream = cuda::current_stream(device);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    nn::detail::large_gemm_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), device, stream);
+    nn::detail::gemm128_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), device, stream);
     REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
     REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
     REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
@@ -236,7 +236,7 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
   const Tensor a = Tensor::zeros({256, 32}, Device::cuda()), out = Tensor::zeros({256, 256}, Device::cuda());
   const Gemm bad{256, 256, 32, Operand{a.data(), 32, 1}, Operand{a.data(), 32, 1}, out.data(), 256, nullptr};
   const auto launch_at_depth_24 = [&] {
-    nn::detail::large_gemm_cuda<true, true>(bad, 0, cuda::current_stream(0), 24);
+    nn::detail::gemm128_cuda<true, true>(bad, 0, cuda::current_stream(0), 24);
   };
   CHECK_THROWS_WITH(launch_at_depth_24(), Catch::Contains("slice depth 24"));
 #endif
@@ -287,22 +287,22 @@ TEST_CASE("both GEMM kernels keep a chain's -0 past K (seed 17)", "[cuda]") {
     const Tensor grad_y_gpu = grad_y.to(gpu);
     const bool large = c.rows > 1000;
     const Tensor y = test::poisoned({c.rows, c.out}, gpu), dx = test::poisoned({c.rows, c.in}, gpu);
-    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::Output, x_gpu, weight_gpu, y) == large);
-    CHECK(nn::detail::linear_uses_large_gemm(LinearProduct::GradInput, grad_y_gpu, weight_gpu, dx) ==
+    CHECK(nn::detail::linear_uses_gemm128(LinearProduct::Output, x_gpu, weight_gpu, y) == large);
+    CHECK(nn::detail::linear_uses_gemm128(LinearProduct::GradInput, grad_y_gpu, weight_gpu, dx) ==
           large);
     nn::detail::linear_forward_cuda(x_gpu, weight_gpu, bias_gpu, y);
     CHECK(test::bitwise_equal(y, y_cpu));
     nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, dx, Tensor(), Tensor());
     CHECK(test::bitwise_equal(dx, dx_cpu));
     if (!large) continue;
-    for (const int slice : {nn::detail::kLargeShallowSlice, nn::detail::kLargeSlice}) {
-      check_large_gemm_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
+    for (const int slice : {nn::detail::kGemm128ShallowSlice, nn::detail::kGemm128Slice}) {
+      check_gemm128_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
     }
   }
 #endif
 }
 
-TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cuda]") {
+TEST_CASE("the few-outputs forward (out <= 16, in <= 768) gives the CPU's bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   // Narrow shapes, float4 and scalar reads of x (in % 4, windows), a partial last block;
   // and the first shapes past each limit, which take a GEMM with the same bits.
@@ -314,7 +314,7 @@ TEST_CASE("the narrow forward (out <= 16, in <= 768) gives the CPU's bits", "[cu
 #ifdef SEQPAR_WITH_CUDA
     Generator generator(c.rows + c.in + c.out);
     const Tensor x = generator.randn({c.rows, c.in}).to(Device::cuda());
-    CHECK(nn::detail::narrow_forward_fits(nn::detail::const_rows_of(x), c.out) == narrow);
+    CHECK(nn::detail::few_outputs_forward_fits(nn::detail::const_rows_of(x), c.out) == narrow);
 #else
     (void)narrow;
 #endif
@@ -335,7 +335,7 @@ std::vector<std::pair<LinearCase, bool>> cases_with_shift(const std::vector<Line
 }
 
 // The largest |x[., c]| of each column, NaNs passed over (as std::fmax does), computed
-// on the host: what the narrow forward's x_largest must hold, as floats' bits.
+// on the host: what the few-outputs forward's x_largest must hold, as floats' bits.
 std::vector<float> host_column_maxima(const Tensor& x) {
   const Tensor contiguous = x.contiguous();
   const std::vector<float> v = contiguous.to_vector();
@@ -350,7 +350,7 @@ std::vector<float> host_column_maxima(const Tensor& x) {
 }
 }  // namespace
 
-TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") {
+TEST_CASE("every variant of the few-outputs forward gives the CPU's bits", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
   // 4, 8 or 16 outputs a thread: the same chains, other threads. Widths that leave a
@@ -384,13 +384,13 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
       INFO("rows " << c.rows << ", in " << c.in << ", out " << c.out << ", " << per_thread
                    << " outputs a thread" << (shifted ? ", x one column in" : ""));
       const Tensor y = test::poisoned({c.rows, c.out}, Device::cuda());
-      nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
+      nn::detail::few_outputs_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
                                       weight_gpu.stride(0), bias_gpu.data(), c.out, y.data(),
                                       y.stride(0), 0, nullptr, per_thread);
       CHECK(test::same_bits(y, y_cpu));
       const Tensor y_too = test::poisoned({c.rows, c.out}, Device::cuda());
       const Tensor largest = Tensor::zeros({c.in}, Device::cuda());  // +0.0: bits 0
-      nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
+      nn::detail::few_outputs_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
                                       weight_gpu.stride(0), bias_gpu.data(), c.out,
                                       y_too.data(), y_too.stride(0), 0,
                                       reinterpret_cast<unsigned int*>(largest.data()), per_thread);
@@ -404,7 +404,7 @@ TEST_CASE("every variant of the narrow forward gives the CPU's bits", "[cuda]") 
         const Tensor weight_view = wide_weight.narrow(1, offset, c.in);
         weight_view.copy_(weight);
         const Tensor y_view = test::poisoned({c.rows, c.out}, Device::cuda());
-        nn::detail::narrow_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_view.data(),
+        nn::detail::few_outputs_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_view.data(),
                                         weight_view.stride(0), bias_gpu.data(), c.out, y_view.data(),
                                         y_view.stride(0), 0, nullptr, per_thread);
         CHECK(test::same_bits(y_view, y_cpu));

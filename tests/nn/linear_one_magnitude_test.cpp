@@ -1,7 +1,7 @@
 // dW when dy has one magnitude (dy = ±f or 0, as an L1 loss's backward gives:
 // nn/one_magnitude.h, fixed-point integer sums), and db then (f times a count of signs). On the CPU against the general binned
 // row sums (the exact values of the digits, and the rounded bits); on the GPU
-// (nn/linear_ternary_sums.cu, and linear_ternary_wide.cu's int8 GEMM for 64 outputs
+// (nn/one_magnitude_dw_few_outputs.cu, and one_magnitude_dw_many_outputs.cu's int8 GEMM for 64 outputs
 // or more, cut into chunks of rows in several ways) against the CPU, bit for bit. The inputs aim at each way
 // out of the fixed-point window: elements tiny next to their column's largest,
 // subnormals, products below the bins' grid (a tiny f), products near 2^129 (a huge f),
@@ -148,7 +148,7 @@ void check(const Case& c, int64_t pad = 0, int64_t offset = -1) {
   CHECK(test::bitwise_equal(grad_weight, cpu.weight));
   CHECK(test::bitwise_equal(grad_bias, cpu.bias));
   // As autograd runs it: x's column maxima left by the forward's pass, handed to the
-  // backward (the narrow forward's own pass up to 16 outputs, a pass of their own above).
+  // backward (the few-outputs forward's own pass up to 16 outputs, a pass of their own above).
   DeviceBuffer<unsigned int> x_largest(c.in, gpu);
   x_largest.zero();
   const Tensor y = Tensor::empty({c.rows, c.out}, gpu);
@@ -172,7 +172,7 @@ const std::vector<Case>& cases() {
   static const float l1_scale = 1.0f / 192000.0f;  // the issue's mean over 12,000 x 16
   static const std::vector<Case> all = {
       {"the issue's L1 shape", 12000, 640, 16, l1_scale, 0.01, 0, 0},
-      {"wide dynamic range: many elements outside the window", 3000, 96, 16, l1_scale, 0.05, -70, 10},
+      {"dy of many outputsnamic range: many elements outside the window", 3000, 96, 16, l1_scale, 0.05, -70, 10},
       {"subnormal x", 1500, 64, 16, 0.5f, 0.0, -160, -120},
       {"products below the grid (tiny f)", 1500, 64, 16, 0x1p-140f, 0.1, -30, 0},
       {"subnormal f", 700, 33, 5, 0x1p-145f, 0.1, -10, 10},
@@ -192,7 +192,7 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-// Wide dy (at least 64 outputs): the int8 GEMM path of linear_ternary_wide.cu on the GPU.
+// Wide dy (at least 64 outputs): the int8 GEMM path of one_magnitude_dw_many_outputs.cu on the GPU.
 const std::vector<Case>& wide_cases() {
   static const float l1_scale = 1.0f / 192000.0f;
   static const std::vector<Case> all = {
@@ -248,19 +248,19 @@ TEST_CASE("dW from a one-magnitude dy on the GPU gives the CPU's exact bits", "[
   check(cases()[8], 3, 0);  // 37 columns in rows of 40: aligned, a partial 16 bytes at the end
 }
 
-TEST_CASE("dW from a wide one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
+TEST_CASE("dW from a many-outputs one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
           "[cpu]") {
   for (const Case& c : wide_cases()) check_cpu(c);
 }
 
-TEST_CASE("dW from a wide one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits",
+TEST_CASE("dW from a many-outputs one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits",
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   for (const Case& c : wide_cases()) check(c);
   check(wide_cases()[1], 5);  // strided dy and x
 }
 
-TEST_CASE("the wide dW's bits do not depend on how its rows are cut into chunks and folds",
+TEST_CASE("the many-outputs dW's bits do not depend on how its rows are cut into chunks and folds",
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
@@ -297,7 +297,7 @@ TEST_CASE("dW from a dy of two magnitudes takes the general row sums, the same b
   // if either path missed its turn or both worked, dW would be off by a whole row's share.
   std::mt19937 random(5);
   std::normal_distribution<float> normal;
-  for (const int64_t out : {16, 130}) {  // the narrow and the wide one-magnitude kernels
+  for (const int64_t out : {16, 130}) {  // the narrow and the many-outputs one-magnitude kernels
     const int64_t rows = 2000, in = 64;
     std::vector<float> x(rows * in), dy(rows * out);
     for (float& value : x) value = normal(random);

@@ -1,4 +1,4 @@
-// The narrow forward with the exact L1 loss in its epilogue (nn/linear_narrow.cu,
+// The few-outputs forward with the exact L1 loss in its epilogue (nn/linear_forward_few_outputs.cu,
 // nn/exact_l1.cuh), the exact step's first kernel, against the unfused path it stands
 // for: the forward, then the exact step's L1 kernel reading y back
 // (train/kernels/exact_step.h). Every output, on the GPU.
@@ -31,7 +31,7 @@ using namespace seqpar;
 #ifdef SEQPAR_WITH_CUDA
 namespace {
 
-// Everything the narrow forward with the L1 epilogue writes, copied to the host.
+// Everything the few-outputs forward with the L1 epilogue writes, copied to the host.
 struct ForwardL1Words {
   std::vector<float> y, grad_y;
   std::vector<int64_t> loss_digits, bias_digits;  // kDigits words a sum, sum j at [d * out + j]
@@ -95,9 +95,9 @@ ForwardL1Words forward_l1(const test::StepData& data, const Tensor& target, bool
   const float scale = static_cast<float>(nn::Reduction::mean().scale(rows * out));
   const nn::detail::ConstRows x_rows = nn::detail::const_rows_of(x);
   if (fused) {
-    nn::detail::narrow_forward_prepare(0);
-    REQUIRE(nn::detail::narrow_forward_exact_l1_fits(x_rows, out));
-    nn::detail::narrow_forward_exact_l1_cuda(x_rows, weight.data(), weight.stride(0), bias.data(), out,
+    nn::detail::few_outputs_forward_prepare(0);
+    REQUIRE(nn::detail::few_outputs_forward_exact_l1_fits(x_rows, out));
+    nn::detail::few_outputs_forward_exact_l1_cuda(x_rows, weight.data(), weight.stride(0), bias.data(), out,
                                              y.data(), 0, x_largest.data(),
                                              {target.data(), target.stride(0), scale}, l1);
   } else {

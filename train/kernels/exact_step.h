@@ -4,7 +4,7 @@
 // exact_l1_cuda: the L1 loss from the forward's y, in one launch: everything nn's L1
 // loss and Linear's db produce for the step, with the same values and so the same bits
 // once rounded, and dy's maxima for dW's sums (nn/exact_l1.cuh has the terms). For the
-// forwards that cannot take it in their epilogue (nn::detail::narrow_forward_exact_l1_cuda).
+// forwards that cannot take it in their epilogue (nn::detail::few_outputs_forward_exact_l1_cuda).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The fp32 GEMM problem that the CUDA Linear kernels solve, and the 128 x 128 kernel
-// for large products (nn/linear_large.cu). Internal to nn/linear.cu, which describes
+// for large products (nn/gemm_tile128.cu). Internal to nn/linear.cu, which describes
 // the forward and dx as a Gemm and picks this kernel or its own 64 x 64 one.
 //
 // Both kernels compute each element of C as one fma chain over k = 0, 1, ..., K - 1
@@ -41,26 +41,26 @@ constexpr float kPastKA = -0.0f, kPastKB = 0.0f;
 // The large kernel's tile of C, and the depths of its K slices: 32 k, the faster, whose
 // shared memory (67.6 KB a block) must be raised on each device first; 16 k, which fits
 // in the default 48 KB, for a launch that is being captured into a graph before that.
-constexpr int64_t kLargeTile = 128;
-constexpr int kLargeSlice = 32, kLargeShallowSlice = 16;
+constexpr int64_t kGemm128Tile = 128;
+constexpr int kGemm128Slice = 32, kGemm128ShallowSlice = 16;
 
 // Whether the large kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
 // it reads or writes as float4 is 16-byte aligned (k % 4 for operands along K, their
 // row count % 4 for operands along rows, n % 4 for C).
 template <bool kAAlongK, bool kBAlongK>
-bool large_gemm_fits(const Gemm& gemm);
+bool gemm128_fits(const Gemm& gemm);
 
 // Runs `gemm` on `device`'s `stream`, on a grid of 128 x 128 tiles of C, K whole, in
-// slices of `slice` k: kLargeSlice or kLargeShallowSlice (the bits are the same), or
-// 0 for kLargeSlice unless the limit is not raised on the device and the stream is
+// slices of `slice` k: kGemm128Slice or kGemm128ShallowSlice (the bits are the same), or
+// 0 for kGemm128Slice unless the limit is not raised on the device and the stream is
 // being captured, where raising it may not be legal.
 template <bool kAAlongK, bool kBAlongK>
-void large_gemm_cuda(const Gemm& gemm, int device, cuda::Stream stream, int slice = 0);
+void gemm128_cuda(const Gemm& gemm, int device, cuda::Stream stream, int slice = 0);
 
 // Raises the deep slices' shared-memory limit on `device` (once; a launch does it itself
 // when it is not being captured). Code that captures a large GEMM calls this first.
-void large_gemm_prepare(int device);
+void gemm128_prepare(int device);
 
 #endif
 

@@ -1,4 +1,4 @@
-// CUDA kernel of nn/linear_large.h: the classic register-blocked SGEMM.
+// CUDA kernel of nn/gemm_tile128.h: the classic register-blocked SGEMM.
 //
 // A block of 256 threads owns a 128 x 128 tile of C and walks K, whole, in slices of
 // 32 k (16 where the shared memory cannot be raised, below). Each slice of A and Bᵀ
@@ -41,7 +41,7 @@
 // What it does not use: Hopper's tensor cores (wgmma), whose fp32 inputs go through
 // TF32, and the asynchronous copy engine (cp.async / TMA), which cannot transpose the
 // operands read along K on their way into shared memory.
-#include "nn/linear_large.h"
+#include "nn/gemm_tile128.h"
 
 #include <atomic>
 #include <cstdint>
@@ -53,12 +53,12 @@ namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int kTile = kLargeTile, kThreads = 256, kPad = 4;
+constexpr int kTile = kGemm128Tile, kThreads = 256, kPad = 4;
 constexpr int kHalf = kTile / 2;
 // A slice is loaded in parts of 8 k: one float4 of each operand per thread and part.
 constexpr int kPartDepth = 8;
 static_assert(kTile * kPartDepth == 4 * kThreads, "one float4 of each operand per thread and part");
-static_assert(kLargeSlice % kPartDepth == 0 && kLargeShallowSlice % kPartDepth == 0,
+static_assert(kGemm128Slice % kPartDepth == 0 && kGemm128ShallowSlice % kPartDepth == 0,
               "slices of whole parts");
 // One k of a staged slice: a row of the tile, padded.
 typedef float TileRow[kTile + kPad];
@@ -102,7 +102,7 @@ __device__ __forceinline__ void store_slice(TileRow* tile, SliceSpot<kAlongK> sp
 }
 
 template <bool kAAlongK, bool kBAlongK, int kSlice>
-__global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
+__global__ void __launch_bounds__(kThreads, 2) gemm128_kernel(Gemm g) {
   constexpr int kParts = kSlice / kPartDepth;
   extern __shared__ __align__(16) float staging[];
   // Buffer b of A's slices is a_tile + b * kSlice, and likewise for Bᵀ.
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) large_gemm_kernel(Gemm g) {
       for (int i = 0; i < 8; ++i) {
 #pragma unroll
         for (int step = 0; step < 8; ++step) {
-          const int j = kSlice == kLargeSlice && i % 2 == 1 ? 7 - step : step;
+          const int j = kSlice == kGemm128Slice && i % 2 == 1 ? 7 - step : step;
           sum[i][j] = fmaf(a[i], b[j], sum[i][j]);
         }
       }
@@ -212,7 +212,7 @@ bool operand_fits(const Operand& op, int64_t rows, int64_t k) {
 }  // namespace
 
 template <bool kAAlongK, bool kBAlongK>
-bool large_gemm_fits(const Gemm& g) {
+bool gemm128_fits(const Gemm& g) {
   return operand_fits<kAAlongK>(g.a, g.m, g.k) && operand_fits<kBAlongK>(g.b, g.n, g.k) &&
          g.n % 4 == 0 && g.c_row_stride % 4 == 0 && cuda::aligned16(g.c) &&
          cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
@@ -227,10 +227,10 @@ void raise_deep_limits(int device) {
   SEQPAR_CHECK(device >= 0 && device < 64, "large GEMM: device ", device, " out of range");
   if (deep_ready[device].load()) return;
   cuda::set_device(device);
-  const int bytes = static_cast<int>(staging_bytes(kLargeSlice));
-  CUDA_CHECK(cudaFuncSetAttribute(large_gemm_kernel<true, true, kLargeSlice>,
+  const int bytes = static_cast<int>(staging_bytes(kGemm128Slice));
+  CUDA_CHECK(cudaFuncSetAttribute(gemm128_kernel<true, true, kGemm128Slice>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  CUDA_CHECK(cudaFuncSetAttribute(large_gemm_kernel<true, false, kLargeSlice>,
+  CUDA_CHECK(cudaFuncSetAttribute(gemm128_kernel<true, false, kGemm128Slice>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   deep_ready[device].store(true);
 }
@@ -238,14 +238,14 @@ void raise_deep_limits(int device) {
 }  // namespace
 
 template <bool kAAlongK, bool kBAlongK>
-void large_gemm_cuda(const Gemm& g, int device, cuda::Stream stream, int slice) {
-  SEQPAR_CHECK((large_gemm_fits<kAAlongK, kBAlongK>(g)),
-               "large_gemm_cuda: shape, layout or alignment not supported");
-  SEQPAR_CHECK(slice == 0 || slice == kLargeSlice || slice == kLargeShallowSlice,
-               "large_gemm_cuda: slice depth ", slice, " (0, ", kLargeSlice, " or ",
-               kLargeShallowSlice, ")");
+void gemm128_cuda(const Gemm& g, int device, cuda::Stream stream, int slice) {
+  SEQPAR_CHECK((gemm128_fits<kAAlongK, kBAlongK>(g)),
+               "gemm128_cuda: shape, layout or alignment not supported");
+  SEQPAR_CHECK(slice == 0 || slice == kGemm128Slice || slice == kGemm128ShallowSlice,
+               "gemm128_cuda: slice depth ", slice, " (0, ", kGemm128Slice, " or ",
+               kGemm128ShallowSlice, ")");
   if (slice == 0) {  // the deep slices, unless their limit is not raised and cannot be now
-    slice = kLargeShallowSlice;
+    slice = kGemm128ShallowSlice;
     bool ready = device >= 0 && device < 64 && deep_ready[device].load();
     if (!ready) {
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -255,28 +255,28 @@ void large_gemm_cuda(const Gemm& g, int device, cuda::Stream stream, int slice) 
         ready = true;
       }
     }
-    if (ready) slice = kLargeSlice;
-  } else if (slice == kLargeSlice) {
+    if (ready) slice = kGemm128Slice;
+  } else if (slice == kGemm128Slice) {
     raise_deep_limits(device);
   }
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
                   static_cast<unsigned>(cuda::ceil_div(g.n, kTile)));
-  if (slice == kLargeSlice) {
-    large_gemm_kernel<kAAlongK, kBAlongK, kLargeSlice>
-        <<<grid, kThreads, staging_bytes(kLargeSlice), stream>>>(g);
+  if (slice == kGemm128Slice) {
+    gemm128_kernel<kAAlongK, kBAlongK, kGemm128Slice>
+        <<<grid, kThreads, staging_bytes(kGemm128Slice), stream>>>(g);
   } else {
-    large_gemm_kernel<kAAlongK, kBAlongK, kLargeShallowSlice>
-        <<<grid, kThreads, staging_bytes(kLargeShallowSlice), stream>>>(g);
+    gemm128_kernel<kAAlongK, kBAlongK, kGemm128ShallowSlice>
+        <<<grid, kThreads, staging_bytes(kGemm128ShallowSlice), stream>>>(g);
   }
   CUDA_LAUNCH_CHECK();
 }
 
-void large_gemm_prepare(int device) { raise_deep_limits(device); }
+void gemm128_prepare(int device) { raise_deep_limits(device); }
 
 // The layouts of the two GEMM products of a Linear (linear.cu's design note).
-template bool large_gemm_fits<true, true>(const Gemm&);   // y = x Wᵀ + b
-template bool large_gemm_fits<true, false>(const Gemm&);  // dx = dy W
-template void large_gemm_cuda<true, true>(const Gemm&, int, cuda::Stream, int);
-template void large_gemm_cuda<true, false>(const Gemm&, int, cuda::Stream, int);
+template bool gemm128_fits<true, true>(const Gemm&);   // y = x Wᵀ + b
+template bool gemm128_fits<true, false>(const Gemm&);  // dx = dy W
+template void gemm128_cuda<true, true>(const Gemm&, int, cuda::Stream, int);
+template void gemm128_cuda<true, false>(const Gemm&, int, cuda::Stream, int);
 
 }  // namespace seqpar::nn::detail

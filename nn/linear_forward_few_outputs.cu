@@ -1,4 +1,4 @@
-// CUDA kernel for the forward of a narrow Linear (out_features <= 16, in_features <=
+// CUDA kernel for the forward of a Linear with few outputs (out_features <= 16, in_features <=
 // 768: the issue's 640 -> 16), where a GEMM tile is mostly empty columns.
 //
 // A thread owns one row and kPerThread of its (up to 16) outputs: kPerThread fma chains
@@ -8,7 +8,7 @@
 // row are adjacent lanes, and a warp's read of Wᵀ at one k touches 64 bytes (two
 // shared-memory wavefronts, the fewest a warp's 16-byte loads take). x comes through
 // shared memory too, in tiles each warp loads coalesced several tiles ahead
-// (narrow_forward_staged_kernel), or, when its rows are not 16-byte aligned, straight
+// (few_outputs_forward_staged_kernel), or, when its rows are not 16-byte aligned, straight
 // from each thread's row.
 //
 // Why not one thread per row and all 16 outputs: 12,000 rows are then 94 blocks of four
@@ -136,7 +136,7 @@ __device__ __forceinline__ void store_row(float (&sum)[kPerThread], const float*
 // Any layout of x (unaligned rows, in % 4 != 0): each thread reads its row's x one float
 // at a time.
 template <int kPerThread>
-__global__ void __launch_bounds__(kNarrowThreads) narrow_forward_kernel(
+__global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_kernel(
     ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
     float* y, int64_t y_row_stride) {
   static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
@@ -182,7 +182,7 @@ constexpr size_t staged_extra_bytes() {
 // With kL1, each thread then takes its row's outputs through the exact L1 loss
 // (nn/exact_l1.cuh) against `target`, into `l1` (y is [rows, out], contiguous).
 template <int kPerThread, bool kMaxima, bool kL1 = false>
-__global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
+__global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_staged_kernel(
     ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
     float* y, int64_t y_row_stride, unsigned int* x_largest, ExactL1Target target,
     ExactL1Outputs l1) {
@@ -306,11 +306,11 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_forward_staged_kernel(
 // The staged kernels' shared memory (past the default 48 KB) raised on a device, for the
 // widest x they take. cudaFuncSetAttribute is not a stream operation and may not be
 // legal while a stream is being captured, so it happens outside any capture: in
-// narrow_forward_prepare, or at the first launch that is not captured.
+// few_outputs_forward_prepare, or at the first launch that is not captured.
 std::atomic<bool> staged_ready[64];
 
 void raise_staged_limits(int device) {
-  SEQPAR_CHECK(device >= 0 && device < 64, "narrow forward: device ", device, " out of range");
+  SEQPAR_CHECK(device >= 0 && device < 64, "few-outputs forward: device ", device, " out of range");
   if (staged_ready[device].load()) return;
   cuda::set_device(device);
   const auto raise = [](const void* kernel, size_t extra) {
@@ -320,17 +320,17 @@ void raise_staged_limits(int device) {
   };
   const auto raise_both = [&](auto per_thread) {
     constexpr int kPerThread = decltype(per_thread)::value;
-    raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<kPerThread, false>),
+    raise(reinterpret_cast<const void*>(few_outputs_forward_staged_kernel<kPerThread, false>),
           staged_extra_bytes<kPerThread, false>());
-    raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<kPerThread, true>),
+    raise(reinterpret_cast<const void*>(few_outputs_forward_staged_kernel<kPerThread, true>),
           staged_extra_bytes<kPerThread, true>());
   };
   raise_both(std::integral_constant<int, 4>{});
   raise_both(std::integral_constant<int, 8>{});
   raise_both(std::integral_constant<int, 16>{});
-  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<4, true, true>),
+  raise(reinterpret_cast<const void*>(few_outputs_forward_staged_kernel<4, true, true>),
         staged_extra_bytes<4, true, true>());
-  raise(reinterpret_cast<const void*>(narrow_forward_staged_kernel<8, true, true>),
+  raise(reinterpret_cast<const void*>(few_outputs_forward_staged_kernel<8, true, true>),
         staged_extra_bytes<8, true, true>());
   staged_ready[device].store(true);
 }
@@ -341,7 +341,7 @@ bool staged_layout(const ConstRows& x) {
 }
 
 template <int kPerThread>
-void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+void launch_few_outputs_forward(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                            const float* bias, int64_t out, float* y, int64_t y_row_stride,
                            unsigned int* x_largest, int device, cudaStream_t stream) {
   const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
@@ -358,18 +358,18 @@ void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weig
     }
   }
   if (staged && x_largest != nullptr) {
-    cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true>, dim3(blocks),
+    cuda::launch_dependent(few_outputs_forward_staged_kernel<kPerThread, true>, dim3(blocks),
                            dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true>(),
                            stream, x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest,
                            ExactL1Target{}, ExactL1Outputs{});
   } else if (staged) {
-    cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, false>, dim3(blocks),
+    cuda::launch_dependent(few_outputs_forward_staged_kernel<kPerThread, false>, dim3(blocks),
                            dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, false>(),
                            stream, x, weight, weight_row_stride, bias, out, y, y_row_stride,
                            static_cast<unsigned int*>(nullptr), ExactL1Target{}, ExactL1Outputs{});
   } else {  // the same bits, x read one float at a time; its maxima in a pass of their own
     if (x_largest != nullptr) column_maxima_cuda(x, x_largest, nullptr, stream);
-    narrow_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(
+    few_outputs_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(
         x, weight, weight_row_stride, bias, out, y, y_row_stride);
   }
   CUDA_LAUNCH_CHECK();
@@ -377,21 +377,21 @@ void launch_narrow_forward(const ConstRows& x, const float* weight, int64_t weig
 
 }  // namespace
 
-void narrow_forward_prepare(int device) { raise_staged_limits(device); }
+void few_outputs_forward_prepare(int device) { raise_staged_limits(device); }
 
-bool narrow_forward_fits(const ConstRows& x, int64_t out) {
+bool few_outputs_forward_fits(const ConstRows& x, int64_t out) {
   // The grid's x dimension: 32 rows a block at 4 outputs a thread, the fewest.
   return out <= kNarrowOut && x.cols <= kNarrowMaxIn && x.rows <= int64_t{0x7fffffff} * 32;
 }
 
-void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
                          int device, unsigned int* x_largest, int outputs_per_thread) {
-  SEQPAR_CHECK(narrow_forward_fits(x, out), "narrow_forward_cuda: ", x.rows, " x ", x.cols,
-               " -> ", out, " is not a narrow Linear");
+  SEQPAR_CHECK(few_outputs_forward_fits(x, out), "few_outputs_forward_cuda: ", x.rows, " x ", x.cols,
+               " -> ", out, " is not a Linear with few outputs");
   if (outputs_per_thread == 0) outputs_per_thread = default_per_thread(x.rows, device);
   SEQPAR_CHECK(outputs_per_thread == 4 || outputs_per_thread == 8 || outputs_per_thread == 16,
-               "narrow_forward_cuda: ", outputs_per_thread, " outputs per thread (4, 8 or 16)");
+               "few_outputs_forward_cuda: ", outputs_per_thread, " outputs per thread (4, 8 or 16)");
   if (x.rows == 0) return;
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
@@ -400,27 +400,27 @@ void narrow_forward_cuda(const ConstRows& x, const float* weight, int64_t weight
     return;
   }
   switch (outputs_per_thread) {
-    case 4: return launch_narrow_forward<4>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
-    case 8: return launch_narrow_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
-    default: return launch_narrow_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
+    case 4: return launch_few_outputs_forward<4>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
+    case 8: return launch_few_outputs_forward<8>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
+    default: return launch_few_outputs_forward<16>(x, weight, weight_row_stride, bias, out, y, y_row_stride, x_largest, device, stream);
   }
 }
 
-bool narrow_forward_exact_l1_fits(const ConstRows& x, int64_t out) {
-  return narrow_forward_fits(x, out) && out >= 1 && staged_layout(x);
+bool few_outputs_forward_exact_l1_fits(const ConstRows& x, int64_t out) {
+  return few_outputs_forward_fits(x, out) && out >= 1 && staged_layout(x);
 }
 
-void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
+void few_outputs_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                                   const float* bias, int64_t out, float* y, int device,
                                   unsigned int* x_largest, const ExactL1Target& target,
                                   const ExactL1Outputs& outputs) {
-  SEQPAR_CHECK(narrow_forward_exact_l1_fits(x, out), "narrow_forward_exact_l1_cuda: ", x.rows, " x ",
-               x.cols, " -> ", out, " is not a narrow Linear with 16-byte-aligned rows of x");
-  SEQPAR_CHECK(x_largest != nullptr, "narrow_forward_exact_l1_cuda: x's maxima are required");
-  SEQPAR_CHECK(std::isfinite(target.scale), "narrow_forward_exact_l1_cuda: the loss scale ",
+  SEQPAR_CHECK(few_outputs_forward_exact_l1_fits(x, out), "few_outputs_forward_exact_l1_cuda: ", x.rows, " x ",
+               x.cols, " -> ", out, " is not a Linear with few outputs with 16-byte-aligned rows of x");
+  SEQPAR_CHECK(x_largest != nullptr, "few_outputs_forward_exact_l1_cuda: x's maxima are required");
+  SEQPAR_CHECK(std::isfinite(target.scale), "few_outputs_forward_exact_l1_cuda: the loss scale ",
                target.scale, " is not finite");
   SEQPAR_CHECK(device >= 0 && device < 64 && staged_ready[device].load(),
-               "narrow_forward_exact_l1_cuda: call narrow_forward_prepare(", device, ") first");
+               "few_outputs_forward_exact_l1_cuda: call few_outputs_forward_prepare(", device, ") first");
   if (x.rows == 0) return;
   cuda::set_device(device);
   const auto launch = [&](auto per_thread) {
@@ -428,7 +428,7 @@ void narrow_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64
     const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
     const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
     const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
-    cuda::launch_dependent(narrow_forward_staged_kernel<kPerThread, true, true>, dim3(blocks),
+    cuda::launch_dependent(few_outputs_forward_staged_kernel<kPerThread, true, true>, dim3(blocks),
                            dim3(kNarrowThreads), weight_bytes + staged_extra_bytes<kPerThread, true, true>(),
                            cuda::current_stream(device), x, weight, weight_row_stride, bias, out, y, out,
                            x_largest, target, outputs);

@@ -2,7 +2,7 @@
 // backward) and dy is wide, on the integer tensor cores through one int8 GEMM per chunk
 // of rows.
 //
-// The narrow kernel (linear_ternary_sums.cu) writes x in fixed point in registers for
+// The few-outputs kernel (one_magnitude_dw_few_outputs.cu) writes x in fixed point in registers for
 // each group of 16 outputs: at 1024 outputs, 64 times over. Here each element of x is
 // converted once, into the six signed bytes of its balanced base-256 digits, stored as
 // six "byte planes" [6][in][rows]; dy's signs are an int8 matrix [out][rows], written
@@ -14,7 +14,7 @@
 // f times that goes into dW's digits. Integer products and sums are exact in any order,
 // so these are the exact row sums of the general path, the same bits once rounded.
 // Elements outside their column's window (about one in 300,000 from randn) take the
-// binned sums one by one, with the general path's rules, as in the narrow kernel; but
+// binned sums one by one, with the general path's rules, as in the few-outputs kernel; but
 // not inside the conversion, where one element's 1024 products held up its whole block.
 // The conversion lists them (an integer counter hands out the slots) and counts them as
 // 0; a kernel of their own then spreads each one's products over a warp. The list's
@@ -28,7 +28,7 @@
 // was an integer, which subtracting back checks. Those bytes xor 0x80 are the digits as
 // int8.
 //
-// Whether dy has one magnitude is known only on the device, as for the narrow kernel:
+// Whether dy has one magnitude is known only on the device, as for the few-outputs kernel:
 // the kernels here read the words and do nothing when it does not; the GEMM's products
 // are then never read.
 #include <algorithm>
@@ -39,7 +39,7 @@
 #include "core/exact_bins.cuh"
 #include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
-#include "nn/linear_ternary.cuh"
+#include "nn/one_magnitude_dw.cuh"
 
 namespace seqpar::nn::detail {
 
@@ -256,16 +256,16 @@ __global__ void fold_kernel(const int32_t* products, int64_t out_padded, int64_t
 
 }  // namespace
 
-bool ternary_weight_grad_wide_fits(const ConstRows& grad_y, const ConstRows& x) {
+bool one_magnitude_dw_many_outputs_fits(const ConstRows& grad_y, const ConstRows& x) {
   return grad_y.cols >= kMinOutputs && x.rows > 0 && x.cols > 0;
 }
 
-void launch_ternary_weight_grad_wide(const ConstRows& grad_y, const ConstRows& x,
+void launch_one_magnitude_dw_many_outputs(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
                                      SignMatrix signs, int64_t* digits, int64_t stride,
                                      cuda::Stream stream, const WideChunks& chunks) {
   SEQPAR_CHECK(signs.data != nullptr && signs.ld >= cuda::round_up(x.rows, kTileRows) && signs.ld % 16 == 0,
-               "launch_ternary_weight_grad_wide: dy's signs for ", x.rows, " rows, got ld ", signs.ld);
+               "launch_one_magnitude_dw_many_outputs: dy's signs for ", x.rows, " rows, got ld ", signs.ld);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;

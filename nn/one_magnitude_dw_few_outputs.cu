@@ -23,7 +23,7 @@
 #include "nn/fixed_point_cut.cuh"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"
-#include "nn/linear_ternary.cuh"
+#include "nn/one_magnitude_dw.cuh"
 
 namespace seqpar::nn::detail {
 
@@ -169,7 +169,7 @@ __device__ inline int tile_chunk(int row, int chunk) { return chunk ^ (2 * ((row
 //     signs out in shared memory as the warps' A fragments, double-buffered (the step's
 //     barrier covers them); each thread counts its dy's signs for Σ s.
 template <bool kFragments, bool kAligned16>
-__global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
+__global__ void __launch_bounds__(kThreads, 2) one_magnitude_dw_kernel(
     ConstRows dy, ConstRows x, const unsigned int* x_largest, const unsigned int* words,
     int64_t* digits, int64_t count, int64_t rows_per_chunk, const uint8_t* sign_fragments,
     const unsigned int* dy_largest) {
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 2) ternary_weight_grad_kernel(
 
 }  // namespace
 
-bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
+bool one_magnitude_dw_fits(const ConstRows& grad_y, const ConstRows& x) {
   // The grid's dimensions; and row strides below 2^26 floats, the bound the kernel was
   // written and tested for (its offsets are 64-bit now).
   return cuda::ceil_div(x.rows, kRowsPerChunk) <= 65535 &&
@@ -425,7 +425,7 @@ bool ternary_weight_grad_fits(const ConstRows& grad_y, const ConstRows& x) {
          x.row_stride * kStepRows < (int64_t{1} << 31) && grad_y.row_stride * kStepRows < (int64_t{1} << 31);
 }
 
-void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
+void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x,
                                 const unsigned int* x_largest, const unsigned int* words,
                                 int64_t* digits, int64_t stride, cuda::Stream stream,
                                 const uint8_t* sign_fragments, const unsigned int* dy_largest) {
@@ -446,12 +446,12 @@ void launch_ternary_weight_grad(const ConstRows& grad_y, const ConstRows& x,
                            stride, rows_per_chunk, sign_fragments, dy_largest);
   };
   if (sign_fragments != nullptr) {
-    SEQPAR_CHECK(grad_y.cols <= kSignFragmentOutputs, "launch_ternary_weight_grad: sign fragments for ",
+    SEQPAR_CHECK(grad_y.cols <= kSignFragmentOutputs, "launch_one_magnitude_dw: sign fragments for ",
                  grad_y.cols, " outputs (at most ", kSignFragmentOutputs, ")");
-    SEQPAR_CHECK(dy_largest != nullptr, "launch_ternary_weight_grad: sign fragments without dy's maxima");
-    aligned16 ? launch(ternary_weight_grad_kernel<true, true>) : launch(ternary_weight_grad_kernel<true, false>);
+    SEQPAR_CHECK(dy_largest != nullptr, "launch_one_magnitude_dw: sign fragments without dy's maxima");
+    aligned16 ? launch(one_magnitude_dw_kernel<true, true>) : launch(one_magnitude_dw_kernel<true, false>);
   } else {
-    aligned16 ? launch(ternary_weight_grad_kernel<false, true>) : launch(ternary_weight_grad_kernel<false, false>);
+    aligned16 ? launch(one_magnitude_dw_kernel<false, true>) : launch(one_magnitude_dw_kernel<false, false>);
   }
   CUDA_LAUNCH_CHECK();
 }
