@@ -153,6 +153,24 @@ void check_on_device(const Tensor& tensor, const char* name, int device) {
 
 }  // namespace
 
+// The CUDA row of linear.cpp's table, by regime. Every kernel gives the reference's bits
+// (nn/reference/linear.h): each keeps an output's chain in one register and walks k up.
+//
+//   product  regime                                kernel                        why
+//   y        out <= 16, in <= 768                  linear_forward_few_outputs.cu  a GEMM tile would
+//                                                  (16-byte copies of x when its  be mostly idle;
+//                                                  rows allow them; one float at  a few threads a
+//                                                  a time otherwise: same bits)   row read x once
+//   y, dx    >= 128 tiles of 128 x 128, operands   gemm_tile128.cu                fewer loads per
+//            16-byte aligned                                                      fma
+//   y, dx    anything else                         gemm_kernel below (64 x 64)    any shape, any
+//                                                                                 stride
+//
+// The few-outputs kernel's 16-byte variant needs its shared-memory limit raised once
+// per device, which a CUDA graph capture may not do: a step that captures its forward
+// calls few_outputs_forward_prepare first (else the capture takes the other variant,
+// with the same bits). dW and db: accumulate_linear_grads_cuda's table
+// (linear_row_sums.cu).
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, unsigned int* x_largest) {
   SEQPAR_CHECK(x.defined() && x.device().is_cuda(), "linear_forward_cuda: x must be on a GPU");

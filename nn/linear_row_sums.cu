@@ -282,6 +282,28 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
   accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, wide);
 }
 
+// dW's and db's exact row sums on the GPU, by regime (then rounded by linear.cpp). Every
+// path adds the reference's exact values (nn/reference/linear.h), so the bits never
+// depend on which ran.
+//
+//   sums  regime                              kernel                                why
+//   dW    dy of one magnitude (+-f or 0, an   one_magnitude_dw_few_outputs.cu:      dW = f * sum
+//         L1 loss's), out < 64                integer sums of +-x in fixed point    of +-x: integer
+//                                             on the int8 tensor cores              adds, no bins
+//   dW    dy of one magnitude, out >= 64      one_magnitude_dw_many_outputs.cu:     the same as
+//                                             x cut once to int8 planes, int8       int8 GEMMs
+//                                             GEMMs with dy's signs (cuBLASLt)
+//   dW    any other dy                        row_sums_kernel<true> (binned sums,   exact for any
+//                                             from the first reachable bin)         terms
+//   db    dy of one magnitude                 f times each column's sign count      no second pass
+//                                             (from the pass over dy's maxima)      over dy
+//   db    any other dy                        row_sums_kernel<false> (binned sums)
+//
+// Whether dy has one magnitude is known only on the device: the pass over dy's column
+// maxima leaves its largest and smallest nonzero magnitude (its one-magnitude words,
+// nn/one_magnitude_dw.cuh), and both the one-magnitude kernel and the binned one read
+// them and exactly one of them does the work. So both are launched where the shape
+// allows the one-magnitude path; the host never waits to learn which did.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest,
                                   const WideChunks& wide) {

@@ -30,6 +30,16 @@ float lerp(float start, float end, float weight) {
                                   : std::fma(weight - 1.0f, end - start, end);
 }
 
+// ---------------------------------------------------------------- the reference
+//
+// One dispatch table for the op, by device:
+//
+//   reference, cpu  adamw_update_reference below: the plain loop that defines the bits
+//                   (element-wise: no sums, nothing a faster CPU loop would reorder)
+//   cuda            adamw.cu: the same operations in one multi-tensor launch
+//                   (optim/adamw_update.cuh), tested bitwise against this loop
+//                   (tests/optim/adamw_cuda_test.cpp)
+//
 // PyTorch's single-tensor AdamW, one float32 operation per PyTorch kernel, in its order:
 //   param.mul_(decay); exp_avg.lerp_(grad, 1 - beta1);
 //   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2);
@@ -42,7 +52,7 @@ float lerp(float start, float end, float weight) {
 // bitwise after step 1 and in all but a handful of elements (1-4 ulp) after step 5.
 // The rest is PyTorch's CPU sqrt (MKL's vector math), which is not correctly rounded
 // in under 1% of elements; ours is std::sqrt, as is CUDA's sqrtf.
-void adamw_update_cpu(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+void adamw_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                       int64_t count, const detail::AdamWStepScalars& s, bool decay) {
   const float negative_step_size = -s.step_size;
   for (int64_t i = 0; i < count; ++i) {
@@ -64,10 +74,10 @@ struct ParameterUpdate {
   int64_t step;  // this parameter's own step number, from 1
 };
 
-void step_cpu(const std::vector<ParameterUpdate>& updates, const AdamWOptions& options) {
+void step_reference(const std::vector<ParameterUpdate>& updates, const AdamWOptions& options) {
   const bool decay = options.weight_decay != 0.0;  // PyTorch skips the multiply by 1
   for (const ParameterUpdate& u : updates) {
-    adamw_update_cpu(u.param, u.grad, u.exp_avg, u.exp_avg_sq, u.count,
+    adamw_update_reference(u.param, u.grad, u.exp_avg, u.exp_avg_sq, u.count,
                      detail::adamw_step_scalars(options, u.step), decay);
   }
 }
@@ -150,7 +160,7 @@ void AdamW::step() {
   if (device.is_cuda()) return step_cuda(updates, options_, device.index);
 #endif
   require_host("AdamW", device, "parameters");
-  step_cpu(updates, options_);
+  step_reference(updates, options_);
 }
 
 }  // namespace seqpar::optim

@@ -32,9 +32,20 @@ std::vector<Tensor> defined_gradients(const char* op, const std::vector<Variable
   return gradients;
 }
 
+// ---------------------------------------------------------------- the reference
+//
+// One dispatch table for the op, by device:
+//
+//   reference, cpu  the plain loops below (one exact sum of squares a tensor, then the
+//                   norm of the norms): they define the bits; a gradient has as many
+//                   terms as parameters, a small part of a step's work
+//   cuda            clip.cu: the squares' digits by blocks, met by integer atomics, and
+//                   the same rounding; tested bitwise against these loops
+//                   (tests/optim/clip_cuda_test.cpp)
+//
 // round_to_double(exact Σ (double)g * (double)g) over the elements: each square is
 // exact in double, the sum exact, rounded once; the order changes nothing.
-double exact_sum_of_squares_cpu(const Tensor& gradient) {
+double exact_sum_of_squares_reference(const Tensor& gradient) {
   exact::check_term_count("grad_norm", gradient.numel());
   const Tensor values = gradient.contiguous();
   const float* data = values.data();
@@ -55,14 +66,14 @@ double exact_sum_of_squares_cpu(const Tensor& gradient) {
 
 // The canonical total (optim/clip.h): norm_i = (float)sqrt(S_i), then
 // total = (float)sqrt(round_to_double(exact Σ (double)norm_i * (double)norm_i)).
-float total_norm_cpu(const std::vector<Tensor>& gradients) {
+float total_norm_reference(const std::vector<Tensor>& gradients) {
   exact::check_term_count("grad_norm", static_cast<int64_t>(gradients.size()));
   int64_t digits[exact::kDigits] = {};
   exact::BinnedSum sum;
   sum.clear();
   int64_t pending = 0;
   for (const Tensor& gradient : gradients) {
-    const float norm = static_cast<float>(std::sqrt(exact_sum_of_squares_cpu(gradient)));
+    const float norm = static_cast<float>(std::sqrt(exact_sum_of_squares_reference(gradient)));
     sum.add(static_cast<double>(norm) * static_cast<double>(norm));
     if (++pending == exact::kTermsPerFlush) {
       sum.flush(digits);
@@ -109,7 +120,7 @@ Tensor grad_norm(const std::vector<Variable>& parameters) {
 #endif
   require_host("grad_norm", device, "gradients");
   Tensor total_norm = Tensor::empty({}, device);
-  total_norm.data()[0] = total_norm_cpu(gradients);
+  total_norm.data()[0] = total_norm_reference(gradients);
   return total_norm;
 }
 
