@@ -164,6 +164,12 @@ std::vector<float> mean_of(const std::vector<std::vector<float>>& values) {
   return mean;
 }
 
+std::vector<std::string> prefixed(const std::string& prefix, const std::vector<std::string>& names) {
+  std::vector<std::string> result;
+  for (const std::string& name : names) result.push_back(prefix + name);
+  return result;
+}
+
 NormFigures norm_figures(const RunFiles& run, const Settings& settings,
                          const std::vector<std::vector<float>>& gradients) {
   NormFigures norms;
@@ -182,7 +188,7 @@ NormFigures norm_figures(const RunFiles& run, const Settings& settings,
   }
   if (!run.ranks[0].local_gradients.empty()) {
     double sum = 0;
-    for (const RankState& rank : run.ranks) sum += norm_of(rank.local_gradients.flat(run.parameter_names));
+    for (const RankState& rank : run.ranks) sum += norm_of(rank.local_gradients.flat(prefixed("local_grad.", run.parameter_names)));
     norms.mean_of_local_norms = sum / double(run.ranks.size());
     norms.mean_of_partials = run.ranks.size() > 1 && close(norms.clip_norms[0], *norms.mean_of_local_norms);
   }
@@ -218,11 +224,6 @@ int64_t count_non_finite(const RunFiles& run) {
   return count;
 }
 
-std::vector<std::string> prefixed(const std::string& prefix, const std::vector<std::string>& names) {
-  std::vector<std::string> result;
-  for (const std::string& name : names) result.push_back(prefix + name);
-  return result;
-}
 
 // Each rank's gradient: as saved, else recovered from a first step's moments (m / (1-b1)).
 struct RankGradients {

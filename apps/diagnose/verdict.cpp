@@ -151,7 +151,9 @@ void decide_against_reference(Diagnosis& diagnosis) {
     diagnosis.verdict = repro::verdict_name(repro::Verdict::Identical);
     diagnosis.verdict_text = "the parameters" + std::string(scale ? " and gradients" : "") +
                              " equal the one-rank reference's bit for bit; the ranks agree bitwise.";
-  } else if (scale && std::abs(scale->ratio - 1) > 1e-3) {
+  } else if (scale && (!scale->cause.empty() ||
+                       (std::abs(scale->ratio - 1) > 1e-3 && scale->direction_error <= repro::kGradientRounding))) {
+    // A named factor, or a pure scale: the direction is right, only the size is off.
     diagnosis.verdict = repro::verdict_name(repro::Verdict::WrongGradientScale);
     diagnosis.verdict_text = "the ranks agree bitwise, but the gradient is " + number(scale->ratio) +
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
