@@ -147,9 +147,14 @@ std::vector<float> TensorSet::flat(const std::vector<std::string>& names) const 
 }
 
 std::vector<std::string> files_by_rank(const std::string& option, const std::vector<std::string>& patterns) {
-  std::map<long, std::string> by_rank;
+  std::vector<std::string> expanded;
   for (const std::string& pattern : patterns) {
-    for (const std::string& file : expand(option, pattern)) {
+    for (std::string& file : expand(option, pattern)) expanded.push_back(std::move(file));
+  }
+  if (expanded.size() == 1) return expanded;  // one rank's file: rank 0, whatever its name
+  std::map<long, std::string> by_rank;
+  {
+    for (const std::string& file : expanded) {
       const long rank = rank_in_name(file);
       SEQPAR_INPUT_CHECK(rank >= 0, option, " ", file,
                          ": no rank number in the file's name (name them like model_rank0.safetensors)");

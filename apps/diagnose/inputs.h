@@ -13,8 +13,8 @@
 //
 // A --grads file's names may leave out the "grad." prefix. A rank file's name carries
 // its rank: the last number in it (model_rank3.safetensors is rank 3); the ranks must
-// be 0..N-1, each once. A one-rank reference (--reference) has the same names, and the
-// initial parameters (--initial) the parameters' names; their other tensors (the
+// be 0..N-1, each once. A single file is rank 0 whatever its name. A one-rank
+// reference (--reference) has the same names, and the initial parameters (--initial) the parameters' names; their other tensors (the
 // inputs of seqpar-repro's inputs.safetensors) are left aside and listed.
 #pragma once
 
