@@ -81,6 +81,9 @@ void check_complete(const TensorSet& set, const TensorSet& parameters, const std
                     const std::string& who, const std::string& what) {
   for (const StoredTensor& parameter : parameters.tensors) {
     const StoredTensor* found = set.find(prefix + parameter.name);
+    if (prefix.empty()) {
+      SEQPAR_INPUT_CHECK(found, who, ": no ", what, " '", parameter.name, "', which rank 0 has");
+    }
     SEQPAR_INPUT_CHECK(found, who, ": no ", what, " '", prefix + parameter.name, "' for parameter '",
                        parameter.name, "'");
     SEQPAR_INPUT_CHECK(found->shape == parameter.shape, who, ": '", found->name, "' has shape ",

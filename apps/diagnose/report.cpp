@@ -54,7 +54,11 @@ void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
     out << "    the 2 lr signature: on Adam's first step every copy moves by lr along the sign of its own\n"
            "    gradient, so copies whose gradients have opposite signs end 2 lr apart\n";
   }
-  if (rule.signs) {
+  if (h.beyond > 0) {
+    out << "    " << h.beyond << " pairs are more than 2.5 lr apart: not a first step's parameters (copies\n"
+           "    drift by up to 2 lr a step), so Adam's first-step rule is not applied\n";
+  }
+  if (rule.signs && h.beyond == 0) {
     const repro::SignAgreement& s = *rule.signs;
     out << "  gradient signs against rank 0's: " << s.opposite << " opposite (" << s.opposite_two_lr
         << " of them ended about 2 lr apart), " << s.same << " the same (" << s.same_identical

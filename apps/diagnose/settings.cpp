@@ -33,10 +33,11 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
     take(repro::parse_config(metadata->second, {}, run.ranks[0].files[0] + " (metadata)"), settings);
     settings.sources.push_back("optimizer and mesh from seqpar-repro's configuration in " + run.ranks[0].files[0]);
   }
+  std::string given;
   const auto set = [&](const char* flag, std::optional<double>& target, const std::optional<double>& value) {
     if (!value) return;
     target = value;
-    settings.sources.push_back(std::string(flag) + " from the command line");
+    given += (given.empty() ? "" : ", ") + std::string(flag);
   };
   set("lr", settings.lr, flags.lr);
   set("beta1", settings.beta1, flags.beta1);
@@ -45,16 +46,22 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   set("weight decay", settings.weight_decay, flags.weight_decay);
   if (flags.sp) settings.sp = *flags.sp;
   if (flags.dp) settings.dp = *flags.dp;
+  if (flags.sp) given += (given.empty() ? "" : ", ") + std::string("sp");
+  if (flags.dp) given += (given.empty() ? "" : ", ") + std::string("dp");
+  if (!given.empty()) settings.sources.push_back("from the command line: " + given);
   const int ranks = int(run.ranks.size());
   if (settings.sp == 0 && settings.dp == 0) {
     settings.sp = ranks;
     settings.dp = 1;
     if (ranks > 1) settings.sources.push_back("assumed sp " + std::to_string(ranks) + " x dp 1 (one rank file each; --sp and --dp say otherwise)");
   } else if (settings.sp == 0) {
-    SEQPAR_INPUT_CHECK(ranks % settings.dp == 0, "--dp ", settings.dp, " does not divide the ", ranks, " rank files");
-    settings.sp = ranks / settings.dp;
+    SEQPAR_INPUT_CHECK(ranks % settings.dp == 0 || ranks == 1, "dp ", settings.dp, ": ", ranks,
+                       " rank file(s) are not a multiple of it (missing ranks?)");
+    if (ranks == 1) settings.sp = 1;
+    if (ranks > 1) settings.sp = ranks / settings.dp;
   } else if (settings.dp == 0) {
-    SEQPAR_INPUT_CHECK(ranks % settings.sp == 0 || ranks == 1, "--sp ", settings.sp, " does not divide the ", ranks, " rank files");
+    SEQPAR_INPUT_CHECK(ranks % settings.sp == 0 || ranks == 1, "sp ", settings.sp, ": ", ranks,
+                       " rank file(s) are not a multiple of it (missing ranks?)");
     settings.dp = ranks == 1 ? 1 : ranks / settings.sp;
   }
   SEQPAR_INPUT_CHECK(ranks == 1 || settings.sp * settings.dp == ranks, "sp ", settings.sp, " x dp ", settings.dp,

@@ -46,8 +46,8 @@ const char* const kGroupOfOneFix =
     "spans them (or leave data_parallel_size out of the config)";
 
 Cause group_of_one(const std::string& evidence) {
-  return {"the gradient reduction did not span the sequence-parallel ranks: each rank stepped "
-          "on its own shard's gradient",
+  return {"the gradient reduction did not span every rank that holds a copy of the parameters: "
+          "the ranks stepped on different gradients (their own shards')",
           evidence, kGroupOfOneFix, "seqpar-repro --scenario issue-6868 --policy deepspeed-0.16"};
 }
 
@@ -166,6 +166,10 @@ void decide_against_reference(Diagnosis& diagnosis) {
                              "elsewhere: " + number(scale->relative_error) + " relative error.";
     add_direction_causes(diagnosis, scale->direction_error);
   } else if (clip_off) {
+    if (norms->to_reference_cause.empty() && !norms->mean_of_local_norms) {
+      diagnosis.notes.push_back("the clip norm's factor is none of the usual ones; save each rank's gradient "
+                                "before the reduction as local_grad.NAME to test for the mean of partial norms");
+    }
     diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
     diagnosis.verdict_text = "the ranks agree and the gradient is the one-rank gradient, but clipping used a norm " +
                              number(*norms->to_reference) + "x the one-rank norm" +
