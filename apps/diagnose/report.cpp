@@ -28,6 +28,31 @@ std::string position(int64_t flat, const std::vector<int64_t>& shape) {
   return shape_text(index);
 }
 
+// `text` after `lead`, broken at spaces into lines of at most kWidth columns, each
+// continuation indented under the first line's text.
+constexpr size_t kWidth = 92;
+std::string wrapped(const std::string& lead, const std::string& text) {
+  std::string out = lead, line;
+  const std::string indent(lead.size(), ' ');
+  size_t column = lead.size(), start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (column > lead.size() && column + 1 + word.size() > kWidth) {
+      out += "\n" + indent;
+      column = indent.size();
+    } else if (column > lead.size()) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    start = end + 1;
+  }
+  return out + "\n";
+}
+
 void print_agreement(std::ostream& out, const char* what, const Agreement& agreement, const std::string& prefix) {
   if (agreement.bitwise) {
     out << "  " << what << ": bitwise equal on every rank (" << agreement.elements << " elements)\n";
@@ -128,14 +153,14 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   if (diagnosis.mean_scale) print_scale(out, "the ranks' gradients, averaged", *diagnosis.mean_scale);
   if (diagnosis.local_scale) print_scale(out, "the ranks' local gradients, averaged", *diagnosis.local_scale);
   if (diagnosis.norms) print_norms(out, *diagnosis.norms);
-  if (!diagnosis.layout.empty()) out << "  layout: " << diagnosis.layout << '\n';
-  out << "\nVerdict: " << diagnosis.verdict << "\n  " << diagnosis.verdict_text << '\n';
+  if (!diagnosis.layout.empty()) out << wrapped("  layout: ", diagnosis.layout);
+  out << "\nVerdict: " << diagnosis.verdict << '\n' << wrapped("  ", diagnosis.verdict_text);
   for (const Cause& cause : diagnosis.causes) {
-    out << "\nLikely cause: " << cause.pitfall << "\n  evidence:   " << cause.evidence << "\n  fix:        "
-        << cause.fix << "\n  reproduce:  " << cause.scenario << '\n';
+    out << '\n' << wrapped("Likely cause: ", cause.pitfall) << wrapped("  evidence:   ", cause.evidence)
+        << wrapped("  fix:        ", cause.fix) << "  reproduce:  " << cause.scenario << '\n';
   }
   if (!diagnosis.notes.empty() || !run.set_aside.empty()) out << '\n';
-  for (const std::string& note : diagnosis.notes) out << "Note: " << note << '\n';
+  for (const std::string& note : diagnosis.notes) out << wrapped("Note: ", note);
   for (const std::string& aside : run.set_aside) out << "Note: not a parameter, not used: " << aside << '\n';
 }
 

@@ -126,8 +126,12 @@ void decide_divergent(Diagnosis& diagnosis) {
     evidence += "; Adam's first-step rule predicts every difference from the gradients";
   }
   if (diagnosis.mean_scale && diagnosis.mean_scale->direction_error < 1e-3) {
-    evidence += "; the ranks' gradients average to " + number(diagnosis.mean_scale->ratio) + "x the one-rank gradient" +
-                (diagnosis.mean_scale->cause.empty() ? "" : " (" + diagnosis.mean_scale->cause + ")");
+    const ScaleFigure& mean = *diagnosis.mean_scale;
+    evidence += "; the ranks' gradients average to " +
+                (std::abs(mean.ratio - 1) <= 1e-3 ? std::string("the one-rank gradient")
+                                                  : number(mean.ratio) + "x the one-rank gradient") +
+                (mean.cause.empty() ? "" : " (" + mean.cause + ")") + " (direction to " + number(mean.direction_error) +
+                "): each rank held its part of it";
   }
   if (diagnosis.norms && diagnosis.norms->own_gradient_norms) {
     evidence += "; each rank clipped with its own gradient's norm";
