@@ -117,6 +117,7 @@ ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<
                           const Settings& settings);
 // The mesh groups that match `groups` (ranks with equal copies), in words.
 std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, int dp);
-void decide(Diagnosis& diagnosis, const Settings& settings);
+// The verdict, the causes and the notes, from the figures already in `diagnosis`.
+void decide(Diagnosis& diagnosis);
 
 }  // namespace seqpar::diagnose

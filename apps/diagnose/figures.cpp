@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "apps/diagnose/diagnosis.h"
-#include "core/error.h"
 #include "dist/consistency.h"
 
 namespace seqpar::diagnose {
@@ -261,6 +260,28 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
   return gradients;
 }
 
+// Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
+// mean, and the mean of their local gradients), against the one-rank reference.
+void compare_with_reference(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
+                            const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
+  const std::vector<float> reference = run.reference->parameters.flat(run.parameter_names);
+  diagnosis.equals_reference = std::memcmp(reference.data(), parameters.data(), reference.size() * sizeof(float)) == 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    diagnosis.max_difference_from_reference =
+        std::max(diagnosis.max_difference_from_reference, std::abs(double(parameters[i]) - reference[i]));
+  }
+  if (run.reference->gradients.empty() || gradients.empty()) return;
+  const auto reference_gradient = run.reference->gradients.flat(prefixed("grad.", run.parameter_names));
+  if (diagnosis.gradients->bitwise) diagnosis.scale = scale_against(gradients[0], reference_gradient, settings);
+  else diagnosis.mean_scale = scale_against(mean_of(gradients), reference_gradient, settings);
+  if (run.ranks[0].local_gradients.empty()) return;
+  std::vector<std::vector<float>> local;
+  for (const RankState& rank : run.ranks) {
+    local.push_back(rank.local_gradients.flat(prefixed("local_grad.", run.parameter_names)));
+  }
+  diagnosis.local_scale = scale_against(mean_of(local), reference_gradient, settings);
+}
+
 }  // namespace
 
 Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
@@ -279,29 +300,12 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   }
   diagnosis.moments_are_first_step = saved.moments_are_first_step;
   diagnosis.gradients_from = saved.from;
-  if (run.reference) {
-    const std::vector<float> reference = run.reference->parameters.flat(run.parameter_names);
-    diagnosis.equals_reference = std::memcmp(reference.data(), parameters[0].data(), reference.size() * sizeof(float)) == 0;
-    for (size_t i = 0; i < reference.size(); ++i) {
-      diagnosis.max_difference_from_reference =
-          std::max(diagnosis.max_difference_from_reference, std::abs(double(parameters[0][i]) - reference[i]));
-    }
-    if (!run.reference->gradients.empty() && !gradients.empty()) {
-      const auto reference_gradient = run.reference->gradients.flat(prefixed("grad.", run.parameter_names));
-      if (diagnosis.gradients->bitwise) diagnosis.scale = scale_against(gradients[0], reference_gradient, settings);
-      else diagnosis.mean_scale = scale_against(mean_of(gradients), reference_gradient, settings);
-      if (!run.ranks[0].local_gradients.empty()) {
-        std::vector<std::vector<float>> local;
-        for (const RankState& rank : run.ranks) local.push_back(rank.local_gradients.flat(prefixed("local_grad.", run.parameter_names)));
-        diagnosis.local_scale = scale_against(mean_of(local), reference_gradient, settings);
-      }
-    }
-  }
+  if (run.reference) compare_with_reference(run, settings, parameters[0], gradients, diagnosis);
   if (run.ranks[0].clip_norm) diagnosis.norms = norm_figures(run, settings, gradients);
   if (run.ranks.size() > 1) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
   }
-  decide(diagnosis, settings);
+  decide(diagnosis);
   return diagnosis;
 }
 

@@ -6,7 +6,6 @@
 
 #include "apps/diagnose/diagnosis.h"
 #include "apps/repro/analysis.h"
-#include "core/error.h"
 
 namespace seqpar::diagnose {
 
@@ -216,8 +215,7 @@ std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, 
          " mesh explains them.";
 }
 
-void decide(Diagnosis& diagnosis, const Settings& settings) {
-  (void)settings;
+void decide(Diagnosis& diagnosis) {
   if (diagnosis.non_finite > 0) {
     diagnosis.verdict = repro::verdict_name(repro::Verdict::NumericallyInvalid);
     diagnosis.verdict_text = std::to_string(diagnosis.non_finite) +
