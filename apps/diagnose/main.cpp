@@ -20,7 +20,8 @@ const char* const kUsage =
     "usage: seqpar-diagnose --ranks FILES [--grads FILES] [--optimizer FILES]\n"
     "                       [--reference FILE] [--initial FILE]\n"
     "                       [--ds-config FILE] [--lr LR] [--betas B1,B2] [--eps EPS]\n"
-    "                       [--weight-decay WD] [--sp N] [--dp N] [--json FILE|-]\n"
+    "                       [--weight-decay WD] [--gradient-clipping MAX] [--sp N]\n"
+    "                       [--dp N] [--json FILE|-]\n"
     "                       [--help] [--version]\n"
     "\n"
     "Reads the tensors each rank of a sequence-parallel run saved (safetensors; FILES is a\n"
@@ -73,6 +74,10 @@ Options parse_options(const std::vector<std::string>& arguments) {
       {{"--weight-decay"}, true, [&](const std::string& v) {
          o.settings.weight_decay = parse_number_option("--weight-decay", v);
          SEQPAR_INPUT_CHECK(*o.settings.weight_decay >= 0, "--weight-decay ", v, ": must not be negative");
+       }},
+      {{"--gradient-clipping"}, true, [&](const std::string& v) {
+         o.settings.clipping = parse_number_option("--gradient-clipping", v);
+         SEQPAR_INPUT_CHECK(*o.settings.clipping >= 0, "--gradient-clipping ", v, ": must not be negative");
        }},
       {{"--betas"}, true, [&](const std::string& v) { std::tie(o.settings.beta1, o.settings.beta2) = parse_betas(v); }},
       {{"--sp"}, true, [&](const std::string& v) { o.settings.sp = int(parse_integer_option("--sp", v, 1, 1 << 16)); }},

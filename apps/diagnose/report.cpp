@@ -105,8 +105,14 @@ void print_scale(std::ostream& out, const char* what, const ScaleFigure& scale) 
       << " elements not bitwise equal\n";
 }
 
-void print_norms(std::ostream& out, const NormFigures& norms) {
+void print_norms(std::ostream& out, const NormFigures& norms, const std::optional<double>& threshold) {
   out << "  clip norm: " << number(norms.clip_norms[0]) << " on rank 0";
+  if (threshold && *threshold > 0) {
+    out << (norms.clip_norms[0] > *threshold ? ", above" : ", within") << " the threshold " << number(*threshold)
+        << (norms.clip_norms[0] > *threshold ? " (the step scaled the gradient by " +
+                                                   number(*threshold / norms.clip_norms[0]) + ")"
+                                             : " (no clipping)");
+  }
   if (!norms.ranks_agree) {
     out << ", differing between ranks (";
     for (size_t r = 0; r < norms.clip_norms.size(); ++r) out << (r ? ", " : "") << number(norms.clip_norms[r]);
@@ -152,7 +158,7 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   if (diagnosis.scale) print_scale(out, "gradient scale", *diagnosis.scale);
   if (diagnosis.mean_scale) print_scale(out, "the ranks' gradients, averaged", *diagnosis.mean_scale);
   if (diagnosis.local_scale) print_scale(out, "the ranks' local gradients, averaged", *diagnosis.local_scale);
-  if (diagnosis.norms) print_norms(out, *diagnosis.norms);
+  if (diagnosis.norms) print_norms(out, *diagnosis.norms, settings.clipping);
   if (!diagnosis.layout.empty()) out << wrapped("  layout: ", diagnosis.layout);
   out << "\nVerdict: " << diagnosis.verdict << '\n' << wrapped("  ", diagnosis.verdict_text);
   for (const Cause& cause : diagnosis.causes) {

@@ -25,7 +25,13 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   Settings settings;
   const auto metadata = run.ranks[0].metadata.find("config");
   if (!flags.ds_config.empty()) {
-    take(repro::load_config(flags.ds_config), settings);
+    try {
+      take(repro::load_config(flags.ds_config), settings);
+    } catch (const InputError& error) {
+      // seqpar-repro refuses what it cannot reproduce (half precision, schedulers, ...),
+      // which the diagnosis does not need: the flags carry the few numbers it does.
+      SEQPAR_INPUT_FAIL("--ds-config: ", error.what(), " (or give --lr, --betas, --sp and --dp instead)");
+    }
     settings.sources.push_back("optimizer and mesh from " + flags.ds_config +
                                " (as seqpar-repro reads it: keys left out take the bug report's values)");
   } else if (metadata != run.ranks[0].metadata.end() && run.ranks[0].metadata.count("producer") &&
@@ -44,6 +50,7 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   set("beta2", settings.beta2, flags.beta2);
   set("eps", settings.eps, flags.eps);
   set("weight decay", settings.weight_decay, flags.weight_decay);
+  set("gradient clipping", settings.clipping, flags.clipping);
   if (flags.sp) settings.sp = *flags.sp;
   if (flags.dp) settings.dp = *flags.dp;
   if (flags.sp) given += (given.empty() ? "" : ", ") + std::string("sp");

@@ -11,7 +11,7 @@
 namespace seqpar::diagnose {
 
 struct SettingFlags {
-  std::optional<double> lr, beta1, beta2, eps, weight_decay;
+  std::optional<double> lr, beta1, beta2, eps, weight_decay, clipping;
   std::optional<int> sp, dp;
   std::string ds_config;  // a path, or empty
 };

@@ -18,6 +18,7 @@ python3 "$here/make_fixtures.py" "$fx" || { echo "FAIL: cannot write the fixture
 mkfifo "$fx/fifo_rank0.safetensors"
 mkdir "$fx/dir_rank0.safetensors"
 printf '{"sequence_paralel_size": 4}\n' > "$fx/typo.json"
+printf '{"sequence_parallel_size": 4, "fp16": {"enabled": true}}\n' > "$fx/fp16.json"
 passed=0
 failed=0
 
@@ -83,6 +84,7 @@ check "reference of another shape" 2 "--reference" -- --ranks "$fx/good_rank*.sa
   --reference "$fx/reference_shapes.safetensors"
 check "a clip_norm of two values" 2 "clip_norm has shape [2]" -- --ranks "$fx/clip_rank0.safetensors"
 # ---- broken files
+check "a file without tensors" 2 "no parameters" -- --ranks "$fx/empty_rank0.safetensors"
 check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16 and BF16" -- \
   --ranks "$fx/int_rank0.safetensors"
 check "a truncated file" 2 "truncated: tensor 'bias' ends at byte 64" -- --ranks "$fx/truncated_rank0.safetensors"
@@ -102,10 +104,23 @@ check "a missing file" 2 "cannot read: No such file or directory" -- --ranks "$f
 check "--betas without a comma" 2 "--betas '0.9': expected B1,B2" -- --ranks "$fx/good_rank*.safetensors" --betas 0.9
 check "--lr 0" 2 "--lr 0: expected a number in (0, 1]" -- --ranks "$fx/good_rank*.safetensors" --lr 0
 check "--sp not a number" 2 "--sp" -- --ranks "$fx/good_rank*.safetensors" --sp four
+check "--gradient-clipping -1" 2 "--gradient-clipping -1: must not be negative" -- \
+  --ranks "$fx/good_rank*.safetensors" --gradient-clipping -1
 check "an unknown option" 2 "--rank" -- --rank "$fx/good_rank0.safetensors"
 check "--json in a missing directory" 2 "--json" -- --ranks "$fx/good_rank*.safetensors" --json /nonexistent/dir/x.json
 check "a ds_config with a typo" 2 "sequence_paralel_size" -- --ranks "$fx/good_rank*.safetensors" \
   --ds-config "$fx/typo.json"
+
+# ---- --help and --version: stdout, exit 0
+for flag in --help --version; do
+  if "$program" "$flag" 2> "$work/stderr" | grep -q "seqpar-diagnose" && [ ! -s "$work/stderr" ]; then
+    passed=$((passed + 1)); echo "ok    $flag"
+  else
+    failed=$((failed + 1)); echo "FAIL  $flag"
+  fi
+done
+check "a ds_config seqpar-repro refuses" 2 "(or give --lr, --betas, --sp and --dp instead)" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/fp16.json"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -77,6 +77,7 @@ def main():
     write(at("grads_rank0.safetensors"), [("weight", "F32", [4, 3], [0.5] * 12), ("bias", "F32", [4], [0.5] * 4)])
     write(at("clip_rank0.safetensors"), model(1) + [("clip_norm", "F32", [2], [1, 2])])
     write(at("reference_shapes.safetensors"), model(1, weight_shape=(4, 2)))
+    write(at("empty_rank0.safetensors"), [])
     write(at("noname.safetensors"), model(1))
     write(at("noname-too.safetensors"), model(1))
 
