@@ -199,8 +199,8 @@ RunFiles read_run_files(const FileLists& lists) {
   const TensorSet& parameters = run.ranks[0].parameters;
   if (!lists.reference.empty()) {
     RankState reference;
-    read_into(reference, lists.reference, false, false);
-    const std::string who = "--reference " + lists.reference;
+    for (const std::string& file : lists.reference) read_into(reference, file, false, false);
+    const std::string who = "--reference " + lists.reference[0];
     check_complete(reference.parameters, parameters, "", who, "parameter");
     if (!reference.gradients.empty()) check_complete(reference.gradients, parameters, "grad.", who, "gradient");
     run.reference = std::move(reference);

@@ -54,7 +54,8 @@ struct RunFiles {
 
 struct FileLists {
   std::vector<std::string> ranks, grads, optimizer;  // each: patterns or files
-  std::string reference, initial;
+  std::vector<std::string> reference;  // the reference's files (parameters, gradients), merged
+  std::string initial;
 };
 
 // Expands the patterns (glob(3)), orders the files by rank and reads them. Every

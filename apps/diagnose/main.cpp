@@ -18,7 +18,7 @@ namespace {
 
 const char* const kUsage =
     "usage: seqpar-diagnose --ranks FILES [--grads FILES] [--optimizer FILES]\n"
-    "                       [--reference FILE] [--initial FILE]\n"
+    "                       [--reference FILE]... [--initial FILE]\n"
     "                       [--ds-config FILE] [--lr LR] [--betas B1,B2] [--eps EPS]\n"
     "                       [--weight-decay WD] [--gradient-clipping MAX] [--sp N]\n"
     "                       [--dp N] [--json FILE|-]\n"
@@ -67,7 +67,7 @@ Options parse_options(const std::vector<std::string>& arguments) {
       {{"--help", "-h"}, false, [&](const std::string&) { o.help = true; }},
       {{"--version"}, false, [&](const std::string&) { o.version = true; }},
       list("--ranks", o.files.ranks), list("--grads", o.files.grads), list("--optimizer", o.files.optimizer),
-      text("--reference", o.files.reference), text("--initial", o.files.initial),
+      list("--reference", o.files.reference), text("--initial", o.files.initial),
       text("--ds-config", o.settings.ds_config), text("--json", o.json_path),
       {{"--lr"}, true, [&](const std::string& v) { o.settings.lr = positive("--lr", v); }},
       {{"--eps"}, true, [&](const std::string& v) { o.settings.eps = positive("--eps", v); }},
