@@ -148,25 +148,26 @@ void decide_divergent(Diagnosis& diagnosis) {
 void decide_against_reference(Diagnosis& diagnosis) {
   const ScaleFigure* scale = diagnosis.scale ? &*diagnosis.scale : nullptr;
   const NormFigures* norms = diagnosis.norms ? &*diagnosis.norms : nullptr;
+  const std::string agree = diagnosis.ranks > 1 ? "the ranks agree bitwise" : "one rank's files (no agreement to check)";
   const bool clip_off = norms && norms->to_reference && std::abs(*norms->to_reference - 1) > 1e-3 &&
                         !(scale && std::abs(*norms->to_reference / scale->ratio - 1) <= 1e-3);
   if (diagnosis.equals_reference.value_or(false) && (!scale || scale->unlike_reference == 0) && !clip_off) {
     diagnosis.verdict = repro::verdict_name(repro::Verdict::Identical);
     diagnosis.verdict_text = "the parameters" + std::string(scale ? " and gradients" : "") +
-                             " equal the one-rank reference's bit for bit; the ranks agree bitwise.";
+                             " equal the one-rank reference's bit for bit; " + agree + ".";
   } else if (scale && (!scale->cause.empty() ||
                        (std::abs(scale->ratio - 1) > 1e-3 && scale->direction_error <= repro::kGradientRounding))) {
     // A named factor, or a pure scale: the direction is right, only the size is off.
     diagnosis.verdict = repro::verdict_name(repro::Verdict::WrongGradientScale);
-    diagnosis.verdict_text = "the ranks agree bitwise, but the gradient is " + number(scale->ratio) +
+    diagnosis.verdict_text = agree + ", but the gradient is " + number(scale->ratio) +
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
                              ". Adam hardly sees a steady scale; clipping does.";
     if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
     if (scale->direction_error > repro::kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
   } else if (scale && scale->direction_error > repro::kGradientRounding) {
     diagnosis.verdict = "CONSISTENT, WRONG GRADIENT";
-    diagnosis.verdict_text = "the ranks agree bitwise and the gradient has the one-rank size, but it points "
-                             "elsewhere: " + number(scale->relative_error) + " relative error.";
+    diagnosis.verdict_text = agree + "; the gradient has the one-rank size but points elsewhere: " +
+                             number(scale->direction_error) + " relative error with the scale taken out.";
     add_direction_causes(diagnosis, scale->direction_error);
   } else if (clip_off) {
     if (norms->to_reference_cause.empty() && !norms->mean_of_local_norms) {
@@ -174,12 +175,13 @@ void decide_against_reference(Diagnosis& diagnosis) {
                                 "before the reduction as local_grad.NAME to test for the mean of partial norms");
     }
     diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
-    diagnosis.verdict_text = "the ranks agree and the gradient is the one-rank gradient, but clipping used a norm " +
+    diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
+                             ", but clipping used a norm " +
                              number(*norms->to_reference) + "x the one-rank norm" +
                              (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
   } else {
     diagnosis.verdict = repro::verdict_name(repro::Verdict::NotExact);
-    diagnosis.verdict_text = "the ranks agree bitwise and match one-rank training up to rounding: parameters within " +
+    diagnosis.verdict_text = agree + " and match one-rank training up to rounding: parameters within " +
                              number(diagnosis.max_difference_from_reference) +
                              (scale ? ", gradient within " + number(scale->relative_error) + " (relative)" : "") + ".";
   }
