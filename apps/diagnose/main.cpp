@@ -1,0 +1,132 @@
+// seqpar-diagnose: what went wrong in a user's own sequence-parallel run, from the
+// tensors each rank saved. See apps/diagnose/README.md.
+//
+// Reading order: inputs.h (what is read and how it is checked), diagnosis.h (the
+// figures and verdicts), figures.cpp, verdict.cpp (which pitfall the figures point
+// to), report.cpp.
+#include <iostream>
+
+#include "apps/diagnose/report.h"
+#include "apps/diagnose/settings.h"
+#include "core/command_line.h"
+#include "core/error.h"
+#include "core/output_file.h"
+#include "core/version.h"
+
+namespace seqpar::diagnose {
+namespace {
+
+const char* const kUsage =
+    "usage: seqpar-diagnose --ranks FILES [--grads FILES] [--optimizer FILES]\n"
+    "                       [--reference FILE]... [--initial FILE]\n"
+    "                       [--ds-config FILE] [--lr LR] [--betas B1,B2] [--eps EPS]\n"
+    "                       [--weight-decay WD] [--gradient-clipping MAX] [--sp N]\n"
+    "                       [--dp N] [--json FILE|-]\n"
+    "                       [--help] [--version]\n"
+    "\n"
+    "Reads the tensors each rank of a sequence-parallel run saved (safetensors; FILES is a\n"
+    "file or a quoted glob such as 'model_rank*.safetensors', repeatable; the last number\n"
+    "in a file's name is its rank) and says whether the ranks agree, and if not, which of\n"
+    "the known pitfalls the numbers show, with its fix and the seqpar-repro scenario that\n"
+    "reproduces it. Names: PARAM (after the step), grad.PARAM, local_grad.PARAM,\n"
+    "exp_avg.PARAM, exp_avg_sq.PARAM, clip_norm. --reference: one process on the whole\n"
+    "batch. --initial: the parameters before the first step. Exit status 0 whatever the\n"
+    "verdict, 2 for bad input. See apps/diagnose/README.md.\n";
+
+struct Options {
+  FileLists files;
+  SettingFlags settings;
+  std::string json_path;
+  bool help = false, version = false;
+};
+
+std::pair<double, double> parse_betas(const std::string& text) {
+  const size_t comma = text.find(',');
+  SEQPAR_INPUT_CHECK(comma != std::string::npos, "--betas '", text, "': expected B1,B2 (0.9,0.999)");
+  const double b1 = parse_number_option("--betas", text.substr(0, comma));
+  const double b2 = parse_number_option("--betas", text.substr(comma + 1));
+  SEQPAR_INPUT_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "--betas '", text, "': each must be in [0, 1)");
+  return {b1, b2};
+}
+
+double positive(const std::string& option, const std::string& text) {
+  const double value = parse_number_option(option, text);
+  SEQPAR_INPUT_CHECK(value > 0 && value <= 1, option, " ", text, ": expected a number in (0, 1]");
+  return value;
+}
+
+Options parse_options(const std::vector<std::string>& arguments) {
+  Options o;
+  const auto list = [](const char* name, std::vector<std::string>& target) {
+    return CommandLineOption{{name}, true, [&target](const std::string& v) { target.push_back(v); }};
+  };
+  const auto text = [](const char* name, std::string& target) {
+    return CommandLineOption{{name}, true, [&target](const std::string& v) { target = v; }};
+  };
+  parse_command_line(arguments, {
+      {{"--help", "-h"}, false, [&](const std::string&) { o.help = true; }},
+      {{"--version"}, false, [&](const std::string&) { o.version = true; }},
+      list("--ranks", o.files.ranks), list("--grads", o.files.grads), list("--optimizer", o.files.optimizer),
+      list("--reference", o.files.reference), text("--initial", o.files.initial),
+      text("--ds-config", o.settings.ds_config), text("--json", o.json_path),
+      {{"--lr"}, true, [&](const std::string& v) { o.settings.lr = positive("--lr", v); }},
+      {{"--eps"}, true, [&](const std::string& v) { o.settings.eps = positive("--eps", v); }},
+      {{"--weight-decay"}, true, [&](const std::string& v) {
+         o.settings.weight_decay = parse_number_option("--weight-decay", v);
+         SEQPAR_INPUT_CHECK(*o.settings.weight_decay >= 0, "--weight-decay ", v, ": must not be negative");
+       }},
+      {{"--gradient-clipping"}, true, [&](const std::string& v) {
+         o.settings.clipping = parse_number_option("--gradient-clipping", v);
+         SEQPAR_INPUT_CHECK(*o.settings.clipping >= 0, "--gradient-clipping ", v, ": must not be negative");
+       }},
+      {{"--betas"}, true, [&](const std::string& v) { std::tie(o.settings.beta1, o.settings.beta2) = parse_betas(v); }},
+      {{"--sp"}, true, [&](const std::string& v) { o.settings.sp = int(parse_integer_option("--sp", v, 1, 1 << 16)); }},
+      {{"--dp"}, true, [&](const std::string& v) { o.settings.dp = int(parse_integer_option("--dp", v, 1, 1 << 16)); }},
+  });
+  return o;
+}
+
+int run(int argc, char** argv) {
+  const Options options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  if (options.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (options.version) {
+    std::cout << "seqpar-diagnose " << kSeqparVersion << '\n';
+    return 0;
+  }
+  if (!options.json_path.empty() && options.json_path != "-") check_output_path("--json", options.json_path);
+  const RunFiles run = read_run_files(options.files);
+  const Settings settings = resolve_settings(options.settings, run);
+  const Diagnosis diagnosis = diagnose(run, settings);
+  std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
+  print_diagnosis(out, run, settings, diagnosis);
+  if (options.json_path == "-") {
+    std::cout << diagnosis_json(run, settings, diagnosis);
+  } else if (!options.json_path.empty()) {
+    write_output_file(options.json_path, diagnosis_json(run, settings, diagnosis));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace seqpar::diagnose
+
+int main(int argc, char** argv) {
+  try {
+    const int status = seqpar::diagnose::run(argc, argv);
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "seqpar-diagnose: cannot write the report to standard output\n";
+      return 1;
+    }
+    return status;
+  } catch (const seqpar::InputError& error) {
+    std::cerr << "seqpar-diagnose: " << error.what() << '\n';
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "seqpar-diagnose: " << error.what() << '\n';
+    return 1;
+  }
+}

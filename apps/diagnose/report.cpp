@@ -1,0 +1,220 @@
+#include "apps/diagnose/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace seqpar::diagnose {
+
+namespace {
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+std::string percent(int64_t part, int64_t whole) {
+  return whole > 0 ? number(100.0 * double(part) / double(whole)) + "%" : "-";
+}
+
+// Flat index -> [i, j, ...] in a row-major tensor of `shape`.
+std::string position(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] > 0 ? flat % shape[d] : 0;
+    flat = shape[d] > 0 ? flat / shape[d] : 0;
+  }
+  return shape_text(index);
+}
+
+// `text` after `lead`, broken at spaces into lines of at most kWidth columns, each
+// continuation indented under the first line's text.
+constexpr size_t kWidth = 92;
+std::string wrapped(const std::string& lead, const std::string& text) {
+  std::string out = lead, line;
+  const std::string indent(lead.size(), ' ');
+  size_t column = lead.size(), start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (column > lead.size() && column + 1 + word.size() > kWidth) {
+      out += "\n" + indent;
+      column = indent.size();
+    } else if (column > lead.size()) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    start = end + 1;
+  }
+  return out + "\n";
+}
+
+void print_agreement(std::ostream& out, const char* what, const Agreement& agreement, const std::string& prefix) {
+  if (agreement.bitwise) {
+    out << "  " << what << ": bitwise equal on every rank (" << agreement.elements << " elements)\n";
+    return;
+  }
+  out << "  " << what << ": " << agreement.differing << " of " << agreement.elements
+      << " elements differ between ranks, by up to " << number(agreement.max_difference) << '\n';
+  for (const TensorDifference& t : agreement.tensors) {
+    std::string ranks;
+    for (int rank : t.ranks_unlike_rank0) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
+    out << "    " << prefix << t.name << ' ' << shape_text(t.shape) << ": " << t.differing << " of " << t.elements
+        << " differ (max " << number(t.max_difference) << "); first at " << position(t.first, t.shape)
+        << ", where rank(s) " << ranks << " differ from rank 0\n";
+  }
+}
+
+void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
+  const repro::LrHistogram& h = rule.histogram;
+  const int64_t pairs = h.identical + h.below_half + h.about_one + h.about_two + h.beyond;
+  out << "  differences from rank 0 in units of lr = " << number(lr) << " (" << pairs << " element pairs): "
+      << "equal " << h.identical << ", below 0.5 lr " << h.below_half << ", about 1 lr " << h.about_one
+      << ", about 2 lr " << h.about_two << ", beyond " << h.beyond << '\n';
+  if (rule.two_lr_signature) {
+    out << "    the 2 lr signature: on Adam's first step every copy moves by lr along the sign of its own\n"
+           "    gradient, so copies whose gradients have opposite signs end 2 lr apart\n";
+  }
+  if (h.beyond > 0) {
+    out << "    " << h.beyond << " pairs are more than 2.5 lr apart: not a first step's parameters (copies\n"
+           "    drift by up to 2 lr a step), so Adam's first-step rule is not applied\n";
+  }
+  if (rule.signs && h.beyond == 0) {
+    const repro::SignAgreement& s = *rule.signs;
+    out << "  gradient signs against rank 0's: " << s.opposite << " opposite (" << s.opposite_two_lr
+        << " of them ended about 2 lr apart), " << s.same << " the same (" << s.same_identical
+        << " ended bitwise equal)\n";
+    out << "  Adam's first-step rule (lr g / (|g| + eps)) predicts " << rule.rule_matching << " of " << rule.rule_pairs
+        << " differences to 1% of lr (" << percent(rule.rule_matching, rule.rule_pairs) << ")\n";
+  }
+  if (rule.update_elements > 0) {
+    out << "  against the initial parameters: " << rule.update_matching << " of " << rule.update_elements
+        << " updates are lr or 0 as Adam's first step makes them (" << percent(rule.update_matching, rule.update_elements)
+        << ")\n";
+  }
+}
+
+void print_scale(std::ostream& out, const char* what, const ScaleFigure& scale) {
+  out << "  " << what << ": " << number(scale.ratio) << "x the one-rank gradient's norm"
+      << (scale.cause.empty() ? "" : " (" + scale.cause + ")") << "; relative error " << number(scale.relative_error)
+      << ", " << number(scale.direction_error) << " with the scale taken out; " << scale.unlike_reference
+      << " elements not bitwise equal\n";
+}
+
+void print_norms(std::ostream& out, const NormFigures& norms, const std::optional<double>& threshold) {
+  out << "  clip norm: " << number(norms.clip_norms[0]) << " on rank 0";
+  if (threshold && *threshold > 0) {
+    out << (norms.clip_norms[0] > *threshold ? ", above" : ", within") << " the threshold " << number(*threshold)
+        << (norms.clip_norms[0] > *threshold ? " (the step scaled the gradient by " +
+                                                   number(*threshold / norms.clip_norms[0]) + ")"
+                                             : " (no clipping)");
+  }
+  if (!norms.ranks_agree) {
+    out << ", differing between ranks (";
+    for (size_t r = 0; r < norms.clip_norms.size(); ++r) out << (r ? ", " : "") << number(norms.clip_norms[r]);
+    out << ")";
+  }
+  out << '\n';
+  if (!norms.gradient_norms.empty()) {
+    out << "    " << number(norms.to_gradient) << "x the norm of rank 0's gradient ("
+        << number(norms.gradient_norms[0]) << ")" << (norms.to_gradient_cause.empty() ? "" : " " + norms.to_gradient_cause)
+        << (norms.own_gradient_norms ? "; each rank's is its own gradient's norm" : "") << '\n';
+  }
+  if (norms.mean_of_local_norms) {
+    out << "    the mean of the ranks' local gradient norms is " << number(*norms.mean_of_local_norms)
+        << (norms.mean_of_partials ? ": the clip norm is that mean" : "") << '\n';
+  }
+  if (norms.to_reference) {
+    out << "    " << number(*norms.to_reference) << "x the one-rank norm (" << number(*norms.reference_norm) << ")"
+        << (norms.to_reference_cause.empty() ? "" : " " + norms.to_reference_cause) << '\n';
+  }
+}
+
+}  // namespace
+
+void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& settings, const Diagnosis& diagnosis) {
+  out << "seqpar-diagnose: " << diagnosis.ranks << " rank(s), " << run.parameter_names.size() << " parameter tensor(s)";
+  if (settings.sp > 0) out << ", sp " << settings.sp << " x dp " << std::max(settings.dp, 1);
+  if (settings.lr) out << ", lr " << number(*settings.lr);
+  out << '\n';
+  for (const std::string& source : settings.sources) out << "  settings: " << source << '\n';
+  out << "\nWhat the files show\n";
+  print_agreement(out, "parameters", diagnosis.parameters, "");
+  if (diagnosis.gradients) print_agreement(out, ("gradients (" + diagnosis.gradients_from + ")").c_str(), *diagnosis.gradients, "grad.");
+  if (diagnosis.moments_are_first_step) {
+    out << "  Adam's moments: " << (*diagnosis.moments_are_first_step
+        ? "a first step's (exp_avg_sq = (1-b2)/(1-b1)^2 exp_avg^2 everywhere)"
+        : "past the first step (exp_avg_sq is not (1-b2)/(1-b1)^2 exp_avg^2): the 2 lr rule does not apply") << '\n';
+  }
+  if (diagnosis.first_step && !diagnosis.parameters.bitwise) print_first_step(out, *diagnosis.first_step, *settings.lr);
+  if (diagnosis.equals_reference) {
+    out << "  against the one-rank reference: rank 0's parameters "
+        << (*diagnosis.equals_reference ? "are bitwise equal" : "differ by up to " + number(diagnosis.max_difference_from_reference)) << '\n';
+  }
+  if (diagnosis.scale) print_scale(out, "gradient scale", *diagnosis.scale);
+  if (diagnosis.mean_scale) print_scale(out, "the ranks' gradients, averaged", *diagnosis.mean_scale);
+  if (diagnosis.local_scale) print_scale(out, "the ranks' local gradients, averaged", *diagnosis.local_scale);
+  if (diagnosis.norms) print_norms(out, *diagnosis.norms, settings.clipping);
+  if (!diagnosis.layout.empty()) out << wrapped("  layout: ", diagnosis.layout);
+  out << "\nVerdict: " << diagnosis.verdict << '\n' << wrapped("  ", diagnosis.verdict_text);
+  for (const Cause& cause : diagnosis.causes) {
+    out << '\n' << wrapped("Likely cause: ", cause.pitfall) << wrapped("  evidence:   ", cause.evidence)
+        << wrapped("  fix:        ", cause.fix) << "  reproduce:  " << cause.scenario << '\n';
+  }
+  if (!diagnosis.notes.empty() || !run.set_aside.empty()) out << '\n';
+  for (const std::string& note : diagnosis.notes) out << wrapped("Note: ", note);
+  for (const std::string& aside : run.set_aside) out << "Note: not a parameter, not used: " << aside << '\n';
+}
+
+std::string diagnosis_json(const RunFiles& run, const Settings& settings, const Diagnosis& diagnosis) {
+  using nlohmann::json;
+  const auto finite = [](double value) { return std::isfinite(value) ? json(value) : json(nullptr); };
+  const auto scale = [&](const std::optional<ScaleFigure>& figure) {
+    if (!figure) return json(nullptr);
+    return json{{"ratio", finite(figure->ratio)}, {"cause", figure->cause},
+                {"relative_error", finite(figure->relative_error)},
+                {"direction_error", finite(figure->direction_error)}, {"unlike_reference", figure->unlike_reference}};
+  };
+  json out = {{"schema", "seqpar-diagnose/1"},
+              {"ranks", diagnosis.ranks},
+              {"sequence_parallel_size", settings.sp},
+              {"data_parallel_size", std::max(settings.dp, 1)},
+              {"lr", settings.lr ? json(*settings.lr) : json(nullptr)},
+              {"verdict", diagnosis.verdict},
+              {"verdict_text", diagnosis.verdict_text},
+              {"parameters_agree", diagnosis.parameters.bitwise},
+              {"differing_parameters", diagnosis.parameters.differing},
+              {"max_cross_rank_difference", diagnosis.parameters.max_difference},
+              {"rank_groups", diagnosis.parameters.groups},
+              {"gradients_agree", diagnosis.gradients ? json(diagnosis.gradients->bitwise) : json(nullptr)},
+              {"two_lr_signature", diagnosis.first_step ? json(diagnosis.first_step->two_lr_signature) : json(nullptr)},
+              {"equals_reference", diagnosis.equals_reference ? json(*diagnosis.equals_reference) : json(nullptr)},
+              {"gradient_scale", scale(diagnosis.scale)},
+              {"mean_gradient_scale", scale(diagnosis.mean_scale)},
+              {"local_gradient_scale", scale(diagnosis.local_scale)},
+              {"layout", diagnosis.layout},
+              {"notes", diagnosis.notes}};
+  if (diagnosis.norms) {
+    const NormFigures& n = *diagnosis.norms;
+    out["clip_norm"] = {{"per_rank", n.clip_norms},
+                        {"to_gradient", finite(n.to_gradient)}, {"to_gradient_cause", n.to_gradient_cause},
+                        {"to_reference", n.to_reference ? finite(*n.to_reference) : json(nullptr)},
+                        {"to_reference_cause", n.to_reference_cause},
+                        {"mean_of_partials", n.mean_of_partials}, {"own_gradient_norms", n.own_gradient_norms}};
+  } else {
+    out["clip_norm"] = nullptr;
+  }
+  out["causes"] = json::array();
+  for (const Cause& cause : diagnosis.causes) {
+    out["causes"].push_back({{"pitfall", cause.pitfall}, {"evidence", cause.evidence}, {"fix", cause.fix},
+                             {"scenario", cause.scenario}});
+  }
+  (void)run;
+  return out.dump(2) + "\n";
+}
+
+}  // namespace seqpar::diagnose

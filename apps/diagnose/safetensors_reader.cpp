@@ -1,0 +1,183 @@
+#include "apps/diagnose/safetensors_reader.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace seqpar::diagnose {
+
+namespace {
+
+using nlohmann::json;
+
+static_assert(sizeof(float) == 4, "float32 values are read as 4-byte floats");
+
+uint64_t little_endian_u64(const unsigned char* bytes) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | bytes[i];
+  return value;
+}
+
+int dtype_bytes(const std::string& path, const std::string& name, const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "F16" || dtype == "BF16") return 2;
+  SEQPAR_INPUT_FAIL(path, ": tensor '", name, "' is ", dtype,
+                    "; seqpar-diagnose reads F32, F16 and BF16 (convert it to float32 before saving)");
+}
+
+// The file's bytes, after checking that it is a regular file (a FIFO or device would
+// block or never end).
+std::string whole_file(const std::string& path) {
+  struct stat status {};
+  SEQPAR_INPUT_CHECK(::stat(path.c_str(), &status) == 0, path, ": cannot read: ", std::strerror(errno));
+  SEQPAR_INPUT_CHECK(S_ISREG(status.st_mode), path, ": not a regular file");
+  std::ifstream file(path, std::ios::binary);
+  SEQPAR_INPUT_CHECK(file.is_open(), path, ": cannot open: ", std::strerror(errno));
+  std::string bytes(static_cast<size_t>(status.st_size), '\0');
+  file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  SEQPAR_INPUT_CHECK(file.gcount() == static_cast<std::streamsize>(bytes.size()), path,
+                     ": read ", file.gcount(), " of its ", bytes.size(), " bytes");
+  return bytes;
+}
+
+json parse_header(const std::string& path, const std::string& text) {
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& error) {
+    SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
+  }
+  SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
+  return header;
+}
+
+std::vector<int64_t> shape_of(const std::string& path, const std::string& name, const json& entry) {
+  const json& shape = entry.at("shape");
+  SEQPAR_INPUT_CHECK(shape.is_array(), path, ": tensor '", name, "': shape is not a list");
+  std::vector<int64_t> dims;
+  for (const json& dim : shape) {
+    SEQPAR_INPUT_CHECK(dim.is_number_unsigned() && dim.get<uint64_t>() < (uint64_t{1} << 48), path,
+                       ": tensor '", name, "': shape ", shape.dump(), " is not a list of sizes");
+    dims.push_back(dim.get<int64_t>());
+  }
+  return dims;
+}
+
+// Decodes one header entry and its bytes of `data`.
+StoredTensor read_tensor(const std::string& path, const std::string& name, const json& entry,
+                         const std::string& data, std::pair<uint64_t, uint64_t>& range) {
+  SEQPAR_INPUT_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+                         entry.contains("data_offsets") && entry.at("dtype").is_string(),
+                     path, ": tensor '", name, "' lacks dtype, shape or data_offsets");
+  StoredTensor tensor{name, entry.at("dtype").get<std::string>(), shape_of(path, name, entry), {}};
+  const int bytes = dtype_bytes(path, name, tensor.dtype);
+  const json& offsets = entry.at("data_offsets");
+  SEQPAR_INPUT_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                         offsets[1].is_number_unsigned(),
+                     path, ": tensor '", name, "': data_offsets is not [begin, end]");
+  range = {offsets[0].get<uint64_t>(), offsets[1].get<uint64_t>()};
+  uint64_t count = 1;
+  for (int64_t dim : tensor.shape) {
+    SEQPAR_INPUT_CHECK(dim == 0 || count <= (uint64_t{1} << 48) / uint64_t(dim), path, ": tensor '",
+                       name, "': shape ", shape_text(tensor.shape), " is too large");
+    count *= uint64_t(dim);
+  }
+  SEQPAR_INPUT_CHECK(range.first <= range.second && range.second - range.first == count * bytes, path,
+                     ": tensor '", name, "': data_offsets [", range.first, ", ", range.second,
+                     "] do not hold shape ", shape_text(tensor.shape), " of ", tensor.dtype);
+  SEQPAR_INPUT_CHECK(range.second <= data.size(), path, ": truncated: tensor '", name,
+                     "' ends at byte ", range.second, " of the data, but the file holds ",
+                     data.size(), " bytes of data");
+  tensor.values.resize(count);
+  const char* source = data.data() + range.first;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (bytes == 4) {
+      std::memcpy(&tensor.values[i], source + 4 * i, 4);
+    } else {
+      uint16_t half = 0;
+      std::memcpy(&half, source + 2 * i, 2);
+      tensor.values[i] = tensor.dtype == "F16" ? float_from_half(half) : float_from_bfloat16(half);
+    }
+  }
+  return tensor;
+}
+
+}  // namespace
+
+std::string shape_text(const std::vector<int64_t>& shape) { return detail::concat(shape); }
+
+float float_from_half(uint16_t bits) {
+  const uint32_t sign = uint32_t(bits >> 15) << 31;
+  const int exponent = (bits >> 10) & 0x1f;
+  const uint32_t mantissa = bits & 0x3ff;
+  float magnitude;
+  if (exponent == 0x1f) {
+    magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // subnormal: m x 2^-24
+  } else {
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
+  }
+  uint32_t word = 0;
+  std::memcpy(&word, &magnitude, 4);
+  word |= sign;
+  float value = 0;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+float float_from_bfloat16(uint16_t bits) {
+  const uint32_t word = uint32_t(bits) << 16;
+  float value = 0;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+StoredFile read_safetensors(const std::string& path) {
+  const std::string bytes = whole_file(path);
+  SEQPAR_INPUT_CHECK(bytes.size() >= 8, path, ": truncated: ", bytes.size(),
+                     " bytes, not even the 8-byte header length (is it a safetensors file?)");
+  const uint64_t length = little_endian_u64(reinterpret_cast<const unsigned char*>(bytes.data()));
+  SEQPAR_INPUT_CHECK(length <= kMaxHeaderBytes, path, ": the header claims ", length,
+                     " bytes, above the format's limit of ", kMaxHeaderBytes,
+                     " (a corrupt file, or not safetensors)");
+  SEQPAR_INPUT_CHECK(8 + length <= bytes.size(), path, ": truncated: the header claims ", length,
+                     " bytes, but the file holds ", bytes.size() - 8, " after the length");
+  const json header = parse_header(path, bytes.substr(8, length));
+  const std::string data = bytes.substr(8 + length);
+  StoredFile file{path, {}, {}};
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      SEQPAR_INPUT_CHECK(entry.is_object(), path, ": __metadata__ is not an object");
+      for (const auto& [key, value] : entry.items()) {
+        SEQPAR_INPUT_CHECK(value.is_string(), path, ": __metadata__ '", key, "' is not a string");
+        file.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    std::pair<uint64_t, uint64_t> range;
+    file.tensors.push_back(read_tensor(path, name, entry, data, range));
+    ranges.push_back({range, file.tensors.size() - 1});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    SEQPAR_INPUT_CHECK(ranges[i].first.first >= ranges[i - 1].first.second, path, ": tensors '",
+                       file.tensors[ranges[i - 1].second].name, "' and '",
+                       file.tensors[ranges[i].second].name, "' overlap in the data");
+  }
+  std::vector<StoredTensor> ordered;
+  for (const auto& range : ranges) ordered.push_back(std::move(file.tensors[range.second]));
+  file.tensors = std::move(ordered);
+  return file;
+}
+
+}  // namespace seqpar::diagnose

@@ -1,0 +1,51 @@
+// Reads the safetensors files a user saved (safetensors.torch.save_file, or the few
+// lines of Python in the README that write the same format): an 8-byte little-endian
+// header length, a JSON header naming each tensor's dtype, shape and byte range, then
+// the data. core/safetensors.h writes the format; this is its reader, for the
+// diagnosis only.
+//
+// Float32 is read as it is; float16 and bfloat16 are widened to float32, which holds
+// every one of their values exactly, so bitwise comparisons keep their meaning. Any
+// other dtype (F64, integers, ...) is refused by name: narrowing it would invent
+// differences or hide them.
+//
+// Everything wrong with a file is a seqpar::InputError of one line naming the file and
+// what is wrong: missing, not a regular file, shorter than its header says, a header
+// larger than kMaxHeaderBytes or not JSON, a tensor whose bytes lie outside the data or
+// do not match its shape.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace seqpar::diagnose {
+
+// The format's own limit (the safetensors library refuses larger headers): a header
+// holds names and shapes, never data.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct StoredTensor {
+  std::string name;
+  std::string dtype;  // as stored: "F32", "F16" or "BF16"
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // row-major
+};
+
+struct StoredFile {
+  std::string path;
+  std::vector<StoredTensor> tensors;  // in the order of their data in the file
+  std::map<std::string, std::string> metadata;
+};
+
+StoredFile read_safetensors(const std::string& path);
+
+// Exact widenings of the two 16-bit formats.
+float float_from_half(uint16_t bits);
+float float_from_bfloat16(uint16_t bits);
+
+// "[3, 640]"
+std::string shape_text(const std::vector<int64_t>& shape);
+
+}  // namespace seqpar::diagnose

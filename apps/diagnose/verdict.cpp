@@ -1,0 +1,243 @@
+// From the figures to the verdict and the catalogued pitfalls they point to. A cause is
+// named only when its signature is in the figures; otherwise the verdict says what is
+// wrong and "no known signature".
+#include <cmath>
+#include <cstdio>
+
+#include "apps/diagnose/diagnosis.h"
+#include "apps/repro/analysis.h"
+
+namespace seqpar::diagnose {
+
+namespace {
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+std::string groups_text(const std::vector<std::vector<int>>& groups) {
+  std::string text;
+  for (const auto& group : groups) {
+    text += text.empty() ? "{" : " {";
+    for (size_t i = 0; i < group.size(); ++i) text += (i ? "," : "") + std::to_string(group[i]);
+    text += "}";
+  }
+  return text;
+}
+
+// The mesh's groups (dist/mesh.h): sp groups of consecutive ranks, dp groups sp apart.
+std::vector<std::vector<int>> mesh_groups(int sp, int dp, bool sequence_parallel) {
+  std::vector<std::vector<int>> groups;
+  for (int g = 0; g < (sequence_parallel ? dp : sp); ++g) {
+    groups.emplace_back();
+    for (int i = 0; i < (sequence_parallel ? sp : dp); ++i) {
+      groups.back().push_back(sequence_parallel ? g * sp + i : g + i * sp);
+    }
+  }
+  return groups;
+}
+
+const char* const kGroupOfOneFix =
+    "reduce the gradients over every rank that holds a copy of the parameters (sp x dp): "
+    "with DeepSpeed, pass deepspeed.initialize an mpu whose sequence-data-parallel group "
+    "spans them (or leave data_parallel_size out of the config)";
+
+Cause group_of_one(const std::string& evidence) {
+  return {"the gradient reduction did not span every rank that holds a copy of the parameters: "
+          "the ranks stepped on different gradients (their own shards')",
+          evidence, kGroupOfOneFix, "seqpar-repro --scenario issue-6868 --policy deepspeed-0.16"};
+}
+
+// A gradient scale that dist::name_scale named, as a pitfall.
+Cause scale_cause(const ScaleFigure& scale) {
+  const std::string evidence = "the gradient is " + number(scale.ratio) + "x the one-rank gradient (" +
+                               scale.cause + "), its direction the same to " + number(scale.direction_error);
+  if (scale.cause.rfind("x sp ", 0) == 0) {
+    return {"each rank's loss is a mean over its own rows and the gradients are summed over sp: "
+            "the sum of sp means is sp times the mean",
+            evidence,
+            "divide each rank's loss sum by the element count of the whole batch (all ranks' rows), "
+            "or average the gradients over sp instead of summing",
+            "seqpar-repro --scenario issue-6868 --policy with-mpu"};
+  }
+  return {"the gradient's normalization and its reduction do not match (a mean divided twice, or a "
+          "sum where an average belongs, over sp or dp)",
+          evidence,
+          "make the shares of all sp x dp ranks add up to the batch's mean: divide by the global "
+          "count and sum, or take local means and average",
+          "seqpar-repro --scenario zero-stage"};
+}
+
+void add_direction_causes(Diagnosis& diagnosis, double error) {
+  const std::string evidence = "with the scale taken out, the gradient still differs from the "
+                               "one-rank gradient by " + number(error) + " (relative): rows are "
+                               "weighed differently or missing; the tensors alone cannot tell which";
+  diagnosis.causes.push_back({"targets shifted inside each shard (each shard's last row loses its target)",
+                              evidence, "shift the labels before the sequence is cut into shards",
+                              "seqpar-repro --scenario shifted-targets"});
+  diagnosis.causes.push_back({"the same dropout mask on every shard", evidence,
+                              "key the mask by the global row (or offset each rank's generator)",
+                              "seqpar-repro --scenario dropout"});
+  diagnosis.causes.push_back({"means over each rank's or micro-batch's own valid tokens", evidence,
+                              "divide by the global count of valid tokens (num_items_in_batch)",
+                              "seqpar-repro --scenario masked-tokens"});
+}
+
+void add_clip_causes(Diagnosis& diagnosis) {
+  if (!diagnosis.norms) return;
+  const NormFigures& norms = *diagnosis.norms;
+  const std::string clipped = "clipping used " + number(norms.clip_norms[0]);
+  if (norms.mean_of_partials) {
+    diagnosis.causes.push_back(
+        {"gradient clipping used the mean of the ranks' partial norms",
+         clipped + ", the mean of the ranks' local gradient norms (" + number(*norms.mean_of_local_norms) + ")" +
+             (norms.to_reference ? ", " + number(*norms.to_reference) + "x the one-rank norm" : ""),
+         "clip after the reduction, with the norm of the reduced gradient",
+         "seqpar-repro --scenario clipping-norms"});
+  } else if (norms.to_gradient_cause.find("sqrt") != std::string::npos) {
+    diagnosis.causes.push_back(
+        {"gradient clipping summed the squares of the replicated gradient over the ranks",
+         clipped + ", " + number(norms.to_gradient) + "x the norm of the gradient stepped with (" +
+             norms.to_gradient_cause + "): each element counted on every rank",
+         "count each element once: the reduced gradient's norm on one copy, or squares of disjoint slices",
+         "seqpar-repro --scenario clipping-norms"});
+  }
+}
+
+void decide_divergent(Diagnosis& diagnosis) {
+  const Agreement& p = diagnosis.parameters;
+  diagnosis.verdict = repro::verdict_name(repro::Verdict::RanksDiverge);
+  diagnosis.verdict_text = "the ranks hold different parameters: " + std::to_string(p.differing) + " of " +
+                           std::to_string(p.elements) + " elements differ, by up to " + number(p.max_difference) + ".";
+  std::string evidence;
+  if (diagnosis.gradients && !diagnosis.gradients->bitwise) {
+    evidence = "the ranks' gradients differ too (" + std::to_string(diagnosis.gradients->differing) + " elements)";
+  }
+  const FirstStepRule* rule = diagnosis.first_step ? &*diagnosis.first_step : nullptr;
+  if (rule && rule->two_lr_signature) {
+    evidence += std::string(evidence.empty() ? "" : "; ") + "the differences are 0 or 2 lr (" +
+                std::to_string(rule->histogram.about_two) + " element pairs about 2 lr apart): Adam's first "
+                "step moves each copy by lr along the sign of its own gradient";
+  }
+  if (rule && rule->rule_pairs > 0 && rule->rule_matching == rule->rule_pairs) {
+    evidence += "; Adam's first-step rule predicts every difference from the gradients";
+  }
+  if (diagnosis.mean_scale && diagnosis.mean_scale->direction_error < 1e-3) {
+    const ScaleFigure& mean = *diagnosis.mean_scale;
+    evidence += "; the ranks' gradients average to " +
+                (std::abs(mean.ratio - 1) <= 1e-3 ? std::string("the one-rank gradient")
+                                                  : number(mean.ratio) + "x the one-rank gradient") +
+                (mean.cause.empty() ? "" : " (" + mean.cause + ")") + " (direction to " + number(mean.direction_error) +
+                "): each rank held its part of it";
+  }
+  if (diagnosis.norms && diagnosis.norms->own_gradient_norms) {
+    evidence += "; each rank clipped with its own gradient's norm";
+  }
+  if (!evidence.empty() && (!diagnosis.gradients || !diagnosis.gradients->bitwise)) {
+    diagnosis.causes.push_back(group_of_one(evidence));
+  } else if (diagnosis.norms && !diagnosis.norms->ranks_agree) {
+    diagnosis.causes.push_back({"the ranks stepped on the same gradient but clipped it with different norms",
+                                "clip norms " + number(diagnosis.norms->clip_norms.front()) + " to " +
+                                    number(diagnosis.norms->clip_norms.back()),
+                                kGroupOfOneFix, "seqpar-repro --scenario issue-6868 --policy deepspeed-0.16"});
+  }
+}
+
+void decide_against_reference(Diagnosis& diagnosis) {
+  const ScaleFigure* scale = diagnosis.scale ? &*diagnosis.scale : nullptr;
+  const NormFigures* norms = diagnosis.norms ? &*diagnosis.norms : nullptr;
+  const std::string agree = diagnosis.ranks > 1 ? "the ranks agree bitwise" : "one rank's files (no agreement to check)";
+  const bool clip_off = norms && norms->to_reference && std::abs(*norms->to_reference - 1) > 1e-3 &&
+                        !(scale && std::abs(*norms->to_reference / scale->ratio - 1) <= 1e-3);
+  if (diagnosis.equals_reference.value_or(false) && (!scale || scale->unlike_reference == 0) && !clip_off) {
+    diagnosis.verdict = repro::verdict_name(repro::Verdict::Identical);
+    diagnosis.verdict_text = "the parameters" + std::string(scale ? " and gradients" : "") +
+                             " equal the one-rank reference's bit for bit; " + agree + ".";
+  } else if (scale && (!scale->cause.empty() ||
+                       (std::abs(scale->ratio - 1) > 1e-3 && scale->direction_error <= repro::kGradientRounding))) {
+    // A named factor, or a pure scale: the direction is right, only the size is off.
+    diagnosis.verdict = repro::verdict_name(repro::Verdict::WrongGradientScale);
+    diagnosis.verdict_text = agree + ", but the gradient is " + number(scale->ratio) +
+                             "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
+                             ". Adam hardly sees a steady scale; clipping does.";
+    if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
+    if (scale->direction_error > repro::kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
+  } else if (scale && scale->direction_error > repro::kGradientRounding) {
+    diagnosis.verdict = "CONSISTENT, WRONG GRADIENT";
+    diagnosis.verdict_text = agree + "; the gradient has the one-rank size but points elsewhere: " +
+                             number(scale->direction_error) + " relative error with the scale taken out.";
+    add_direction_causes(diagnosis, scale->direction_error);
+  } else if (clip_off) {
+    if (norms->to_reference_cause.empty() && !norms->mean_of_local_norms) {
+      diagnosis.notes.push_back("the clip norm's factor is none of the usual ones; save each rank's gradient "
+                                "before the reduction as local_grad.NAME to test for the mean of partial norms");
+    }
+    diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
+    diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
+                             ", but clipping used a norm " +
+                             number(*norms->to_reference) + "x the one-rank norm" +
+                             (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
+  } else {
+    diagnosis.verdict = repro::verdict_name(repro::Verdict::NotExact);
+    diagnosis.verdict_text = agree + " and match one-rank training up to rounding: parameters within " +
+                             number(diagnosis.max_difference_from_reference) +
+                             (scale ? ", gradient within " + number(scale->relative_error) + " (relative)" : "") + ".";
+  }
+  add_clip_causes(diagnosis);
+}
+
+}  // namespace
+
+std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, int dp) {
+  const std::string found = "the ranks fall into " + std::to_string(groups.size()) +
+                            " group(s) of equal copies: " + groups_text(groups);
+  if (groups.size() == 1) return found + ", one replica as it should be.";
+  size_t ranks = 0;
+  for (const auto& group : groups) ranks += group.size();
+  if (sp <= 0 || size_t(sp) * size_t(dp) != ranks) {
+    return found + "; give --sp and --dp to match them against the mesh.";
+  }
+  if (groups.size() == ranks) {
+    return found + ": every rank stepped alone. A reduction over a group of one does nothing: in a sp " +
+           std::to_string(sp) + " x dp " + std::to_string(dp) + " mesh the data-parallel groups are " +
+           groups_text(mesh_groups(sp, dp, false)) +
+           (dp == 1 ? ", one rank each; DeepSpeed without an mpu reduces over them." : ".");
+  }
+  if (groups == mesh_groups(sp, dp, false)) {
+    return found + ": the mesh's data-parallel groups. The gradients were reduced over dp, not over sp x dp "
+                   "(DeepSpeed without an mpu takes its group from the mesh's data-parallel dimension).";
+  }
+  if (groups == mesh_groups(sp, dp, true)) {
+    return found + ": the mesh's sequence-parallel groups. The gradients were reduced over sp, not across "
+                   "the data-parallel replicas.";
+  }
+  return found + "; no group layout of the sp " + std::to_string(sp) + " x dp " + std::to_string(dp) +
+         " mesh explains them.";
+}
+
+void decide(Diagnosis& diagnosis) {
+  if (diagnosis.non_finite > 0) {
+    diagnosis.verdict = repro::verdict_name(repro::Verdict::NumericallyInvalid);
+    diagnosis.verdict_text = std::to_string(diagnosis.non_finite) +
+                             " values are inf or NaN (the training overflowed): no comparison of them means anything.";
+  } else if (!diagnosis.parameters.bitwise) {
+    decide_divergent(diagnosis);
+  } else if (diagnosis.equals_reference) {
+    decide_against_reference(diagnosis);
+  } else {
+    diagnosis.verdict = diagnosis.ranks > 1 ? "RANKS AGREE" : "ONE RANK";
+    diagnosis.verdict_text = diagnosis.ranks > 1 ? "the ranks hold bitwise-equal parameters." : "one rank's files.";
+    diagnosis.verdict_text += " Without a one-rank reference (--reference) the gradient's scale cannot be checked.";
+    add_clip_causes(diagnosis);
+    if (!diagnosis.causes.empty()) diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
+  }
+  if (diagnosis.causes.empty() && diagnosis.verdict != repro::verdict_name(repro::Verdict::Identical) &&
+      diagnosis.verdict != repro::verdict_name(repro::Verdict::NotExact) && diagnosis.verdict != "RANKS AGREE" &&
+      diagnosis.verdict != "ONE RANK") {
+    diagnosis.notes.push_back("no known signature: the figures match none of the catalogued pitfalls");
+  }
+}
+
+}  // namespace seqpar::diagnose

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# seqpar-diagnose given bad input, one case per row (fixtures: make_fixtures.py).
+#
+#   tests/diagnose/bad_input.sh path/to/seqpar-diagnose
+#
+# Each case runs in an empty directory of its own with --json out.json and must end
+# with the expected exit status (2 for what the user gave wrong), print exactly one
+# line on stderr that starts with "seqpar-diagnose: " and names what was wrong (the
+# case's expected text), with no source location, and leave no file behind (no JSON,
+# no temporary). The valid cases (0) must write their JSON and name the verdict.
+set -uo pipefail
+program=$(readlink -f "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/seqpar_diagnose_bad_input.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fx="$work/fixtures"
+python3 "$here/make_fixtures.py" "$fx" || { echo "FAIL: cannot write the fixtures"; exit 1; }
+mkfifo "$fx/fifo_rank0.safetensors"
+mkdir "$fx/dir_rank0.safetensors"
+printf '{"sequence_paralel_size": 4}\n' > "$fx/typo.json"
+printf '{"sequence_parallel_size": 4, "fp16": {"enabled": true}}\n' > "$fx/fp16.json"
+passed=0
+failed=0
+
+# check NAME STATUS EXPECTED -- ARGUMENTS...
+check() {
+  local name=$1 expected_status=$2 expected_text=$3
+  shift 4
+  local dir="$work/case"
+  rm -rf "$dir" && mkdir -p "$dir"
+  local status
+  (cd "$dir" && exec timeout -s KILL 60 "$program" --json out.json "$@" > "$work/stdout" 2> "$work/stderr")
+  status=$?
+  local problems=()
+  [ "$status" -eq "$expected_status" ] || problems+=("exit status $status, expected $expected_status")
+  if [ "$expected_status" -ne 0 ]; then
+    [ "$(wc -l < "$work/stderr")" -eq 1 ] || problems+=("$(wc -l < "$work/stderr") lines on stderr, expected one")
+    head -n 1 "$work/stderr" | grep -q '^seqpar-diagnose: ' || problems+=("no 'seqpar-diagnose: ' prefix")
+    grep -qF -- "$expected_text" "$work/stderr" || problems+=("stderr does not name '$expected_text'")
+    grep -qE 'seqpar error at|\.(cpp|h):[0-9]' "$work/stderr" && problems+=("an internal error's file:line")
+    local left
+    left=$(cd "$dir" && find . -mindepth 1 | tr '\n' ' ')
+    [ -z "$left" ] || problems+=("left behind: $left")
+  else
+    [ -s "$dir/out.json" ] || problems+=("no JSON written")
+    grep -qF -- "$expected_text" "$dir/out.json" || problems+=("the JSON does not name '$expected_text'")
+  fi
+  if [ ${#problems[@]} -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "ok    $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL  $name: ${problems[*]}"
+    sed 's/^/        stderr: /' "$work/stderr" | head -n 5
+  fi
+}
+
+# ---- what is read correctly
+check "four equal float32 ranks" 0 '"verdict": "RANKS AGREE"' -- --ranks "$fx/good_rank*.safetensors"
+check "bfloat16 read" 0 '"verdict": "RANKS AGREE"' -- --ranks "$fx/bf16_rank*.safetensors"
+check "float16 read" 0 '"verdict": "RANKS AGREE"' -- --ranks "$fx/f16_rank*.safetensors"
+check "files listed one by one" 0 '"ranks": 4' -- --ranks "$fx/good_rank2.safetensors" \
+  --ranks "$fx/good_rank0.safetensors" --ranks "$fx/good_rank3.safetensors" --ranks "$fx/good_rank1.safetensors"
+check "one file, any name" 0 '"ranks": 1' -- --ranks "$fx/noname.safetensors"
+# ---- missing and surplus ranks
+check "a missing rank" 2 "rank 2 is missing (files for ranks 0, 1, 3, 4)" -- --ranks "$fx/gap_rank*.safetensors"
+check "3 files for sp 4" 2 "sp 4: 3 rank file(s) are not a multiple of it (missing ranks?)" -- \
+  --ranks "$fx/three_rank*.safetensors" --sp 4
+check "3 files for sp 2 x dp 2" 2 "sp 2 x dp 2 = 4 ranks, but --ranks names 3 file(s)" -- \
+  --ranks "$fx/three_rank*.safetensors" --sp 2 --dp 2
+check "a pattern matching nothing" 2 "matches no file" -- --ranks "$fx/none_rank*.safetensors"
+check "no rank in a name" 2 "no rank number in the file's name" -- --ranks "$fx/noname*.safetensors"
+check "two files for one rank" 2 "two files for rank 0" -- --ranks "$fx/good_rank0.safetensors" \
+  --ranks "$fx/three_rank0.safetensors"
+check "no --ranks" 2 "--ranks" -- --lr 1e-4
+check "--grads for fewer ranks" 2 "--grads: files for 1 ranks, but --ranks has 4" -- \
+  --ranks "$fx/good_rank*.safetensors" --grads "$fx/grads_rank0.safetensors"
+# ---- mismatches between ranks
+check "mismatched names" 2 "no parameter 'bias', which rank 0 has" -- --ranks "$fx/names_rank*.safetensors"
+check "mismatched shapes" 2 "'weight' has shape [3, 4], rank 0's parameter 'weight' [4, 3]" -- \
+  --ranks "$fx/shapes_rank*.safetensors"
+check "mismatched dtypes" 2 "'weight' is BF16, rank 0's parameter 'weight' F32" -- --ranks "$fx/dtypes_rank*.safetensors"
+check "reference of another shape" 2 "--reference" -- --ranks "$fx/good_rank*.safetensors" \
+  --reference "$fx/reference_shapes.safetensors"
+check "a clip_norm of two values" 2 "clip_norm has shape [2]" -- --ranks "$fx/clip_rank0.safetensors"
+# ---- broken files
+check "a file without tensors" 2 "no parameters" -- --ranks "$fx/empty_rank0.safetensors"
+check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16 and BF16" -- \
+  --ranks "$fx/int_rank0.safetensors"
+check "a truncated file" 2 "truncated: tensor 'bias' ends at byte 64" -- --ranks "$fx/truncated_rank0.safetensors"
+check "a huge header" 2 "above the format's limit of 100000000" -- --ranks "$fx/huge_rank0.safetensors"
+check "a header longer than the file" 2 "truncated: the header claims 4096 bytes" -- \
+  --ranks "$fx/long_rank0.safetensors"
+check "a header that is not JSON" 2 "the header is not JSON" -- --ranks "$fx/json_rank0.safetensors"
+check "a 2-byte file" 2 "not even the 8-byte header length" -- --ranks "$fx/tiny_rank0.safetensors"
+check "offsets that do not fit the shape" 2 "data_offsets [0, 12] do not hold shape [4] of F32" -- \
+  --ranks "$fx/offsets_rank0.safetensors"
+check "overlapping tensors" 2 "overlap in the data" -- --ranks "$fx/overlap_rank0.safetensors"
+check "a FIFO" 2 "not a regular file" -- --ranks "$fx/fifo_rank0.safetensors"
+check "a directory" 2 "not a regular file" -- --ranks "$fx/dir_rank0.safetensors"
+check "a missing file" 2 "cannot read: No such file or directory" -- --ranks "$fx/absent_rank0.safetensors" \
+  --ranks "$fx/good_rank1.safetensors"
+# ---- options
+check "--betas without a comma" 2 "--betas '0.9': expected B1,B2" -- --ranks "$fx/good_rank*.safetensors" --betas 0.9
+check "--lr 0" 2 "--lr 0: expected a number in (0, 1]" -- --ranks "$fx/good_rank*.safetensors" --lr 0
+check "--sp not a number" 2 "--sp" -- --ranks "$fx/good_rank*.safetensors" --sp four
+check "--gradient-clipping -1" 2 "--gradient-clipping -1: must not be negative" -- \
+  --ranks "$fx/good_rank*.safetensors" --gradient-clipping -1
+check "an unknown option" 2 "--rank" -- --rank "$fx/good_rank0.safetensors"
+check "--json in a missing directory" 2 "--json" -- --ranks "$fx/good_rank*.safetensors" --json /nonexistent/dir/x.json
+check "a ds_config with a typo" 2 "sequence_paralel_size" -- --ranks "$fx/good_rank*.safetensors" \
+  --ds-config "$fx/typo.json"
+
+# ---- --help and --version: stdout, exit 0
+for flag in --help --version; do
+  if "$program" "$flag" 2> "$work/stderr" | grep -q "seqpar-diagnose" && [ ! -s "$work/stderr" ]; then
+    passed=$((passed + 1)); echo "ok    $flag"
+  else
+    failed=$((failed + 1)); echo "FAIL  $flag"
+  fi
+done
+check "a ds_config seqpar-repro refuses" 2 "(or give --lr, --betas, --sp and --dp instead)" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/fp16.json"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
