@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 
 namespace seqpar::exact {
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "core/exact_bins.cuh"
+#include "core/exact_fixed_point.h"
 #include "nn/l1_sign.h"
 #include "nn/linear_kernels.h"
 #include "nn/one_magnitude_dw.cuh"

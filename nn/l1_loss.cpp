@@ -10,6 +10,7 @@
 #include "core/checks.h"
 #include "core/error.h"
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
 #include "nn/l1_sign.h"

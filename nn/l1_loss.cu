@@ -29,6 +29,7 @@
 #include "core/device_buffer.h"
 #include "core/exact_rounding.h"
 #include "core/exact_bins.cuh"
+#include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"
 #include "nn/l1_loss.h"
 #include "nn/rows.h"

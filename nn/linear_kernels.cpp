@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 #include "nn/one_magnitude.h"
 
 namespace seqpar::nn::detail {

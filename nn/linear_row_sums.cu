@@ -19,6 +19,7 @@
 #include "core/dependent_launch.cuh"
 #include "core/device_buffer.h"
 #include "core/exact_bins.cuh"
+#include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"

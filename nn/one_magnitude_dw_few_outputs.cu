@@ -20,6 +20,7 @@
 #include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
 #include "core/exact_bins.cuh"
+#include "core/exact_fixed_point.h"
 #include "nn/fixed_point_cut.cuh"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"

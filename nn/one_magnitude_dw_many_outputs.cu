@@ -37,6 +37,7 @@
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
 #include "core/exact_bins.cuh"
+#include "core/exact_fixed_point.h"
 #include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
 #include "nn/one_magnitude_dw.cuh"

@@ -16,6 +16,7 @@
 
 #include "core/exact_rounding.h"
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 #include "tests/core/exact_bins_test_util.h"
 #include "tests/exact_reference.h"
 #include "tests/test_util.h"

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 #include "tests/exact_reference.h"
 
 using namespace seqpar;
