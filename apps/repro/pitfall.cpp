@@ -212,6 +212,7 @@ void print_run_header(std::ostream& out, const ReproConfig& c, const std::string
   out << "  model       Linear(" << c.in_features << ", " << c.out_features << "), L1 loss; "
       << c.rows << " rows per replica; " << c.steps << " step(s); gradient_clipping "
       << c.gradient_clipping << '\n';
+  out << config_notes(c);
   out << "  placement   " << placement << '\n';
   out << "  mesh        ";
   std::string layout = mesh_layout;

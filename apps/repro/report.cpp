@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "apps/repro/scenario_list.h"
+
 namespace seqpar::repro {
 
 namespace {
@@ -42,8 +44,29 @@ std::string without_prefix(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
 }
 
-// The config's keys that were accepted without changing the scenario, grouped by why.
-std::string ignored_keys(const ReproConfig& config) {
+}  // namespace
+
+std::string wrap_text(const std::string& text, size_t indent, size_t width) {
+  std::string out, line;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  if (!line.empty()) out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+  return out;
+}
+
+// The config's keys that were accepted without changing the scenario, grouped by why,
+// and those a user's config left to the scenario's defaults.
+std::string config_notes(const ReproConfig& config) {
   std::vector<std::pair<std::string, std::string>> groups;  // reason, keys
   for (const ConfigNote& note : config.ignored) {
     auto group = std::find_if(groups.begin(), groups.end(),
@@ -53,10 +76,27 @@ std::string ignored_keys(const ReproConfig& config) {
   }
   std::string out;
   for (const auto& [reason, keys] : groups) {
-    out += (out.empty() ? "  ignored     " : "              ") + keys + " (" + reason + ")\n";
+    out += (out.empty() ? "  ignored     " : "              ") +
+           wrap_text(keys + " (" + reason + ")", 14, kReportWidth) + "\n";
+  }
+  if (!config.taken_from_scenario.empty()) {
+    // Each "key = value" kept on one line: its spaces are held apart from the wrapping.
+    std::string keys;
+    for (const std::string& key : config.taken_from_scenario) {
+      std::string item = without_prefix(key, "ds_config.");
+      std::replace(item.begin(), item.end(), ' ', '\x01');
+      keys += (keys.empty() ? "" : ", ") + item;
+    }
+    std::string text = wrap_text(std::string("by your config, so ") +
+                                     scenario_config(config.scenario).file + "'s: " + keys,
+                                 14, kReportWidth);
+    std::replace(text.begin(), text.end(), '\x01', ' ');
+    out += "  not given   " + text + "\n";
   }
   return out;
 }
+
+namespace {
 
 void print_scenario(std::ostream& out, const RunResults& results) {
   const ReproConfig& c = results.config;
@@ -73,7 +113,7 @@ void print_scenario(std::ostream& out, const RunResults& results) {
                        "gradient_clipping %g; %lld step(s)\n",
                        c.adamw.lr, c.adamw.beta1, c.adamw.beta2, c.adamw.eps,
                        c.adamw.weight_decay, c.gradient_clipping, (long long)c.steps)
-      << ignored_keys(c)
+      << config_notes(c)
       << "  placement   " << results.placement << '\n'
       << "  mesh        " << indent_lines(without_prefix(results.mesh_layout, "mesh: "), 14) << '\n';
   out << "  initial parameters, fingerprint per rank:";
@@ -133,9 +173,9 @@ void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
   out << printf_string(
       "  why 2 lr: Adam's first step moves a weight by about lr * sign(gradient). Where a rank's\n"
       "  gradient had the opposite sign from rank 0's (%lld pairs), the copies moved apart by\n"
-      "  2 lr in %.1f%% of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
-      (long long)s.opposite, 100.0 * double(s.opposite_two_lr) / double(s.opposite),
-      (long long)s.same, s.same ? 100.0 * double(s.same_identical) / double(s.same) : 0.0);
+      "  2 lr in %lld of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
+      (long long)s.opposite, (long long)s.opposite_two_lr, (long long)s.same,
+      s.same ? 100.0 * double(s.same_identical) / double(s.same) : 0.0);
   out << "  (the report saw the same: 0.0148 on rank 0 vs 0.0150 on rank 1, -0.0137 vs -0.0135)\n";
 }
 
