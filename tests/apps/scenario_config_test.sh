@@ -44,6 +44,12 @@ for pair in issue-6868:issue6868 zero-stage:zero-stage shifted-targets:shifted-t
   else
     echo "ok:   --scenario $scenario = --config $config ($(wc -l < "$work/scenario.report") lines)"
   fi
+  # The report's lines stay within about 100 columns.
+  if awk 'length($0) > 105 { found = 1 } END { exit !found }' "$work/scenario.out"; then
+    echo "FAIL: --scenario $scenario: report lines over 105 columns:"
+    awk 'length($0) > 105' "$work/scenario.out" | head -n 3
+    failures=$((failures + 1))
+  fi
 done
 [ "$failures" -eq 0 ] && echo "every scenario runs as its config" || echo "$failures failed"
 [ "$failures" -eq 0 ]
