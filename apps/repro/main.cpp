@@ -101,6 +101,17 @@ bool writes_plot(const Options& options, const ReproConfig& config) {
   return !options.plot_path.empty() && config.steps > 1 && config.scenario == "issue-6868";
 }
 
+// The CSV beside the picture: drift.svg's is drift.csv. A path not ending in .svg (a
+// device such as /dev/stdout) gets none.
+std::optional<std::string> drift_csv_path(const std::string& plot_path) {
+  const std::string svg = ".svg";
+  if (plot_path.size() <= svg.size() ||
+      plot_path.compare(plot_path.size() - svg.size(), svg.size(), svg) != 0) {
+    return std::nullopt;
+  }
+  return plot_path.substr(0, plot_path.size() - svg.size()) + ".csv";
+}
+
 // --policy and --plot belong to issue-6868's report; other scenarios refuse them by name
 // rather than ignore them.
 void check_output_options(const Options& options, const ReproConfig& config) {
@@ -119,7 +130,7 @@ void check_before_running(const Options& options, const ReproConfig& config) {
   }
   if (writes_plot(options, config)) {
     check_output_path("--plot", options.plot_path);
-    check_output_path("--plot", options.plot_path + ".csv");
+    if (const auto csv = drift_csv_path(options.plot_path)) check_output_path("--plot", *csv);
   }
   if (!options.dump_directory.empty()) check_dump_directory(options.dump_directory, options.overwrite);
   if (const auto available = available_memory_bytes()) check_memory(config, *available);
@@ -152,9 +163,10 @@ void report(const RunResults& results, const Options& options) {
   if (writes_plot(options, results.config)) {
     out.flush();  // the picture may go to /dev/stdout, after the report
     write_drift_svg(options.plot_path, results);
-    write_drift_csv(options.plot_path + ".csv", results);
-    out << "drift picture: " << options.plot_path << " (its series: " << options.plot_path
-        << ".csv)\n";
+    const auto csv = drift_csv_path(options.plot_path);
+    if (csv) write_drift_csv(*csv, results);
+    out << "drift picture: " << options.plot_path << (csv ? " (its series: " + *csv + ")" : "")
+        << '\n';
   } else if (options.plot_given && !options.plot_path.empty()) {
     out << "drift picture: none for a single step (--steps 2 or more draws one)\n";
   }

@@ -112,8 +112,8 @@ std::vector<CommandLineOption> option_table(Options& options) {
          options.plot_given = true;
        },
        "FILE",
-       "Scenario issue-6868, 2 steps or more: the drift picture (SVG) into FILE and its "
-       "series as CSV beside it (FILE.csv); an empty FILE writes none. Default: "
+       "Scenario issue-6868, 2 steps or more: the drift picture (SVG) into FILE and, for "
+       "NAME.svg, its series as CSV into NAME.csv; an empty FILE writes none. Default: "
        "seqpar-repro-drift.svg."},
       {{"--timeout"}, true,
        [&](const std::string& v) { options.timeout_seconds = parse_timeout(v); }, "SECONDS",

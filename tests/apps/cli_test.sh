@@ -136,8 +136,8 @@ expect 2 "--plot: scenario dropout draws no drift picture" --scenario dropout --
 expect 0 "drift picture: none for a single step" $small --plot "$work/one.svg"
 [ ! -e "$work/one.svg" ] || { echo "FAIL: a picture for one step"; failures=$((failures + 1)); }
 expect 0 "drift picture: $work/d.svg" --device cpu -q --set repro.rows=400 --steps 3 --plot "$work/d.svg"
-if grep -q "from one rank" "$work/d.svg" && [ "$(wc -l < "$work/d.svg.csv")" -eq 10 ] &&
-   head -n 1 "$work/d.svg.csv" | grep -q "^policy,step,max_difference_across_ranks,max_difference_from_one_rank$"; then
+if grep -q "from one rank" "$work/d.svg" && [ "$(wc -l < "$work/d.csv")" -eq 10 ] &&
+   head -n 1 "$work/d.csv" | grep -q "^policy,step,max_difference_across_ranks,max_difference_from_one_rank$"; then
   echo "ok:   the drift picture shows both distances; its CSV has a line per policy and step"
 else
   echo "FAIL: drift picture or CSV"; failures=$((failures + 1))

@@ -60,7 +60,7 @@ TEST_CASE("numbers in option values are whole and in range", "[core][command_lin
   CHECK_THROWS_AS(parse_number_option("--lr", "1e-4 "), InputError);
 }
 
-TEST_CASE("-- ends the options; unknown options name the nearest known one", "[core][command_line]") {
+TEST_CASE("a lone -- ends the options; unknown options name the nearest known one", "[core][command_line]") {
   CHECK(parse({"--verbose", "--"}).verbose);
   CHECK_THROWS_WITH(parse({"--", "x"}), Catch::Contains("unexpected argument 'x' after --"));
   CHECK_THROWS_WITH(parse({"--confg", "a"}), Catch::Contains("did you mean --config?"));
