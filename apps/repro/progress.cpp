@@ -71,6 +71,11 @@ void Progress::set_step(const std::string& what, int64_t step, int64_t steps) {
 }
 
 std::string Progress::describe(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return describe_locked(now);
+}
+
+std::string Progress::describe_locked(Clock::time_point now) const {
   if (step_ < 0) return phase_;
   std::string text = phase_ + ", step " + std::to_string(step_ + 1) + "/" + std::to_string(steps_);
   const double seconds = std::chrono::duration<double>(now - phase_start_).count();
@@ -94,9 +99,9 @@ void Progress::tick() {
     char head[64];
     std::snprintf(head, sizeof head, "seqpar-repro: %.0f s: ", elapsed);
     if (style_ == Style::InPlace) {
-      out_ << "\r\033[K" << head << describe(now) << std::flush;
+      out_ << "\r\033[K" << head << describe_locked(now) << std::flush;
     } else {
-      out_ << head << describe(now) << '\n' << std::flush;
+      out_ << head << describe_locked(now) << '\n' << std::flush;
     }
     line_shown_ = true;
     next += interval;

@@ -51,6 +51,7 @@ class Progress {
 
  private:
   void tick();
+  std::string describe_locked(Clock::time_point now) const;  // with mutex_ held
 
   std::ostream& out_;
   const Clock::time_point start_;
