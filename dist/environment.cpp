@@ -30,16 +30,8 @@ constexpr LauncherVariables kLaunchers[] = {
 int parse_count(const std::string& name, const std::string& text) {
   const bool digits = !text.empty() && text.size() <= 9 &&
                       text.find_first_not_of("0123456789") == std::string::npos;
-  SEQPAR_CHECK(digits, "environment: ", name, "='", text, "' is not a non-negative integer");
+  SEQPAR_INPUT_CHECK(digits, "environment: ", name, "='", text, "' is not a non-negative integer");
   return std::stoi(text);
-}
-
-int required_count(const EnvironmentLookup& lookup, const char* launcher, const char* name,
-                   const char* because) {
-  const std::optional<std::string> value = lookup(name);
-  SEQPAR_CHECK(value.has_value(), "environment: ", because, " is set (a ", launcher,
-               " launch) but ", name, " is not");
-  return parse_count(name, *value);
 }
 
 LaunchEnvironment read_ranks(const EnvironmentLookup& lookup, const LauncherVariables& names) {
@@ -48,18 +40,18 @@ LaunchEnvironment read_ranks(const EnvironmentLookup& lookup, const LauncherVari
   // seqpar's own launcher (dist/launcher.h) sets torchrun's variables and says so.
   if (env.launcher == "torchrun" && lookup(kSeqparLauncherVariable)) env.launcher = "seqpar --nproc";
   env.rank = parse_count(names.rank, *lookup(names.rank));
-  env.world_size = required_count(lookup, names.launcher, names.size, names.rank);
-  env.local_rank = required_count(lookup, names.launcher, names.local_rank, names.rank);
+  env.world_size = parse_count(names.size, *lookup(names.size));
+  env.local_rank = parse_count(names.local_rank, *lookup(names.local_rank));
   if (names.local_size) {
     if (auto local_size = lookup(names.local_size)) {
       env.local_world_size = parse_count(names.local_size, *local_size);
     }
   }
-  SEQPAR_CHECK(env.world_size >= 1, "environment: ", names.size, "=", env.world_size,
+  SEQPAR_INPUT_CHECK(env.world_size >= 1, "environment: ", names.size, "=", env.world_size,
                ": a world needs at least one rank");
-  SEQPAR_CHECK(env.rank < env.world_size, "environment: ", names.rank, "=", env.rank,
+  SEQPAR_INPUT_CHECK(env.rank < env.world_size, "environment: ", names.rank, "=", env.rank,
                " is not below ", names.size, "=", env.world_size);
-  SEQPAR_CHECK(env.local_world_size < 0 || env.local_rank < env.local_world_size, "environment: ",
+  SEQPAR_INPUT_CHECK(env.local_world_size < 0 || env.local_rank < env.local_world_size, "environment: ",
                names.local_rank, "=", env.local_rank, " is not below ", names.local_size, "=",
                env.local_world_size);
   return env;
@@ -75,21 +67,17 @@ void read_rendezvous_address(const EnvironmentLookup& lookup, LaunchEnvironment&
   if (address && port) {
     env.master_address = *address;
     env.master_port = parse_count("MASTER_PORT", *port);
-    SEQPAR_CHECK(!address->empty(), "environment: MASTER_ADDR is empty");
-    SEQPAR_CHECK(env.master_port >= 1 && env.master_port <= 65535, "environment: MASTER_PORT=",
+    SEQPAR_INPUT_CHECK(!address->empty(), "environment: MASTER_ADDR is empty");
+    SEQPAR_INPUT_CHECK(env.master_port >= 1 && env.master_port <= 65535, "environment: MASTER_PORT=",
                  env.master_port, " is not a TCP port (1..65535)");
   }
   if (comm_id && !comm_id->empty()) {
     env.nccl_comm_id = *comm_id;
     return;
   }
-  SEQPAR_CHECK(address && port, "environment: a ", env.launcher, " launch (rank ", env.rank,
-               " of ", env.world_size,
-               ") needs MASTER_ADDR and MASTER_PORT, or NCCL_COMM_ID=host:port, to say where "
-               "rank 0 listens");
   int nccl_port = env.master_port;
   if (lookup("TORCHELASTIC_RUN_ID")) ++nccl_port;
-  SEQPAR_CHECK(nccl_port <= 65535, "environment: MASTER_PORT=", env.master_port,
+  SEQPAR_INPUT_CHECK(nccl_port <= 65535, "environment: MASTER_PORT=", env.master_port,
                " leaves no port for NCCL's bootstrap (it uses MASTER_PORT + 1 under torchrun)");
   // An IPv6 literal needs brackets to keep its colons apart from the port's.
   const bool ipv6 = env.master_address.find(':') != std::string::npos &&
@@ -98,11 +86,21 @@ void read_rendezvous_address(const EnvironmentLookup& lookup, LaunchEnvironment&
                      std::to_string(nccl_port);
 }
 
+// A launch is a launcher's whole set: rank, size and local rank, and where rank 0
+// listens (MASTER_ADDR and MASTER_PORT, or NCCL_COMM_ID). Less is not one: an sbatch or
+// salloc shell sets SLURM_PROCID and SLURM_NTASKS for the job, not for a rank of it.
+bool is_complete(const EnvironmentLookup& lookup, const LauncherVariables& names) {
+  const auto comm_id = lookup("NCCL_COMM_ID");
+  const bool address = (lookup("MASTER_ADDR") && lookup("MASTER_PORT")) ||
+                       (comm_id && !comm_id->empty());
+  return lookup(names.rank) && lookup(names.size) && lookup(names.local_rank) && address;
+}
+
 }  // namespace
 
 std::optional<LaunchEnvironment> parse_launch_environment(const EnvironmentLookup& lookup) {
   for (const LauncherVariables& names : kLaunchers) {
-    if (!lookup(names.rank)) continue;
+    if (!is_complete(lookup, names)) continue;
     LaunchEnvironment env = read_ranks(lookup, names);
     read_rendezvous_address(lookup, env);
     return env;

@@ -8,7 +8,9 @@
 //
 // Every launcher also needs to say where rank 0 listens, for NCCL's bootstrap:
 // MASTER_ADDR and MASTER_PORT (torchrun sets them; export them yourself under mpirun
-// or srun), or NCCL_COMM_ID=host:port directly.
+// or srun), or NCCL_COMM_ID=host:port directly. Only the whole set is a launch: the
+// three rank variables and the address. Part of a set is no launch at all, as in an
+// sbatch or salloc shell, which sets SLURM_PROCID for the job, not for one rank of it.
 //
 // Parsing takes a lookup function instead of calling getenv, so tests can pass a
 // fake environment.
@@ -42,10 +44,9 @@ struct LaunchEnvironment {
 // Returns the value of an environment variable, or nullopt when it is not set.
 using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
-// nullopt when no launcher variables are set (a plain single-process run). Throws
-// seqpar::Error naming the variable for a partial or malformed set: a rank variable
-// without its size, a value that is not a number, a rank outside the world, no
-// rendezvous address.
+// nullopt when no launcher's whole set is present (a plain single-process run).
+// Throws seqpar::InputError naming the variable for a malformed set: a value that is
+// not a number, a rank outside the world, a port outside 1..65535.
 std::optional<LaunchEnvironment> parse_launch_environment(const EnvironmentLookup& lookup);
 std::optional<LaunchEnvironment> parse_launch_environment(
     const std::map<std::string, std::string>& variables);

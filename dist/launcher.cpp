@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "dist/environment.h"
 
@@ -343,6 +344,20 @@ void ensure_descriptors_for(int nproc) {
                     " open files, but the limit is ", limit.rlim_cur, " (see ulimit -n)");
 }
 
+// Each rank takes a GPU of its own and talks over NCCL; without them every rank would
+// fail alike, so the launcher says it once, before starting any.
+void check_gpus_for(int nproc) {
+#ifndef SEQPAR_WITH_NCCL
+  SEQPAR_INPUT_FAIL("--nproc ", nproc, ": this seqpar was built without NCCL, which --nproc's "
+                    "one process per GPU needs; run without --nproc");
+#endif
+  const int gpus = cuda_device_count();
+  SEQPAR_INPUT_CHECK(gpus >= nproc, "--nproc ", nproc, " starts one process per GPU, but this "
+                     "machine has ", gpus, " GPU(s); ",
+                     gpus == 0 ? std::string("run without --nproc")
+                               : "use --nproc " + std::to_string(gpus) + " or fewer");
+}
+
 int launch_ranks(const LaunchOptions& options) {
   SEQPAR_CHECK(options.nproc >= 1, "launcher: --nproc must be at least 1, got ", options.nproc);
   ensure_descriptors_for(options.nproc);
@@ -395,8 +410,9 @@ std::optional<int> maybe_launch(int argc, char** argv) {
     const std::optional<int> nproc = take_nproc_flag(arguments);
     if (!nproc) return std::nullopt;
     const char* outer_rank = std::getenv("RANK");
-    SEQPAR_CHECK(outer_rank == nullptr, "--nproc inside a rank that a launcher already started (RANK=",
-                 outer_rank ? outer_rank : "", "): use either --nproc or the outer launcher");
+    SEQPAR_INPUT_CHECK(outer_rank == nullptr, "--nproc inside a rank that a launcher already started (RANK=",
+                       outer_rank ? outer_rank : "", "): use either --nproc or the outer launcher");
+    check_gpus_for(*nproc);
     LaunchOptions options;
     options.nproc = *nproc;
     options.arguments = arguments;

@@ -2,6 +2,7 @@
 
 #include "third_party/toml.h"
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <map>
@@ -35,12 +36,33 @@ std::string describe(const toml::node& node) {
   return out.str();
 }
 
+// Hugging Face's Trainer writes "auto" into a DeepSpeed config and fills the values in
+// before DeepSpeed reads it; seqpar-repro has no Trainer to ask.
+void check_not_auto(const toml::node& node, const std::string& key) {
+  SEQPAR_INPUT_CHECK(node.value<std::string>() != std::optional<std::string>("auto"),
+                     "config key ", key, " = \"auto\": a placeholder the Hugging Face Trainer "
+                     "fills in; write the value (or leave the key out for the scenario's)");
+}
+
+// The value as TOML text, floats in their shortest form.
+std::string toml_value_text(const toml::node& node) {
+  if (node.is_floating_point()) return shortest_float_text(node.value<double>().value());
+  if (const toml::array* array = node.as_array()) {
+    std::string text;
+    for (const toml::node& item : *array) text += (text.empty() ? "" : ", ") + toml_value_text(item);
+    return "[" + text + "]";
+  }
+  return describe(node);
+}
+
 int64_t read_integer(const toml::node& node, const std::string& key) {
+  check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_integer(), "config key ", key, " must be an integer, got ", describe(node));
   return node.value<int64_t>().value();
 }
 
 double read_number(const toml::node& node, const std::string& key) {
+  check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
   // toml++ turns an integer into a double only up to 2^53 in magnitude, where every
   // integer is one exactly; past it, an error rather than a value rounded unseen.
@@ -69,6 +91,7 @@ Reader adamw_number_into(double optim::AdamWOptions::*field) {
 }
 
 void read_betas(const toml::node& node, const std::string& key, ReproConfig& config) {
+  check_not_auto(node, key);
   const toml::array* betas = node.as_array();
   SEQPAR_INPUT_CHECK(betas && betas->size() == 2, "config key ", key,
                " must be an array of two numbers, got ", describe(node));
@@ -77,6 +100,7 @@ void read_betas(const toml::node& node, const std::string& key, ReproConfig& con
 }
 
 void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {
+  check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
   config.optimizer_type = node.value<std::string>().value();
   // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
@@ -118,10 +142,23 @@ void read_zero_stage(const toml::node& node, const std::string& key, ReproConfig
   }
 }
 
+// The report's script feeds x whole, so the micro-batch size only takes part in
+// DeepSpeed's check of train_batch_size (validate()).
+void read_micro_batch(const toml::node& node, const std::string& key, ReproConfig& config) {
+  config.train_micro_batch_size_per_gpu = read_integer(node, key);
+  config.ignored.push_back({key + " = " + describe(node),
+                            "unused: x is fed whole, as in the report's script; checked "
+                            "against train_batch_size"});
+}
+
+void read_train_batch(const toml::node& node, const std::string& key, ReproConfig& config) {
+  config.train_batch_size = read_integer(node, key);
+}
+
 const std::map<std::string, Reader>& schema() {
   static const std::map<std::string, Reader> keys = {
-      {"ds_config.train_micro_batch_size_per_gpu",
-       integer_into(&ReproConfig::train_micro_batch_size_per_gpu)},
+      {"ds_config.train_micro_batch_size_per_gpu", read_micro_batch},
+      {"ds_config.train_batch_size", read_train_batch},
       {"ds_config.gradient_accumulation_steps",
        integer_into(&ReproConfig::gradient_accumulation_steps)},
       {"ds_config.gradient_clipping", number_into(&ReproConfig::gradient_clipping)},
@@ -152,33 +189,44 @@ bool is_known_table(const std::string& path) {
   return false;
 }
 
-void read_unmodelled_key(const toml::node& node, const std::string& key, ReproConfig& config);
+// A tree of keys being read into a configuration. Every refusal is kept, so that all of
+// a config's problems are reported at once rather than one a run.
+struct Reading {
+  ReproConfig& config;
+  std::vector<std::string> refusals;
+};
+
+void read_unmodelled_key(const toml::node& node, const std::string& key, Reading& reading);
 
 // Reads every leaf of `table` (recursively) through the schema.
-void read_table(const toml::table& table, const std::string& prefix, ReproConfig& config) {
+void read_table(const toml::table& table, const std::string& prefix, Reading& reading) {
   for (const auto& [name, node] : table) {
     const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
     const auto known = schema().find(key);
-    if (known != schema().end()) {
-      known->second(node, key, config);
-    } else if (node.is_table() && is_known_table(key)) {
-      read_table(*node.as_table(), key, config);
-    } else {
-      read_unmodelled_key(node, key, config);
+    try {
+      if (known != schema().end()) {
+        known->second(node, key, reading.config);
+      } else if (node.is_table() && is_known_table(key)) {
+        read_table(*node.as_table(), key, reading);
+      } else {
+        read_unmodelled_key(node, key, reading);
+      }
+    } catch (const InputError& error) {
+      reading.refusals.emplace_back(error.what());
     }
   }
 }
 
 // A key outside the schema: a DeepSpeed key the scenario can do without, or an error.
-void read_unmodelled_key(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_unmodelled_key(const toml::node& node, const std::string& key, Reading& reading) {
   const detail::KeyDecision decision = detail::deepspeed_key_decision(key, node);
   switch (decision.treatment) {
     case detail::KeyTreatment::Ignore:
-      config.ignored.push_back(
+      reading.config.ignored.push_back(
           {node.is_value() ? key + " = " + describe(node) : key, decision.reason});
       return;
     case detail::KeyTreatment::Descend:
-      read_table(*node.as_table(), key, config);
+      read_table(*node.as_table(), key, reading);
       return;
     case detail::KeyTreatment::Refuse:
       SEQPAR_INPUT_FAIL("config key ", printable(key), node.is_value() ? " = " + describe(node) : "",
@@ -190,6 +238,24 @@ void read_unmodelled_key(const toml::node& node, const std::string& key, ReproCo
 }
 
 // ---------------------------------------------------------------- overrides
+
+// An override's value as TOML, or else, when it is a bare word (letters, digits and
+// -_.+:/ only, as `AdamW` or `issue-6868`), as that string: so `--set
+// ds_config.optimizer.type=AdamW` needs no quotes. Anything else that is not TOML
+// (an unclosed array, a stray quote) is an error.
+toml::table parse_override_value(const std::string& key, const std::string& text) {
+  const std::string value_text = "value = " + text;
+  check_config_text(value_text, "--set " + key);
+  try {
+    return toml::parse(value_text);
+  } catch (const toml::parse_error& error) {
+    const bool bare_word = !text.empty() && text.find_first_not_of(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.+:/") == std::string::npos;
+    SEQPAR_INPUT_CHECK(bare_word, "--set ", key, "=", text, ": the value is not TOML (",
+                       error.description(), ")");
+    return toml::table{{"value", text}};
+  }
+}
 
 // "ds_config.optimizer.params.lr=3e-4": sets that key in `table`, creating tables on
 // the way. The value is parsed as TOML, so its type is what it looks like. It must be
@@ -207,15 +273,7 @@ void apply_override(toml::table& table, const std::string& assignment) {
   const std::string key = assignment.substr(0, equals);
   const std::string text = assignment.substr(equals + 1);
   const std::vector<std::string> parts = split_override_key(key);
-  const std::string value_text = "value = " + text;
-  check_config_text(value_text, "--set " + key);
-  toml::table parsed;
-  try {
-    parsed = toml::parse(value_text);
-  } catch (const toml::parse_error& error) {
-    SEQPAR_INPUT_FAIL("--set ", key, "=", text, ": the value is not TOML (", error.description(),
-                      "); strings need quotes, e.g. --set ds_config.optimizer.type='\"AdamW\"'");
-  }
+  toml::table parsed = parse_override_value(key, text);
   SEQPAR_INPUT_CHECK(parsed.size() == 1 && parsed.contains("value"), "--set ", key, "=", text,
                      ": expected one TOML value");
   toml::table* where = &table;
@@ -227,85 +285,132 @@ void apply_override(toml::table& table, const std::string& assignment) {
   where->insert_or_assign(parts.back(), *parsed.get("value"));
 }
 
-}  // namespace
+// ---------------------------------------------------------------- reading a config
 
-// ---------------------------------------------------------------- public
-
-ConfigFormat config_format_for(const std::string& path, const std::string& text) {
-  auto ends_with = [&](const char* suffix) {
-    const std::string tail(suffix);
-    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (ends_with(".toml")) return ConfigFormat::Toml;
-  if (ends_with(".yaml") || ends_with(".yml")) return ConfigFormat::Yaml;
-  if (ends_with(".json")) return ConfigFormat::Json;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
-    if (line[first] == '{') return ConfigFormat::Json;
-    if (line[first] == '[') return ConfigFormat::Toml;
-    const size_t equals = line.find('='), colon = line.find(':');
-    return equals != std::string::npos && (colon == std::string::npos || equals < colon)
-               ? ConfigFormat::Toml
-               : ConfigFormat::Yaml;
+toml::table read_document(const std::string& text, const std::string& source_name,
+                          ConfigFormat format, std::vector<ConfigNote>& notes) {
+  if (format == ConfigFormat::Yaml) return detail::read_yaml_document(text, source_name, notes);
+  if (format == ConfigFormat::Json) return detail::read_json_document(text, source_name, notes);
+  check_config_text(text, source_name);  // before toml++ sees it (config_input.h)
+  try {
+    return toml::parse(text, source_name);
+  } catch (const toml::parse_error& error) {
+    SEQPAR_INPUT_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
+                      error.source().begin.column, ": ", error.description());
   }
-  return ConfigFormat::Toml;
 }
 
-ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
-                         const std::string& source_name, ConfigFormat format) {
-  toml::table table;
-  std::vector<ConfigNote> ignored;
-  if (format == ConfigFormat::Yaml) {
-    table = detail::read_yaml_document(text, source_name, ignored);
-  } else if (format == ConfigFormat::Json) {
-    table = detail::read_json_document(text, source_name, ignored);
-  } else {
-    check_config_text(text, source_name);  // before toml++ sees it (config_input.h)
-    try {
-      table = toml::parse(text, source_name);
-    } catch (const toml::parse_error& error) {
-      SEQPAR_INPUT_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
-                        error.source().begin.column, ": ", error.description());
+bool has_settings(const toml::table& table) {
+  for (const auto& entry : table) {
+    if (!entry.second.is_table() || has_settings(*entry.second.as_table())) return true;
+  }
+  return false;
+}
+
+// The scenario whose defaults the configuration is read over: the one it names, else
+// the first (an unknown name is refused when the key itself is read).
+const ScenarioConfig& defaults_for(const toml::table& table) {
+  return scenario_config(table["repro"]["scenario"].value<std::string>().value_or(""));
+}
+
+// "key = value" for every leaf of `defaults` that `given` lacks: what the user's config
+// takes from the scenario. The micro-batch size is left out, since nothing reads it
+// but the train_batch_size check, which names it itself.
+void list_taken_from(const toml::table& defaults, const toml::table& given,
+                     const std::string& prefix, std::vector<std::string>& taken) {
+  for (const auto& [name, node] : defaults) {
+    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    const toml::node* mine = given.get(name.str());
+    if (node.is_table()) {
+      const toml::table empty;
+      list_taken_from(*node.as_table(), mine && mine->is_table() ? *mine->as_table() : empty, key,
+                      taken);
+    } else if (!mine && key != "repro.scenario" && key != "ds_config.train_micro_batch_size_per_gpu") {
+      taken.push_back(key + " = " + toml_value_text(node));
     }
   }
+}
+
+// A null in YAML or JSON (DeepSpeed's "not set") on a key the scenario reads: no
+// default is guessed for it, DeepSpeed's or the scenario's.
+void refuse_null_settings(std::vector<ConfigNote>& notes, Reading& reading) {
+  for (auto note = notes.begin(); note != notes.end();) {
+    if (note->reason.rfind("null", 0) == 0 && schema().count(note->key) > 0) {
+      reading.refusals.push_back(
+          "config key " + note->key + " is null: write a value" +
+          (note->key == "ds_config.gradient_clipping" ? " (0 turns clipping off)" : "") +
+          ", or leave the key out to take the scenario's");
+      note = notes.erase(note);
+    } else {
+      ++note;
+    }
+  }
+}
+
+void throw_refusals(const std::vector<std::string>& refusals, const std::string& source_name) {
+  if (refusals.empty()) return;
+  if (refusals.size() == 1) throw InputError(refusals.front());
+  std::string message =
+      "config " + source_name + ": " + std::to_string(refusals.size()) + " settings refused:";
+  for (const std::string& refusal : refusals) message += "\n  " + refusal;
+  throw InputError(message);
+}
+
+// One note a key: a key the user's config sets replaces the scenario's note on it.
+void keep_last_note_per_key(std::vector<ConfigNote>& notes) {
+  auto key_of = [](const ConfigNote& note) { return note.key.substr(0, note.key.find(" = ")); };
+  std::vector<ConfigNote> kept;
+  for (auto note = notes.rbegin(); note != notes.rend(); ++note) {
+    const bool seen = std::any_of(kept.begin(), kept.end(),
+                                  [&](const ConfigNote& k) { return key_of(k) == key_of(*note); });
+    if (!seen) kept.insert(kept.begin(), *note);
+  }
+  notes = std::move(kept);
+}
+
+ReproConfig read_config(const std::string& text, const std::vector<std::string>& overrides,
+                        const std::string& source_name, ConfigFormat format, bool users_file) {
+  std::vector<ConfigNote> notes;
+  toml::table table = read_document(text, source_name, format, notes);
+  SEQPAR_INPUT_CHECK(!users_file || has_settings(table) || !notes.empty(), "config ",
+                     source_name, " holds no settings: leave out --config to run the built-in "
+                     "scenario, or start from configs/issue6868.toml");
   for (const std::string& assignment : overrides) apply_override(table, assignment);
+
+  const ScenarioConfig& scenario = defaults_for(table);
+  const toml::table defaults = toml::parse(std::string_view(scenario.toml), std::string_view(scenario.file));
   ReproConfig config;
-  config.ignored = std::move(ignored);
-  read_table(table, "", config);
+  Reading reading{config, {}};
+  read_table(defaults, "", reading);
+  SEQPAR_CHECK(reading.refusals.empty(), scenario.file, ": ", reading.refusals.front());
+  if (users_file) list_taken_from(defaults, table, "", config.taken_from_scenario);
+
+  refuse_null_settings(notes, reading);
+  config.ignored.insert(config.ignored.end(), notes.begin(), notes.end());
+  read_table(table, "", reading);
+  throw_refusals(reading.refusals, source_name);
+  keep_last_note_per_key(config.ignored);
   validate(config);
   return config;
 }
 
-ReproConfig load_config(const std::string& path) {
-  const std::string text = read_config_file(path);
-  return parse_config(text, {}, path, config_format_for(path, text));
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
+                         const std::string& source_name, ConfigFormat format) {
+  return read_config(text, overrides, source_name, format, false);
 }
 
-std::string to_toml(const ReproConfig& c) {
-  toml::table params{{"lr", c.adamw.lr},
-                     {"betas", toml::array{c.adamw.beta1, c.adamw.beta2}},
-                     {"eps", c.adamw.eps},
-                     {"weight_decay", c.adamw.weight_decay}};
-  toml::table optimizer{{"type", c.optimizer_type}, {"params", params}};
-  toml::table ds_config{{"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
-                        {"gradient_accumulation_steps", c.gradient_accumulation_steps},
-                        {"gradient_clipping", c.gradient_clipping},
-                        {"sequence_parallel_size", c.sequence_parallel_size},
-                        {"data_parallel_size", c.data_parallel_size},
-                        {"optimizer", optimizer}};
-  // Only the zero-stage scenario reads the stage; elsewhere it is an ignored key.
-  if (c.scenario == "zero-stage" && c.zero_stage >= 0) {
-    ds_config.insert("zero_optimization", toml::table{{"stage", c.zero_stage}});
-  }
-  toml::table repro{{"seed", static_cast<int64_t>(c.seed)}, {"rows", c.rows},
-                    {"in_features", c.in_features}, {"out_features", c.out_features},
-                    {"steps", c.steps}, {"dropout", c.dropout}, {"scenario", c.scenario}};
-  std::ostringstream out;
-  out << toml::table{{"ds_config", ds_config}, {"repro", repro}} << '\n';
-  return out.str();
+ReproConfig parse_users_config(const std::string& text, const std::vector<std::string>& overrides,
+                               const std::string& source_name, ConfigFormat format) {
+  return read_config(text, overrides, source_name, format, true);
+}
+
+ReproConfig load_config(const std::string& path) {
+  const std::string text = read_config_file(path);
+  return parse_users_config(text, {}, path, config_format_for(path, text));
 }
 
 }  // namespace seqpar::repro

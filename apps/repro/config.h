@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,10 @@ struct ConfigNote {
 
 struct ReproConfig {
   // [ds_config]
-  int64_t train_micro_batch_size_per_gpu = 4;  // recorded; the script feeds x directly
+  // The report's script feeds x whole; DeepSpeed's check alone reads these two:
+  // train_batch_size = micro-batch x gradient_accumulation_steps x data_parallel_size.
+  int64_t train_micro_batch_size_per_gpu = 4;
+  std::optional<int64_t> train_batch_size;
   int64_t gradient_accumulation_steps = 1;
   double gradient_clipping = 1.0;
   int64_t sequence_parallel_size = 4;
@@ -44,6 +48,9 @@ struct ReproConfig {
   // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
   // listed in the report. Not part of the scenario: to_toml leaves them out.
   std::vector<ConfigNote> ignored;
+  // "ds_config.gradient_clipping = 1.0" for each key a user's config file leaves out and
+  // the scenario's defaults fill in (parse_users_config); listed in the report.
+  std::vector<std::string> taken_from_scenario;
 
   int64_t world_size() const { return sequence_parallel_size * data_parallel_size; }
 };
@@ -61,10 +68,20 @@ ConfigFormat config_format_for(const std::string& path, const std::string& text)
 ReproConfig load_config(const std::string& path);
 
 // Applies "section.key=value" overrides (the value in TOML syntax: 3, 1e-4, "AdamW",
-// [0.9, 0.99]) to the configuration in `text` (empty for the defaults), then
-// validates. Errors name the key and the value.
+// [0.9, 0.99]; a value that is not TOML is a string: AdamW) to the configuration in
+// `text`, reads it over the defaults of the scenario it names (repro.scenario, else
+// issue-6868: the text of configs/NAME.toml, scenario_list.h), then validates. Every
+// refusal of a key is reported together, in one InputError; each names key and value.
 ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
                          const std::string& source_name, ConfigFormat format = ConfigFormat::Toml);
+
+// parse_config for a user's config file: it must hold at least one setting, and the
+// keys it leaves out are listed in taken_from_scenario.
+ReproConfig parse_users_config(const std::string& text, const std::vector<std::string>& overrides,
+                               const std::string& source_name, ConfigFormat format);
+
+// The shortest text that reads back as `value` ("0.9", "1e-4", "1.0"), a TOML float.
+std::string shortest_float_text(double value);
 
 // Checks that the values describe a scenario that can run; errors name key and value.
 void validate(const ReproConfig& config);

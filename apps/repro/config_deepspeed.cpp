@@ -70,8 +70,6 @@ KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& nod
       {"ds_config.wandb", monitoring},
       {"ds_config.csv_monitor", monitoring},
       {"ds_config.comet", monitoring},
-      {"ds_config.train_batch_size",
-       "the batch is repro.rows rows of x; DeepSpeed only checks this product"},
       {"ds_config.checkpoint", "checkpoint layout"},
       {"ds_config.activation_checkpointing",
        "recomputes activations to save memory; the same numbers"},

@@ -97,8 +97,34 @@ void check_local_rank(const Options& options,
 ReproConfig read_config(const Options& options) {
   if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
   const std::string text = read_config_file(options.config_path);
-  return parse_config(text, options.overrides, options.config_path,
-                      config_format_for(options.config_path, text));
+  return parse_users_config(text, options.overrides, options.config_path,
+                            config_format_for(options.config_path, text));
+}
+
+// The drift picture shows how the ranks drift over steps: one step is a point, no picture.
+bool writes_plot(const Options& options, const ReproConfig& config) {
+  return !options.plot_path.empty() && config.steps > 1 && config.scenario == "issue-6868";
+}
+
+// The CSV beside the picture: drift.svg's is drift.csv. A path not ending in .svg (a
+// device such as /dev/stdout) gets none.
+std::optional<std::string> drift_csv_path(const std::string& plot_path) {
+  const std::string svg = ".svg";
+  if (plot_path.size() <= svg.size() ||
+      plot_path.compare(plot_path.size() - svg.size(), svg.size(), svg) != 0) {
+    return std::nullopt;
+  }
+  return plot_path.substr(0, plot_path.size() - svg.size()) + ".csv";
+}
+
+// --policy and --plot belong to issue-6868's report; other scenarios refuse them by name
+// rather than ignore them.
+void check_output_options(const Options& options, const ReproConfig& config) {
+  if (config.scenario == "issue-6868") return;
+  SEQPAR_INPUT_CHECK(options.policy == "all", "--policy: scenario ", config.scenario,
+                     " runs its own variants, not the policies; leave --policy out");
+  SEQPAR_INPUT_CHECK(!options.plot_given || options.plot_path.empty(), "--plot: scenario ",
+                     config.scenario, " draws no drift picture; leave --plot out");
 }
 
 // Everything the run will need from its surroundings, checked before its work starts:
@@ -107,7 +133,10 @@ void check_before_running(const Options& options, const ReproConfig& config) {
   if (!options.json_path.empty() && options.json_path != "-") {
     check_output_path("--json", options.json_path);
   }
-  if (!options.plot_path.empty()) check_output_path("--plot", options.plot_path);
+  if (writes_plot(options, config)) {
+    check_output_path("--plot", options.plot_path);
+    if (const auto csv = drift_csv_path(options.plot_path)) check_output_path("--plot", *csv);
+  }
   if (!options.dump_directory.empty()) check_dump_directory(options.dump_directory, options.overwrite);
   if (const auto available = available_memory_bytes()) check_memory(config, *available);
 }
@@ -136,10 +165,15 @@ void report(const RunResults& results, const Options& options) {
     out << "safetensors dump: " << options.dump_directory
         << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
   }
-  if (!options.plot_path.empty()) {
+  if (writes_plot(options, results.config)) {
     out.flush();  // the picture may go to /dev/stdout, after the report
     write_drift_svg(options.plot_path, results);
-    out << "drift picture: " << options.plot_path << '\n';
+    const auto csv = drift_csv_path(options.plot_path);
+    if (csv) write_drift_csv(*csv, results);
+    out << "drift picture: " << options.plot_path << (csv ? " (its series: " + *csv + ")" : "")
+        << '\n';
+  } else if (options.plot_given && !options.plot_path.empty()) {
+    out << "drift picture: none for a single step (--steps 2 or more draws one)\n";
   }
   if (!options.json_path.empty()) {
     out.flush();
@@ -155,7 +189,7 @@ template <typename Results, typename Body>
 std::optional<Results> run_world(const Placement& placement,
                                  const std::optional<dist::LaunchEnvironment>& launched,
                                  const ReproConfig& config, std::chrono::milliseconds timeout,
-                                 const Body& body) {
+                                 bool quiet, const Body& body) {
   if (placement.backend == Backend::Nccl) {
 #ifdef SEQPAR_WITH_NCCL
     dist::NcclOptions nccl_options;
@@ -163,7 +197,7 @@ std::optional<Results> run_world(const Placement& placement,
     const auto world = dist::NcclProcessGroup::create_world(*launched, nccl_options);
     Results results;
     {
-      const auto progress = world->rank() == 0 ? Progress::on_stderr() : nullptr;
+      const auto progress = world->rank() == 0 ? Progress::on_stderr(quiet) : nullptr;
       results = body(world, progress.get());
     }
     if (world->rank() != 0) return std::nullopt;
@@ -174,7 +208,7 @@ std::optional<Results> run_world(const Placement& placement,
 #endif
   }
   Results results;
-  const auto progress = Progress::on_stderr();
+  const auto progress = Progress::on_stderr(quiet);
   dist::run_local_world(static_cast<int>(config.world_size()),
                         [&](std::shared_ptr<dist::ProcessGroup> world) {
                           Results mine = body(world, progress.get());
@@ -188,7 +222,7 @@ int run(int argc, char** argv) {
   const std::vector<std::string> arguments(argv + 1, argv + argc);
   const Options options = parse_options(arguments);
   if (options.help) {
-    std::cout << kUsage;
+    std::cout << help_text();
     return 0;
   }
   if (options.version) {
@@ -207,13 +241,18 @@ int run(int argc, char** argv) {
     std::cout << scenario_list_text();
     return 0;
   }
+  check_output_options(options, config);
   std::vector<const Policy*> policies;
   for (const Policy& policy : all_policies()) {
     if (options.policy == "all" || policy_named(options.policy).name == policy.name) {
       policies.push_back(&policy);
     }
   }
-  const auto launched = dist::launch_environment_from_process();
+  // --backend local runs every rank in this process, whatever a launcher's variables
+  // (an sbatch shell's, say) claim.
+  const auto launched = options.backend == std::string("local")
+                            ? std::nullopt
+                            : dist::launch_environment_from_process();
   check_local_rank(options, launched);
   const Placement placement = choose_placement(options, config, launched);
   if (placement.backend != Backend::LaunchNccl) check_before_running(options, config);
@@ -229,7 +268,7 @@ int run(int argc, char** argv) {
     SEQPAR_INPUT_CHECK(options.dump_directory.empty(), "--dump: the zero-stage scenario writes no dump");
     check_zero_stage_config(config);
     const auto results = run_world<ZeroStageResults>(
-        placement, launched, config, timeout,
+        placement, launched, config, timeout, options.quiet,
         [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress*) {
           return run_zero_stage(rank_groups(world, config), config, placement.device,
                                 placement.description);
@@ -248,7 +287,7 @@ int run(int argc, char** argv) {
     scenario->check(config);
     const bool dump = !options.dump_directory.empty();
     const auto results = run_world<PitfallResults>(
-        placement, launched, config, timeout,
+        placement, launched, config, timeout, options.quiet,
         [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {
           return run_pitfall(*scenario, rank_groups(world, config), config, placement.device,
                              placement.description, dump, progress);
@@ -268,7 +307,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   const auto results = run_world<RunResults>(
-      placement, launched, config, timeout,
+      placement, launched, config, timeout, options.quiet,
       [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {
         return run_rank(world, config, policies, placement, placement.device, progress);
       });

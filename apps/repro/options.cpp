@@ -10,22 +10,6 @@
 
 namespace seqpar::repro {
 
-const char* const kUsage =
-    "usage: seqpar-repro [--scenario NAME] [--list-scenarios]\n"
-    "                    [--config FILE] [--set section.key=value]... [--policy NAME|all]\n"
-    "                    [--steps N] [--device cpu|reference|cuda] [--backend local|nccl] [--nproc N]\n"
-    "                    [--dump DIR [--overwrite]] [--json FILE|-] [--plot FILE]\n"
-    "                    [--timeout SECONDS] [--print-config] [--local_rank N] [--help]\n"
-    "                    [--version]\n"
-    "\n"
-    "Reproduces DeepSpeed issue #6868 (sequence-parallel ranks end a training step with\n"
-    "different parameters) and its fix. With no arguments: the report's scenario, 4 ranks,\n"
-    "sp 4, on the best place available (GPUs over NCCL, one GPU, or CPU threads).\n"
-    "--config reads TOML, the report's YAML (ds_config: ...) or a DeepSpeed JSON config.\n"
-    "Every option also takes the form --option=VALUE. --json - writes the JSON to stdout\n"
-    "and the report to stderr. Policies: deepspeed-0.16, with-mpu, exact.\n"
-    "See apps/repro/README.md.\n";
-
 namespace {
 
 std::string one_of(const std::string& option, const std::string& value,
@@ -53,56 +37,134 @@ double parse_timeout(const std::string& text) {
   return seconds;
 }
 
+CommandLineOption text_option(std::vector<std::string> names, std::string& target,
+                              std::string value_name, std::string help) {
+  return CommandLineOption{std::move(names), true, [&target](const std::string& v) { target = v; },
+                           std::move(value_name), std::move(help)};
+}
+
 std::string scenario_named(const std::string& value) {
   std::vector<std::string> names;
   for (const ScenarioInfo& info : scenario_list()) names.emplace_back(info.name);
   return one_of("--scenario", value, names);
 }
 
+
+// The options, each with what --help says of it, writing into `options`.
+std::vector<CommandLineOption> option_table(Options& options) {
+  auto flag = [](std::vector<std::string> names, bool& target, std::string help) {
+    return CommandLineOption{std::move(names), false,
+                             [&target](const std::string&) { target = true; }, "", std::move(help)};
+  };
+  return {
+      {{"--scenario"}, true,
+       [&](const std::string& v) {
+         options.overrides.push_back("repro.scenario=\"" + scenario_named(v) + "\"");
+       },
+       "NAME",
+       "Run scenario NAME with its defaults: exactly what --config configs/NAME.toml runs "
+       "(--list-scenarios names them). Default: issue-6868, the bug report's."},
+      flag({"--list-scenarios"}, options.list_scenarios, "List the scenarios and exit."),
+      text_option({"--config"}, options.config_path, "FILE",
+                  "Read the scenario from FILE: seqpar's TOML, the report's YAML (ds_config: ...) "
+                  "or a DeepSpeed JSON config. Keys it leaves out take the scenario's values, "
+                  "which the report lists. Default: none (the built-in scenario)."),
+      {{"--set"}, true, [&](const std::string& v) { options.overrides.push_back(v); },
+       "KEY=VALUE",
+       "Set one config key, after --config: --set repro.rows=4000, --set "
+       "ds_config.optimizer.type=AdamW (a value that is not TOML is a string). Repeatable."},
+      {{"--steps"}, true,
+       [&](const std::string& v) {
+         const int64_t steps = parse_integer_option("--steps", v, 1, int64_t{1} << 40);
+         options.overrides.push_back("repro.steps=" + std::to_string(steps));
+       },
+       "N", "Training steps; the same as --set repro.steps=N. Default: the scenario's (1 for "
+            "issue-6868)."},
+      {{"--policy"}, true,
+       [&](const std::string& v) {
+         if (v != "all") policy_named(v);  // rejects an unknown name, listing the known ones
+         options.policy = v;
+       },
+       "NAME|all",
+       "Scenario issue-6868 only: run one policy (deepspeed-0.16, with-mpu, exact). Default: "
+       "all."},
+      {{"--device"}, true,
+       [&](const std::string& v) {
+         options.device = one_of("--device", v, {"cpu", "reference", "cuda"});
+       },
+       "cpu|reference|cuda",
+       "Where the ranks compute. Default: cuda where there is a GPU, else cpu. reference: "
+       "every op as the plain loops that define the bits (slower; the same results)."},
+      {{"--backend"}, true,
+       [&](const std::string& v) { options.backend = one_of("--backend", v, {"local", "nccl"}); },
+       "local|nccl",
+       "local: every rank a thread of this process (a launcher's variables are then not read); "
+       "nccl: one process per GPU. Default: nccl with a GPU per rank, else local."},
+      {{"--nproc"}, true, [](const std::string&) {}, "N",
+       "Start N processes, one per GPU, over NCCL, as torchrun --nproc-per-node N does. "
+       "Default: none (seqpar-repro starts them itself when it picks nccl)."},
+      text_option({"--dump"}, options.dump_directory, "DIR",
+                  "Write every rank's parameters, the inputs and the one-rank reference as "
+                  "safetensors into DIR (new or empty). Default: none."),
+      flag({"--overwrite"}, options.overwrite, "Let --dump replace an earlier dump in DIR."),
+      text_option({"--json"}, options.json_path, "FILE|-",
+                  "Write every figure as JSON to FILE; - writes it to stdout and the report to "
+                  "stderr. Default: none."),
+      {{"--plot"}, true,
+       [&](const std::string& v) {
+         options.plot_path = v;
+         options.plot_given = true;
+       },
+       "FILE",
+       "Scenario issue-6868, 2 steps or more: the drift picture (SVG) into FILE and, for "
+       "NAME.svg, its series as CSV into NAME.csv; an empty FILE writes none. Default: "
+       "seqpar-repro-drift.svg."},
+      {{"--timeout"}, true,
+       [&](const std::string& v) { options.timeout_seconds = parse_timeout(v); }, "SECONDS",
+       "The longest a collective waits for its last rank before the run fails. Default: a "
+       "minute plus the time the scenario's step should take."},
+      flag({"--print-config"}, options.print_config,
+           "Print the configuration the run would use, as TOML, and exit."),
+      flag({"-q", "--quiet"}, options.quiet, "No progress on stderr; the report still prints."),
+      {{"--local_rank", "--local-rank"}, true,
+       [&](const std::string& v) {
+         options.local_rank = static_cast<int>(parse_integer_option("--local_rank", v, 0, 1 << 20));
+       },
+       "N", "Passed by DeepSpeed's launcher; must agree with LOCAL_RANK."},
+      flag({"--version"}, options.version, "Print the version and exit."),
+      flag({"-h", "--help"}, options.help, "Print this help and exit."),
+  };
+}
+
 }  // namespace
+
+std::string help_text() {
+  Options unused;
+  return "usage: seqpar-repro [OPTION]...\n"
+         "\n"
+         "Reproduces DeepSpeed issue #6868 (sequence-parallel ranks end a training step with\n"
+         "different parameters) and its fix, against one-rank training. With no options: the\n"
+         "report's scenario, 4 ranks, sp 4, on the best place available (GPUs over NCCL, one\n"
+         "GPU, or CPU threads). Every option also takes the form --option=VALUE; -- ends them.\n"
+         "\n"
+         "options:\n" +
+         command_line_help(option_table(unused)) +
+         "\n"
+         "examples:\n"
+         "  seqpar-repro                                  the bug report's run\n"
+         "  seqpar-repro --steps 100 --plot drift.svg     100 steps, with the drift picture\n"
+         "  seqpar-repro --config ds_config.json          your DeepSpeed config\n"
+         "  seqpar-repro --scenario masked-tokens -q      another scenario, no progress\n"
+         "  seqpar-repro --set ds_config.sequence_parallel_size=2 --device cpu\n"
+         "  seqpar-repro --print-config > mine.toml       a config to edit\n"
+         "\n"
+         "exit status: 0 the run finished (whatever its verdicts); 1 it failed; 2 the\n"
+         "command line, a config or the environment was refused.\n";
+}
 
 Options parse_options(const std::vector<std::string>& arguments) {
   Options options;
-  auto flag = [](std::vector<std::string> names, bool& target) {
-    return CommandLineOption{std::move(names), false, [&target](const std::string&) { target = true; }};
-  };
-  auto text = [](std::vector<std::string> names, std::string& target) {
-    return CommandLineOption{std::move(names), true, [&target](const std::string& v) { target = v; }};
-  };
-  parse_command_line(arguments, {
-      flag({"--help", "-h"}, options.help),
-      flag({"--version"}, options.version),
-      flag({"--print-config"}, options.print_config),
-      flag({"--overwrite"}, options.overwrite),
-      flag({"--list-scenarios"}, options.list_scenarios),
-      // --scenario NAME is --set repro.scenario="NAME", so a config's choice can be overridden.
-      {{"--scenario"}, true, [&](const std::string& v) {
-         options.overrides.push_back("repro.scenario=\"" +
-                                     scenario_named(v) + "\"");
-       }},
-      text({"--config"}, options.config_path),
-      {{"--policy"}, true, [&](const std::string& v) {
-         if (v != "all") policy_named(v);  // rejects an unknown name, listing the known ones
-         options.policy = v;
-       }},
-      text({"--dump"}, options.dump_directory),
-      text({"--json"}, options.json_path),
-      text({"--plot"}, options.plot_path),
-      {{"--set"}, true, [&](const std::string& v) { options.overrides.push_back(v); }},
-      {{"--steps"}, true, [&](const std::string& v) {
-         const int64_t steps = parse_integer_option("--steps", v, 1, int64_t{1} << 40);
-         options.overrides.push_back("repro.steps=" + std::to_string(steps));
-       }},
-      {{"--device"}, true,
-       [&](const std::string& v) { options.device = one_of("--device", v, {"cpu", "reference", "cuda"}); }},
-      {{"--backend"}, true,
-       [&](const std::string& v) { options.backend = one_of("--backend", v, {"local", "nccl"}); }},
-      {{"--timeout"}, true, [&](const std::string& v) { options.timeout_seconds = parse_timeout(v); }},
-      // DeepSpeed's launcher appends --local_rank=N to the program's arguments.
-      {{"--local_rank", "--local-rank"}, true, [&](const std::string& v) {
-         options.local_rank = static_cast<int>(parse_integer_option("--local_rank", v, 0, 1 << 20));
-       }},
-  });
+  parse_command_line(arguments, option_table(options));
   return options;
 }
 

@@ -17,6 +17,8 @@ struct Options {
   std::string dump_directory;
   std::string json_path;               // "-": stdout (the report then goes to stderr)
   std::string plot_path = "seqpar-repro-drift.svg";
+  bool plot_given = false;              // --plot on the command line (else the default)
+  bool quiet = false;                   // -q: no progress on stderr
   bool overwrite = false;               // --overwrite: --dump may replace an earlier dump
   std::optional<double> timeout_seconds;  // --timeout: a collective's longest wait
   bool print_config = false;
@@ -29,7 +31,8 @@ struct Options {
 // launcher before this.)
 Options parse_options(const std::vector<std::string>& arguments);
 
-extern const char* const kUsage;
+// What --help prints: the usage, every option with its default, and examples.
+std::string help_text();
 
 constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
 

@@ -210,10 +210,11 @@ void print_run_header(std::ostream& out, const ReproConfig& c, const std::string
                       const std::string& mesh_layout) {
   out << "  model       Linear(" << c.in_features << ", " << c.out_features << "), L1 loss; "
       << c.rows << " rows per replica; " << c.steps << " step(s); gradient_clipping "
-      << c.gradient_clipping << '\n';
+      << shortest_float_text(c.gradient_clipping) << '\n';
+  out << config_notes(c);
   out << "  placement   " << placement << '\n';
   out << "  mesh        ";
-  std::string layout = mesh_layout;
+  std::string layout = mesh_layout.rfind("mesh: ", 0) == 0 ? mesh_layout.substr(6) : mesh_layout;
   while (!layout.empty() && layout.back() == '\n') layout.pop_back();
   for (const char ch : layout) out << ch << (ch == '\n' ? "              " : "");
   out << '\n';
@@ -221,27 +222,36 @@ void print_run_header(std::ostream& out, const ReproConfig& c, const std::string
 
 void print_pitfall(std::ostream& out, const PitfallResults& results) {
   const ReproConfig& c = results.config;
-  out << "seqpar-repro scenario " << results.scenario << ": " << results.title << "\n\n";
+  out << wrap_text("seqpar-repro scenario " + results.scenario + ": " + results.title, 2, kReportWidth)
+      << "\n\n";
   print_run_header(out, c, results.placement, results.mesh_layout);
   for (const std::string& note : results.notes) out << "  " << note << '\n';
   out << "  one-rank reference: gradient norm " << number_text(results.reference_norm)
       << " at step 1\n\n";
-  char line[320];
-  std::snprintf(line, sizeof line, "  %-36s %-18s %-10s %-18s %-7s %s\n", "variant",
-                "gradient / 1 rank", "error", "clip norm / 1 rank", "ranks",
-                ("vs one rank after " + std::to_string(c.steps) + " step(s)").c_str());
-  out << line;
+  // Each column as wide as its widest cell, so the table stays within the report's width.
+  std::vector<std::vector<std::string>> rows = {
+      {"variant", "gradient", "error", "clip norm", "ranks", "after " + std::to_string(c.steps) + " step(s)"}};
   for (const VariantFigures& f : results.variants) {
-    const std::string gradient = number_text(f.gradient_scale) + (f.cause.empty() ? "" : " " + f.cause);
-    const std::string clip = number_text(f.clip_norm_scale) + (f.clip_cause.empty() ? "" : " " + f.clip_cause);
-    const std::string after = f.equals_reference ? "bitwise equal"
-                                                 : "max |difference| " + number_text(f.max_difference);
-    std::snprintf(line, sizeof line, "  %-36s %-18s %-10s %-18s %-7s %s\n", f.name.c_str(),
-                  gradient.c_str(), number_text(f.gradient_error).c_str(), clip.c_str(),
-                  f.ranks_agree ? "agree" : "DIFFER", after.c_str());
-    out << line;
+    rows.push_back({f.name, number_text(f.gradient_scale) + (f.cause.empty() ? "" : " " + f.cause),
+                    number_text(f.gradient_error),
+                    number_text(f.clip_norm_scale) + (f.clip_cause.empty() ? "" : " " + f.clip_cause),
+                    f.ranks_agree ? "agree" : "DIFFER",
+                    f.equals_reference ? "bitwise equal" : "max |diff| " + number_text(f.max_difference)});
   }
-  out << "\n  error: ||g - g_one_rank|| / ||g_one_rank|| at step 1, rank 0's combined gradient.\n";
+  std::vector<size_t> widths(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += " " + row[i] + (i + 1 < row.size() ? std::string(widths[i] - row[i].size() + 1, ' ') : "");
+    }
+    out << line << '\n';
+  }
+  out << "\n  gradient, clip norm: rank 0's at step 1 / one rank's on all rows.\n"
+         "  error: ||g - g_one_rank|| / ||g_one_rank|| at step 1, rank 0's combined gradient.\n"
+         "  after: rank 0's parameters against one-rank training's.\n";
   bool exact_ok = true;
   for (const VariantFigures& f : results.variants) {
     if (f.exact) exact_ok = exact_ok && f.equals_reference && f.ranks_agree;

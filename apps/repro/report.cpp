@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "apps/repro/scenario_list.h"
+
 namespace seqpar::repro {
 
 namespace {
@@ -19,12 +21,6 @@ std::string printf_string(const char* pattern, ...) {
   std::vsnprintf(text, sizeof text, pattern, arguments);
   va_end(arguments);
   return text;
-}
-
-std::string join(const std::vector<float>& values, const char* pattern) {
-  std::string out;
-  for (float value : values) out += (out.empty() ? "" : " ") + printf_string(pattern, value);
-  return out;
 }
 
 // Every line after the first indented by `width` spaces, so a block lines up in a column.
@@ -42,8 +38,29 @@ std::string without_prefix(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
 }
 
-// The config's keys that were accepted without changing the scenario, grouped by why.
-std::string ignored_keys(const ReproConfig& config) {
+}  // namespace
+
+std::string wrap_text(const std::string& text, size_t indent, size_t width) {
+  std::string out, line;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  if (!line.empty()) out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+  return out;
+}
+
+// The config's keys that were accepted without changing the scenario, grouped by why,
+// and those a user's config left to the scenario's defaults.
+std::string config_notes(const ReproConfig& config) {
   std::vector<std::pair<std::string, std::string>> groups;  // reason, keys
   for (const ConfigNote& note : config.ignored) {
     auto group = std::find_if(groups.begin(), groups.end(),
@@ -53,57 +70,90 @@ std::string ignored_keys(const ReproConfig& config) {
   }
   std::string out;
   for (const auto& [reason, keys] : groups) {
-    out += (out.empty() ? "  ignored     " : "              ") + keys + " (" + reason + ")\n";
+    out += (out.empty() ? "  ignored     " : "              ") +
+           wrap_text(keys + " (" + reason + ")", 14, kReportWidth) + "\n";
+  }
+  if (!config.taken_from_scenario.empty()) {
+    // Each "key = value" kept on one line: its spaces are held apart from the wrapping.
+    std::string keys;
+    for (const std::string& key : config.taken_from_scenario) {
+      std::string item = without_prefix(key, "ds_config.");
+      std::replace(item.begin(), item.end(), ' ', '\x01');
+      keys += (keys.empty() ? "" : ", ") + item;
+    }
+    std::string text = wrap_text(std::string("by your config, so ") +
+                                     scenario_config(config.scenario).file + "'s: " + keys,
+                                 14, kReportWidth);
+    std::replace(text.begin(), text.end(), '\x01', ' ');
+    out += "  not given   " + text + "\n";
   }
   return out;
 }
+
+namespace {
 
 void print_scenario(std::ostream& out, const RunResults& results) {
   const ReproConfig& c = results.config;
   out << "seqpar-repro: DeepSpeed issue #6868, sequence-parallel ranks end a step with "
          "different parameters\n\n"
-      << printf_string("  scenario    world %lld = sp %lld x dp %lld; x: %lld x %lld rows per replica "
-                       "(seed %llu); Linear(%lld -> %lld); L1 against x[:, :%lld]\n",
-                       (long long)c.world_size(), (long long)c.sequence_parallel_size,
-                       (long long)c.data_parallel_size, (long long)c.rows,
-                       (long long)c.in_features, (unsigned long long)c.seed,
-                       (long long)c.in_features, (long long)c.out_features,
-                       (long long)c.out_features)
-      << printf_string("              AdamW lr %g, betas (%g, %g), eps %g, weight_decay %g; "
-                       "gradient_clipping %g; %lld step(s)\n",
-                       c.adamw.lr, c.adamw.beta1, c.adamw.beta2, c.adamw.eps,
-                       c.adamw.weight_decay, c.gradient_clipping, (long long)c.steps)
-      << ignored_keys(c)
+      << "  scenario    "
+      << wrap_text(printf_string("world %lld = sp %lld x dp %lld; %lld step(s); x: %lld x %lld "
+                                 "rows per replica (seed %llu); Linear(%lld -> %lld), L1 against "
+                                 "x[:, :%lld]; AdamW lr %s, betas (%s, %s), eps %s, weight_decay "
+                                 "%s; gradient_clipping %s",
+                                 (long long)c.world_size(), (long long)c.sequence_parallel_size,
+                                 (long long)c.data_parallel_size, (long long)c.steps,
+                                 (long long)c.rows, (long long)c.in_features,
+                                 (unsigned long long)c.seed, (long long)c.in_features,
+                                 (long long)c.out_features, (long long)c.out_features,
+                                 shortest_float_text(c.adamw.lr).c_str(),
+                                 shortest_float_text(c.adamw.beta1).c_str(),
+                                 shortest_float_text(c.adamw.beta2).c_str(),
+                                 shortest_float_text(c.adamw.eps).c_str(),
+                                 shortest_float_text(c.adamw.weight_decay).c_str(),
+                                 shortest_float_text(c.gradient_clipping).c_str()),
+                   14, kReportWidth)
+      << '\n'
+      << config_notes(c)
       << "  placement   " << results.placement << '\n'
       << "  mesh        " << indent_lines(without_prefix(results.mesh_layout, "mesh: "), 14) << '\n';
-  out << "  initial parameters, fingerprint per rank:";
+  std::string prints;
   bool identical = true;
   for (size_t rank = 0; rank < results.initial_parameters.size(); ++rank) {
     const uint64_t print = fingerprint(results.initial_parameters[rank]);
     identical = identical && print == fingerprint(results.initial_parameters[0]);
-    out << printf_string(" %zu:%016llx", rank, (unsigned long long)print);
+    prints += printf_string(" %zu:%016llx", rank, (unsigned long long)print);
   }
-  out << (identical ? "\n              identical on every rank: same seed, same calls, same numbers\n"
+  out << "  initial     " << wrap_text("parameters' fingerprint per rank:" + prints, 14, kReportWidth)
+      << (identical ? "\n              identical on every rank: same seed, same calls, same numbers\n"
                     : "\n              NOT identical: the seeding is broken\n");
   const ReferenceRun& reference = results.reference;
-  out << printf_string("\none-rank reference (all %lld rows, mean loss): loss %.6f, gradient norm "
+  out << printf_string("\none-rank reference (all %lld rows): mean loss %.6f, gradient norm "
                        "%.6f, %.2f ms/step\n",
                        (long long)(c.rows * c.data_parallel_size), reference.losses.front(),
                        reference.norms.front(), 1e3 * reference.seconds / double(c.steps));
 }
 
+// "0.8287" when every rank used the same norm, else "0.9168 to 0.9233".
+std::string norm_range(const std::vector<float>& norms) {
+  if (norms.empty()) return "-";
+  const auto [low, high] = std::minmax_element(norms.begin(), norms.end());
+  if (*low == *high) return printf_string("%.4f", *low);
+  return printf_string("%.4f to %.4f", *low, *high);
+}
+
 void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
   const int64_t steps = static_cast<int64_t>(figures.steps.size());
   const std::vector<int64_t> shown = steps_to_show(steps, figures.first_broken_step);
-  out << "  step  max |diff| across ranks  params differing  vs reference: max |diff|, gradient"
-         "   gradient norm used, per rank (reference)\n";
+  out << "        across ranks:                             vs one rank:          gradient norm used\n"
+         "  step  max |diff|             params differing   max |diff|  gradient  on the ranks (one rank)\n";
   for (const int64_t step : shown) {
     const StepFigures& s = figures.steps[size_t(step - 1)];
-    out << printf_string("  %4lld  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %9.2g        %s (%.4f)\n",
+    out << printf_string("  %4lld  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %8.2g  %s (%.4f)\n",
                          (long long)step, s.max_cross_rank_difference,
                          s.max_cross_rank_difference / lr, (long long)s.differing_parameters,
                          (long long)s.parameter_count, s.max_difference_from_reference,
-                         s.gradient_relative_error, join(s.used_norms, "%.4f").c_str(),
+                         s.gradient_relative_error, norm_range(s.used_norms).c_str(),
                          s.reference_norm);
   }
   const int64_t left_out = steps - static_cast<int64_t>(shown.size());
@@ -124,8 +174,8 @@ void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
 
 void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
   const LrHistogram& h = figures.steps.front().histogram;
-  out << printf_string("  step 1, each rank vs rank 0, |diff| in units of lr:  0: %lld   (0, 0.5): "
-                       "%lld   ~1: %lld   ~2: %lld   >2.5: %lld\n",
+  out << printf_string("  step 1, each rank vs rank 0, |diff| in units of lr:\n"
+                       "    0: %lld   (0, 0.5): %lld   ~1: %lld   ~2: %lld   >2.5: %lld\n",
                        (long long)h.identical, (long long)h.below_half, (long long)h.about_one,
                        (long long)h.about_two, (long long)h.beyond);
   const SignAgreement& s = figures.first_step_signs;
@@ -133,9 +183,9 @@ void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
   out << printf_string(
       "  why 2 lr: Adam's first step moves a weight by about lr * sign(gradient). Where a rank's\n"
       "  gradient had the opposite sign from rank 0's (%lld pairs), the copies moved apart by\n"
-      "  2 lr in %.1f%% of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
-      (long long)s.opposite, 100.0 * double(s.opposite_two_lr) / double(s.opposite),
-      (long long)s.same, s.same ? 100.0 * double(s.same_identical) / double(s.same) : 0.0);
+      "  2 lr in %lld of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
+      (long long)s.opposite, (long long)s.opposite_two_lr, (long long)s.same,
+      s.same ? 100.0 * double(s.same_identical) / double(s.same) : 0.0);
   out << "  (the report saw the same: 0.0148 on rank 0 vs 0.0150 on rank 1, -0.0137 vs -0.0135)\n";
 }
 
@@ -162,7 +212,9 @@ void print_report(std::ostream& out, const RunResults& results) {
   for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
   for (const PolicyFigures* each : figures) {
     const PolicyFigures& policy = *each;
-    out << "\npolicy " << policy.policy->name << ": " << policy.policy->summary << '\n';
+    out << '\n' << wrap_text("policy " + policy.policy->name + ": " + policy.policy->summary, 2,
+                             kReportWidth)
+        << '\n';
     if (!policy.skipped.empty()) {
       out << "  skipped: " << policy.skipped << '\n';
       continue;
@@ -171,7 +223,10 @@ void print_report(std::ostream& out, const RunResults& results) {
     if (policy.verdict == Verdict::RanksDiverge) print_mechanism(out, policy);
     out << printf_string("  %.2f ms/step on rank 0 (and %.2f ms/step gathering and analysing it)\n",
                          1e3 * policy.seconds_per_step, 1e3 * policy.analysis_seconds_per_step);
-    out << "  verdict: " << verdict_name(policy.verdict) << ": " << policy.verdict_text << '\n';
+    out << "  " << wrap_text(std::string("verdict: ") + verdict_name(policy.verdict) + ": " +
+                                 policy.verdict_text,
+                             4, kReportWidth)
+        << '\n';
   }
   out << "\nsummary\n";
   for (const PolicyFigures* policy : figures) {

@@ -13,6 +13,17 @@
 
 namespace seqpar::repro {
 
+// The width report lines keep within.
+constexpr size_t kReportWidth = 100;
+
+// `text` broken at spaces into lines of at most `width` columns, every line after the
+// first indented by `indent` spaces (the first is where the caller has put it).
+std::string wrap_text(const std::string& text, size_t indent, size_t width);
+
+// The report's "ignored" lines (keys accepted without changing the scenario, grouped by
+// why) and its "not given" line (keys a user's config left to the scenario's defaults).
+std::string config_notes(const ReproConfig& config);
+
 // The per-step table shows the first steps, log-spaced ones (1, 2, 3, 5, 10, 20, 50,
 // ...), each policy's first broken step and the last; --json holds every step.
 void print_report(std::ostream& out, const RunResults& results);
@@ -25,7 +36,12 @@ void write_json(const std::string& path, const RunResults& results);
 
 // Cross-rank drift (the largest parameter difference between ranks) against the step,
 // one line per policy, on a log scale; bitwise-identical ranks sit on the floor line.
+// The distance of rank 0 from one-rank training, dashed, beside it.
 void write_drift_svg(const std::string& path, const RunResults& results);
+
+// The picture's series as CSV: policy,step,max_difference_across_ranks,
+// max_difference_from_one_rank (a line per policy and step).
+void write_drift_csv(const std::string& path, const RunResults& results);
 
 // DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors,
 // each read back before it is put in place. DIR must be new or empty; with `overwrite`

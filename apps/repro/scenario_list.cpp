@@ -47,6 +47,13 @@ bool scenario_accumulates_gradients(const std::string& name) {
   return false;
 }
 
+const ScenarioConfig& scenario_config(const std::string& name) {
+  for (const ScenarioConfig& config : scenario_configs()) {
+    if (name == config.scenario) return config;
+  }
+  return scenario_configs().front();
+}
+
 std::string scenario_names() {
   std::string names;
   for (const ScenarioInfo& info : scenario_list()) {

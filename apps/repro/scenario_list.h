@@ -16,6 +16,18 @@ struct ScenarioInfo {
   bool accumulates_gradients = false;
 };
 
+// A scenario's defaults: the text of its file in configs/, compiled in, under which a
+// user's config and --set are read. So `--scenario NAME` and `--config configs/FILE`
+// run the same thing, and a key a user's config leaves out takes the scenario's value.
+struct ScenarioConfig {
+  const char* scenario;  // "issue-6868"
+  const char* file;      // "configs/issue6868.toml"
+  const char* toml;      // its text
+};
+const std::vector<ScenarioConfig>& scenario_configs();  // generated from configs/*.toml
+// The defaults of the scenario `name`, or of the first one when `name` is none of them.
+const ScenarioConfig& scenario_config(const std::string& name);
+
 // In --list-scenarios' order; the first is the default.
 const std::vector<ScenarioInfo>& scenario_list();
 bool is_scenario(const std::string& name);

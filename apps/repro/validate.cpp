@@ -107,6 +107,25 @@ ScenarioSizes checked_sizes(const ReproConfig& c) {
   return sizes;
 }
 
+namespace {
+
+// DeepSpeed refuses a train_batch_size other than micro-batch x accumulation x the
+// data-parallel size (the world over the sequence-parallel size), and so does this.
+void check_train_batch_size(const ReproConfig& c) {
+  if (!c.train_batch_size) return;
+  int64_t expected = 0;
+  const bool fits = !__builtin_mul_overflow(c.train_micro_batch_size_per_gpu,
+                                            c.gradient_accumulation_steps, &expected) &&
+                    !__builtin_mul_overflow(expected, c.data_parallel_size, &expected);
+  SEQPAR_INPUT_CHECK(fits && *c.train_batch_size == expected, "config key ds_config.train_batch_size = ",
+                     *c.train_batch_size, ": DeepSpeed requires train_micro_batch_size_per_gpu ",
+                     c.train_micro_batch_size_per_gpu, " x gradient_accumulation_steps ",
+                     c.gradient_accumulation_steps, " x data_parallel_size ", c.data_parallel_size,
+                     fits ? " = " + std::to_string(expected) : std::string(" (overflows)"));
+}
+
+}  // namespace
+
 void validate(const ReproConfig& c) {
   check_at_least(c.train_micro_batch_size_per_gpu, 1, "ds_config.train_micro_batch_size_per_gpu");
   check_at_least(c.sequence_parallel_size, 1, "ds_config.sequence_parallel_size");
@@ -135,6 +154,7 @@ void validate(const ReproConfig& c) {
                      "parameters themselves, which scenario ", c.scenario,
                      " does not model; use 0, 1 or 2 (scenario zero-stage runs stage 3's "
                      "reduction)");
+  check_train_batch_size(c);
   SEQPAR_INPUT_CHECK(c.optimizer_type == "AdamW", "config key ds_config.optimizer.type = \"",
                      c.optimizer_type, "\": only \"AdamW\" is supported");
   const ScenarioSizes sizes = checked_sizes(c);

@@ -33,9 +33,31 @@ expect() {
   fi
 }
 
-small="--device cpu --plot= --set repro.rows=400 --set ds_config.sequence_parallel_size=2"
+small="--device cpu --plot= -q --set repro.rows=400 --set ds_config.sequence_parallel_size=2"
 
 expect 0 "usage: seqpar-repro" --help
+# --help describes every option, with its default, and gives examples.
+"$repro" --help > "$work/help"
+for option in --scenario --list-scenarios --config --set --steps --policy --device --backend \
+              --nproc --dump --overwrite --json --plot --timeout --print-config --quiet \
+              --local_rank --version --help; do
+  grep -qe "^  .*$option" "$work/help" || { echo "FAIL: --help lacks $option"; failures=$((failures + 1)); }
+done
+[ "$(grep -c 'Default:' "$work/help")" -ge 10 ] && grep -q '^examples:' "$work/help" &&
+  ! grep -q 'README' "$work/help" || { echo "FAIL: --help lacks defaults or examples"; failures=$((failures + 1)); }
+expect 2 "did you mean --steps?" --step 3
+expect 2 "did you mean --config?" --cnofig=a.toml
+expect 2 "unexpected argument 'x' after --" --print-config -- x
+expect 0 "steps = 3" --print-config --steps 3 --
+# --set takes a string without quotes; what is neither TOML nor a bare word is refused.
+expect 0 "type = 'AdamW'" --print-config --set ds_config.optimizer.type=AdamW
+expect 0 "scenario = 'dropout'" --print-config --set repro.scenario=dropout
+expect 2 "the value is not TOML" --print-config --set 'ds_config.optimizer.params.betas=[0.9,'
+# --print-config writes floats in their shortest form.
+expect 0 "betas = [0.9, 0.95]" --print-config --set 'ds_config.optimizer.params.betas=[0.9, 0.95]'
+if "$repro" --print-config | grep -qE '[0-9]{12}'; then
+  echo "FAIL: --print-config prints a float with 12 digits or more"; failures=$((failures + 1))
+fi
 expect 0 "seqpar-repro 0." --version
 expect 2 "unknown option '--bogus'" --bogus
 expect 2 "unknown option '--bogus'" --bogus=1
@@ -50,8 +72,40 @@ expect 2 "unexpected argument 'extra'" extra
 expect 2 "takes no value" --print-config=yes
 expect 2 "without a launcher's environment" --local_rank=0 $small
 expect 2 "missing.toml: cannot open" --config "$work/missing.toml"
+printf '[repro]\nseed = 7\n' > "$work/seed.toml"
+expect 2 "ds_config.fp16" --config "$work/seed.toml" --set 'ds_config.fp16.enabled=true'
+
+# A user's config: what it leaves out is the scenario's, and the report says which.
+printf '{"sequence_parallel_size": 2, "train_batch_size": 4, "train_micro_batch_size_per_gpu": 4}\n' \
+  > "$work/partial.json"
+expect 0 "not given   by your config, so configs/issue6868.toml's: data_parallel_size = 1," \
+  --config "$work/partial.json" --device cpu --plot= -q --set repro.rows=400
+grep -q "gradient_clipping = 1.0," "$work/out" && grep -q "optimizer.params.lr = 1e-4," "$work/out" ||
+  { echo "FAIL: the report does not list lr as the scenario's"; failures=$((failures + 1)); }
+printf '{"sequence_parallel_size": 2, "gradient_clipping": 0.5, "repro": {"steps": 2}}\n' > "$work/mine.json"
+expect 0 "sp 2" --config "$work/mine.json" --device cpu --plot= -q --set repro.rows=400
+! grep -q "gradient_clipping = " "$work/out" ||
+  { echo "FAIL: a key the config sets is listed as not given"; failures=$((failures + 1)); }
+# A config without settings, a null, a batch size DeepSpeed would refuse.
 : > "$work/empty.toml"
-expect 2 "ds_config.fp16" --config "$work/empty.toml" --set 'ds_config.fp16.enabled=true'
+expect 2 "holds no settings" --config "$work/empty.toml"
+echo '{}' > "$work/empty.json"
+expect 2 "holds no settings" --config "$work/empty.json"
+echo '{"gradient_clipping": null}' > "$work/null.json"
+expect 2 "ds_config.gradient_clipping is null: write a value (0 turns clipping off)" --config "$work/null.json"
+echo '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4}' > "$work/batch.json"
+expect 2 "train_batch_size = 8: DeepSpeed requires train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 1 x data_parallel_size 1 = 4" \
+  --config "$work/batch.json"
+# Every refusal of a config at once: here three "auto" values and fp16.
+echo '{"train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+       "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "fp16": {"enabled": true}}' > "$work/auto.json"
+"$repro" --config "$work/auto.json" > "$work/out" 2> "$work/err"
+if [ $? -eq 2 ] && grep -q "4 settings refused" "$work/err" && [ "$(grep -c '"auto"' "$work/err")" -eq 3 ] &&
+   grep -q "ds_config.fp16" "$work/err"; then
+  echo "ok:   every refusal of a config at once"
+else
+  echo "FAIL: refusals of auto.json"; sed 's/^/  | /' "$work/err" | head -n 6; failures=$((failures + 1))
+fi
 # --opt=value everywhere, and the config formats through --print-config.
 expect 0 "steps = 2" --print-config --steps=2 --config="$source_dir/configs/issue6868.yaml"
 expect 0 "sequence_parallel_size = 4" --print-config --config "$source_dir/configs/ds_config.json"
@@ -66,6 +120,47 @@ else
   echo "FAIL: --json -"; failures=$((failures + 1))
 fi
 [ ! -e ./- ] || { echo "FAIL: --json - wrote a file named '-'"; failures=$((failures + 1)); }
+
+# -q: no progress, even on a run long enough to show it; the report still prints.
+"$repro" $small -q --set repro.rows=20000 --set repro.in_features=2000 --steps 3 > "$work/out" 2> "$work/err"
+if [ $? -eq 0 ] && [ ! -s "$work/err" ] && grep -q "^summary" "$work/out"; then
+  echo "ok:   -q prints the report and nothing on stderr"
+else
+  echo "FAIL: -q"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1))
+fi
+
+# Output options: the same in every scenario, or refused there by name.
+expect 2 "--policy: scenario clipping-norms runs its own variants" --scenario clipping-norms --policy exact
+expect 2 "--plot: scenario dropout draws no drift picture" --scenario dropout --plot d.svg
+# The drift picture: only for 2 steps or more, with its CSV beside it.
+expect 0 "drift picture: none for a single step" $small --plot "$work/one.svg"
+[ ! -e "$work/one.svg" ] || { echo "FAIL: a picture for one step"; failures=$((failures + 1)); }
+expect 0 "drift picture: $work/d.svg" --device cpu -q --set repro.rows=400 --steps 3 --plot "$work/d.svg"
+if grep -q "from one rank" "$work/d.svg" && [ "$(wc -l < "$work/d.csv")" -eq 10 ] &&
+   head -n 1 "$work/d.csv" | grep -q "^policy,step,max_difference_across_ranks,max_difference_from_one_rank$"; then
+  echo "ok:   the drift picture shows both distances; its CSV has a line per policy and step"
+else
+  echo "FAIL: drift picture or CSV"; failures=$((failures + 1))
+fi
+
+# Launcher variables: only a whole set is a launch; --backend local ignores them; a
+# malformed set is a one-line usage error.
+env SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 SLURM_JOB_ID=1 \
+  "$repro" $small > "$work/out" 2> "$work/err"
+[ $? -eq 0 ] && echo "ok:   an sbatch shell's Slurm variables are no launch" ||
+  { echo "FAIL: sbatch shell"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1)); }
+env SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
+  "$repro" $small --backend local > "$work/out" 2> "$work/err"
+[ $? -eq 0 ] && grep -q "as threads of one process" "$work/out" &&
+  echo "ok:   --backend local wins over a whole Slurm set" ||
+  { echo "FAIL: --backend local under Slurm"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1)); }
+env RANK=x WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
+  "$repro" $small > "$work/out" 2> "$work/err"
+[ $? -eq 2 ] && [ "$(wc -l < "$work/err")" -eq 1 ] && grep -q "RANK='x' is not" "$work/err" &&
+  ! grep -qE '\.(cpp|h):[0-9]+' "$work/err" && echo "ok:   a malformed launcher variable: one line, exit 2" ||
+  { echo "FAIL: malformed RANK"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1)); }
+# --nproc without a GPU per rank (or without NCCL): one line before any rank starts.
+expect 2 "--nproc 512" --nproc 512 $small
 
 # DeepSpeed's launcher: --local_rank=N beside the variables, which must agree.
 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \

@@ -10,6 +10,7 @@
 #include "apps/repro/config_input.h"
 #include "apps/repro/validate.h"
 #include "apps/repro/policy.h"
+#include "apps/repro/scenario_list.h"
 #include "core/error.h"
 
 using namespace seqpar::repro;
@@ -191,4 +192,71 @@ TEST_CASE("config files (--config): regular files of bounded size only", "[repro
   CHECK_THROWS_WITH(load_config(big), Catch::Contains("more than the limit"));
   std::remove(big.c_str());
   CHECK_THROWS_AS(load_config("/nonexistent.toml"), seqpar::InputError);
+}
+
+TEST_CASE("a scenario's defaults are its config file; a user's config is read over them",
+          "[repro][config]") {
+  // Every scenario named by repro.scenario starts from configs/<its file>, whatever else
+  // the text holds.
+  for (const ScenarioConfig& scenario : scenario_configs()) {
+    const ReproConfig named = parse_config("", {std::string("repro.scenario=\"") + scenario.scenario + "\""}, "t");
+    CHECK(to_toml(named) == to_toml(load_config(std::string(SEQPAR_SOURCE_DIR) + scenario.file)));
+  }
+  CHECK(parse_config("", {"repro.scenario=\"clipping-norms\""}, "t").gradient_clipping == 0.1);
+  CHECK(parse_config("", {"repro.scenario=\"masked-tokens\""}, "t").gradient_accumulation_steps == 4);
+  // A user's file: what it leaves out is listed, what it sets is not.
+  const ReproConfig mine = parse_users_config("[ds_config]\ngradient_clipping = 0.5\n", {"repro.rows=64"},
+                                              "mine.toml", ConfigFormat::Toml);
+  CHECK(mine.gradient_clipping == 0.5);
+  auto taken = [&](const std::string& key) {
+    for (const std::string& entry : mine.taken_from_scenario) {
+      if (entry.rfind(key + " = ", 0) == 0) return true;
+    }
+    return false;
+  };
+  CHECK(taken("ds_config.sequence_parallel_size"));
+  CHECK(taken("ds_config.optimizer.params.lr"));
+  CHECK_FALSE(taken("ds_config.gradient_clipping"));
+  CHECK_FALSE(taken("repro.rows"));  // given by --set
+  CHECK_FALSE(taken("repro.scenario"));
+  CHECK(parse_config("[ds_config]\ngradient_clipping = 0.5\n", {}, "t").taken_from_scenario.empty());
+  CHECK_THROWS_WITH(parse_users_config("# nothing\n", {}, "empty.toml", ConfigFormat::Toml),
+                    Catch::Contains("empty.toml holds no settings"));
+}
+
+TEST_CASE("every refusal of a config is reported at once", "[repro][config]") {
+  const std::string text = "[ds_config]\ngradient_clipping = \"auto\"\nsequence_parallel_size = \"auto\"\n"
+                           "[repro]\nrows = 1.5\n";
+  CHECK_THROWS_WITH(parse_config(text, {}, "hf.toml"),
+                    Catch::StartsWith("config hf.toml: 3 settings refused:\n") &&
+                        Catch::Contains("ds_config.gradient_clipping = \"auto\": a placeholder") &&
+                        Catch::Contains("ds_config.sequence_parallel_size = \"auto\"") &&
+                        Catch::Contains("repro.rows must be an integer"));
+}
+
+TEST_CASE("train_batch_size is DeepSpeed's product of the batch sizes", "[repro][config]") {
+  CHECK(parse_config("", {"ds_config.train_batch_size=4"}, "t").train_batch_size == 4);
+  CHECK(parse_config("", {"ds_config.train_batch_size=16", "ds_config.data_parallel_size=2",
+                          "ds_config.train_micro_batch_size_per_gpu=8"}, "t").train_batch_size == 16);
+  CHECK_THROWS_WITH(parse_config("", {"ds_config.train_batch_size=8"}, "t"),
+                    Catch::Contains("DeepSpeed requires train_micro_batch_size_per_gpu 4 x "
+                                    "gradient_accumulation_steps 1 x data_parallel_size 1 = 4"));
+}
+
+TEST_CASE("overrides take a bare word as a string, and floats print in their shortest form",
+          "[repro][config]") {
+  CHECK(parse_config("", {"ds_config.optimizer.type=adamw"}, "t").optimizer_type == "AdamW");
+  CHECK_THROWS_WITH(parse_config("", {"ds_config.optimizer.type=SGD"}, "t"), Catch::Contains("\"SGD\""));
+  CHECK_THROWS_WITH(parse_config("", {"repro.rows=[1,"}, "t"), Catch::Contains("not TOML"));
+  CHECK(shortest_float_text(0.9) == "0.9");
+  CHECK(shortest_float_text(1e-4) == "1e-4");
+  CHECK(shortest_float_text(1.0) == "1.0");
+  CHECK(shortest_float_text(5e8) == "5e8");
+  CHECK(shortest_float_text(0.1 + 0.2) == "0.30000000000000004");
+  for (const double value : {0.9, 0.999, 1e-8, 3e-4, 0.123456789012345678, 1e300, 5e-324}) {
+    CHECK(std::strtod(shortest_float_text(value).c_str(), nullptr) == value);
+  }
+  const std::string toml = to_toml(parse_config("", {}, "t"));
+  CHECK_THAT(toml, Catch::Contains("betas = [0.9, 0.999]") && Catch::Contains("lr = 1e-4") &&
+                       !Catch::Contains("0000000"));
 }

@@ -46,6 +46,7 @@ TEST_CASE("argument errors are one line naming the argument", "[core][command_li
   fails({"--verbose=yes"}, "takes no value");
   fails({"stray"}, "unexpected argument 'stray'");
   fails({"-"}, "unexpected argument '-'");
+  fails({"--verbos"}, "did you mean --verbose?");
 }
 
 TEST_CASE("numbers in option values are whole and in range", "[core][command_line]") {
@@ -57,4 +58,24 @@ TEST_CASE("numbers in option values are whole and in range", "[core][command_lin
   CHECK(parse_number_option("--lr", "1e-4") == 1e-4);
   CHECK_THROWS_AS(parse_number_option("--lr", "nan"), InputError);
   CHECK_THROWS_AS(parse_number_option("--lr", "1e-4 "), InputError);
+}
+
+TEST_CASE("a lone -- ends the options; unknown options name the nearest known one", "[core][command_line]") {
+  CHECK(parse({"--verbose", "--"}).verbose);
+  CHECK_THROWS_WITH(parse({"--", "x"}), Catch::Contains("unexpected argument 'x' after --"));
+  CHECK_THROWS_WITH(parse({"--confg", "a"}), Catch::Contains("did you mean --config?"));
+  CHECK_THROWS_WITH(parse({"--verb"}), Catch::Contains("did you mean --verbose?"));  // a prefix
+  CHECK_THROWS_WITH(parse({"--zzzzzz"}), !Catch::Contains("did you mean"));
+}
+
+TEST_CASE("the help lists every option with its value's name and text", "[core][command_line]") {
+  const std::string help = command_line_help({
+      {{"--steps"}, true, [](const std::string&) {}, "N", "Training steps. Default: 1."},
+      {{"-q", "--quiet"}, false, [](const std::string&) {}, "", "No progress."},
+  });
+  CHECK(help == "  --steps N\n        Training steps. Default: 1.\n  -q, --quiet\n        No progress.\n");
+  // Long texts wrap within the width.
+  const std::string long_help = command_line_help(
+      {{{"--x"}, false, [](const std::string&) {}, "", std::string(30, 'a') + " " + std::string(60, 'b')}}, 80);
+  CHECK(long_help == "  --x\n        " + std::string(30, 'a') + "\n        " + std::string(60, 'b') + "\n");
 }

@@ -85,8 +85,7 @@ TEST_CASE("environment: MPICH / Intel MPI (Hydra) PMI variables", "[dist]") {
   CHECK(env->local_rank == 1);
   CHECK(env->local_world_size == 2);
   CHECK(env->nccl_comm_id == "node0:29500");
-  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"PMI_RANK", "0"}}),
-                    Contains("PMI_RANK is set (a mpich launch) but PMI_SIZE is not"));
+  CHECK_FALSE(dist::parse_launch_environment(Variables{{"PMI_RANK", "0"}}).has_value());
   // srun --mpi=pmi2 sets PMI_* beside its own: Slurm's names are read first.
   Variables slurm{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
                   {"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"NCCL_COMM_ID", "h:1"}};
@@ -113,11 +112,25 @@ TEST_CASE("environment: IPv6 master addresses get brackets", "[dist]") {
   CHECK(dist::parse_launch_environment(variables)->nccl_comm_id == "[fe80::1]:29500");
 }
 
-TEST_CASE("environment: missing and malformed values are named", "[dist]") {
+TEST_CASE("environment: only a launcher's whole set is a launch", "[dist]") {
+  // An sbatch or salloc shell: Slurm's job variables, no address for rank 0.
+  CHECK_FALSE(dist::parse_launch_environment(Variables{
+      {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}}).has_value());
+  CHECK_FALSE(dist::parse_launch_environment(Variables{{"SLURM_PROCID", "0"}}).has_value());
+  for (const char* missing : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    Variables variables = torchrun("1");
+    variables.erase(missing);
+    CHECK_FALSE(dist::parse_launch_environment(variables).has_value());
+  }
   Variables variables = torchrun("1");
-  variables.erase("WORLD_SIZE");
-  CHECK_THROWS_WITH(dist::parse_launch_environment(variables),
-                    Contains("RANK is set (a torchrun launch) but WORLD_SIZE is not"));
+  variables.erase("MASTER_ADDR");
+  variables["NCCL_COMM_ID"] = "h:1";
+  CHECK(dist::parse_launch_environment(variables)->nccl_comm_id == "h:1");
+}
+
+TEST_CASE("environment: malformed values are named", "[dist]") {
+  Variables variables;
+  CHECK_THROWS_AS(dist::parse_launch_environment(torchrun("abc")), InputError);
   CHECK_THROWS_WITH(dist::parse_launch_environment(torchrun("abc")),
                     Contains("RANK='abc' is not a non-negative integer"));
   CHECK_THROWS_WITH(dist::parse_launch_environment(torchrun("-1")), Contains("RANK='-1'"));
@@ -134,10 +147,4 @@ TEST_CASE("environment: missing and malformed values are named", "[dist]") {
   variables = torchrun("0");
   variables["MASTER_PORT"] = "70000";
   CHECK_THROWS_WITH(dist::parse_launch_environment(variables), Contains("MASTER_PORT=70000"));
-  variables = torchrun("0");
-  variables.erase("MASTER_ADDR");
-  CHECK_THROWS_WITH(dist::parse_launch_environment(variables),
-                    Contains("needs MASTER_ADDR and MASTER_PORT"));
-  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"SLURM_PROCID", "0"}}),
-                    Contains("SLURM_PROCID is set (a slurm launch) but SLURM_NTASKS is not"));
 }
