@@ -49,7 +49,7 @@ namespace {
 // block freed by the host can be handed out again at once: whatever the stream still
 // does with it comes before what the new owner enqueues. This is the pool's own rule
 // for cudaFreeAsync on one stream; the cache only skips the driver's two calls, which
-// were most of an eager op's allocation cost (1 to 2 us of host time a pair). A
+// were most of an eager op's allocation cost. A
 // training step allocates the same sizes every step, so sizes match exactly (rounded
 // up to kGranule). Blocks above kLargestCached go back to the pool (their kernels
 // outweigh the calls), as does what would take the cache past kMostCached.

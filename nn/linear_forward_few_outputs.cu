@@ -11,8 +11,9 @@
 // (few_outputs_forward_staged_kernel), or, when its rows are not 16-byte aligned, straight
 // from each thread's row.
 //
-// Why not one thread per row and all 16 outputs: 12,000 rows are then 94 blocks of four
-// warps, one warp per scheduler on most SMs, and every load's latency shows. Two or
+// Why not one thread per row and all 16 outputs: a few thousand rows are then fewer
+// blocks of four warps than there are SMs, one warp per scheduler, and every load's
+// latency shows. Two or
 // four threads a row give more warps for the same instructions per FMA (one 16-byte
 // read of Wᵀ per four FMAs either way); bench/RESULTS.md has the variants.
 #include <atomic>
@@ -36,9 +37,9 @@ constexpr int kNarrowOut = 16;
 constexpr int64_t kNarrowMaxIn = 768;  // Wᵀ in at most 48 KB of shared memory
 constexpr int kNarrowThreads = 128;
 
-// Outputs a thread by default: 8 (the fastest at 12,000 rows, bench/RESULTS.md) where
-// that gives every SM a block, else 4, twice the blocks for the same rows: at 3000 rows
-// (an sp-4 shard of the issue's batch), 8 a thread is 47 blocks for 132 SMs.
+// Outputs a thread by default: 8 (fewer instructions a FMA) where that gives every SM a
+// block, else 4, twice the blocks for the same rows: with few rows, 8 a thread would
+// leave SMs without a block.
 int default_per_thread(int64_t rows, int device) {
   const int64_t blocks_at_8 = (rows + kNarrowThreads / 2 - 1) / (kNarrowThreads / 2);
   return blocks_at_8 >= cuda::multiprocessor_count(device) ? 8 : 4;

@@ -34,7 +34,7 @@ constexpr int kThreads = 32 * kWarps;
 // Rows per chunk at least: each thread flushes its digits once per chunk. Few enough
 // that a sum over few columns (db: out of them) still spreads over many blocks.
 constexpr int64_t kMinRowsPerChunk = 64;
-constexpr int64_t kTargetBlocks = 1056;  // about 8 per SM of an H200; any value gives the same bits
+constexpr int64_t kTargetBlocks = 1056;  // several blocks per SM of a large GPU; any value gives the same bits
 
 // largest[c] = the largest |m[row, c]| over all rows, as the bits of a float (integer
 // atomics on the bits order non-negative floats). fmaxf passes over NaNs, rightly: NaN
@@ -361,7 +361,8 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
   const int64_t column_blocks = cuda::ceil_div(m.cols, 32);
   // Without signs, an m of few columns (dy of a Linear with 16 outputs: one column block) takes
   // fewer rows a block, so that its blocks cover the SMs about twice: 256-row blocks
-  // put 12,000 rows on 47 SMs. Any split gives the same maxima and sums.
+  // would leave most SMs idle for a few thousand rows. Any split gives the same maxima
+  // and sums.
   int64_t rows_per_block = kMaxRowsPerBlock;
   if (signs.data == nullptr) {
     int device = 0;  // the callers' (they set it)

@@ -72,8 +72,7 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
   }
   if (options.device == std::string("reference")) {
     return {Backend::LocalThreads, Device::reference(),
-            ranks + " as threads of one process on the CPU, every op the plain reference loops "
-                    "(local process group)"};
+            ranks + " as threads on the CPU, each op the plain reference loops (local group)"};
   }
   const bool on_gpu = options.device ? *options.device == "cuda" : gpus > 0;
   SEQPAR_INPUT_CHECK(!on_gpu || gpus > 0, "--device cuda: this machine has no CUDA device");
