@@ -12,6 +12,7 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/config_input.h"
 #include "apps/repro/options.h"
+#include "apps/repro/output_paths.h"
 #include "apps/repro/pitfall.h"
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
@@ -20,6 +21,7 @@
 #include "apps/repro/validate.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/signal_cleanup.h"
 #include "core/version.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
@@ -99,11 +101,7 @@ ReproConfig read_config(const Options& options) {
 // Everything the run will need from its surroundings, checked before its work starts:
 // the outputs can be written and the scenario fits in memory.
 void check_before_running(const Options& options, const ReproConfig& config) {
-  if (!options.json_path.empty() && options.json_path != "-") {
-    check_output_path("--json", options.json_path);
-  }
-  if (!options.plot_path.empty()) check_output_path("--plot", options.plot_path);
-  if (!options.dump_directory.empty()) check_dump_directory(options.dump_directory, options.overwrite);
+  check_output_paths(options);
   if (const auto available = available_memory_bytes()) check_memory(config, *available);
 }
 
@@ -128,18 +126,18 @@ void report(const RunResults& results, const Options& options) {
   out << '\n';
   if (!options.dump_directory.empty()) {
     write_dump(options.dump_directory, results, options.overwrite);
-    out << "safetensors dump: " << options.dump_directory
-        << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
+    out << "safetensors dump: " << printable(options.dump_directory)
+        << " (check it with scripts/crosscheck.py " << printable(options.dump_directory) << ")\n";
   }
   if (!options.plot_path.empty()) {
     out.flush();  // the picture may go to /dev/stdout, after the report
     write_drift_svg(options.plot_path, results);
-    out << "drift picture: " << options.plot_path << '\n';
+    out << "drift picture: " << printable(options.plot_path) << '\n';
   }
   if (!options.json_path.empty()) {
     out.flush();
     write_json(options.json_path, results);
-    if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+    if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
   }
 }
 
@@ -193,8 +191,10 @@ int run(int argc, char** argv) {
   const ReproConfig config = read_config(options);
   if (options.print_config) {
     std::cout << to_toml(config);
+    // A name from the user's file is escaped: a line break in it would otherwise start
+    // a live TOML line, and ESC a terminal sequence.
     for (const ConfigNote& note : config.ignored) {
-      std::cout << "# ignored: " << note.key << " (" << note.reason << ")\n";
+      std::cout << "# ignored: " << printable(note.key) << " (" << printable(note.reason) << ")\n";
     }
     return 0;
   }
@@ -235,7 +235,7 @@ int run(int argc, char** argv) {
     if (!options.json_path.empty()) {
       out.flush();
       write_zero_stage_json(options.json_path, *results);
-      if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+      if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
     }
     return 0;
   }
@@ -253,12 +253,12 @@ int run(int argc, char** argv) {
     print_pitfall(out, *results);
     if (dump) {
       write_dump_files(options.dump_directory, results->dump, config, options.overwrite);
-      out << "\nsafetensors dump: " << options.dump_directory << '\n';
+      out << "\nsafetensors dump: " << printable(options.dump_directory) << '\n';
     }
     if (!options.json_path.empty()) {
       out.flush();
       write_pitfall_json(options.json_path, *results);
-      if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+      if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
     }
     return 0;
   }
@@ -284,6 +284,8 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
   if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
+  // SIGINT and SIGTERM remove unfinished outputs and exit 130 and 143.
+  seqpar::install_signal_cleanup("seqpar-repro");
   try {
     const int status = seqpar::repro::run(argc, argv);
     // A report lost to a full disk or a closed pipe is a failed run.
@@ -294,10 +296,11 @@ int main(int argc, char** argv) {
     }
     return status;
   } catch (const seqpar::InputError& error) {
-    std::cerr << "seqpar-repro: " << error.what() << '\n';
+    // Messages quote what the user gave (paths, keys): escaped, so one line, no ESC.
+    std::cerr << "seqpar-repro: " << seqpar::repro::printable(error.what()) << '\n';
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "seqpar-repro: " << error.what() << '\n';
+    std::cerr << "seqpar-repro: " << seqpar::repro::printable(error.what()) << '\n';
     return 1;
   }
 }

@@ -53,6 +53,11 @@ double parse_timeout(const std::string& text) {
   return seconds;
 }
 
+std::string nonempty(const char* option, const std::string& value) {
+  SEQPAR_INPUT_CHECK(!value.empty(), option, ": the path is empty");
+  return value;
+}
+
 std::string scenario_named(const std::string& value) {
   std::vector<std::string> names;
   for (const ScenarioInfo& info : scenario_list()) names.emplace_back(info.name);
@@ -85,8 +90,9 @@ Options parse_options(const std::vector<std::string>& arguments) {
          if (v != "all") policy_named(v);  // rejects an unknown name, listing the known ones
          options.policy = v;
        }},
-      text({"--dump"}, options.dump_directory),
-      text({"--json"}, options.json_path),
+      // An empty --dump or --json would silently mean none (--plot '' is documented as none).
+      {{"--dump"}, true, [&](const std::string& v) { options.dump_directory = nonempty("--dump", v); }},
+      {{"--json"}, true, [&](const std::string& v) { options.json_path = nonempty("--json", v); }},
       text({"--plot"}, options.plot_path),
       {{"--set"}, true, [&](const std::string& v) { options.overrides.push_back(v); }},
       {{"--steps"}, true, [&](const std::string& v) {

@@ -1,5 +1,7 @@
 #include "apps/repro/report.h"
 
+#include "apps/repro/config_input.h"
+
 #include <cstdarg>
 #include <cstdio>
 #include <algorithm>
@@ -53,7 +55,9 @@ std::string ignored_keys(const ReproConfig& config) {
   }
   std::string out;
   for (const auto& [reason, keys] : groups) {
-    out += (out.empty() ? "  ignored     " : "              ") + keys + " (" + reason + ")\n";
+    // Names come from the user's file: control characters are shown escaped, never sent.
+    out += (out.empty() ? "  ignored     " : "              ") + printable(keys) + " (" +
+           printable(reason) + ")\n";
   }
   return out;
 }
