@@ -32,7 +32,7 @@ std::atomic<int> pending_signal{0};
 
 constexpr int kMostLevels = 4;  // a staging directory, a policy's folder, their files
 
-void remove_tree(int parent_fd, const char* name, int levels_left);
+bool remove_tree(int parent_fd, const char* name, int levels_left);
 
 // Removes what `directory_fd` holds; returns false when something could not go.
 bool empty_directory(int directory_fd, int levels_left) {
@@ -53,8 +53,7 @@ bool empty_directory(int directory_fd, int levels_left) {
       if (::unlinkat(directory_fd, name, 0) == 0) {
         removed = true;
       } else if ((errno == EISDIR || errno == EPERM) && levels_left > 0) {
-        remove_tree(directory_fd, name, levels_left - 1);
-        removed = removed || ::unlinkat(directory_fd, name, AT_REMOVEDIR) == 0;
+        removed = remove_tree(directory_fd, name, levels_left - 1) || removed;
       }
     }
     if (!any) return true;
@@ -62,13 +61,14 @@ bool empty_directory(int directory_fd, int levels_left) {
   }
 }
 
-void remove_tree(int parent_fd, const char* name, int levels_left) {
+// Returns whether the directory is gone.
+bool remove_tree(int parent_fd, const char* name, int levels_left) {
   const int directory_fd =
       ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (directory_fd < 0) return;
+  if (directory_fd < 0) return false;
   empty_directory(directory_fd, levels_left);
   ::close(directory_fd);
-  ::unlinkat(parent_fd, name, AT_REMOVEDIR);
+  return ::unlinkat(parent_fd, name, AT_REMOVEDIR) == 0;
 }
 
 void remove_registered() {
