@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -110,8 +111,9 @@ std::unique_ptr<toml::node> typed_plain_scalar(const std::string& text, const st
       if (integer) return std::make_unique<toml::value<int64_t>>(std::stoll(digits, nullptr, 10));
       if (hex) return std::make_unique<toml::value<int64_t>>(std::stoll(digits, nullptr, 16));
       return std::make_unique<toml::value<double>>(std::stod(digits));
-    } catch (const std::out_of_range&) {
-      // Too large for int64 or double: left as text, so the key's reader names it.
+    } catch (const std::logic_error&) {
+      // Too large for int64 or double, or no digit at all ("._"): left as text, so the
+      // key's reader names it.
     }
   }
   if (is_infinity(text)) {
