@@ -1,6 +1,7 @@
 #include "apps/repro/config_formats.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "apps/repro/config_input.h"
 #include "apps/repro/config_limits.h"
@@ -237,14 +239,41 @@ toml::table arrange(toml::table document, const std::string& source,
   return arranged;
 }
 
+// The line where a second document starts, or 0. Not YAML::LoadAll: on some malformed
+// text yaml-cpp 0.7's parser reports empty documents without end, which LoadAll collects
+// until memory runs out; here the parser is asked for two documents at most.
+int second_document(const std::string& text) {
+  class DocumentStarts : public YAML::EventHandler {
+   public:
+    int line = 0;
+    void OnDocumentStart(const YAML::Mark& mark) override { line = mark.line + 1; }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } starts;
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  if (!parser.HandleNextDocument(starts)) return 0;
+  return parser.HandleNextDocument(starts) ? std::max(starts.line, 1) : 0;
+}
+
 }  // namespace
 
 toml::table read_yaml_document(const std::string& text, const std::string& source,
                                std::vector<ConfigNote>& ignored) {
   check_text_encoding(text, source);
-  std::vector<YAML::Node> documents;
+  YAML::Node document;
+  int second_document_line = 0;
   try {
-    documents = YAML::LoadAll(text);
+    document = YAML::Load(text);
+    second_document_line = second_document(text);
   } catch (const YAML::DeepRecursion& error) {
     SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, ": nested deeper than the "
                       "YAML parser's limit of ", error.depth(), " levels (seqpar reads ",
@@ -254,14 +283,12 @@ toml::table read_yaml_document(const std::string& text, const std::string& sourc
                       error.mark.column + 1, ": ", error.msg);
   }
   // OmegaConf (PyYAML) reads one document; a second one would be dropped unseen.
-  SEQPAR_INPUT_CHECK(documents.size() <= 1, "config ", source, " line ",
-                     std::max(line_of(documents.size() > 1 ? documents[1] : YAML::Node()), 1),
+  SEQPAR_INPUT_CHECK(second_document_line == 0, "config ", source, " line ", second_document_line,
                      ": a second YAML document ('---'); a config is one document");
-  if (documents.empty() || documents[0].IsNull()) return arrange(toml::table{}, source, ignored);
-  const YAML::Node& document = documents[0];
+  if (document.IsNull()) return arrange(toml::table{}, source, ignored);
   SEQPAR_INPUT_CHECK(document.IsMap(), "config ", source,
                      ": expected a mapping at the top (ds_config: ...)");
-  const std::string root = document["ds_config"] ? "" : "ds_config";
+  const std::string root = static_cast<const YAML::Node&>(document)["ds_config"] ? "" : "ds_config";
   Conversion conversion{source, ignored};
   return arrange(yaml_mapping(document, root, 0, conversion, true), source, ignored);
 }

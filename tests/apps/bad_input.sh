@@ -196,7 +196,7 @@ check "YAML duplicate key" 2 "duplicate.yaml line 3: duplicate key repro.rows (f
 check "YAML duplicate section" 2 "duplicate key ds_config (first at line 1)" -- \
   --config "$fixtures/duplicate-section.yaml"
 check "JSON duplicate key" 2 "duplicate.json: duplicate key \"rows\"" -- --config "$fixtures/duplicate.json"
-check "YAML second document" 2 "two-documents.yaml line 3: a second YAML document" -- \
+check "YAML second document" 2 "two-documents.yaml line 2: a second YAML document" -- \
   --config "$fixtures/two-documents.yaml"
 check "JSON after a NUL" 2 "after-nul.json line 1 column 24: a control character (byte 0x00)" -- \
   --config "$fixtures/after-nul.json"
