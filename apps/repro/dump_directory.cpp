@@ -51,6 +51,7 @@ Location location_of(std::string directory) {
   while (directory.size() > 1 && directory.back() == '/') directory.pop_back();
   const size_t slash = directory.find_last_of('/');
   if (slash == std::string::npos) return {".", directory};
+  if (directory == "/") return {"/", "."};
   return {slash == 0 ? "/" : directory.substr(0, slash), directory.substr(slash + 1)};
 }
 
@@ -186,10 +187,6 @@ std::string make_staging_folder(int directory_fd, const std::string& directory) 
     }
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Every file, then the manifest, into the staging folder; each read back.
 void write_staged(int staging_fd, const std::string& directory, const std::vector<DumpFile>& files,

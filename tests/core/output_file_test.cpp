@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,4 +143,23 @@ TEST_CASE("check_output_path refuses directories and missing parents", "[core][o
                     Catch::Contains("File name too long"));
   CHECK_THROWS_WITH(check_output_path("--plot", "/proc/x"), Catch::Contains("cannot create files"));
   CHECK(scratch.entries().empty());
+}
+
+TEST_CASE("remove_directory_tree removes a staging tree and follows no link", "[core][output]") {
+  ScratchDirectory scratch;
+  const std::string outside = scratch.path + "/outside", tree = scratch.path + "/tree";
+  write_output_file(outside, "precious");
+  REQUIRE(::mkdir(tree.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((tree + "/exact").c_str(), 0700) == 0);
+  write_output_file(tree + "/exact/rank0.safetensors", "x");
+  write_output_file(tree + "/inputs.safetensors", "x");
+  REQUIRE(::symlink(scratch.path.c_str(), (tree + "/up").c_str()) == 0);
+  REQUIRE(::symlink(outside.c_str(), (tree + "/exact/link").c_str()) == 0);
+  const int fd = ::open(scratch.path.c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(fd >= 0);
+  remove_directory_tree(fd, "tree");
+  ::close(fd);
+  CHECK(::access(tree.c_str(), F_OK) != 0);
+  CHECK(contents_of(outside) == "precious");
+  CHECK(scratch.entries() == std::vector<std::string>{"outside"});
 }
