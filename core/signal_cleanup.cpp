@@ -1,6 +1,7 @@
 #include "core/signal_cleanup.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@ Slot slots[kSlots];
 const char* program_name = "seqpar";
 std::atomic<int> held_sections{0};
 std::atomic<int> pending_signal{0};
+pthread_t main_thread;
 
 constexpr int kMostLevels = 4;  // a staging directory, a policy's folder, their files
 
@@ -107,6 +109,12 @@ void write_text(const char* text) {
 }
 
 void on_signal(int signal) {
+  // Outputs are written by the main thread: the cleanup runs there, where it is not
+  // racing the writing of the next file (the kernel may pick any thread for a signal).
+  if (!pthread_equal(pthread_self(), main_thread)) {
+    pthread_kill(main_thread, signal);
+    return;
+  }
   if (held_sections.load() > 0) {
     pending_signal.store(signal);
     return;
@@ -118,6 +126,7 @@ void on_signal(int signal) {
 
 void install_signal_cleanup(const char* program) {
   program_name = program;
+  main_thread = pthread_self();
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);

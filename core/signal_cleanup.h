@@ -10,6 +10,8 @@
 // that a signal ended. Entries are names relative to a directory descriptor, so the
 // handler never resolves a path again (a link planted meanwhile is not followed), and
 // it uses only async-signal-safe calls (unlinkat, getdents64, openat, close, write).
+// It runs on the thread that installed it (a signal another thread receives is passed
+// on), which is the one that writes outputs: removal never races a file being created.
 //
 // A SignalsHeld section (renaming a finished dump into place) postpones the handler to
 // the section's end, from any thread: the section's work is never cut in half.
@@ -23,7 +25,8 @@ enum class CleanupKind {
   EmptyDirectory,  // removed only if empty (a directory made for an output)
 };
 
-// `program` starts the one line printed when a signal ends the process.
+// `program` starts the one line printed when a signal ends the process. Called from the
+// thread that writes the outputs (main).
 void install_signal_cleanup(const char* program);
 
 // A registered entry; removed from the registry by release() or the destructor (which
