@@ -60,16 +60,15 @@ std::string header_json(const NamedTensors& tensors,
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
+void save_safetensors(OutputFile& file, const std::string& shown_path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata, bool read_back) {
   for (const auto& [name, tensor] : tensors) {
-    SEQPAR_CHECK(tensor.defined(), "save_safetensors ", path, ": tensor '", name,
+    SEQPAR_CHECK(tensor.defined(), "save_safetensors ", shown_path, ": tensor '", name,
                  "' is undefined");
-    SEQPAR_CHECK(!name.empty() && name != "__metadata__", "save_safetensors ", path,
+    SEQPAR_CHECK(!name.empty() && name != "__metadata__", "save_safetensors ", shown_path,
                  ": invalid tensor name '", name, "'");
   }
   const std::string header = header_json(tensors, metadata);
-  OutputFile file(path);
   uint64_t length = header.size();
   unsigned char length_bytes[8];
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(length >> (8 * i));
@@ -80,6 +79,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     file.write(values.data(), values.size() * sizeof(float));
   }
   file.commit(read_back);
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata, bool read_back) {
+  OutputFile file(path);
+  save_safetensors(file, path, tensors, metadata, read_back);
 }
 
 }  // namespace seqpar

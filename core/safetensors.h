@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/output_file.h"
 #include "core/tensor.h"
 
 namespace seqpar {
@@ -26,5 +27,10 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {},
                       bool read_back = false);
+
+// The same into an OutputFile made by the caller (a dump's file in its staging
+// directory); `shown_path` names it in errors. Commits the file.
+void save_safetensors(OutputFile& file, const std::string& shown_path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata, bool read_back);
 
 }  // namespace seqpar

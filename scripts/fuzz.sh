@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of tests/fuzz/ with clang (ASan and the whole of UBSan,
 # `unreachable` included, every report fatal; toml++'s own asserts on) and runs each for
-# SECONDS (default 60) on one core, from the seed corpus with the TOML dictionary.
+# SECONDS (default 60) on one core, from the seed corpus with its dictionary
+# (tests/fuzz/TARGET.dict, else toml.dict).
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     # targets: config set options (default: all)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     # targets: config set options yaml json
+#                                             # (default: all)
+#   FUZZ_RUNS=1000000 scripts/fuzz.sh 1200 yaml json
+#
+# With FUZZ_RUNS, each target runs that many executions, SECONDS being only a cap: a
+# run that reaches the cap first fails, so "10^6 executions" is a checked claim.
 #
 # The corpus grown by a run stays in build-fuzz/corpus/ (the seeds in tests/fuzz/corpus/
 # are never written). A crash input is kept in build-fuzz/ and the script exits 1. The
@@ -13,7 +19,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config set options)
+[ ${#targets[@]} -gt 0 ] || targets=(config set options yaml json)
+runs=${FUZZ_RUNS:-}
 out=build-fuzz
 mkdir -p "$out"
 
@@ -22,7 +29,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -I. -DTOML_HEADER_ONLY=1 -DTOML_EXCEPTIONS=1)
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
-         apps/repro/config_input.cpp apps/repro/validate.cpp apps/repro/options.cpp
+         apps/repro/config_input.cpp apps/repro/config_limits.cpp apps/repro/validate.cpp apps/repro/options.cpp
          apps/repro/policy_list.cpp apps/repro/scenario_list.cpp core/command_line.cpp core/error.cpp)
 # yaml-cpp (the YAML configs), its static library as the app links it.
 libraries=(-l:libyaml-cpp.a)
@@ -44,8 +51,10 @@ for target in "${targets[@]}"; do
   mkdir -p "$corpus"
   log="$out/fuzz_$target.log"
   echo "fuzz_$target: ${seconds} s"
+  dict=tests/fuzz/$target.dict
+  [ -f "$dict" ] || dict=tests/fuzz/toml.dict
   if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-       "$binary" "$corpus" "tests/fuzz/corpus/$target" -dict=tests/fuzz/toml.dict \
+       "$binary" "$corpus" "tests/fuzz/corpus/$target" -dict="$dict" ${runs:+-runs="$runs"} \
        -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
        -print_final_stats=1 -artifact_prefix="$out/crash_${target}_" > "$log" 2>&1; then
     echo "fuzz_$target FAILED (log: $log)"
@@ -53,5 +62,10 @@ for target in "${targets[@]}"; do
     status=1
   fi
   grep -E "^stat::number_of_executed_units" "$log" | sed "s/^/fuzz_$target: /" || true
+  executed=$(grep -E "^stat::number_of_executed_units" "$log" | grep -oE "[0-9]+$" || echo 0)
+  if [ -n "$runs" ] && [ "$executed" -lt "$runs" ]; then
+    echo "fuzz_$target: $executed executions, fewer than FUZZ_RUNS=$runs within $seconds s"
+    status=1
+  fi
 done
 exit $status

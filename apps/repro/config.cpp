@@ -202,6 +202,10 @@ void read_unmodelled_key(const toml::node& node, const std::string& key, Reading
 void read_table(const toml::table& table, const std::string& prefix, Reading& reading) {
   for (const auto& [name, node] : table) {
     const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    // "optimizer.params.lr" as one key would read as the nested lr: refused, not joined.
+    SEQPAR_INPUT_CHECK(name.str().find('.') == std::string_view::npos, "config key \"",
+                       printable(std::string(name.str())), "\"", prefix.empty() ? "" : " in " + prefix,
+                       " has a '.' in its name; nest the keys instead");
     const auto known = schema().find(key);
     try {
       if (known != schema().end()) {

@@ -1,5 +1,7 @@
 #include "apps/repro/config_formats.h"
 
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
@@ -7,8 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <regex>
+#include <map>
+#include <set>
+#include <sstream>
 
+#include "apps/repro/config_input.h"
+#include "apps/repro/config_limits.h"
 #include "core/error.h"
 
 namespace seqpar::repro::detail {
@@ -19,63 +25,89 @@ std::string join_key(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// ---------------------------------------------------------------- YAML
+// The limits of apps/repro/config_limits.h, counted while a document is converted.
+struct Conversion {
+  const std::string& source;
+  std::vector<ConfigNote>& ignored;
+  size_t values = 0, text_bytes = 0;
 
-// A plain (unquoted) scalar typed as OmegaConf types it: YAML 1.1's booleans, integers
-// and nulls, and a float pattern that also takes exponents without a dot (`1e-4`).
-// Returns null for a YAML null.
-std::unique_ptr<toml::node> typed_plain_scalar(const std::string& text) {
-  static const std::regex null_pattern("~|null|Null|NULL|");
-  static const std::regex true_pattern("yes|Yes|YES|true|True|TRUE|on|On|ON");
-  static const std::regex false_pattern("no|No|NO|false|False|FALSE|off|Off|OFF");
-  static const std::regex integer_pattern("[-+]?(0|[1-9][0-9_]*)");
-  static const std::regex hex_pattern("[-+]?0x[0-9a-fA-F_]+");
-  static const std::regex float_pattern(
-      "[-+]?([0-9][0-9_]*)\\.[0-9_]*([eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|"
-      "[-+]?\\.[0-9_]+([eE][-+]?[0-9]+)?");
-  static const std::regex infinity_pattern("[-+]?\\.(inf|Inf|INF)");
-  static const std::regex nan_pattern("\\.(nan|NaN|NAN)");
-  std::string digits = text;
-  digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
-  if (std::regex_match(text, null_pattern)) return nullptr;
-  if (std::regex_match(text, true_pattern)) return std::make_unique<toml::value<bool>>(true);
-  if (std::regex_match(text, false_pattern)) return std::make_unique<toml::value<bool>>(false);
-  try {
-    if (std::regex_match(text, integer_pattern)) {
-      return std::make_unique<toml::value<int64_t>>(std::stoll(digits, nullptr, 10));
-    }
-    if (std::regex_match(text, hex_pattern)) {
-      return std::make_unique<toml::value<int64_t>>(std::stoll(digits, nullptr, 16));
-    }
-    if (std::regex_match(text, float_pattern)) {
-      return std::make_unique<toml::value<double>>(std::stod(digits));
-    }
-  } catch (const std::out_of_range&) {
-    // Too large for int64 or double: left as text, so the key's reader names it.
+  std::string where(int line) const {
+    return line > 0 ? seqpar::detail::concat("config ", source, " line ", line) : "config " + source;
   }
-  if (std::regex_match(text, infinity_pattern)) {
-    const double infinity = std::numeric_limits<double>::infinity();
-    return std::make_unique<toml::value<double>>(text[0] == '-' ? -infinity : infinity);
+  // One more value of `bytes` of text, `depth` levels down.
+  void count(int line, int depth, size_t bytes) {
+    SEQPAR_INPUT_CHECK(depth <= kMaxConfigDepth, where(line), ": nested deeper than the limit of ",
+                       kMaxConfigDepth, " levels (an alias that contains itself?)");
+    SEQPAR_INPUT_CHECK(++values <= kMaxConfigValues, where(line), ": more than the limit of ",
+                       kMaxConfigValues, " values (an alias counts each time it is used)");
+    text_bytes += bytes;
+    SEQPAR_INPUT_CHECK(text_bytes <= kMaxConfigTextBytes, where(line),
+                       ": more than the limit of ", kMaxConfigTextBytes,
+                       " bytes of text (an alias counts each time it is used)");
   }
-  if (std::regex_match(text, nan_pattern)) {
-    return std::make_unique<toml::value<double>>(std::numeric_limits<double>::quiet_NaN());
-  }
-  return std::make_unique<toml::value<std::string>>(text);
+};
+
+// A top-level key's dotted name: `repro` is seqpar's own table in either layout.
+std::string top_key(const std::string& root, const std::string& name) {
+  return name == "repro" ? name : join_key(root, name);
 }
 
-// Returns null for a YAML null; nulls inside mappings are dropped by the caller.
-std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string& key,
-                                      std::vector<ConfigNote>& ignored);
+// A name that nesting would take for a path ("optimizer.params.lr" is three keys, not one).
+void check_key_name(const std::string& name, const std::string& path, const std::string& where) {
+  SEQPAR_INPUT_CHECK(name.find('.') == std::string::npos, where, ": key \"", printable(path),
+                     "\" has a '.' in its name; nest the keys instead (optimizer: {params: ...})");
+}
 
-toml::table yaml_mapping(const YAML::Node& node, const std::string& key,
-                         std::vector<ConfigNote>& ignored) {
+// ---------------------------------------------------------------- YAML
+
+const std::string kYamlTag = "tag:yaml.org,2002:";
+
+int line_of(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Mark().line + 1; }
+
+// A scalar as OmegaConf reads it: quoted or !!str is a string; !!int, !!float, !!bool
+// and !!null must look like one; other tags (!!python/..., !custom) are refused.
+std::unique_ptr<toml::node> yaml_scalar(const YAML::Node& node, const std::string& key,
+                                        const Conversion& conversion) {
+  const std::string& tag = node.Tag();
+  const std::string where = conversion.where(line_of(node)) + ": " + printable(key);
+  if (tag == "!" || tag == kYamlTag + "str") {
+    return std::make_unique<toml::value<std::string>>(node.Scalar());
+  }
+  if (tag != "?") {
+    const std::string kind = tag.rfind(kYamlTag, 0) == 0 ? tag.substr(kYamlTag.size()) : "";
+    SEQPAR_INPUT_CHECK(kind == "int" || kind == "float" || kind == "bool" || kind == "null", where,
+                       ": the tag ", printable(tag), " is not supported");
+    SEQPAR_INPUT_CHECK(plain_scalar_is(node.Scalar(), kind.c_str()), where, ": '",
+                       printable(node.Scalar()), "' is not a YAML ", kind);
+    std::unique_ptr<toml::node> value = typed_plain_scalar(node.Scalar(), where);
+    if (kind == "float" && value && value->is_integer()) {
+      return std::make_unique<toml::value<double>>(double(value->value<int64_t>().value()));
+    }
+    return value;
+  }
+  return typed_plain_scalar(node.Scalar(), where);
+}
+
+std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string& key, int depth,
+                                      Conversion& conversion);
+
+toml::table yaml_mapping(const YAML::Node& node, const std::string& key, int depth,
+                         Conversion& conversion, bool top = false) {
   toml::table table;
+  std::map<std::string, int> seen;  // name, line
   for (const auto& entry : node) {
-    const std::string name = entry.first.as<std::string>();
-    const std::string path = join_key(key, name);
-    std::unique_ptr<toml::node> value = from_yaml(entry.second, path, ignored);
+    const int line = line_of(entry.first);
+    SEQPAR_INPUT_CHECK(entry.first.IsScalar(), conversion.where(line), ": a key under ",
+                       key.empty() ? "the top" : printable(key), " is not a name (a mapping or a list)");
+    const std::string name = entry.first.Scalar();
+    const std::string path = top ? top_key(key, name) : join_key(key, name);
+    check_key_name(name, path, conversion.where(line));
+    const auto [first, fresh] = seen.emplace(name, line);
+    SEQPAR_INPUT_CHECK(fresh, conversion.where(line), ": duplicate key ", printable(path),
+                       " (first at line ", first->second, ")");
+    std::unique_ptr<toml::node> value = from_yaml(entry.second, path, depth + 1, conversion);
     if (!value) {
-      ignored.push_back({path, "null: DeepSpeed's default"});
+      conversion.ignored.push_back({path, "null: DeepSpeed's default"});
       continue;
     }
     table.insert_or_assign(name, std::move(*value));
@@ -83,25 +115,28 @@ toml::table yaml_mapping(const YAML::Node& node, const std::string& key,
   return table;
 }
 
-std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string& key,
-                                      std::vector<ConfigNote>& ignored) {
+std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string& key, int depth,
+                                      Conversion& conversion) {
+  conversion.count(line_of(node), depth, node.IsScalar() ? node.Scalar().size() : 0);
+  const std::string& tag = node.Tag();
+  SEQPAR_INPUT_CHECK(node.IsScalar() || tag == "?" || tag == kYamlTag + "map" || tag == kYamlTag + "seq" || tag.empty(),
+                     conversion.where(line_of(node)), ": ", printable(key), ": the tag ",
+                     printable(tag), " is not supported");
   switch (node.Type()) {
     case YAML::NodeType::Map:
-      return std::make_unique<toml::table>(yaml_mapping(node, key, ignored));
+      return std::make_unique<toml::table>(yaml_mapping(node, key, depth, conversion));
     case YAML::NodeType::Sequence: {
       toml::array array;
       for (size_t i = 0; i < node.size(); ++i) {
         std::unique_ptr<toml::node> item =
-            from_yaml(node[i], key + "[" + std::to_string(i) + "]", ignored);
-        SEQPAR_INPUT_CHECK(item != nullptr, "config key ", key, "[", i, "] is null");
+            from_yaml(node[i], key + "[" + std::to_string(i) + "]", depth + 1, conversion);
+        SEQPAR_INPUT_CHECK(item != nullptr, "config key ", printable(key), "[", i, "] is null");
         array.push_back(std::move(*item));
       }
       return std::make_unique<toml::array>(std::move(array));
     }
     case YAML::NodeType::Scalar:
-      // "!" marks a quoted scalar: a string whatever it looks like.
-      if (node.Tag() == "!") return std::make_unique<toml::value<std::string>>(node.Scalar());
-      return typed_plain_scalar(node.Scalar());
+      return yaml_scalar(node, key, conversion);
     default:
       return nullptr;
   }
@@ -109,17 +144,40 @@ std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string&
 
 // ---------------------------------------------------------------- JSON
 
+// Refuses a key given twice in one object (DeepSpeed does; the parser keeps the last).
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(const std::string& source) : source_(source) {}
+  bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) objects_.emplace_back();
+    if (event == Event::object_end && !objects_.empty()) objects_.pop_back();
+    if (event == Event::key && !objects_.empty()) {
+      const std::string name = parsed.get<std::string>();
+      SEQPAR_INPUT_CHECK(objects_.back().insert(name).second, "config ", source_,
+                         ": duplicate key \"", printable(name), "\" in one object");
+    }
+    return true;
+  }
+
+ private:
+  const std::string& source_;
+  std::vector<std::set<std::string>> objects_;
+};
+
 std::unique_ptr<toml::node> from_json(const nlohmann::json& value, const std::string& key,
-                                      std::vector<ConfigNote>& ignored) {
+                                      int depth, Conversion& conversion, bool top = false) {
   using Type = nlohmann::json::value_t;
+  conversion.count(0, depth, value.is_string() ? value.get_ref<const std::string&>().size() : 0);
   switch (value.type()) {
     case Type::object: {
       auto table = std::make_unique<toml::table>();
       for (const auto& [name, item] : value.items()) {
-        const std::string path = join_key(key, name);
-        std::unique_ptr<toml::node> converted = from_json(item, path, ignored);
+        const std::string path = top ? top_key(key, name) : join_key(key, name);
+        check_key_name(name, path, conversion.where(0));
+        std::unique_ptr<toml::node> converted = from_json(item, path, depth + 1, conversion);
         if (!converted) {
-          ignored.push_back({path, "null: DeepSpeed's default"});
+          conversion.ignored.push_back({path, "null: DeepSpeed's default"});
           continue;
         }
         table->insert_or_assign(name, std::move(*converted));
@@ -130,8 +188,8 @@ std::unique_ptr<toml::node> from_json(const nlohmann::json& value, const std::st
       auto array = std::make_unique<toml::array>();
       for (size_t i = 0; i < value.size(); ++i) {
         std::unique_ptr<toml::node> item =
-            from_json(value[i], key + "[" + std::to_string(i) + "]", ignored);
-        SEQPAR_INPUT_CHECK(item != nullptr, "config key ", key, "[", i, "] is null");
+            from_json(value[i], key + "[" + std::to_string(i) + "]", depth + 1, conversion);
+        SEQPAR_INPUT_CHECK(item != nullptr, "config key ", printable(key), "[", i, "] is null");
         array->push_back(std::move(*item));
       }
       return array;
@@ -144,7 +202,7 @@ std::unique_ptr<toml::node> from_json(const nlohmann::json& value, const std::st
       return std::make_unique<toml::value<int64_t>>(value.get<int64_t>());
     case Type::number_unsigned:
       SEQPAR_INPUT_CHECK(value.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
-                         "config key ", key, " = ", value.get<uint64_t>(), " is too large");
+                         "config key ", printable(key), " = ", value.get<uint64_t>(), " is too large");
       return std::make_unique<toml::value<int64_t>>(value.get<int64_t>());
     case Type::number_float:
       return std::make_unique<toml::value<double>>(value.get<double>());
@@ -181,36 +239,80 @@ toml::table arrange(toml::table document, const std::string& source,
   return arranged;
 }
 
+// The line where a second document starts, or 0. Not YAML::LoadAll: on some malformed
+// text yaml-cpp 0.7's parser reports empty documents without end, which LoadAll collects
+// until memory runs out; here the parser is asked for two documents at most.
+int second_document(const std::string& text) {
+  class DocumentStarts : public YAML::EventHandler {
+   public:
+    int line = 0;
+    void OnDocumentStart(const YAML::Mark& mark) override { line = mark.line + 1; }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } starts;
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  if (!parser.HandleNextDocument(starts)) return 0;
+  return parser.HandleNextDocument(starts) ? std::max(starts.line, 1) : 0;
+}
+
 }  // namespace
 
 toml::table read_yaml_document(const std::string& text, const std::string& source,
                                std::vector<ConfigNote>& ignored) {
+  check_text_encoding(text, source);
   YAML::Node document;
+  int second_document_line = 0;
   try {
     document = YAML::Load(text);
+    second_document_line = second_document(text);
+  } catch (const YAML::DeepRecursion& error) {
+    SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, ": nested deeper than the "
+                      "YAML parser's limit of ", error.depth(), " levels (seqpar reads ",
+                      kMaxConfigDepth, ")");
   } catch (const YAML::Exception& error) {
     SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, " column ",
                       error.mark.column + 1, ": ", error.msg);
   }
+  // OmegaConf (PyYAML) reads one document; a second one would be dropped unseen.
+  SEQPAR_INPUT_CHECK(second_document_line == 0, "config ", source, " line ", second_document_line,
+                     ": a second YAML document ('---'); a config is one document");
   if (document.IsNull()) return arrange(toml::table{}, source, ignored);
   SEQPAR_INPUT_CHECK(document.IsMap(), "config ", source,
                      ": expected a mapping at the top (ds_config: ...)");
   const std::string root = static_cast<const YAML::Node&>(document)["ds_config"] ? "" : "ds_config";
-  return arrange(yaml_mapping(document, root, ignored), source, ignored);
+  Conversion conversion{source, ignored};
+  return arrange(yaml_mapping(document, root, 0, conversion, true), source, ignored);
 }
 
 toml::table read_json_document(const std::string& text, const std::string& source,
                                std::vector<ConfigNote>& ignored) {
+  check_text_encoding(text, source);  // a NUL byte, which the parser takes for the end
+  check_json_structure(text, source);
   nlohmann::json document;
   try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    SEQPAR_INPUT_FAIL("config ", source, ": ", error.what());
+    document = nlohmann::json::parse(text, DuplicateKeyCheck(source));
+  } catch (const nlohmann::json::exception& error) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    const std::string what = error.what();
+    const size_t bracket = what.find("] ");
+    SEQPAR_INPUT_FAIL("config ", source, ": ",
+                      bracket == std::string::npos ? what : what.substr(bracket + 2));
   }
   SEQPAR_INPUT_CHECK(document.is_object(), "config ", source,
                      ": expected a JSON object of DeepSpeed keys at the top");
   const std::string root = document.contains("ds_config") ? "" : "ds_config";
-  return arrange(std::move(*from_json(document, root, ignored)->as_table()), source, ignored);
+  Conversion conversion{source, ignored};
+  return arrange(std::move(*from_json(document, root, 0, conversion, true)->as_table()), source,
+                 ignored);
 }
 
 }  // namespace seqpar::repro::detail

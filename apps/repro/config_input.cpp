@@ -236,7 +236,25 @@ std::string read_config_file(const std::string& path) {
   return text;
 }
 
+void check_text_encoding(const std::string& text, const std::string& source_name) {
+  for (size_t i = 0; i < text.size();) {
+    uint32_t code_point = 0;
+    const size_t length = utf8_sequence(text, i, code_point);
+    const bool control = length == 1 && (code_point < 0x20 || code_point == 0x7F) &&
+                         code_point != '\t' && code_point != '\n' && code_point != '\r';
+    if (length == 0 || control) {
+      const Position at = position_of(text, i);
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[i]));
+      SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column, ": ",
+                        control ? "a control character (byte " : "not valid UTF-8 (byte ", byte, ")");
+    }
+    i += length;
+  }
+}
+
 void check_config_text(const std::string& text, const std::string& source_name) {
+  check_text_encoding(text, source_name);
   for (size_t i = 0; i < text.size();) {
     uint32_t code_point = 0;
     const size_t length = utf8_sequence(text, i, code_point);

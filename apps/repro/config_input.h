@@ -16,7 +16,12 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 // would block, read forever or read as empty) of at most kMaxConfigBytes.
 std::string read_config_file(const std::string& path);
 
-// Rejects text that is not well-formed UTF-8, any non-ASCII character outside a TOML
+// Rejects text that is not well-formed UTF-8, or holds a control character other than
+// tab, line feed and carriage return (a NUL ends JSON text for nlohmann's parser, which
+// then ignores the rest; none belongs in a YAML, JSON or TOML config), with its line.
+void check_text_encoding(const std::string& text, const std::string& source_name);
+
+// check_text_encoding, then rejects any non-ASCII character outside a TOML
 // string or comment, and a table header without a key ("[ =]"). Outside strings and
 // comments TOML 1.0 allows only ASCII anyway, and the toml++ release Debian ships
 // (3.3) reaches undefined behaviour on both (a whitespace test that ends in

@@ -106,6 +106,11 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
 void check(const ReproConfig& config) {
   SEQPAR_INPUT_CHECK(config.dropout > 0, "scenario dropout: repro.dropout = ", config.dropout,
                      " drops nothing, so every variant would be right; set it in (0, 1)");
+  // The op keeps an element with probability 1 - p in float32, which is 1 for p up to
+  // 2^-25 (about 3e-08): such a p drops nothing either.
+  SEQPAR_INPUT_CHECK(nn::dropout_keep_probability(static_cast<float>(config.dropout)) < 1.0f,
+                     "scenario dropout: repro.dropout = ", config.dropout,
+                     " drops nothing: 1 - p rounds to 1 in float32 (p must exceed about 3e-08)");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/config_input.h"
 #include "apps/repro/options.h"
+#include "apps/repro/output_paths.h"
 #include "apps/repro/pitfall.h"
 #include "apps/repro/report.h"
 #include "apps/repro/scenario.h"
@@ -20,6 +21,7 @@
 #include "apps/repro/validate.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/signal_cleanup.h"
 #include "core/version.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
@@ -129,14 +131,10 @@ void check_output_options(const Options& options, const ReproConfig& config) {
 // Everything the run will need from its surroundings, checked before its work starts:
 // the outputs can be written and the scenario fits in memory.
 void check_before_running(const Options& options, const ReproConfig& config) {
-  if (!options.json_path.empty() && options.json_path != "-") {
-    check_output_path("--json", options.json_path);
-  }
-  if (writes_plot(options, config)) {
-    check_output_path("--plot", options.plot_path);
+  check_output_paths(options);
+  if (writes_plot(options, config)) {  // the picture's series, beside it
     if (const auto csv = drift_csv_path(options.plot_path)) check_output_path("--plot", *csv);
   }
-  if (!options.dump_directory.empty()) check_dump_directory(options.dump_directory, options.overwrite);
   if (const auto available = available_memory_bytes()) check_memory(config, *available);
 }
 
@@ -161,15 +159,16 @@ void report(const RunResults& results, const Options& options) {
   out << '\n';
   if (!options.dump_directory.empty()) {
     write_dump(options.dump_directory, results, options.overwrite);
-    out << "safetensors dump: " << options.dump_directory
-        << " (check it with scripts/crosscheck.py " << options.dump_directory << ")\n";
+    out << "safetensors dump: " << printable(options.dump_directory)
+        << " (check it with scripts/crosscheck.py " << printable(options.dump_directory) << ")\n";
   }
   if (writes_plot(options, results.config)) {
     out.flush();  // the picture may go to /dev/stdout, after the report
     write_drift_svg(options.plot_path, results);
     const auto csv = drift_csv_path(options.plot_path);
     if (csv) write_drift_csv(*csv, results);
-    out << "drift picture: " << options.plot_path << (csv ? " (its series: " + *csv + ")" : "")
+    out << "drift picture: " << printable(options.plot_path)
+        << (csv ? " (its series: " + printable(*csv) + ")" : "")
         << '\n';
   } else if (options.plot_given && !options.plot_path.empty()) {
     out << "drift picture: none for a single step (--steps 2 or more draws one)\n";
@@ -177,7 +176,7 @@ void report(const RunResults& results, const Options& options) {
   if (!options.json_path.empty()) {
     out.flush();
     write_json(options.json_path, results);
-    if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+    if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
   }
 }
 
@@ -231,8 +230,10 @@ int run(int argc, char** argv) {
   const ReproConfig config = read_config(options);
   if (options.print_config) {
     std::cout << to_toml(config);
+    // A name from the user's file is escaped: a line break in it would otherwise start
+    // a live TOML line, and ESC a terminal sequence.
     for (const ConfigNote& note : config.ignored) {
-      std::cout << "# ignored: " << note.key << " (" << note.reason << ")\n";
+      std::cout << "# ignored: " << printable(note.key) << " (" << printable(note.reason) << ")\n";
     }
     return 0;
   }
@@ -278,7 +279,7 @@ int run(int argc, char** argv) {
     if (!options.json_path.empty()) {
       out.flush();
       write_zero_stage_json(options.json_path, *results);
-      if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+      if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
     }
     return 0;
   }
@@ -296,12 +297,12 @@ int run(int argc, char** argv) {
     print_pitfall(out, *results);
     if (dump) {
       write_dump_files(options.dump_directory, results->dump, config, options.overwrite);
-      out << "\nsafetensors dump: " << options.dump_directory << '\n';
+      out << "\nsafetensors dump: " << printable(options.dump_directory) << '\n';
     }
     if (!options.json_path.empty()) {
       out.flush();
       write_pitfall_json(options.json_path, *results);
-      if (options.json_path != "-") out << "figures (JSON): " << options.json_path << '\n';
+      if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
     }
     return 0;
   }
@@ -327,6 +328,8 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
   if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
+  // SIGINT and SIGTERM remove unfinished outputs and exit 130 and 143.
+  seqpar::install_signal_cleanup("seqpar-repro");
   try {
     const int status = seqpar::repro::run(argc, argv);
     // A report lost to a full disk or a closed pipe is a failed run.
@@ -337,10 +340,11 @@ int main(int argc, char** argv) {
     }
     return status;
   } catch (const seqpar::InputError& error) {
-    std::cerr << "seqpar-repro: " << error.what() << '\n';
+    // Messages quote what the user gave (paths, keys): escaped, so one line, no ESC.
+    std::cerr << "seqpar-repro: " << seqpar::repro::printable(error.what()) << '\n';
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "seqpar-repro: " << error.what() << '\n';
+    std::cerr << "seqpar-repro: " << seqpar::repro::printable(error.what()) << '\n';
     return 1;
   }
 }

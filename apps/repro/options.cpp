@@ -43,6 +43,12 @@ CommandLineOption text_option(std::vector<std::string> names, std::string& targe
                            std::move(value_name), std::move(help)};
 }
 
+// An empty --dump or --json would silently mean none (--plot '' is documented as none).
+std::string nonempty(const char* option, const std::string& value) {
+  SEQPAR_INPUT_CHECK(!value.empty(), option, ": the path is empty");
+  return value;
+}
+
 std::string scenario_named(const std::string& value) {
   std::vector<std::string> names;
   for (const ScenarioInfo& info : scenario_list()) names.emplace_back(info.name);
@@ -103,13 +109,15 @@ std::vector<CommandLineOption> option_table(Options& options) {
       {{"--nproc"}, true, [](const std::string&) {}, "N",
        "Start N processes, one per GPU, over NCCL, as torchrun --nproc-per-node N does. "
        "Default: none (seqpar-repro starts them itself when it picks nccl)."},
-      text_option({"--dump"}, options.dump_directory, "DIR",
-                  "Write every rank's parameters, the inputs and the one-rank reference as "
-                  "safetensors into DIR (new or empty). Default: none."),
+      {{"--dump"}, true,
+       [&](const std::string& v) { options.dump_directory = nonempty("--dump", v); }, "DIR",
+       "Write every rank's parameters, the inputs and the one-rank reference as safetensors "
+       "into DIR (new or empty, or with --overwrite an earlier dump). Default: none."},
       flag({"--overwrite"}, options.overwrite, "Let --dump replace an earlier dump in DIR."),
-      text_option({"--json"}, options.json_path, "FILE|-",
-                  "Write every figure as JSON to FILE; - writes it to stdout and the report to "
-                  "stderr. Default: none."),
+      {{"--json"}, true,
+       [&](const std::string& v) { options.json_path = nonempty("--json", v); }, "FILE|-",
+       "Write every figure as JSON to FILE; - writes it to stdout and the report to stderr. "
+       "Default: none."},
       {{"--plot"}, true,
        [&](const std::string& v) {
          options.plot_path = v;

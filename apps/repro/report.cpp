@@ -1,5 +1,7 @@
 #include "apps/repro/report.h"
 
+#include "apps/repro/config_input.h"
+
 #include <cstdarg>
 #include <cstdio>
 #include <algorithm>
@@ -71,13 +73,13 @@ std::string config_notes(const ReproConfig& config) {
   std::string out;
   for (const auto& [reason, keys] : groups) {
     out += (out.empty() ? "  ignored     " : "              ") +
-           wrap_text(keys + " (" + reason + ")", 14, kReportWidth) + "\n";
+           wrap_text(printable(keys) + " (" + printable(reason) + ")", 14, kReportWidth) + "\n";
   }
   if (!config.taken_from_scenario.empty()) {
     // Each "key = value" kept on one line: its spaces are held apart from the wrapping.
     std::string keys;
     for (const std::string& key : config.taken_from_scenario) {
-      std::string item = without_prefix(key, "ds_config.");
+      std::string item = printable(without_prefix(key, "ds_config."));
       std::replace(item.begin(), item.end(), ' ', '\x01');
       keys += (keys.empty() ? "" : ", ") + item;
     }

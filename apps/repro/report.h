@@ -9,6 +9,7 @@
 
 #include "apps/repro/analysis.h"
 #include "apps/repro/scenario.h"
+#include "apps/repro/dump_directory.h"
 #include "core/safetensors.h"
 
 namespace seqpar::repro {
@@ -43,19 +44,14 @@ void write_drift_svg(const std::string& path, const RunResults& results);
 // max_difference_from_one_rank (a line per policy and step).
 void write_drift_csv(const std::string& path, const RunResults& results);
 
-// DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors,
-// each read back before it is put in place. DIR must be new or empty; with `overwrite`
-// an earlier dump's files in it are removed first, so no two runs' files mix. A dump
-// that fails takes away every file and directory it wrote.
+// DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors
+// and DIR/seqpar-dump.manifest, written as apps/repro/dump_directory.h says: DIR new,
+// empty, or (with `overwrite`) an earlier dump, of which only the files its manifest
+// names are replaced; a dump that fails leaves the earlier one as it was.
 void write_dump(const std::string& directory, const RunResults& results, bool overwrite);
 
-// Fails (seqpar::InputError) when write_dump could not write to `directory`: it is a
-// file, a non-empty directory without `overwrite`, or its parent is missing.
-void check_dump_directory(const std::string& directory, bool overwrite);
-
-// A flat dump: DIR/<name> for each named file, each read back before it is put in
-// place; with `overwrite` the directory's earlier *.safetensors files go first. A failed
-// dump removes what it wrote. The config is every file's metadata.
+// A flat dump: DIR/<name> for each named file, the same way. The config is every
+// file's metadata.
 void write_dump_files(const std::string& directory,
                       const std::vector<std::pair<std::string, NamedTensors>>& files,
                       const ReproConfig& config, bool overwrite);

@@ -4,8 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <random>
+#include <regex>
 
 #include "apps/repro/config.h"
+#include "apps/repro/config_limits.h"
 #include "core/error.h"
 
 using namespace seqpar::repro;
@@ -133,4 +136,68 @@ TEST_CASE("optimizer names as DeepSpeed matches them", "[repro][config]") {
   CHECK_THROWS_WITH(json(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})"),
                     Catch::Contains("adam_w_mode = false") && Catch::Contains("L2"));
   CHECK_THROWS_WITH(json(R"({"optimizer": {"type": "Lamb"}})"), Catch::Contains("\"Lamb\""));
+}
+
+TEST_CASE("YAML scalars are typed as the YAML 1.1 patterns type them", "[repro][config]") {
+  // The patterns OmegaConf's resolver uses, as regular expressions: the reference the
+  // one-pass matcher (config_limits.cpp) is held to, on random short scalars.
+  const std::regex integer("[-+]?(0|[1-9][0-9_]*)"), hex("[-+]?0x[0-9a-fA-F_]+");
+  const std::regex real("[-+]?([0-9][0-9_]*)\\.[0-9_]*([eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|"
+                        "[-+]?\\.[0-9_]+([eE][-+]?[0-9]+)?");
+  const std::regex infinity("[-+]?\\.(inf|Inf|INF)"), nan("\\.(nan|NaN|NAN)");
+  const std::string alphabet = "0123456789_.eE+-xafinINFN";
+  std::mt19937 random(std::random_device{}());
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string text;
+    for (int i = std::uniform_int_distribution<int>(1, 8)(random); i > 0; --i) {
+      text += alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(random)];
+    }
+    const auto node = detail::typed_plain_scalar(text, "test");
+    std::string expected = "string";
+    if (std::regex_match(text, integer) || std::regex_match(text, hex)) expected = "integer";
+    else if (std::regex_match(text, real) || std::regex_match(text, infinity) ||
+             std::regex_match(text, nan)) expected = "float";
+    std::string got = node->is_integer() ? "integer" : node->is_floating_point() ? "float" : "string";
+    // A number too large for int64 or double stays text for the key's reader to name.
+    if (got == "string" && expected != "string") got = expected;
+    INFO(text);
+    CHECK(got == expected);
+  }
+}
+
+TEST_CASE("hostile YAML and JSON end in an InputError naming file, line and limit", "[repro][config]") {
+  const auto yaml_error = [](const std::string& text) {
+    try {
+      yaml(text);
+    } catch (const seqpar::InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(yaml_error("ds_config: &x {a: *x}\n"),
+             Catch::Contains("test.yaml line 1") && Catch::Contains("limit of 64 levels"));
+  std::string laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'g'; ++level) {
+    laughs += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 10; ++i) laughs += std::string(i ? ", *" : "*") + char(level - 1);
+    laughs += "]\n";
+  }
+  CHECK_THAT(yaml_error(laughs + "ds_config: {}\n"), Catch::Contains("limit of 100000 values"));
+  CHECK_THAT(yaml_error("repro:\n  rows: " + std::string(5000, '7') + "\n"),
+             Catch::Contains("line 2") && Catch::Contains("a number of 5000 characters"));
+  CHECK_THAT(yaml_error("repro: {rows: 1, rows: 2}\n"), Catch::Contains("duplicate key repro.rows"));
+  CHECK_THAT(yaml_error("repro: {rows: 64}\n---\nrepro: {rows: 65}\n"),
+             Catch::Contains("line 2: a second YAML document"));
+  CHECK_THAT(yaml_error("repro:\n  rows: !!str 64\n"), Catch::Contains("must be an integer"));
+  CHECK_THAT(yaml_error("repro:\n  rows: !!python/int 64\n"), Catch::Contains("is not supported"));
+  CHECK(yaml("repro:\n  rows: !!int 64\n  dropout: !!float 0\n").rows == 64);
+  CHECK_THAT(yaml_error("ds_config:\n  \"optimizer.params.lr\": 0.5\n"), Catch::Contains("'.' in its name"));
+  CHECK_THROWS_WITH(json(std::string("{\"repro\": {\"rows\": 64}}\0{\"x\": 1}", 33)),
+                    Catch::Contains("line 1 column 24: a control character (byte 0x00)"));
+  CHECK_THROWS_WITH(json(std::string(70, '[') + std::string(70, ']')),
+                    Catch::Contains("test.json line 1 column 65: nested deeper than the limit of 64"));
+  CHECK_THROWS_WITH(json("{\"repro\": {\"rows\": 1, \"rows\": 2}}"), Catch::Contains("duplicate key \"rows\""));
+  CHECK_THROWS_WITH(json("{\"repro\": {\"rows\": 18446744073709551615}}"),
+                    Catch::StartsWith("config key repro.rows ="));
+  CHECK_THROWS_WITH(json("{\"lr\": 1e400}"), Catch::StartsWith("config test.json: number overflow"));
 }

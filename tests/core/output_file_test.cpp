@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,16 +94,39 @@ TEST_CASE("OutputFile: a FIFO without a reader fails instead of blocking", "[cor
   CHECK_THROWS_WITH(write_output_file(fifo, "x"), Catch::Contains("No such device or address"));
 }
 
-TEST_CASE("OutputFile: a link to a file replaces the file and keeps the link", "[core][output]") {
+TEST_CASE("OutputFile: a link is refused, its target never written", "[core][output]") {
   ScratchDirectory scratch;
   const std::string target = scratch.path + "/target", link = scratch.path + "/link";
   write_output_file(target, "old");
   REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
-  write_output_file(link, "new");
+  CHECK_THROWS_WITH(write_output_file(link, "new"), Catch::Contains("is a symbolic link"));
+  CHECK_THROWS_WITH(check_output_path("--plot", link), Catch::Contains("is a symbolic link"));
   struct stat status {};
   REQUIRE(::lstat(link.c_str(), &status) == 0);
   CHECK(S_ISLNK(status.st_mode));
-  CHECK(contents_of(target) == "new");
+  CHECK(contents_of(target) == "old");
+  CHECK(scratch.entries().size() == 2);  // no temporary stays
+  // A dangling link too: nothing is created where it points.
+  const std::string dangling = scratch.path + "/dangling";
+  REQUIRE(::symlink((scratch.path + "/nowhere").c_str(), dangling.c_str()) == 0);
+  CHECK_THROWS_WITH(check_output_path("--json", dangling), Catch::Contains("is a symbolic link"));
+  CHECK_THROWS(write_output_file(dangling, "x"));
+  CHECK(::access((scratch.path + "/nowhere").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("OutputFile: a link planted after the check is replaced, not followed", "[core][output]") {
+  ScratchDirectory scratch;
+  const std::string target = scratch.path + "/target", path = scratch.path + "/out";
+  write_output_file(target, "precious");
+  OutputFile file(path);
+  REQUIRE(::symlink(target.c_str(), path.c_str()) == 0);  // planted while the file is written
+  file.write(std::string("new"));
+  file.commit();
+  struct stat status {};
+  REQUIRE(::lstat(path.c_str(), &status) == 0);
+  CHECK(S_ISREG(status.st_mode));
+  CHECK(contents_of(path) == "new");
+  CHECK(contents_of(target) == "precious");
 }
 
 TEST_CASE("check_output_path refuses directories and missing parents", "[core][output]") {
@@ -114,4 +138,28 @@ TEST_CASE("check_output_path refuses directories and missing parents", "[core][o
                     Catch::Contains("--json") && Catch::Contains("is a directory"));
   CHECK_THROWS_WITH(check_output_path("--plot", scratch.path + "/no/x.svg"),
                     Catch::Contains("--plot") && Catch::Contains("No such file"));
+  // Probed by creating a temporary where the file goes, and nothing left there.
+  CHECK_THROWS_WITH(check_output_path("--json", scratch.path + "/" + std::string(300, 'x')),
+                    Catch::Contains("File name too long"));
+  CHECK_THROWS_WITH(check_output_path("--plot", "/proc/x"), Catch::Contains("cannot create files"));
+  CHECK(scratch.entries().empty());
+}
+
+TEST_CASE("remove_directory_tree removes a staging tree and follows no link", "[core][output]") {
+  ScratchDirectory scratch;
+  const std::string outside = scratch.path + "/outside", tree = scratch.path + "/tree";
+  write_output_file(outside, "precious");
+  REQUIRE(::mkdir(tree.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((tree + "/exact").c_str(), 0700) == 0);
+  write_output_file(tree + "/exact/rank0.safetensors", "x");
+  write_output_file(tree + "/inputs.safetensors", "x");
+  REQUIRE(::symlink(scratch.path.c_str(), (tree + "/up").c_str()) == 0);
+  REQUIRE(::symlink(outside.c_str(), (tree + "/exact/link").c_str()) == 0);
+  const int fd = ::open(scratch.path.c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(fd >= 0);
+  remove_directory_tree(fd, "tree");
+  ::close(fd);
+  CHECK(::access(tree.c_str(), F_OK) != 0);
+  CHECK(contents_of(outside) == "precious");
+  CHECK(scratch.entries() == std::vector<std::string>{"outside"});
 }
