@@ -1,10 +1,9 @@
-// ExactL1Step: the training step of LinearL1Step (y = x Wᵀ + b, L1 loss, backward, the
-// gradients combined across ranks, clip_grad_norm, AdamW) on the exact numerics of
-// docs/numerics.md. Its loss, gradients, norm and parameters are the bits the public
-// API gives (nn::linear, nn::l1_loss, backward, optim::clip_grad_norm, optim::AdamW) on
-// the GPU and on the CPU, and, with the ranks' digits combined, the bits of one rank
-// training on all their rows: it keeps the invariant that LinearL1Step's float sums
-// give up for speed.
+// ExactL1Step: the whole training step (y = x Wᵀ + b, L1 loss, backward, the
+// gradients combined across ranks, clip_grad_norm, AdamW) as a few launches on the
+// exact numerics of docs/numerics.md. Its loss, gradients, norm and parameters are the
+// bits the public API gives (nn::linear, nn::l1_loss, backward, optim::clip_grad_norm,
+// optim::AdamW) on the GPU and on the CPU, and, with the ranks' digits combined, the
+// bits of one rank training on all their rows.
 //
 // The launches of a step (buffers allocated once; run eagerly, or captured into one
 // CUDA graph per batch and replayed), each a dependent launch of the one before:
@@ -74,7 +73,7 @@ class ExactL1Step : public detail::FusedL1Step {
   // run(), capture(), replay() and the results: detail::FusedL1Step.
 
  private:
-  void enqueue_gradients(size_t batch) override;
+  void enqueue_step(size_t batch) override;
   const char* capture_refusal() const override;
 
   exact::CrossRankSums* across_;

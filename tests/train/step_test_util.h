@@ -1,6 +1,6 @@
-// What the fused steps' tests share (tests/train/linear_l1_step_test.cpp,
-// exact_l1_step_test.cpp): the report's AdamW, the model and data placed on a device,
-// and what a step leaves.
+// What the fused step's tests share (tests/train/exact_l1_step_test.cpp,
+// exact_l1_forward_test.cpp): the report's AdamW, the model and data placed on a
+// device, and what a step leaves.
 #pragma once
 
 #include <catch2/catch.hpp>
