@@ -1,5 +1,5 @@
 // One element of AdamW on the GPU, shared by the multi-tensor kernel (adamw.cu) and
-// the exact fused step's finishing kernel (train/kernels/exact_step.cu), so both
+// the exact fused step's finishing kernel (bench/fused/kernels/exact_step.cu), so both
 // compute the same bits.
 //
 // The arithmetic follows torch.optim.AdamW's single-tensor path operation by

@@ -11,7 +11,7 @@
 // step/Ngpu_nccl/... and allreduce/Ngpu_nccl/..., written by rank 0.
 //
 // Steps (forward, L1 loss, backward, gradient sync, clip 1.0, AdamW lr 1e-4 wd 0.01;
-// the "exact" policy): the fused step (train::ExactL1Step) replayed from a CUDA graph
+// the "exact" policy): the fused step (fused::ExactL1Step) replayed from a CUDA graph
 // and run eagerly, and the public API (autograd), on the full batch of 12000 rows and
 // on one rank's 3000-row shard; the public API also over 4 ranks of a threads group
 // sharing the GPU.
@@ -38,7 +38,7 @@
 #include "nn/linear.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "train/exact_l1_step.h"
+#include "bench/fused/exact_l1_step.h"
 
 using namespace seqpar;
 using autograd::Variable;
@@ -98,7 +98,7 @@ void bench_steps(Report& report, const Settings& s) {
 
   {  // the fused step on one batch (x stays in L2 from one step to the next): the public
      // API's bits
-    train::ExactL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+    fused::ExactL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
                             issue_adamw(), 1.0);
     report.add("step/full12000/exact_eager", "ExactL1Step::run, exact numerics",
                time_calls([&] { step.run(); }, s.warmup, s.repeats), step_bytes, step_flops);
@@ -116,7 +116,7 @@ void bench_steps(Report& report, const Settings& s) {
   }
   const Tensor shard = x.tensor_split(kShards)[0];
   {  // one SP rank's share: the exact loss over its 3000 rows (no peers to sync with)
-    train::ExactL1Step exact_step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact,
+    fused::ExactL1Step exact_step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact,
                                   issue_adamw(), 1.0);
     exact_step.capture();
     report.add("step/shard3000/exact_graph", "one rank of sp 4, exact numerics, no peers",

@@ -2,7 +2,7 @@
 // GPU, rank 0 reporting. Each rank draws the issue's model and x exactly as the
 // one-GPU figures do (Generator(12345): the Linear, then x), keeps its rows of
 // x.tensor_split(world) (6000 of 12000 for 2 ranks) and takes the "exact" policy's
-// step, train::ExactL1Step: loss = its sum over (12000 x 16), backward, the gradients'
+// step, fused::ExactL1Step: loss = its sum over (12000 x 16), backward, the gradients'
 // digits summed over the ranks (dist::NcclEnqueuedSums, stream-ordered, so the step is
 // captured with its all-reduce), clip 1.0, AdamW.
 //
@@ -38,7 +38,7 @@
 #include "optim/adamw.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
-#include "train/exact_l1_step.h"
+#include "bench/fused/exact_l1_step.h"
 
 namespace seqpar::bench {
 
@@ -246,7 +246,7 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
   const nn::Linear drawn(kIn, kOut, generator, gpu);
   const Tensor x = generator.randn({kRows, kIn}, gpu);
   const Tensor shard = x.tensor_split(size)[static_cast<size_t>(rank)];
-  const std::vector<train::Batch> batch{{shard, shard.narrow(1, 0, kOut)}};
+  const std::vector<fused::Batch> batch{{shard, shard.narrow(1, 0, kOut)}};
   const int64_t rows = shard.size(0);
   const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
   const double bytes = kF * rows * kIn, flops = 4.0 * rows * kIn * kOut;  // per rank
@@ -273,7 +273,7 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
     CUDA_CHECK(cudaGraphExecDestroy(digits_graph));
 
     const auto split_model = issue_model(gpu), whole_model = issue_model(gpu);
-    train::ExactL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, &sums);
+    fused::ExactL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, &sums);
     out.add("step/" + world_name + "/exact_eager",
             "ExactL1Step::run, the digits' all-reduce between the sums and their rounding",
             time_aligned(group, [&] { split.run(); }, s), bytes, flops);
@@ -285,7 +285,7 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
             "replays back to back, no barrier, time per step",
             time_back_to_back(group, [&] { split.replay(); }, s), bytes, flops);
     group.synchronize(stream);
-    train::ExactL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+    fused::ExactL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
                              issue_adamw(), 1.0);
     for (int64_t i = 0; i < split.step_count(); ++i) whole.run();
     auto differing = [](const Tensor& a, const Tensor& b) {

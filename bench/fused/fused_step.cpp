@@ -1,4 +1,4 @@
-#include "train/fused_step.h"
+#include "bench/fused/fused_step.h"
 
 #include <vector>
 
@@ -11,7 +11,7 @@
 #include "core/cuda_runtime.h"
 #endif
 
-namespace seqpar::train::detail {
+namespace seqpar::fused::detail {
 
 AdamWSchedule::AdamWSchedule(const optim::AdamWOptions& options, Device device)
     : options_(options), table_(kTableSteps, device), slot_(1, device) {
@@ -186,4 +186,4 @@ void StepGraphs::replay(size_t, int) const { SEQPAR_FAIL("StepGraphs: this seqpa
 
 #endif
 
-}  // namespace seqpar::train::detail
+}  // namespace seqpar::fused::detail

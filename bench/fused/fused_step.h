@@ -1,4 +1,4 @@
-// The frame of a fused L1 training step (train/exact_l1_step.h): the batch it trains
+// The frame of a fused L1 training step (bench/fused/exact_l1_step.h): the batch it trains
 // on, and FusedL1Step, the base that checks the model and the batches, holds the
 // gradient and optimizer buffers, AdamW's scalars on the device and one CUDA graph per
 // batch, and runs, captures and replays a step whose launches the derived step
@@ -19,7 +19,7 @@
 
 struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
 
-namespace seqpar::train {
+namespace seqpar::fused {
 
 // One batch: x [rows, in] and target [rows, out] (either may be a view with its own
 // row stride, columns adjacent), at fixed addresses for the life of the step object.
@@ -134,4 +134,4 @@ class FusedL1Step {
 };
 
 }  // namespace detail
-}  // namespace seqpar::train
+}  // namespace seqpar::fused

@@ -1,10 +1,10 @@
-#include "train/exact_l1_step.h"
+#include "bench/fused/exact_l1_step.h"
 
 #include <vector>
 
 #include "core/error.h"
 #include "core/exact_bins.h"
-#include "train/kernels/exact_step.h"
+#include "bench/fused/kernels/exact_step.h"
 
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
@@ -12,7 +12,7 @@
 #include "nn/linear_kernels.h"
 #endif
 
-namespace seqpar::train {
+namespace seqpar::fused {
 
 #ifdef SEQPAR_WITH_CUDA
 
@@ -126,4 +126,4 @@ const char* ExactL1Step::capture_refusal() const { return nullptr; }
 
 #endif
 
-}  // namespace seqpar::train
+}  // namespace seqpar::fused
