@@ -8,7 +8,7 @@ include(CMakePackageConfigHelpers)
 set(SEQPAR_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/seqpar)
 
 # Headers keep their layout under include/seqpar, as the targets' include path says.
-install(DIRECTORY core autograd nn optim dist train
+install(DIRECTORY core autograd nn optim dist
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/seqpar
   FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh")
 install(FILES ${PROJECT_BINARY_DIR}/generated/core/version.h

@@ -143,10 +143,11 @@ class NcclProcessGroup final : public ProcessGroup {
   Tensor barrier_buffer_;  // one float on the device, reduced by barrier()
 };
 
-// An NCCL group as the combiner of a captured step's exact sums (train::ExactL1Step):
-// combine() only enqueues the integer all-reduce of the digits on the group's GPU's
-// current stream (all_reduce_sums_enqueue), so a CUDA graph can capture it. Failures
-// surface where the stream is next waited for (NcclProcessGroup::synchronize).
+// An NCCL group as the combiner of a captured step's exact sums (the benchmarks'
+// fused::ExactL1Step, bench/fused/exact_l1_step.h): combine() only enqueues the integer
+// all-reduce of the digits on the group's GPU's current stream (all_reduce_sums_enqueue),
+// so a CUDA graph can capture it. Failures surface where the stream is next waited for
+// (NcclProcessGroup::synchronize).
 class NcclEnqueuedSums final : public exact::CrossRankSums {
  public:
   explicit NcclEnqueuedSums(NcclProcessGroup& group) : group_(group) {}

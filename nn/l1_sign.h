@@ -1,6 +1,6 @@
 // The L1 loss's gradient direction, sign(input - target), in one place for the CPU
-// path (nn/l1_loss.cpp), its CUDA kernel (nn/l1_loss.cu) and the fused step's kernels
-// (train/kernels/): sign(0) = 0, as PyTorch (no gradient where input equals target),
+// path (nn/l1_loss.cpp), its CUDA kernel (nn/l1_loss.cu) and the exact L1 terms
+// (nn/exact_l1.cuh): sign(0) = 0, as PyTorch (no gradient where input equals target),
 // and NaN stays NaN, so a NaN never passes as a zero gradient.
 #pragma once
 

@@ -1,5 +1,6 @@
 // One element of AdamW on the GPU, shared by the multi-tensor kernel (adamw.cu) and
-// the fused clip + AdamW kernel (clip_adamw.cu), so both compute the same bits.
+// the exact fused step's finishing kernel (bench/fused/kernels/exact_step.cu), so both
+// compute the same bits.
 //
 // The arithmetic follows torch.optim.AdamW's single-tensor path operation by
 // operation, as optim/adamw.cpp writes it: __fmul_rn, __fadd_rn, __fdiv_rn and

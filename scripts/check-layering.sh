@@ -7,13 +7,16 @@
 #   autograd  -> core
 #   nn        -> autograd, core
 #   optim     -> autograd, core            (nn and optim do not see each other)
-#   train     -> nn, optim, autograd, core
-#   dist      -> core                      (no autograd, nn, optim or train)
+#   dist      -> core                      (no autograd, nn or optim)
 #   apps/     -> anything (not checked here)
 #
-# Every source under core/ autograd/ nn/ optim/ train/ dist/ is scanned for
-# `#include "LAYER/..."` (or <LAYER/...>) of a layer it may not use. Prints each
-# offending file:line and include, and exits 1 if there is any.
+# and, outside the product, the benchmarks' fused step (bench/fused/, seqpar::fused):
+#   bench/fused -> nn, optim, autograd, core   (not the bench programs in bench/src/)
+#
+# Every source under core/ autograd/ nn/ optim/ dist/ bench/fused/ is scanned for
+# `#include "LAYER/..."` (or <LAYER/...>) of a layer it may not use (bench/fused counts
+# as its own layer, the rest of bench/ as another). Prints each offending file:line and
+# include, and exits 1 if there is any.
 #
 #   bash scripts/check-layering.sh        (from anywhere; checks this checkout)
 set -euo pipefail
@@ -24,18 +27,19 @@ declare -A allowed=(
   [autograd]="autograd core"
   [nn]="nn autograd core"
   [optim]="optim autograd core"
-  [train]="train nn optim autograd core"
   [dist]="dist core"
+  [bench/fused]="bench/fused nn optim autograd core"
 )
-layers="core autograd nn optim train dist apps tests"
+layers="core autograd nn optim dist apps tests bench bench/fused"
 
 failures=0
-for layer in core autograd nn optim train dist; do
+for layer in core autograd nn optim dist bench/fused; do
   while IFS= read -r -d '' file; do
     # line:include-target for every include of a project path "layer/..." or <layer/...>
     while IFS=: read -r line target; do
       [ -n "$target" ] || continue
       included_layer=${target%%/*}
+      case "$target" in bench/fused/*) included_layer=bench/fused ;; esac
       case " $layers " in *" $included_layer "*) ;; *) continue ;; esac  # not ours (e.g. <cuda/...>)
       case " ${allowed[$layer]} " in
         *" $included_layer "*) ;;
@@ -55,4 +59,4 @@ if [ "$failures" -ne 0 ]; then
   echo "layering: $failures include(s) of a higher or sibling layer; see the table at the top of scripts/check-layering.sh" >&2
   exit 1
 fi
-echo "layering: ok (core < autograd < nn, optim < train; core < dist)"
+echo "layering: ok (core < autograd < nn, optim < bench/fused; core < dist)"

@@ -46,10 +46,10 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
   [ -f tests/golden/issue6868-sp4-1000steps.txt ] &&
     python3 scripts/dump_fingerprints.py "$out/dump" --check tests/golden/issue6868-sp4-1000steps.txt | tail -n 4
   rm -rf "$out/dump"
-  step "memcheck and racecheck: the exact fused step's kernels (train/kernels/exact_step.cu)"
+  step "memcheck and racecheck: the exact fused step's kernels (bench/fused/kernels/exact_step.cu)"
   small="the exact step's kernels at small shapes equal the public API's (for the sanitizers)"
-  compute-sanitizer --tool memcheck "$build/tests/seqpar_train_tests" "$small" 2>&1 | tail -n 1
-  compute-sanitizer --tool racecheck "$build/tests/seqpar_train_tests" "$small" 2>&1 | tail -n 1
+  compute-sanitizer --tool memcheck "$build/tests/seqpar_fused_tests" "$small" 2>&1 | tail -n 1
+  compute-sanitizer --tool racecheck "$build/tests/seqpar_fused_tests" "$small" 2>&1 | tail -n 1
   step "memcheck: core's and nn's [cuda] tests (exact sums, Linear, L1, clip), less the [large] ones"
   for t in seqpar_core_tests seqpar_nn_tests; do
     compute-sanitizer --tool memcheck "$build/tests/$t" "[cuda]~[large]" 2>&1 | tail -n 1

@@ -7,7 +7,7 @@
 #   scripts/gpu-checks.sh BIN_DIR OUT_DIR
 #
 # BIN_DIR holds the test programs (seqpar_core_tests, seqpar_autograd_tests,
-# seqpar_nn_tests, seqpar_train_tests, seqpar_dist_tests, seqpar_apps_tests),
+# seqpar_nn_tests, seqpar_fused_tests, seqpar_dist_tests, seqpar_apps_tests),
 # seqpar-repro, seqpar_nccl_test, seqpar-allreduce-bench and seqpar-bench from a CUDA
 # build (they can be built elsewhere for sm_90).
 set -u
@@ -20,7 +20,7 @@ step() { echo "== $1: $(date -u +%FT%TZ)"; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   step "[cuda] tests"
-  for layer in core autograd nn train dist apps; do
+  for layer in core autograd nn fused dist apps; do
     echo "seqpar_${layer}_tests:"; "$bin/seqpar_${layer}_tests" "[cuda]" 2>&1 | tail -n 4
   done
   step "seqpar-repro, default placement"

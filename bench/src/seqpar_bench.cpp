@@ -11,9 +11,10 @@
 // step/Ngpu_nccl/... and allreduce/Ngpu_nccl/..., written by rank 0.
 //
 // Steps (forward, L1 loss, backward, gradient sync, clip 1.0, AdamW lr 1e-4 wd 0.01;
-// the "exact" policy): the fused step (train::LinearL1Step) replayed from a CUDA graph
-// and run eagerly, and the public API (autograd), on the full batch of 12000 rows, on
-// one rank's 3000-row shard, and over 4 ranks of a threads group sharing the GPU.
+// the "exact" policy): the fused step (fused::ExactL1Step) replayed from a CUDA graph
+// and run eagerly, and the public API (autograd), on the full batch of 12000 rows and
+// on one rank's 3000-row shard; the public API also over 4 ranks of a threads group
+// sharing the GPU.
 //
 // --kernel-parts adds the issue's kernels one launcher at a time where the default
 // sections time them in pairs (what the former seqpar-kernel-timings printed):
@@ -22,7 +23,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,11 +36,9 @@
 #include "dist/local_process_group.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "train/exact_l1_step.h"
-#include "train/linear_l1_step.h"
+#include "bench/fused/exact_l1_step.h"
 
 using namespace seqpar;
 using autograd::Variable;
@@ -98,37 +96,15 @@ void bench_steps(Report& report, const Settings& s) {
   const double step_flops = 2.0 * 2.0 * kRows * kIn * kOut;
   const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
 
-  {  // the fused step on one batch: x stays in L2 from one step to the next
-    train::LinearL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
-                             issue_adamw(), 1.0);
-    report.add("step/full12000/fused_eager", "LinearL1Step::run, 3 launches",
-               time_calls([&] { step.run(); }, s.warmup, s.repeats), step_bytes, step_flops);
-    step.capture();
-    report.add("step/full12000/fused_graph", "LinearL1Step::replay (one CUDA graph)",
-               time_calls([&] { step.replay(); }, s.warmup, s.repeats), step_bytes, step_flops);
-  }
-  {  // the same on the exact numerics: the public API's bits
-    train::ExactL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+  {  // the fused step on one batch (x stays in L2 from one step to the next): the public
+     // API's bits
+    fused::ExactL1Step step(model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
                             issue_adamw(), 1.0);
     report.add("step/full12000/exact_eager", "ExactL1Step::run, exact numerics",
                time_calls([&] { step.run(); }, s.warmup, s.repeats), step_bytes, step_flops);
     step.capture();
     report.add("step/full12000/exact_graph", "ExactL1Step::replay (one CUDA graph)",
                time_calls([&] { step.replay(); }, s.warmup, s.repeats), step_bytes, step_flops);
-  }
-  {  // rotating over 4 batches (123 MB, twice the 60 MB L2)
-    std::vector<train::Batch> batches;
-    std::vector<Tensor> keep;
-    for (int b = 0; b < 4; ++b) {
-      keep.push_back(generator.randn({kRows, kIn}, kGpu));
-      batches.push_back({keep.back(), keep.back().narrow(1, 0, kOut)});
-    }
-    train::LinearL1Step step(model, batches, nn::Reduction::mean(), issue_adamw(), 1.0);
-    step.capture();
-    int next = 0;
-    report.add("step/full12000/fused_graph_rotating", "replay over 4 batches of 30.7 MB",
-               time_calls([&] { step.replay(static_cast<size_t>(next++ % 4)); }, s.warmup, s.repeats),
-               step_bytes, step_flops);
   }
   {
     ApiStep step{model, Variable(x), Variable(x.narrow(1, 0, kOut)), nn::Reduction::mean(),
@@ -140,12 +116,7 @@ void bench_steps(Report& report, const Settings& s) {
   }
   const Tensor shard = x.tensor_split(kShards)[0];
   {  // one SP rank's share: the exact loss over its 3000 rows (no peers to sync with)
-    train::LinearL1Step step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact, issue_adamw(), 1.0);
-    step.capture();
-    report.add("step/shard3000/fused_graph", "one rank of sp 4, exact loss, no peers",
-               time_calls([&] { step.replay(); }, s.warmup, s.repeats), shard_bytes,
-               step_flops / kShards);
-    train::ExactL1Step exact_step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact,
+    fused::ExactL1Step exact_step(model, {{shard, shard.narrow(1, 0, kOut)}}, exact,
                                   issue_adamw(), 1.0);
     exact_step.capture();
     report.add("step/shard3000/exact_graph", "one rank of sp 4, exact numerics, no peers",
@@ -158,9 +129,10 @@ void bench_steps(Report& report, const Settings& s) {
   }
 }
 
-// 4 ranks as threads sharing the GPU, exact policy: rank 0 times each step between
-// two barriers (all ranks' kernels of the step are queued between its events).
-void bench_four_ranks(Report& report, const Settings& s, bool fused) {
+// 4 ranks as threads sharing the GPU, exact policy, the public API: rank 0 times each
+// step between two barriers (all ranks' kernels of the step are queued between its
+// events).
+void bench_four_ranks(Report& report, const Settings& s) {
   Generator generator(12345);
   nn::Linear initial(kIn, kOut, generator, kGpu);
   const Tensor x = generator.randn({kRows, kIn}, kGpu);
@@ -172,21 +144,8 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
     model.bias().data().copy_(initial.bias().data());
     const Tensor shard = x.tensor_split(kShards)[static_cast<size_t>(world->rank())];
     const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
-    std::function<void()> one_step;
-    std::unique_ptr<train::LinearL1Step> fused_step;
-    std::unique_ptr<ApiStep> api_step;
-    if (fused) {
-      fused_step = std::make_unique<train::LinearL1Step>(
-          model, std::vector<train::Batch>{{shard, shard.narrow(1, 0, kOut)}}, exact, issue_adamw(),
-          1.0, train::GradientSync::on_host([&](Tensor& gradients) {
-            world->all_reduce(gradients, dist::ReduceOp::Sum);
-          }));
-      one_step = [&] { fused_step->run(); };
-    } else {
-      api_step.reset(new ApiStep{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
-                                 optim::AdamW(model.parameters(), issue_adamw()), world.get()});
-      one_step = [&] { (*api_step)(); };
-    }
+    ApiStep one_step{model, Variable(shard), Variable(shard.narrow(1, 0, kOut)), exact,
+                     optim::AdamW(model.parameters(), issue_adamw()), world.get()};
     cudaStream_t stream = cuda::current_stream(0);
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
@@ -214,7 +173,7 @@ void bench_four_ranks(Report& report, const Settings& s, bool fused) {
       timing = {times[times.size() / 2], times.front(), static_cast<int>(times.size())};
     }
   });
-  report.add(fused ? "step/4ranks_threads/fused_eager" : "step/4ranks_threads/public_api",
+  report.add("step/4ranks_threads/public_api",
              "4 threads on one GPU, exact policy, sum all-reduce of the gradients", timing,
              kF * kRows * kIn, 4.0 * kRows * kIn * kOut);
 }
@@ -267,8 +226,7 @@ int main(int argc, char** argv) {
   if (!settings.kernel_parts_only) {
     bench_copy(report, settings);
     bench_steps(report, settings);
-    bench_four_ranks(report, settings, /*fused=*/true);
-    bench_four_ranks(report, settings, /*fused=*/false);
+    bench_four_ranks(report, settings);
     bench::bench_kernels(report, settings);
   }
   if (settings.kernel_parts || settings.kernel_parts_only) bench::bench_kernel_parts(report, settings);

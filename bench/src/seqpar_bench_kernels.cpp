@@ -22,10 +22,8 @@
 #include "nn/linear.h"
 #include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
-#include "train/kernels/skinny.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "train/kernels/clip_adamw.h"
 
 namespace seqpar::bench {
 
@@ -105,68 +103,7 @@ void bench_kernels(Report& report, const Settings& s) {
     }
   }
 
-  cuda::Stream stream = cuda::current_stream(0);
   const Tensor target = x.narrow(1, 0, out);
-  {  // the fused step's first kernel: forward + |y - t| partials + sign, y never stored
-    namespace nd = train::kernels;
-    const Tensor sign = Tensor::empty({n, out}, kGpu);
-    const Tensor partials = Tensor::empty({2 * nd::skinny_forward_partial_count(n, out)}, kGpu);
-    const nd::L1Outputs l1{nd::RowsView{target.data(), target.stride(0)}, sign.data(),
-                           reinterpret_cast<double*>(partials.data())};
-    report.add("kernel/fused_fwd_l1/12000x640x16", "forward + L1 partials + sign",
-               time_calls([&] {
-                 nd::skinny_forward_l1_cuda(nd::RowsView{x.data(), x.stride(0)}, weight.data(),
-                                            bias.data(), n, in, out, l1, stream);
-               }, s.warmup, s.repeats), kF * (n * in + out * in + n * out), 2.0 * n * in * out);
-  }
-  {  // the one-pass step kernel: forward, L1, dy, dW and db partials from one read of x
-    namespace nd = train::kernels;
-    const nd::SkinnyStepPlan plan = nd::skinny_step_plan(n, in, out);
-    const nd::SkinnyGradScratch scratch = nd::skinny_grad_scratch(n, in, out);
-    const Tensor weight_partials = Tensor::empty({scratch.weight_floats}, kGpu);
-    const Tensor bias_partials = Tensor::empty({2 * scratch.bias_doubles}, kGpu);
-    const Tensor loss_partials = Tensor::empty({2 * plan.loss_partials}, kGpu);
-    const Tensor grad_weight = Tensor::empty({out, in}, kGpu), grad_bias = Tensor::empty({out}, kGpu);
-    const Tensor loss = Tensor::empty({}, kGpu);
-    auto doubles = [](const Tensor& t) { return reinterpret_cast<double*>(t.data()); };
-    const float scale = 1.0f / static_cast<float>(n * out);
-    auto partials = [&] {
-      nd::skinny_step_partials_cuda(plan, nd::RowsView{x.data(), x.stride(0)},
-                                    nd::RowsView{target.data(), target.stride(0)}, weight.data(),
-                                    bias.data(), n, in, out, scale, weight_partials.data(),
-                                    doubles(bias_partials), doubles(loss_partials), stream);
-    };
-    report.add("kernel/one_pass_step/12000x640x16", "fwd + L1 + dy + dW/db partials, one read of x",
-               time_calls(partials, s.warmup, s.repeats), kF * (n * in + out * in),
-               4.0 * n * in * out);
-    report.add("kernel/one_pass_step_sum/12000x640x16", "the same + chunk sums (2 launches)",
-               time_calls([&] {
-                 partials();
-                 nd::skinny_sum_partials_cuda(weight_partials.data(), doubles(bias_partials), n, in,
-                                              out, grad_weight.data(), grad_bias.data(),
-                                              nd::LossFinish{doubles(loss_partials), plan.loss_partials,
-                                                             scale, loss.data()},
-                                              stream);
-               }, s.warmup, s.repeats), kF * (n * in + out * in), 4.0 * n * in * out);
-    // The route LinearL1Step takes when the one pass does not apply (same bits): the
-    // forward fused with the loss writes sign, then dW and db read x again.
-    const Tensor sign = Tensor::empty({n, out}, kGpu);
-    const Tensor forward_partials = Tensor::empty({2 * nd::skinny_forward_partial_count(n, out)}, kGpu);
-    const nd::L1Outputs l1{nd::RowsView{target.data(), target.stride(0)}, sign.data(),
-                           doubles(forward_partials)};
-    report.add("kernel/two_pass_step_sum/12000x640x16", "fwd + L1 + sign, then dW/db + chunk sums (3 launches)",
-               time_calls([&] {
-                 nd::skinny_forward_l1_cuda(nd::RowsView{x.data(), x.stride(0)}, weight.data(),
-                                            bias.data(), n, in, out, l1, stream);
-                 nd::skinny_weight_grad_cuda(
-                     nd::GradSource{nd::RowsView{nullptr, 0}, sign.data(), scale},
-                     nd::RowsView{x.data(), x.stride(0)}, n, in, out, grad_weight.data(),
-                     grad_bias.data(), weight_partials.data(), doubles(bias_partials),
-                     nd::LossFinish{doubles(forward_partials), nd::skinny_forward_partial_count(n, out),
-                                    scale, loss.data()},
-                     stream);
-               }, s.warmup, s.repeats), kF * 2 * (n * in + out * in), 4.0 * n * in * out);
-  }
   {
     const Tensor y = nn::linear_forward(x, weight, bias), loss = Tensor::empty({}, kGpu);
     const Tensor ones = Tensor::ones({}, kGpu), grad = Tensor::empty({n, out}, kGpu);
@@ -201,21 +138,6 @@ void bench_kernels(Report& report, const Settings& s) {
                  optim::detail::grad_norm_cuda(read, tensors.sizes, norm, 0);
                  optim::detail::clip_grads_cuda(tensors.grads, tensors.sizes, 1.0f, norm, 0);
                }, s.warmup, s.repeats), kF * 2 * parameters);
-    // The fused tail: every call takes the next slot of a table long enough for all.
-    const int64_t calls = s.warmup + s.repeats + 8;
-    Tensor host_table = Tensor::empty({calls * 7});
-    for (int64_t i = 0; i < calls; ++i) {
-      std::copy_n(reinterpret_cast<const float*>(&scalars), 7, host_table.data() + 7 * i);
-    }
-    const Tensor table = host_table.to(kGpu), slot = Tensor::zeros({2}, kGpu);
-    const train::kernels::ClipAdamWState state{
-        reinterpret_cast<const optim::detail::AdamWStepScalars*>(table.data()),
-        reinterpret_cast<int*>(slot.data()), reinterpret_cast<unsigned*>(slot.data() + 1),
-        norm.data()};
-    report.add("kernel/clip_adamw_fused/10256", "norm (float order) + clip + AdamW in one launch",
-               time_calls([&] {
-                 train::kernels::clip_adamw_step_cuda(tensors, 1.0f, state, stream);
-               }, s.warmup, s.repeats), kF * 7 * parameters);
   }
 }
 

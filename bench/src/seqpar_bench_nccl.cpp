@@ -2,8 +2,9 @@
 // GPU, rank 0 reporting. Each rank draws the issue's model and x exactly as the
 // one-GPU figures do (Generator(12345): the Linear, then x), keeps its rows of
 // x.tensor_split(world) (6000 of 12000 for 2 ranks) and takes the "exact" policy's
-// step: loss = its sum over (12000 x 16), backward, the gradients summed over the
-// ranks (NcclProcessGroup::all_reduce_enqueue, stream-ordered), clip 1.0, AdamW.
+// step, fused::ExactL1Step: loss = its sum over (12000 x 16), backward, the gradients'
+// digits summed over the ranks (dist::NcclEnqueuedSums, stream-ordered, so the step is
+// captured with its all-reduce), clip 1.0, AdamW.
 //
 // Timing: before each call a barrier (a blocking one-float all-reduce) lines the
 // ranks up; each rank then brackets its call with CUDA events on its stream and waits
@@ -12,8 +13,8 @@
 // after another with no barrier and reports the time per step.
 //
 // Checks, printed and reflected in the exit status: the ranks start from identical
-// parameters, end every figure's steps with bitwise-identical parameters, and a short
-// run agrees with one rank training on all 12000 rows to float32 rounding.
+// parameters, end the step's figures with bitwise-identical parameters, and those
+// equal one rank's training on all 12000 rows bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,8 +38,7 @@
 #include "optim/adamw.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
-#include "train/exact_l1_step.h"
-#include "train/linear_l1_step.h"
+#include "bench/fused/exact_l1_step.h"
 
 namespace seqpar::bench {
 
@@ -91,16 +91,6 @@ Agreement agreement(dist::NcclProcessGroup& group, const Tensor& values) {
     }
   }
   return result;
-}
-
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  const auto a = actual.to_vector(), e = expected.to_vector();
-  double difference = 0.0, scale = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    difference = std::max(difference, std::fabs(double(a[i]) - double(e[i])));
-    scale = std::max(scale, std::fabs(double(e[i])));
-  }
-  return difference / std::max(scale, 1e-30);
 }
 
 class CudaEvents {
@@ -256,17 +246,11 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
   const nn::Linear drawn(kIn, kOut, generator, gpu);
   const Tensor x = generator.randn({kRows, kIn}, gpu);
   const Tensor shard = x.tensor_split(size)[static_cast<size_t>(rank)];
-  const std::vector<train::Batch> batch{{shard, shard.narrow(1, 0, kOut)}};
+  const std::vector<fused::Batch> batch{{shard, shard.narrow(1, 0, kOut)}};
   const int64_t rows = shard.size(0);
   const nn::Reduction exact = nn::Reduction::sum_divided_by(kRows * kOut);
   const double bytes = kF * rows * kIn, flops = 4.0 * rows * kIn * kOut;  // per rank
   const std::string world_name = std::to_string(size) + "gpu_nccl";
-  // The exact policy's synchronization: dW and db summed by one all-reduce of the
-  // step's gradient buffer, enqueued on the step's stream (so the step can be captured).
-  const train::GradientSync sum_gradients =
-      train::GradientSync::stream_ordered([&group, stream](Tensor& gradients) {
-        group.all_reduce_enqueue({gradients}, dist::ReduceOp::Sum, stream);
-      });
 
   Checks checks{group};
   WorldReport out{group, {}};
@@ -274,81 +258,6 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
   const Agreement first_rows = agreement(group, x.narrow(0, 0, 64));   // rank calls both
   checks.expect(initial.differing == 0 && first_rows.differing == 0,
                 "every rank drew the same initial parameters and x (Generator(12345))");
-  {  // this rank's shard alone, no peers: what the step costs before communication
-    const auto model = issue_model(gpu);
-    train::LinearL1Step step(*model, batch, exact, issue_adamw(), 1.0);
-    step.capture();
-    out.add("step/shard" + std::to_string(rows) + "/fused_graph",
-            "one rank's shard, no gradient sync, replayed (every rank at once)",
-            time_aligned(group, [&] { step.replay(); }, s), bytes, flops);
-  }
-  {  // the all-reduce alone: the step's gradient bucket (dW and db, 10256 floats, 41 KB),
-     // zeros so sums stay zero
-    Tensor gradients = Tensor::zeros({kOut * kIn + kOut}, gpu);
-    auto enqueue = [&] { group.all_reduce_enqueue({gradients}, dist::ReduceOp::Sum, stream); };
-    out.add("allreduce/" + world_name + "/41KB_grads/seqpar_eager",
-            "all_reduce_enqueue of the gradient bucket (dW and db in one tensor), eager",
-            time_aligned(group, enqueue, s));
-    const cudaGraphExec_t graph = capture(stream, enqueue);
-    out.add("allreduce/" + world_name + "/41KB_grads/seqpar_graph",
-            "the same all-reduce replayed from a CUDA graph",
-            time_aligned(group, [&] { CUDA_CHECK(cudaGraphLaunch(graph, stream)); }, s));
-    // dW and db as two tensors in one NCCL group (the step before its gradient bucket):
-    // what the bucket saves.
-    Tensor grad_weight = Tensor::zeros({kOut, kIn}, gpu), grad_bias = Tensor::zeros({kOut}, gpu);
-    const cudaGraphExec_t two_graph = capture(stream, [&] {
-      group.all_reduce_enqueue({grad_weight, grad_bias}, dist::ReduceOp::Sum, stream);
-    });
-    out.add("allreduce/" + world_name + "/41KB_two_tensors/seqpar_graph",
-            "dW and db as two tensors (one NCCL group), replayed from a CUDA graph",
-            time_aligned(group, [&] { CUDA_CHECK(cudaGraphLaunch(two_graph, stream)); }, s));
-    group.synchronize(stream);
-    CUDA_CHECK(cudaGraphExecDestroy(graph));
-    CUDA_CHECK(cudaGraphExecDestroy(two_graph));
-  }
-  {  // the step, eager, then captured and replayed; the ranks must stay bitwise equal
-    const auto model = issue_model(gpu);
-    train::LinearL1Step step(*model, batch, exact, issue_adamw(), 1.0, sum_gradients);
-    out.add("step/" + world_name + "/seqpar_eager",
-            "LinearL1Step::run, all_reduce_enqueue between backward and clip",
-            time_aligned(group, [&] { step.run(); }, s), bytes, flops);
-    checks.same_parameters(*model, step.step_count(), "eager");
-    step.capture();
-    out.add("step/" + world_name + "/seqpar_graph",
-            "LinearL1Step::replay, the all-reduce inside the graph",
-            time_aligned(group, [&] { step.replay(); }, s), bytes, flops);
-    out.add("step/" + world_name + "/seqpar_graph_back_to_back",
-            "replays back to back, no barrier, time per step",
-            time_back_to_back(group, [&] { step.replay(); }, s), bytes, flops);
-    checks.same_parameters(*model, step.step_count(), "eager, then replayed");
-  }
-  {  // 5 steps over the world (2 eager, 3 replayed) against one rank on all rows
-    const auto split_model = issue_model(gpu), whole_model = issue_model(gpu);
-    train::LinearL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, sum_gradients);
-    train::LinearL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
-                              issue_adamw(), 1.0);
-    split.run();
-    split.run();
-    split.capture();
-    for (int i = 0; i < 3; ++i) split.replay();
-    for (int i = 0; i < 5; ++i) whole.run();
-    Tensor loss = split.loss().clone();  // this rank's part of the global loss
-    group.all_reduce(loss);
-    const double gradient_error = std::max(relative_error(split.grad_weight(), whole.grad_weight()),
-                                           relative_error(split.grad_bias(), whole.grad_bias()));
-    const double parameter_error = relative_error(flat_parameters(*split_model),
-                                                  flat_parameters(*whole_model));
-    char text[320];
-    std::snprintf(text, sizeof text,
-                  "5 steps over %d ranks (2 eager, 3 replayed) vs one rank on all %lld rows: "
-                  "loss %.6f vs %.6f, gradient norm %.6f vs %.6f, gradient relative error %.2g, "
-                  "parameters relative error %.2g (allowed 1e-5)",
-                  size, static_cast<long long>(kRows), loss.item(), whole.loss().item(),
-                  split.total_norm().item(), whole.total_norm().item(), gradient_error,
-                  parameter_error);
-    checks.expect(gradient_error < 1e-5 && parameter_error < 1e-5, text);
-    checks.same_parameters(*split_model, split.step_count(), "2 eager, 3 replayed");
-  }
   {  // the exact step: every rank's dW and db digits added by one integer all-reduce inside
      // the graph, so the split must equal one rank on all rows bit for bit
     exact::ExactSums zeros(kOut * kIn + kOut, gpu);
@@ -364,7 +273,7 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
     CUDA_CHECK(cudaGraphExecDestroy(digits_graph));
 
     const auto split_model = issue_model(gpu), whole_model = issue_model(gpu);
-    train::ExactL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, &sums);
+    fused::ExactL1Step split(*split_model, batch, exact, issue_adamw(), 1.0, &sums);
     out.add("step/" + world_name + "/exact_eager",
             "ExactL1Step::run, the digits' all-reduce between the sums and their rounding",
             time_aligned(group, [&] { split.run(); }, s), bytes, flops);
@@ -376,7 +285,7 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
             "replays back to back, no barrier, time per step",
             time_back_to_back(group, [&] { split.replay(); }, s), bytes, flops);
     group.synchronize(stream);
-    train::ExactL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
+    fused::ExactL1Step whole(*whole_model, {{x, x.narrow(1, 0, kOut)}}, nn::Reduction::mean(),
                              issue_adamw(), 1.0);
     for (int64_t i = 0; i < split.step_count(); ++i) whole.run();
     auto differing = [](const Tensor& a, const Tensor& b) {

@@ -163,8 +163,8 @@ void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& in
 }
 
 // The exact sums' stream-ordered all-reduce (NcclEnqueuedSums, as a captured
-// train::ExactL1Step uses it): captured with a copy of the rank's digits in front, each
-// replay's digits equal the blocking all_reduce_sums' word for word.
+// fused::ExactL1Step in bench/fused/ uses it): captured with a copy of the rank's digits
+// in front, each replay's digits equal the blocking all_reduce_sums' word for word.
 void check_enqueued_sums(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs,
                          Checks& checks) {
   const cudaStream_t stream = cuda::current_stream(world.device().index);

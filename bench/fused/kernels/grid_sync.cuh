@@ -1,6 +1,6 @@
 // One grid-wide wait inside a kernel: every block arrives, then every block goes on
 // with what all of them wrote. It saves a kernel launch where a step's tail needs one
-// value from the whole grid (the exact step's gradient norm, train/kernels/exact_step.cu).
+// value from the whole grid (the exact step's gradient norm, exact_step.cu beside it).
 //
 // A block that waits for the others holds its SM, so the others must be resident at the
 // same time, or the grid hangs. launch_cooperative makes that the driver's promise: the

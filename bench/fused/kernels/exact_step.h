@@ -1,4 +1,4 @@
-// The exact fused step's own kernels (train/exact_l1_step.h); nn's forward and dW sums
+// The exact fused step's own kernels (bench/fused/exact_l1_step.h); nn's forward and dW sums
 // run between them.
 //
 // exact_l1_cuda: the L1 loss from the forward's y, in one launch: everything nn's L1
@@ -13,7 +13,7 @@
 #include "nn/linear_kernels.h"
 #include "optim/adamw.h"
 
-namespace seqpar::train::kernels {
+namespace seqpar::fused::kernels {
 
 using nn::detail::kExactL1MaxOut;
 
@@ -36,7 +36,7 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
 // The step's tail in one launch: the sums rounded, the exact norm, the clip coefficient
 // and AdamW. Each block rounds a slice of one gradient tensor's sums and adds the exact
 // squares of what it rounded into that tensor's norm digits; then every block waits for
-// all the others (the step's one grid-wide wait, core/grid_sync.cuh), takes each
+// all the others (the step's one grid-wide wait, grid_sync.cuh beside this file), takes each
 // tensor's float norm and the total from the digits as optim::clip_grad_norm does (the
 // same bits in every block), and updates its own parameters with the clipped gradient
 // it still holds (optim/adamw_update.cuh), the gradients stored unclipped. So the norm
@@ -44,7 +44,7 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
 // The launch also leaves the step's digits and words zero for the next step, each once
 // read: the gradients' digits by the threads that round them, `step_words` (the loss's
 // and the norm's digits among them) by the last block out, which also advances AdamW's
-// step slot (train/fused_step.h). So a step needs no zeroing launch.
+// step slot (bench/fused/fused_step.h). So a step needs no zeroing launch.
 struct ExactFinish {
   int64_t* gradient_digits;        // `count` sums: W's `weight_count`, then b's
   int64_t count, weight_count;
@@ -75,4 +75,4 @@ void exact_finish_cuda(const ExactFinish& finish, const ExactFinishGrid& grid, c
 
 #endif
 
-}  // namespace seqpar::train::kernels
+}  // namespace seqpar::fused::kernels

@@ -1,4 +1,4 @@
-#include "train/fused_step.h"
+#include "bench/fused/fused_step.h"
 
 #include <vector>
 
@@ -9,10 +9,9 @@
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "train/kernels/clip_adamw.h"
 #endif
 
-namespace seqpar::train::detail {
+namespace seqpar::fused::detail {
 
 AdamWSchedule::AdamWSchedule(const optim::AdamWOptions& options, Device device)
     : options_(options), table_(kTableSteps, device), slot_(1, device) {
@@ -74,7 +73,7 @@ void check_batches(const char* op, const std::vector<Batch>& batches, int64_t in
 
 FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<Batch> batches,
                          nn::Reduction reduction, const optim::AdamWOptions& adamw,
-                         double max_norm, int64_t max_out, bool updates_itself)
+                         double max_norm, int64_t max_out)
     : name_(name),
       weight_(model.weight().data()),
       bias_(model.bias().data()),
@@ -84,8 +83,7 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
       device_(weight_.device().index),
       max_norm_(static_cast<float>(max_norm)),
       run_range_(std::string(name) + "::run"),
-      replay_range_(std::string(name) + "::replay"),
-      updates_itself_(updates_itself) {
+      replay_range_(std::string(name) + "::replay") {
   const Device device = weight_.device();
   SEQPAR_CHECK(device.is_cuda(), name, ": the model must be on a GPU, it is on ", device);
   SEQPAR_CHECK(out_ <= max_out, name, ": out_features ", out_, " is above the step's ", max_out);
@@ -93,9 +91,6 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
                ": weight and bias must be contiguous");
   SEQPAR_CHECK(max_norm > 0.0, name, ": max_norm must be positive, got ", max_norm);
   check_batches(name, batches_, in_, out_, device);
-  // A step that updates its parameters itself checks its own launch's limits.
-  SEQPAR_CHECK(updates_itself_ || kernels::clip_adamw_fits({out_ * in_, out_}), name,
-               ": too many parameters for the one-launch optimizer");
   rows_ = batches_[0].x.size(0);
   loss_scale_ = static_cast<float>(reduction.scale(rows_ * out_));
 
@@ -109,43 +104,25 @@ FusedL1Step::FusedL1Step(const char* name, const nn::Linear& model, std::vector<
   exp_avg_ = Tensor::zeros({parameters}, device);
   exp_avg_sq_ = Tensor::zeros({parameters}, device);
   schedule_ = std::make_unique<AdamWSchedule>(adamw, device);
-  if (!updates_itself_) {  // the clip + AdamW launch's count; a step that updates itself has its own
-    blocks_done_ = DeviceBuffer<unsigned>(1, device);
-    blocks_done_.zero();
-  }
   model.weight().set_grad(grad_weight_);
   model.bias().set_grad(grad_bias_);
 }
 
 FusedL1Step::~FusedL1Step() = default;
 
-void FusedL1Step::enqueue(size_t batch) {
-  enqueue_gradients(batch);
-  if (updates_itself_) return;
-  optim::detail::AdamWTensors tensors;
-  tensors.params = {weight_.data(), bias_.data()};
-  tensors.grads = {grad_weight_.data(), grad_bias_.data()};
-  tensors.exp_avgs = {exp_avg_.data(), exp_avg_.data() + out_ * in_};
-  tensors.exp_avg_sqs = {exp_avg_sq_.data(), exp_avg_sq_.data() + out_ * in_};
-  tensors.sizes = {out_ * in_, out_};
-  const kernels::ClipAdamWState state{schedule_->table(), schedule_->slot(), blocks_done_.data(),
-                                      total_norm_.data()};
-  kernels::clip_adamw_step_cuda(tensors, max_norm_, state, cuda::current_stream(device_));
-}
-
 void FusedL1Step::run(size_t batch) {
   SEQPAR_NVTX_RANGE(run_range_);
   SEQPAR_CHECK(batch < batches_.size(), name_, "::run: batch ", batch, " of ", batches_.size());
   cuda::set_device(device_);
   schedule_->begin_step();
-  enqueue(batch);
+  enqueue_step(batch);
 }
 
 void FusedL1Step::capture() {
   const char* refusal = capture_refusal();
   SEQPAR_CHECK(refusal == nullptr, name_, "::capture: ", refusal != nullptr ? refusal : "");
   SEQPAR_CHECK(!captured(), name_, "::capture: already captured");
-  graphs_.capture(batches_.size(), device_, [this](size_t batch) { enqueue(batch); });
+  graphs_.capture(batches_.size(), device_, [this](size_t batch) { enqueue_step(batch); });
 }
 
 void FusedL1Step::replay(size_t batch) {
@@ -155,7 +132,6 @@ void FusedL1Step::replay(size_t batch) {
   schedule_->begin_step();
   graphs_.replay(batch, device_);
 }
-
 
 StepGraphs::~StepGraphs() {
   for (CUgraphExec_st* graph : graphs_) (void)cudaGraphExecDestroy(graph);
@@ -192,7 +168,7 @@ void StepGraphs::replay(size_t batch, int device) const {
 #else  // CPU-only build: the fused steps are a GPU path; the public API serves the CPU.
 
 FusedL1Step::FusedL1Step(const char* name, const nn::Linear&, std::vector<Batch>, nn::Reduction,
-                         const optim::AdamWOptions&, double, int64_t, bool)
+                         const optim::AdamWOptions&, double, int64_t)
     : name_(name) {
   SEQPAR_FAIL(name, ": this seqpar was built without CUDA; use the public API (nn::linear, "
               "nn::l1_loss, optim::clip_grad_norm, optim::AdamW) on the CPU");
@@ -201,7 +177,6 @@ FusedL1Step::~FusedL1Step() = default;
 void FusedL1Step::run(size_t) {}
 void FusedL1Step::capture() {}
 void FusedL1Step::replay(size_t) {}
-void FusedL1Step::enqueue(size_t) {}
 
 StepGraphs::~StepGraphs() = default;
 void StepGraphs::capture(size_t, int, const std::function<void(size_t)>&) {
@@ -211,4 +186,4 @@ void StepGraphs::replay(size_t, int) const { SEQPAR_FAIL("StepGraphs: this seqpa
 
 #endif
 
-}  // namespace seqpar::train::detail
+}  // namespace seqpar::fused::detail

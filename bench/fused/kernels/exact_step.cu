@@ -1,5 +1,5 @@
-// CUDA kernels of train/kernels/exact_step.h.
-#include "train/kernels/exact_step.h"
+// CUDA kernels of bench/fused/kernels/exact_step.h.
+#include "bench/fused/kernels/exact_step.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,12 +10,12 @@
 #include "core/error.h"
 #include "core/exact_rounding.h"
 #include "core/exact_bins.cuh"
-#include "core/grid_sync.cuh"
+#include "bench/fused/kernels/grid_sync.cuh"
 #include "nn/exact_l1.cuh"
 #include "optim/adamw_update.cuh"
 #include "optim/clip_coefficient.cuh"
 
-namespace seqpar::train::kernels {
+namespace seqpar::fused::kernels {
 
 namespace {
 
@@ -217,4 +217,4 @@ void exact_finish_cuda(const ExactFinish& finish, const ExactFinishGrid& grid, c
   CUDA_LAUNCH_CHECK();
 }
 
-}  // namespace seqpar::train::kernels
+}  // namespace seqpar::fused::kernels

@@ -1,6 +1,6 @@
-// What the fused steps' tests share (tests/train/linear_l1_step_test.cpp,
-// exact_l1_step_test.cpp): the report's AdamW, the model and data placed on a device,
-// and what a step leaves.
+// What the fused step's tests share (tests/fused/exact_l1_step_test.cpp,
+// exact_l1_forward_test.cpp): the report's AdamW, the model and data placed on a
+// device, and what a step leaves.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include "core/tensor.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
-#include "train/fused_step.h"
+#include "bench/fused/fused_step.h"
 
 namespace seqpar::test {
 
@@ -68,7 +68,7 @@ struct StepOutcome {
 
 // `steps` steps of a fused step that trains `model`, over its `batches` batches in turn,
 // eagerly or captured and replayed; then what it leaves.
-inline StepOutcome run_steps(train::detail::FusedL1Step& step, const nn::Linear& model, int steps,
+inline StepOutcome run_steps(fused::detail::FusedL1Step& step, const nn::Linear& model, int steps,
                              bool graph, int batches) {
   if (graph) step.capture();
   for (int s = 0; s < steps; ++s) {

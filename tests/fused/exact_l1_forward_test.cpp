@@ -1,7 +1,7 @@
 // The few-outputs forward with the exact L1 loss in its epilogue (nn/linear_forward_few_outputs.cu,
 // nn/exact_l1.cuh), the exact step's first kernel, against the unfused path it stands
 // for: the forward, then the exact step's L1 kernel reading y back
-// (train/kernels/exact_step.h). Every output, on the GPU.
+// (bench/fused/kernels/exact_step.h). Every output, on the GPU.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include "nn/linear_kernels.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
-#include "tests/train/step_test_util.h"
+#include "tests/fused/step_test_util.h"
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -23,7 +23,7 @@
 #include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "nn/one_magnitude.h"
-#include "train/kernels/exact_step.h"
+#include "bench/fused/kernels/exact_step.h"
 #endif
 
 using namespace seqpar;
@@ -102,7 +102,7 @@ ForwardL1Words forward_l1(const test::StepData& data, const Tensor& target, bool
                                              {target.data(), target.stride(0), scale}, l1);
   } else {
     nn::detail::linear_forward_cuda(x, weight, bias, y, x_largest.data());
-    train::kernels::exact_l1_cuda(y.data(), target.data(), target.stride(0), rows, out, scale, l1,
+    fused::kernels::exact_l1_cuda(y.data(), target.data(), target.stride(0), rows, out, scale, l1,
                                   cuda::current_stream(0));
   }
   cuda::synchronize(0);  // the kernels ran on the device's stream, not the legacy one

@@ -1,4 +1,4 @@
-// train::ExactL1Step (the fused step on the exact numerics) against the public API bit
+// fused::ExactL1Step (the fused step on the exact numerics) against the public API bit
 // for bit: loss, norm, gradients and parameters over several steps, on the GPU and on
 // the CPU, at the issue's shape and at odd ones (strided x, out above the narrow
 // forward's 16, in above its 768, a NaN target, residuals of exactly zero); graph
@@ -24,12 +24,11 @@
 #include "optim/clip.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
-#include "tests/train/step_test_util.h"
-#include "train/exact_l1_step.h"
+#include "tests/fused/step_test_util.h"
+#include "bench/fused/exact_l1_step.h"
 #ifdef SEQPAR_WITH_CUDA
-#include "train/kernels/exact_step.h"
+#include "bench/fused/kernels/exact_step.h"
 #endif
-#include "train/linear_l1_step.h"
 
 using namespace seqpar;
 using test::issue_adamw;
@@ -92,7 +91,7 @@ Outcome public_api_steps(const Problem& p, const Data& data, Device device, int 
   return outcome;
 }
 
-Outcome outcome_of(const train::ExactL1Step& step, const nn::Linear& model) {
+Outcome outcome_of(const fused::ExactL1Step& step, const nn::Linear& model) {
   return {step.loss().clone(),        step.total_norm().clone(),  step.grad_weight().clone(),
           step.grad_bias().clone(),   model.weight().data().clone(), model.bias().data().clone()};
 }
@@ -101,11 +100,11 @@ Outcome outcome_of(const train::ExactL1Step& step, const nn::Linear& model) {
 Outcome exact_steps(const Problem& p, const Data& data, int steps, bool graph, int batches = 1) {
   const Device gpu = Device::cuda();
   nn::Linear model = model_on(data, gpu);
-  std::vector<train::Batch> list;
+  std::vector<fused::Batch> list;
   for (int b = 0; b < batches; ++b) {
     list.push_back({place(data.x, gpu, p.strided), data.target.to(gpu)});
   }
-  train::ExactL1Step step(model, list, nn::Reduction::mean(), issue_adamw(), p.max_norm);
+  fused::ExactL1Step step(model, list, nn::Reduction::mean(), issue_adamw(), p.max_norm);
   return test::run_steps(step, model, steps, graph, batches);
 }
 
@@ -137,7 +136,7 @@ TEST_CASE("the exact fused step gives the public API's bits on the GPU and the C
 #ifdef SEQPAR_WITH_CUDA
   // The last problem's finishing grid would not all be resident with one parameter a
   // thread (on an H200: 1251 blocks of 256), so its threads take several each.
-  CHECK(train::kernels::exact_finish_grid(16 * 20000 + 16, 16 * 20000, 0).per_thread >= 2);
+  CHECK(fused::kernels::exact_finish_grid(16 * 20000 + 16, 16 * 20000, 0).per_thread >= 2);
 #endif
   for (const Problem& p : problems) {
     INFO("rows " << p.rows << ", in " << p.in << ", out " << p.out << ", max_norm " << p.max_norm
@@ -197,12 +196,12 @@ TEST_CASE("a step after one that threw between its sums and its finish starts fr
   const Data data = draw(p);
   const Device gpu = Device::cuda();
   nn::Linear clean_model = model_on(data, gpu), model = model_on(data, gpu);
-  const std::vector<train::Batch> batch = {{data.x.to(gpu), data.target.to(gpu)}};
+  const std::vector<fused::Batch> batch = {{data.x.to(gpu), data.target.to(gpu)}};
   const nn::Reduction reduction = nn::Reduction::sum_divided_by(p.rows * p.out);
-  train::ExactL1Step clean(clean_model, batch, reduction, issue_adamw(), p.max_norm);
+  fused::ExactL1Step clean(clean_model, batch, reduction, issue_adamw(), p.max_norm);
   clean.run();
   FailsOnceCombiner combiner;
-  train::ExactL1Step step(model, batch, reduction, issue_adamw(), p.max_norm, &combiner);
+  fused::ExactL1Step step(model, batch, reduction, issue_adamw(), p.max_norm, &combiner);
   CHECK_THROWS_WITH(step.run(), Catch::Contains("the first combine fails"));
   step.run();  // the parameters are as they started: the failed step never reached AdamW
   CHECK(same_bits(step.loss(), clean.loss()));
@@ -225,7 +224,7 @@ TEST_CASE("graph replay of the exact step equals eager runs and the public API, 
   // More steps than one table of AdamW's scalars holds: each replay takes its own step's.
   const Problem small{64, 8, 4, 0.05};
   const Data data = draw(small);
-  const int steps = static_cast<int>(train::detail::AdamWSchedule::kTableSteps) + 3;
+  const int steps = static_cast<int>(fused::detail::AdamWSchedule::kTableSteps) + 3;
   check_bitwise(exact_steps(small, data, steps, true), public_api_steps(small, data, Device::cuda(), steps));
 }
 
@@ -249,7 +248,7 @@ TEST_CASE("the exact step over 4 ranks of a threads group equals one rank on all
       const size_t rank = static_cast<size_t>(world->rank());
       nn::Linear model = model_on(data, gpu);
       dist::GroupSums sums(*world);
-      train::ExactL1Step step(model, {{x.tensor_split(4)[rank], target.tensor_split(4)[rank]}},
+      fused::ExactL1Step step(model, {{x.tensor_split(4)[rank], target.tensor_split(4)[rank]}},
                               nn::Reduction::sum_divided_by(p.rows * p.out), issue_adamw(),
                               p.max_norm, &sums);
       std::string capture_error;
@@ -283,26 +282,26 @@ TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
   Generator generator(3);
   nn::Linear wide(8, 65, generator, gpu);
   const Tensor x = generator.randn({10, 8}, gpu);
-  CHECK_THROWS_WITH(train::ExactL1Step(wide, {{x, generator.randn({10, 65}, gpu)}},
+  CHECK_THROWS_WITH(fused::ExactL1Step(wide, {{x, generator.randn({10, 65}, gpu)}},
                                        nn::Reduction::mean(), issue_adamw(), 1.0),
                     Catch::Contains("out_features 65"));
   nn::Linear model(8, 4, generator, gpu);
-  CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, generator.randn({9, 4}, gpu)}},
+  CHECK_THROWS_WITH(fused::ExactL1Step(model, {{x, generator.randn({9, 4}, gpu)}},
                                        nn::Reduction::mean(), issue_adamw(), 1.0),
                     Catch::Contains("target must be [10, 4]"));
-  CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, generator.randn({10, 4}, gpu)}},
+  CHECK_THROWS_WITH(fused::ExactL1Step(model, {{x, generator.randn({10, 4}, gpu)}},
                                        nn::Reduction::mean(), issue_adamw(), 0.0),
                     Catch::Contains("max_norm must be positive"));
-  CHECK_THROWS_WITH(train::ExactL1Step(model, {{Tensor::zeros({0, 8}, gpu), Tensor::zeros({0, 4}, gpu)}},
+  CHECK_THROWS_WITH(fused::ExactL1Step(model, {{Tensor::zeros({0, 8}, gpu), Tensor::zeros({0, 4}, gpu)}},
                                        nn::Reduction::mean(), issue_adamw(), 1.0),
                     Catch::Contains("ExactL1Step: the batches have no rows"));
-  train::ExactL1Step step(model, {{x, generator.randn({10, 4}, gpu)}}, nn::Reduction::mean(),
+  fused::ExactL1Step step(model, {{x, generator.randn({10, 4}, gpu)}}, nn::Reduction::mean(),
                           issue_adamw(), 1.0);
   CHECK_THROWS_WITH(step.replay(), Catch::Contains("capture() first"));
   CHECK_THROWS_WITH(step.run(1), Catch::Contains("batch 1 of 1"));
 #ifdef SEQPAR_WITH_CUDA
   // db is s times a count of signs: the L1 kernel takes only a finite s.
-  CHECK_THROWS_WITH(train::kernels::exact_l1_cuda(nullptr, nullptr, 4, 10, 4, INFINITY, {}, nullptr),
+  CHECK_THROWS_WITH(fused::kernels::exact_l1_cuda(nullptr, nullptr, 4, 10, 4, INFINITY, {}, nullptr),
                     Catch::Contains("the loss scale inf is not finite"));
   // The forward with the L1 loss in its epilogue: likewise, and only where its staged
   // kernel runs, with x's maxima.
@@ -323,7 +322,7 @@ TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
 #endif
 }
 
-TEST_CASE("the fused steps refuse a model on the CPU, naming the step", "[train]") {
+TEST_CASE("the fused step refuses a model on the CPU, naming the step", "[fused]") {
   Generator generator(1);
   const nn::Linear model(8, 4, generator);  // on the CPU
   const Tensor x = generator.randn({10, 8}), target = generator.randn({10, 4});
@@ -332,8 +331,6 @@ TEST_CASE("the fused steps refuse a model on the CPU, naming the step", "[train]
 #else
   const std::string why = "this seqpar was built without CUDA; use the public API";
 #endif
-  CHECK_THROWS_WITH(train::ExactL1Step(model, {{x, target}}, nn::Reduction::mean(), issue_adamw(), 1.0),
+  CHECK_THROWS_WITH(fused::ExactL1Step(model, {{x, target}}, nn::Reduction::mean(), issue_adamw(), 1.0),
                     Catch::Contains("ExactL1Step: " + why));
-  CHECK_THROWS_WITH(train::LinearL1Step(model, {{x, target}}, nn::Reduction::mean(), issue_adamw(), 1.0),
-                    Catch::Contains("LinearL1Step: " + why));
 }

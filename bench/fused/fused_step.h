@@ -1,9 +1,8 @@
-// What the fused L1 training steps share (train/linear_l1_step.h on float numerics,
-// train/exact_l1_step.h on the exact ones): the batch they train on, and FusedL1Step,
-// the base that checks the model and the batches, holds the gradient and optimizer
-// buffers, AdamW's scalars on the device and one CUDA graph per batch, and runs,
-// captures and replays a step: the gradients by the derived step, then the clip
-// coefficient and AdamW in one launch.
+// The frame of a fused L1 training step (bench/fused/exact_l1_step.h): the batch it trains
+// on, and FusedL1Step, the base that checks the model and the batches, holds the
+// gradient and optimizer buffers, AdamW's scalars on the device and one CUDA graph per
+// batch, and runs, captures and replays a step whose launches the derived step
+// enqueues.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +19,7 @@
 
 struct CUgraphExec_st;  // cudaGraphExec_t's type; declared so CPU-only builds compile
 
-namespace seqpar::train {
+namespace seqpar::fused {
 
 // One batch: x [rows, in] and target [rows, out] (either may be a view with its own
 // row stride, columns adjacent), at fixed addresses for the life of the step object.
@@ -71,12 +70,10 @@ class StepGraphs {
   std::vector<CUgraphExec_st*> graphs_;
 };
 
-// The base of the fused steps. A step's device work is enqueue_gradients (the derived
-// step's: the loss, the unclipped gradients in gradients(), synchronized across ranks
-// when it has them), then one launch of clip + AdamW (train/kernels/clip_adamw.h), or,
-// for a step that updates the parameters itself (the exact step, whose tail takes the
-// norm, clips and updates in one launch), nothing more. Nothing in a step allocates,
-// synchronizes with the host or reads a value back.
+// The base of a fused step. A step's device work is all enqueue_step's (the derived
+// step's: the loss, the unclipped gradients in gradients(), combined across ranks when
+// it has them, the norm, the clip and AdamW's update with the state below). Nothing in
+// a step allocates, synchronizes with the host or reads a value back.
 class FusedL1Step {
  public:
   virtual ~FusedL1Step();
@@ -108,14 +105,13 @@ class FusedL1Step {
  protected:
   // Checks the model (on a GPU, contiguous, out_features at most max_out) and the
   // batches, naming `name` in every error; allocates the buffers; the model's .grad()
-  // become views of gradients(). updates_itself: enqueue_gradients also takes the norm,
-  // clips and updates the parameters (with the optimizer's state below), else one launch
-  // of clip + AdamW follows it, the norm in float order.
+  // become views of gradients().
   FusedL1Step(const char* name, const nn::Linear& model, std::vector<Batch> batches,
               nn::Reduction reduction, const optim::AdamWOptions& adamw, double max_norm,
-              int64_t max_out, bool updates_itself);
+              int64_t max_out);
 
-  virtual void enqueue_gradients(size_t batch) = 0;
+  // One step on batch `batch`, every launch on the device's current stream.
+  virtual void enqueue_step(size_t batch) = 0;
   // Why the step cannot be captured into a graph, or null when it can.
   virtual const char* capture_refusal() const = 0;
 
@@ -133,13 +129,9 @@ class FusedL1Step {
   std::unique_ptr<AdamWSchedule> schedule_;
 
  private:
-  void enqueue(size_t batch);
-
   std::string run_range_, replay_range_;  // NVTX: "<name>::run", "<name>::replay"
-  bool updates_itself_ = false;
-  DeviceBuffer<unsigned> blocks_done_;  // the clip + AdamW launch's count (none if updates_itself_)
   StepGraphs graphs_;
 };
 
 }  // namespace detail
-}  // namespace seqpar::train
+}  // namespace seqpar::fused

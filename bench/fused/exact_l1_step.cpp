@@ -1,10 +1,10 @@
-#include "train/exact_l1_step.h"
+#include "bench/fused/exact_l1_step.h"
 
 #include <vector>
 
 #include "core/error.h"
 #include "core/exact_bins.h"
-#include "train/kernels/exact_step.h"
+#include "bench/fused/kernels/exact_step.h"
 
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
@@ -12,7 +12,7 @@
 #include "nn/linear_kernels.h"
 #endif
 
-namespace seqpar::train {
+namespace seqpar::fused {
 
 #ifdef SEQPAR_WITH_CUDA
 
@@ -25,7 +25,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
                          nn::Reduction reduction, const optim::AdamWOptions& adamw,
                          double max_norm, exact::CrossRankSums* across)
     : FusedL1Step("ExactL1Step", model, std::move(batches), reduction, adamw, max_norm,
-                  kernels::kExactL1MaxOut, /*updates_itself=*/true),
+                  kernels::kExactL1MaxOut),
       across_(across) {
   const Device device = weight_.device();
   exact::check_term_count("ExactL1Step", rows_ * out_);
@@ -49,7 +49,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
 
 ExactL1Step::~ExactL1Step() = default;
 
-void ExactL1Step::enqueue_gradients(size_t batch) {
+void ExactL1Step::enqueue_step(size_t batch) {
   const Batch& b = batches_[batch];
   cudaStream_t stream = cuda::current_stream(device_);
   int64_t* digits = gradient_sums_.digits();
@@ -118,12 +118,12 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
                          nn::Reduction reduction, const optim::AdamWOptions& adamw,
                          double max_norm, exact::CrossRankSums* across)
     : FusedL1Step("ExactL1Step", model, std::move(batches), reduction, adamw, max_norm,
-                  kernels::kExactL1MaxOut, true),
+                  kernels::kExactL1MaxOut),
       across_(across) {}
 ExactL1Step::~ExactL1Step() = default;
-void ExactL1Step::enqueue_gradients(size_t) {}
+void ExactL1Step::enqueue_step(size_t) {}
 const char* ExactL1Step::capture_refusal() const { return nullptr; }
 
 #endif
 
-}  // namespace seqpar::train
+}  // namespace seqpar::fused

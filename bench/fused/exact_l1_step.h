@@ -1,10 +1,9 @@
-// ExactL1Step: the training step of LinearL1Step (y = x Wᵀ + b, L1 loss, backward, the
-// gradients combined across ranks, clip_grad_norm, AdamW) on the exact numerics of
-// docs/numerics.md. Its loss, gradients, norm and parameters are the bits the public
-// API gives (nn::linear, nn::l1_loss, backward, optim::clip_grad_norm, optim::AdamW) on
-// the GPU and on the CPU, and, with the ranks' digits combined, the bits of one rank
-// training on all their rows: it keeps the invariant that LinearL1Step's float sums
-// give up for speed.
+// ExactL1Step: the whole training step (y = x Wᵀ + b, L1 loss, backward, the
+// gradients combined across ranks, clip_grad_norm, AdamW) as a few launches on the
+// exact numerics of docs/numerics.md. Its loss, gradients, norm and parameters are the
+// bits the public API gives (nn::linear, nn::l1_loss, backward, optim::clip_grad_norm,
+// optim::AdamW) on the GPU and on the CPU, and, with the ranks' digits combined, the
+// bits of one rank training on all their rows.
 //
 // The launches of a step (buffers allocated once; run eagerly, or captured into one
 // CUDA graph per batch and replayed), each a dependent launch of the one before:
@@ -16,7 +15,7 @@
 //      nonzero dy is ±s, so db is s times a count of signs) and dy's maxima; in the
 //      few-outputs forward's epilogue, from the y its threads hold, where x's rows allow
 //      that kernel (16-byte aligned, in % 4 == 0), else a launch that reads y back
-//      (train/kernels/exact_step.h);
+//      (bench/fused/kernels/exact_step.h);
 //   3. dW's digits by nn's exact row sums (the fixed-point sums on the int8 tensor cores
 //      when dy has one magnitude, which an L1 loss's dy has unless it holds a NaN),
 //      taking dy's signs as step 2 laid them out for the tensor cores;
@@ -35,7 +34,7 @@
 //
 // Over NCCL, one process per GPU, each rank on its rows of the batch, captured:
 //   dist::NcclEnqueuedSums sums(group);  // adds the digits inside the graph
-//   train::ExactL1Step step(model, {{x_shard, target_shard}},
+//   fused::ExactL1Step step(model, {{x_shard, target_shard}},
 //                           nn::Reduction::sum_divided_by(all_rows * out), adamw, max_norm, &sums);
 //   step.run();       // NCCL connects on the first collective, outside the capture
 //   step.capture();
@@ -53,10 +52,10 @@
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
-#include "train/fused_step.h"
-#include "train/kernels/exact_step.h"
+#include "bench/fused/fused_step.h"
+#include "bench/fused/kernels/exact_step.h"
 
-namespace seqpar::train {
+namespace seqpar::fused {
 
 class ExactL1Step : public detail::FusedL1Step {
  public:
@@ -74,7 +73,7 @@ class ExactL1Step : public detail::FusedL1Step {
   // run(), capture(), replay() and the results: detail::FusedL1Step.
 
  private:
-  void enqueue_gradients(size_t batch) override;
+  void enqueue_step(size_t batch) override;
   const char* capture_refusal() const override;
 
   exact::CrossRankSums* across_;
@@ -93,4 +92,4 @@ class ExactL1Step : public detail::FusedL1Step {
   bool zeroed_ = true;
 };
 
-}  // namespace seqpar::train
+}  // namespace seqpar::fused
