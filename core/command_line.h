@@ -26,7 +26,7 @@ struct CommandLineOption {
   std::function<void(const std::string& value)> set;
   // For --help: the value's name ("N", "FILE") and what the option does, with its default.
   std::string value_name = "VALUE";
-  std::string help;
+  std::string help = {};
 };
 
 // The options' descriptions for --help: each option's names and value, then its help

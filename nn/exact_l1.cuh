@@ -1,6 +1,6 @@
 // The exact L1 loss of a Linear's output and its backward as far as db, element by
 // element, for the kernels that have y at hand: the exact step's L1 kernel
-// (train/kernels/exact_step.cu), which reads y back, and the few-outputs forward
+// (bench/fused/kernels/exact_step.cu), which reads y back, and the few-outputs forward
 // (linear_forward_few_outputs.cu), which takes it from its own chains. Per element, with d = fl32(y -
 // target) and s the loss's scale:
 //

@@ -65,7 +65,7 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
                                   bool weight, bool bias, const unsigned int* x_largest = nullptr,
                                   const WideChunks& wide = {});
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
-// fused step, train/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
+// fused step of the benchmarks, bench/fused/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
 // words: x's column maxima [in], dy's [out], then dy's two one-magnitude words
 // (one_magnitude_dw.cuh), each as column_maxima_cuda finds them (zero the scratch
 // first: they are atomic maxima). Then enqueue_weight_grad_sums adds dW's sums, as

@@ -32,8 +32,8 @@ namespace seqpar::bench {
 inline int parse_arguments(int argc, char** argv, const std::string& program,
                            const std::string& usage, std::vector<CommandLineOption> options) {
   bool help = false, version = false;
-  options.push_back({{"--help", "-h"}, false, [&](const std::string&) { help = true; }});
-  options.push_back({{"--version"}, false, [&](const std::string&) { version = true; }});
+  options.push_back({{"--help", "-h"}, false, [&](const std::string&) { help = true; }, "", ""});
+  options.push_back({{"--version"}, false, [&](const std::string&) { version = true; }, "", ""});
   try {
     parse_command_line(std::vector<std::string>(argv + 1, argv + argc), options);
   } catch (const InputError& error) {
@@ -49,7 +49,7 @@ inline int parse_arguments(int argc, char** argv, const std::string& program,
 inline CommandLineOption integer_option(const std::string& name, int& target, int minimum) {
   return {{name}, true, [name, &target, minimum](const std::string& value) {
             target = static_cast<int>(parse_integer_option(name, value, minimum, 1 << 30));
-          }};
+          }, "N", ""};
 }
 
 struct Timing {
