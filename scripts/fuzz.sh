@@ -10,6 +10,9 @@
 #
 # With FUZZ_RUNS, each target runs that many executions, SECONDS being only a cap: a
 # run that reaches the cap first fails, so "10^6 executions" is a checked claim.
+# libFuzzer's seed is FUZZ_SEED (default 1), so a run from the seed corpus is repeatable:
+# CI explores the inputs a developer's run explored, and a new crash is a new finding,
+# not a roll of the dice. FUZZ_SEED=0 lets libFuzzer pick one.
 #
 # The corpus grown by a run stays in build-fuzz/corpus/ (the seeds in tests/fuzz/corpus/
 # are never written). A crash input is kept in build-fuzz/ and the script exits 1. The
@@ -21,6 +24,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config set options yaml json)
 runs=${FUZZ_RUNS:-}
+seed=${FUZZ_SEED:-1}
 out=build-fuzz
 mkdir -p "$out"
 
@@ -31,6 +35,9 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
          apps/repro/config_input.cpp apps/repro/config_limits.cpp apps/repro/validate.cpp apps/repro/options.cpp
          apps/repro/policy_list.cpp apps/repro/scenario_list.cpp core/command_line.cpp core/error.cpp)
+# The scenarios' compiled-in defaults, generated as the CMake build generates them.
+cmake -DSCENARIO_CONFIGS_OUTPUT="$PWD/$out/scenario_configs.cpp" -P cmake/scenario_configs.cmake
+sources+=("$out/scenario_configs.cpp")
 # yaml-cpp (the YAML configs), its static library as the app links it.
 libraries=(-l:libyaml-cpp.a)
 # The shared sources once, then one link per harness.
@@ -54,7 +61,7 @@ for target in "${targets[@]}"; do
   dict=tests/fuzz/$target.dict
   [ -f "$dict" ] || dict=tests/fuzz/toml.dict
   if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-       "$binary" "$corpus" "tests/fuzz/corpus/$target" -dict="$dict" ${runs:+-runs="$runs"} \
+       "$binary" "$corpus" "tests/fuzz/corpus/$target" -dict="$dict" ${runs:+-runs="$runs"} -seed="$seed" \
        -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
        -print_final_stats=1 -artifact_prefix="$out/crash_${target}_" > "$log" 2>&1; then
     echo "fuzz_$target FAILED (log: $log)"

@@ -354,9 +354,12 @@ void refuse_null_settings(std::vector<ConfigNote>& notes, Reading& reading) {
 void throw_refusals(const std::vector<std::string>& refusals, const std::string& source_name) {
   if (refusals.empty()) return;
   if (refusals.size() == 1) throw InputError(refusals.front());
+  // One line, as every usage error: the refusals side by side, numbered.
   std::string message =
       "config " + source_name + ": " + std::to_string(refusals.size()) + " settings refused:";
-  for (const std::string& refusal : refusals) message += "\n  " + refusal;
+  for (size_t i = 0; i < refusals.size(); ++i) {
+    message += (i == 0 ? " (" : "; (") + std::to_string(i + 1) + ") " + refusals[i];
+  }
   throw InputError(message);
 }
 

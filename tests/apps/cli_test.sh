@@ -100,7 +100,7 @@ expect 2 "train_batch_size = 8: DeepSpeed requires train_micro_batch_size_per_gp
 echo '{"train_batch_size": "auto", "gradient_accumulation_steps": "auto",
        "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "fp16": {"enabled": true}}' > "$work/auto.json"
 "$repro" --config "$work/auto.json" > "$work/out" 2> "$work/err"
-if [ $? -eq 2 ] && grep -q "4 settings refused" "$work/err" && [ "$(grep -c '"auto"' "$work/err")" -eq 3 ] &&
+if [ $? -eq 2 ] && grep -q "4 settings refused" "$work/err" && [ "$(grep -o '"auto"' "$work/err" | wc -l)" -eq 3 ] && [ "$(wc -l < "$work/err")" -eq 1 ] &&
    grep -q "ds_config.fp16" "$work/err"; then
   echo "ok:   every refusal of a config at once"
 else
