@@ -1,6 +1,6 @@
-// Small device-side helpers that several layers' kernels share: pointer alignment for
-// vectorized (float4) access, the grid size of a grid-stride launch, and a grid-stride
-// walk over a matrix's elements.
+// Small helpers that several layers' kernels share: pointer alignment for vectorized
+// (float4) access, a kernel's shared-memory limit, the grid size of a grid-stride
+// launch, and a grid-stride walk over a matrix's elements.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +22,20 @@ inline int blocks_for(int64_t count, int threads, int64_t max_blocks) {
 }
 
 #ifdef __CUDACC__
+// Lets `kernel` launch with `bytes` of dynamic shared memory, past the default 48 KB
+// where it asks for more. Called before every such launch rather than once per device:
+// it is not a stream operation, so it is legal while a stream is being captured into a
+// graph, and a launch then never depends on what ran before it in the process. Its cost
+// is a host call, small beside a launch's.
+template <typename... Parameters>
+void allow_dynamic_shared_memory(void (*kernel)(Parameters...), size_t bytes) {
+  constexpr size_t kDefaultLimit = 48 * 1024;
+  if (bytes <= kDefaultLimit) return;
+  CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+}
+
 // A grid-stride walk over the elements of a [rows, cols] matrix in row-major order,
 // with each element's row and column: one 64-bit division at the start, then the
 // stride's whole rows and remaining columns added each step (a 64-bit division is

@@ -45,7 +45,7 @@ void ExactGradients::round_into_grads() {
   entries_.clear();
 }
 
-bool ExactGradients::record(const exact::ExactSums& sums, std::vector<Target> targets) {
+bool ExactGradients::record(exact::ExactSums&& sums, std::vector<Target> targets) {
   if (current_recording == nullptr) return false;
   for (Entry& entry : current_recording->entries_) {
     if (!same_targets(entry.targets, targets)) continue;
@@ -56,9 +56,7 @@ bool ExactGradients::record(const exact::ExactSums& sums, std::vector<Target> ta
     entry.sums.add(sums);
     return true;
   }
-  Entry entry{std::move(targets), exact::ExactSums(sums.count(), sums.device())};
-  entry.sums.copy_from(sums);
-  current_recording->entries_.push_back(std::move(entry));
+  current_recording->entries_.push_back(Entry{std::move(targets), std::move(sums)});
   return true;
 }
 

@@ -59,9 +59,10 @@ class ExactGradients {
   void round_into_grads();
   bool empty() const { return entries_.empty(); }
 
-  // For ops: adds `sums` into the current recording's sums for the same targets (or
-  // keeps a copy as new ones). False, and nothing kept, outside a Recording.
-  static bool record(const exact::ExactSums& sums, std::vector<Target> targets);
+  // For ops: adds `sums` into the current recording's sums for the same targets, or
+  // keeps them (moved in, no copy) as new ones. False, and nothing kept, outside a
+  // Recording.
+  static bool record(exact::ExactSums&& sums, std::vector<Target> targets);
 
  private:
   struct Entry {

@@ -1,7 +1,7 @@
 // CUDA kernel of nn/gemm_tile128.h: the classic register-blocked SGEMM.
 //
 // A block of 256 threads owns a 128 x 128 tile of C and walks K, whole, in slices of
-// 32 k (16 where the shared memory cannot be raised, below). Each slice of A and Bᵀ
+// 32 k. Each slice of A and Bᵀ
 // (128 x 32 each) is loaded in parts of 8 k, one 16-byte load per thread, operand and
 // part, and stored k-major in shared memory, tile[k][row], rows padded by 4 floats,
 // double-buffered: part p of the next slice is loaded before k 8p .. 8p + 7 of this one
@@ -13,10 +13,9 @@
 //
 // Why 32 k a slice: each slice ends at a barrier, where a block's warps wait for its
 // slowest, and twice the depth halves the barriers (the faster depth, bench/RESULTS.md).
-// The two buffers then take 67.6 KB a block, past the default 48 KB, which
-// cudaFuncSetAttribute raises once per device. That may not be legal while a stream is
-// being captured, so a capture that comes first takes 16-k slices, whose buffers fit in
-// 48 KB: the same bits, since the order over k is the same.
+// The two buffers then take 67.6 KB a block, past the default 48 KB: every launch
+// raises the kernel's limit first (cuda::allow_dynamic_shared_memory), which is legal
+// inside a graph capture too, so captured and eager launches run the same kernel.
 //
 // Operand layouts (template arguments, one per operand; see Operand in the header):
 //   along K     x, dy and the forward's W: a thread loads 4 consecutive k of one row
@@ -43,7 +42,6 @@
 // operands read along K on their way into shared memory.
 #include "nn/gemm_tile128.h"
 
-#include <atomic>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -58,13 +56,13 @@ constexpr int kHalf = kTile / 2;
 // A slice is loaded in parts of 8 k: one float4 of each operand per thread and part.
 constexpr int kPartDepth = 8;
 static_assert(kTile * kPartDepth == 4 * kThreads, "one float4 of each operand per thread and part");
-static_assert(kGemm128Slice % kPartDepth == 0 && kGemm128ShallowSlice % kPartDepth == 0,
-              "slices of whole parts");
+constexpr int kSlice = kGemm128Slice;
+static_assert(kSlice % kPartDepth == 0, "slices of whole parts");
 // One k of a staged slice: a row of the tile, padded.
 typedef float TileRow[kTile + kPad];
 
-// The dynamic shared memory of a slice depth: two buffers of A's slice and two of Bᵀ's.
-constexpr size_t staging_bytes(int slice) { return size_t{4} * slice * sizeof(TileRow); }
+// The dynamic shared memory: two buffers of A's slice and two of Bᵀ's.
+constexpr size_t kStagingBytes = size_t{4} * kSlice * sizeof(TileRow);
 
 // Where this thread's float4 sits in part 0 of every 128-row slice of an operand; part p
 // is the same float4 8 p further along K.
@@ -101,7 +99,7 @@ __device__ __forceinline__ void store_slice(TileRow* tile, SliceSpot<kAlongK> sp
   }
 }
 
-template <bool kAAlongK, bool kBAlongK, int kSlice>
+template <bool kAAlongK, bool kBAlongK>
 __global__ void __launch_bounds__(kThreads, 2) gemm128_kernel(Gemm g) {
   constexpr int kParts = kSlice / kPartDepth;
   extern __shared__ __align__(16) float staging[];
@@ -159,14 +157,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemm128_kernel(Gemm g) {
       const float4 b_high = *reinterpret_cast<const float4*>(b_row + kHalf + tx * 4);
       const float a[8] = {a_low.x, a_low.y, a_low.z, a_low.w, a_high.x, a_high.y, a_high.z, a_high.w};
       const float b[8] = {b_low.x, b_low.y, b_low.z, b_low.w, b_high.x, b_high.y, b_high.z, b_high.w};
-      // Row by row; at the deep slices odd rows walk the columns backwards, so each turn
-      // reuses the b[j] just read, which ptxas schedules with fewer stalls (at 16 k the
-      // same order spills). The chains are independent: any order gives the same bits.
+      // Row by row; odd rows walk the columns backwards, so each turn reuses the b[j]
+      // just read, which ptxas schedules with fewer stalls. The chains are independent:
+      // any order gives the same bits.
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
 #pragma unroll
         for (int step = 0; step < 8; ++step) {
-          const int j = kSlice == kGemm128Slice && i % 2 == 1 ? 7 - step : step;
+          const int j = i % 2 == 1 ? 7 - step : step;
           sum[i][j] = fmaf(a[i], b[j], sum[i][j]);
         }
       }
@@ -218,65 +216,22 @@ bool gemm128_fits(const Gemm& g) {
          cuda::ceil_div(g.m, kTile) <= INT32_MAX && cuda::ceil_div(g.n, kTile) <= 65535;
 }
 
-namespace {
-
-// Whether the 32-k slices' shared memory has been raised on each device (both layouts).
-std::atomic<bool> deep_ready[64];
-
-void raise_deep_limits(int device) {
-  SEQPAR_CHECK(device >= 0 && device < 64, "large GEMM: device ", device, " out of range");
-  if (deep_ready[device].load()) return;
-  cuda::set_device(device);
-  const int bytes = static_cast<int>(staging_bytes(kGemm128Slice));
-  CUDA_CHECK(cudaFuncSetAttribute(gemm128_kernel<true, true, kGemm128Slice>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  CUDA_CHECK(cudaFuncSetAttribute(gemm128_kernel<true, false, kGemm128Slice>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  deep_ready[device].store(true);
-}
-
-}  // namespace
-
 template <bool kAAlongK, bool kBAlongK>
-void gemm128_cuda(const Gemm& g, int device, cuda::Stream stream, int slice) {
+void gemm128_cuda(const Gemm& g, cuda::Stream stream) {
   SEQPAR_CHECK((gemm128_fits<kAAlongK, kBAlongK>(g)),
                "gemm128_cuda: shape, layout or alignment not supported");
-  SEQPAR_CHECK(slice == 0 || slice == kGemm128Slice || slice == kGemm128ShallowSlice,
-               "gemm128_cuda: slice depth ", slice, " (0, ", kGemm128Slice, " or ",
-               kGemm128ShallowSlice, ")");
-  if (slice == 0) {  // the deep slices, unless their limit is not raised and cannot be now
-    slice = kGemm128ShallowSlice;
-    bool ready = device >= 0 && device < 64 && deep_ready[device].load();
-    if (!ready) {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-      if (capture == cudaStreamCaptureStatusNone) {
-        raise_deep_limits(device);
-        ready = true;
-      }
-    }
-    if (ready) slice = kGemm128Slice;
-  } else if (slice == kGemm128Slice) {
-    raise_deep_limits(device);
-  }
+  const auto kernel = gemm128_kernel<kAAlongK, kBAlongK>;
+  cuda::allow_dynamic_shared_memory(kernel, kStagingBytes);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(g.m, kTile)),
                   static_cast<unsigned>(cuda::ceil_div(g.n, kTile)));
-  if (slice == kGemm128Slice) {
-    gemm128_kernel<kAAlongK, kBAlongK, kGemm128Slice>
-        <<<grid, kThreads, staging_bytes(kGemm128Slice), stream>>>(g);
-  } else {
-    gemm128_kernel<kAAlongK, kBAlongK, kGemm128ShallowSlice>
-        <<<grid, kThreads, staging_bytes(kGemm128ShallowSlice), stream>>>(g);
-  }
+  kernel<<<grid, kThreads, kStagingBytes, stream>>>(g);
   CUDA_LAUNCH_CHECK();
 }
-
-void gemm128_prepare(int device) { raise_deep_limits(device); }
 
 // The layouts of the two GEMM products of a Linear (linear.cu's design note).
 template bool gemm128_fits<true, true>(const Gemm&);   // y = x Wᵀ + b
 template bool gemm128_fits<true, false>(const Gemm&);  // dx = dy W
-template void gemm128_cuda<true, true>(const Gemm&, int, cuda::Stream, int);
-template void gemm128_cuda<true, false>(const Gemm&, int, cuda::Stream, int);
+template void gemm128_cuda<true, true>(const Gemm&, cuda::Stream);
+template void gemm128_cuda<true, false>(const Gemm&, cuda::Stream);
 
 }  // namespace seqpar::nn::detail

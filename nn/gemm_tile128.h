@@ -38,11 +38,9 @@ struct Gemm {
 // leaves any sum as it is (s + -0 is s for every s; s + +0 turns a -0 sum into +0).
 constexpr float kPastKA = -0.0f, kPastKB = 0.0f;
 
-// The large kernel's tile of C, and the depths of its K slices: 32 k, the faster, whose
-// shared memory (67.6 KB a block) must be raised on each device first; 16 k, which fits
-// in the default 48 KB, for a launch that is being captured into a graph before that.
+// The large kernel's tile of C, and the depth of its K slices.
 constexpr int64_t kGemm128Tile = 128;
-constexpr int kGemm128Slice = 32, kGemm128ShallowSlice = 16;
+constexpr int kGemm128Slice = 32;
 
 // Whether the large kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
@@ -51,16 +49,10 @@ constexpr int kGemm128Slice = 32, kGemm128ShallowSlice = 16;
 template <bool kAAlongK, bool kBAlongK>
 bool gemm128_fits(const Gemm& gemm);
 
-// Runs `gemm` on `device`'s `stream`, on a grid of 128 x 128 tiles of C, K whole, in
-// slices of `slice` k: kGemm128Slice or kGemm128ShallowSlice (the bits are the same), or
-// 0 for kGemm128Slice unless the limit is not raised on the device and the stream is
-// being captured, where raising it may not be legal.
+// Runs `gemm` on `stream` (of the current device), on a grid of 128 x 128 tiles of C,
+// K whole, in slices of kGemm128Slice k. Eager or captured into a graph alike.
 template <bool kAAlongK, bool kBAlongK>
-void gemm128_cuda(const Gemm& gemm, int device, cuda::Stream stream, int slice = 0);
-
-// Raises the deep slices' shared-memory limit on `device` (once; a launch does it itself
-// when it is not being captured). Code that captures a large GEMM calls this first.
-void gemm128_prepare(int device);
+void gemm128_cuda(const Gemm& gemm, cuda::Stream stream);
 
 #endif
 

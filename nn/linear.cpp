@@ -231,7 +231,7 @@ struct LinearBackward : autograd::Node {
     std::vector<ExactGradients::Target> targets;
     if (want_weight) targets.push_back({weight, 0});
     if (want_bias) targets.push_back({bias, want_weight ? weight.data().numel() : 0});
-    if (!targets.empty()) ExactGradients::record(result.sums, std::move(targets));
+    if (!targets.empty()) ExactGradients::record(std::move(result.sums), std::move(targets));
     const LinearGradients& gradients = result.gradients;
     return {gradients.x, gradients.weight, gradients.bias};
   }

@@ -121,7 +121,7 @@ void gemm(const Gemm& g, int device) {
   if (g.m == 0 || g.n == 0) return;
   cudaStream_t stream = cuda::current_stream(device);
   if (choose_large<kAAlongK, kBAlongK>(g)) {
-    gemm128_cuda<kAAlongK, kBAlongK>(g, device, stream);
+    gemm128_cuda<kAAlongK, kBAlongK>(g, stream);
     return;
   }
   const int64_t tiles_m = cuda::ceil_div(g.m, kTileM), tiles_n = cuda::ceil_div(g.n, kTileN);
@@ -166,10 +166,8 @@ void check_on_device(const Tensor& tensor, const char* name, int device) {
 //   y, dx    anything else                         gemm_kernel below (64 x 64)    any shape, any
 //                                                                                 stride
 //
-// The few-outputs kernel's 16-byte variant needs its shared-memory limit raised once
-// per device, which a CUDA graph capture may not do: a step that captures its forward
-// calls few_outputs_forward_prepare first (else the capture takes the other variant,
-// with the same bits). dW and db: accumulate_linear_grads_cuda's table
+// The choice depends on the shape and the operands' alignment alone, the same eager or
+// captured into a graph. dW and db: accumulate_linear_grads_cuda's table
 // (linear_row_sums.cu).
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, unsigned int* x_largest) {

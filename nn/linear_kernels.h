@@ -37,8 +37,6 @@ void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exa
 // sums[first + j] += Σ_i dy[i, j].
 void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums, int64_t first = 0);
 
-// The most outputs the exact L1 loss's kernels take (a block tallies each column).
-constexpr int64_t kExactL1MaxOut = 64;
 
 #ifdef SEQPAR_WITH_CUDA
 // The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
@@ -51,10 +49,19 @@ constexpr int64_t kExactL1MaxOut = 64;
 struct WideChunks {
   int64_t rows_per_chunk = 0, rows_per_fold = 0, outside_capacity = 0;
 };
+// Which kernel computed dW's sums (accumulate_linear_grads_cuda's table). Whether dy has
+// one magnitude is found on the device, so a launch leaves that choice to it; a caller
+// that asks (a test, a diagnosis) gets the answer by reading back dy's two words, a wait
+// that the training path never makes.
+enum class WeightGradKernel { None, Binned, OneMagnitudeFewOutputs, OneMagnitudeManyOutputs };
+const char* to_string(WeightGradKernel kernel);
+
 // x_largest: x's column maxima if the caller has them, as column_maxima_cuda finds them
 // (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
+// kernel_taken: if not null, set to the path that ran (waits for the device).
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                 const unsigned int* x_largest = nullptr, const WideChunks& wide = {});
+                                 const unsigned int* x_largest = nullptr, const WideChunks& wide = {},
+                                 WeightGradKernel* kernel_taken = nullptr);
 // dW's sums and db's (`weight`, `bias`: which) from one pass over dy: its column maxima
 // and one-magnitude words serve dW, and the same pass counts each column's signs, which
 // are db when dy has one magnitude (f times the count: no second read of dy, no binned
@@ -63,7 +70,7 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
 // rounding serve both.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest = nullptr,
-                                  const WideChunks& wide = {});
+                                  const WideChunks& wide = {}, WeightGradKernel* kernel_taken = nullptr);
 // dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
 // fused step of the benchmarks, bench/fused/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
 // words: x's column maxima [in], dy's [out], then dy's two one-magnitude words
@@ -127,46 +134,11 @@ bool linear_uses_gemm128(LinearProduct product, const Tensor& left, const Tensor
 // leave SMs without a block) changes the speed, never the bits: the benchmark measures
 // each.
 bool few_outputs_forward_fits(const ConstRows& x, int64_t out);
-// Raises the forward's shared-memory limit on `device` (once; a launch does it itself
-// when it is not being captured into a graph, and otherwise takes a slower kernel with
-// the same bits). A step that captures its forward calls this first.
-void few_outputs_forward_prepare(int device);
 void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                          const float* bias, int64_t out, float* y, int64_t y_row_stride,
                          int device, unsigned int* x_largest = nullptr,
                          int outputs_per_thread = 0);
 
-// The exact L1 loss and its backward as far as db, from y (nn/exact_l1.cuh): where a
-// launch puts them. dy's maxima feed the dW sums, as column_maxima_cuda's would.
-struct ExactL1Outputs {
-  float* grad_y;          // [rows, out], contiguous
-  int64_t* loss_digits;   // one sum (stride 1)
-  int64_t* bias_digits;   // db's out sums: digit d of sum j at bias_digits[d * stride + j]
-  int64_t digit_stride;
-  unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
-  // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out at most
-  // kSignFragmentOutputs; sign_fragment_bytes(rows) bytes, zeroed once: rows past the
-  // last are never written; both in nn/one_magnitude.h).
-  uint8_t* sign_fragments = nullptr;
-};
-// The target and the loss's scale (nn::Reduction::scale in float, finite).
-struct ExactL1Target {
-  const float* data;
-  int64_t row_stride;
-  float scale;
-};
-
-// The few-outputs forward with the exact L1 loss in its epilogue: y and x's column maxima as
-// few_outputs_forward_cuda gives them (x_largest required), then, from the y each thread
-// holds, the loss's digits, dy, db's digits and dy's maxima as exact_l1 would from y read
-// back: one launch and no second pass over y. Only where few_outputs_forward_exact_l1_fits
-// (the staged kernel: rows 16-byte aligned, in % 4 == 0) and after
-// few_outputs_forward_prepare on the device.
-bool few_outputs_forward_exact_l1_fits(const ConstRows& x, int64_t out);
-void few_outputs_forward_exact_l1_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,
-                                  const float* bias, int64_t out, float* y, int device,
-                                  unsigned int* x_largest, const ExactL1Target& target,
-                                  const ExactL1Outputs& outputs);
 
 // dW when every dy has one magnitude, as after an L1 loss (one_magnitude_dw_few_outputs.cu):
 // exact integer sums of ±x in fixed point, the same digits' value as the general row

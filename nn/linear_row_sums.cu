@@ -276,11 +276,34 @@ class RowSumsScratch {
   DeviceBuffer<int64_t> buffer_;
 };
 
+// The path enqueue_row_sums<true> took: from the shape where only the binned sums fit,
+// else from dy's one-magnitude words, read back (a wait).
+WeightGradKernel weight_grad_kernel_taken(bool many_outputs_fits, bool few_outputs_fits,
+                                      const unsigned int* words, int device) {
+  if (!many_outputs_fits && !few_outputs_fits) return WeightGradKernel::Binned;
+  unsigned int host_words[2] = {};
+  cuda::copy(host_words, Device::cpu(), words, Device::cuda(device), sizeof(host_words));
+  if (!one_magnitude_of(host_words[0], ~host_words[1]).holds) return WeightGradKernel::Binned;
+  return many_outputs_fits ? WeightGradKernel::OneMagnitudeManyOutputs
+                           : WeightGradKernel::OneMagnitudeFewOutputs;
+}
+
 }  // namespace
 
+const char* to_string(WeightGradKernel kernel) {
+  switch (kernel) {
+    case WeightGradKernel::None: return "none";
+    case WeightGradKernel::Binned: return "binned";
+    case WeightGradKernel::OneMagnitudeFewOutputs: return "one-magnitude, few outputs";
+    case WeightGradKernel::OneMagnitudeManyOutputs: return "one-magnitude, many outputs";
+  }
+  return "?";
+}
+
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                 const unsigned int* x_largest, const WideChunks& wide) {
-  accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, wide);
+                                 const unsigned int* x_largest, const WideChunks& wide,
+                                 WeightGradKernel* kernel_taken) {
+  accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, wide, kernel_taken);
 }
 
 // dW's and db's exact row sums on the GPU, by regime (then rounded by linear.cpp). Every
@@ -304,10 +327,12 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
 // maxima leaves its largest and smallest nonzero magnitude (its one-magnitude words,
 // nn/one_magnitude_dw.cuh), and both the one-magnitude kernel and the binned one read
 // them and exactly one of them does the work. So both are launched where the shape
-// allows the one-magnitude path; the host never waits to learn which did.
+// allows the one-magnitude path; the host never waits to learn which did, unless it asks
+// (kernel_taken: the words read back, for tests and diagnoses).
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest,
-                                  const WideChunks& wide) {
+                                  const WideChunks& wide, WeightGradKernel* kernel_taken) {
+  if (kernel_taken != nullptr) *kernel_taken = WeightGradKernel::None;
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
   const int64_t weight_count = weight ? out * in : 0;
   SEQPAR_CHECK(grad_y.rows == rows && sums.count() == weight_count + (bias ? out : 0),
@@ -341,6 +366,9 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
     enqueue_row_sums<true>(grad_y, x, rows, out, in,
                            Maxima{find_x ? scratch.largest() : x_largest, dy_largest, words, nullptr, signs},
                            weight_digits, sums.count(), stream, wide);
+    if (kernel_taken != nullptr) {
+      *kernel_taken = weight_grad_kernel_taken(wide_dw, one_magnitude_dw_fits(grad_y, x), words, device);
+    }
   }
   if (bias) {
     enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_digits, sums.count(),

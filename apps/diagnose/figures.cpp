@@ -23,18 +23,6 @@ double first_step_direction(float gradient, double eps) {
   return double(gradient) / (std::abs(double(gradient)) + eps);
 }
 
-void count_in_lr_units(repro::LrHistogram& histogram, float a, float b, double lr) {
-  if (bitwise_equal(a, b)) {
-    ++histogram.identical;
-    return;
-  }
-  const double units = std::abs(double(a) - double(b)) / lr;
-  if (units < 0.5) ++histogram.below_half;
-  else if (units < 1.5) ++histogram.about_one;
-  else if (units < 2.5) ++histogram.about_two;
-  else ++histogram.beyond;
-}
-
 // Adam's moments after one step are m = (1-b1) g and v = (1-b2) g^2, so
 // v = (1-b2)/(1-b1)^2 m^2 element by element; later steps mix in older gradients.
 bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2) {
@@ -103,7 +91,7 @@ FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
   for (const RankState& rank : run.ranks) parameters.push_back(rank.parameters.flat(run.parameter_names));
   FirstStepRule rule;
   for (size_t r = 1; r < parameters.size(); ++r) {
-    for (size_t i = 0; i < parameters[0].size(); ++i) count_in_lr_units(rule.histogram, parameters[r][i], parameters[0][i], lr);
+    for (size_t i = 0; i < parameters[0].size(); ++i) rule.histogram.add(parameters[r][i], parameters[0][i], lr);
   }
   const repro::LrHistogram& h = rule.histogram;
   const int64_t moved = h.about_one + h.about_two + h.beyond;

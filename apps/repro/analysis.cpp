@@ -24,18 +24,6 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
   return reference > 0 ? std::sqrt(difference / reference) : std::sqrt(difference);
 }
 
-void count_in_lr_units(LrHistogram& histogram, float a, float b, double lr) {
-  if (bitwise_equal(a, b)) {
-    ++histogram.identical;
-    return;
-  }
-  const double units = std::abs(double(a) - double(b)) / lr;
-  if (units < 0.5) ++histogram.below_half;
-  else if (units < 1.5) ++histogram.about_one;
-  else if (units < 2.5) ++histogram.about_two;
-  else ++histogram.beyond;
-}
-
 int64_t count_non_finite(const std::vector<float>& values) {
   int64_t count = 0;
   for (float value : values) count += std::isfinite(value) ? 0 : 1;
@@ -49,6 +37,18 @@ std::string format(const char* pattern, double a, double b = 0, double c = 0) {
 }
 
 }  // namespace
+
+void LrHistogram::add(float a, float b, double lr) {
+  if (bitwise_equal(a, b)) {
+    ++identical;
+    return;
+  }
+  const double units = std::abs(double(a) - double(b)) / lr;
+  if (units < 0.5) ++below_half;
+  else if (units < 1.5) ++about_one;
+  else if (units < 2.5) ++about_two;
+  else ++beyond;
+}
 
 double ulps_between(float a, float b) {
   if (bitwise_equal(a, b) || a == b) return 0;
@@ -71,7 +71,7 @@ StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& refer
       low = std::min(low, value);
       high = std::max(high, value);
       all_equal = all_equal && bitwise_equal(value, parameters[0][i]);
-      if (rank > 0) count_in_lr_units(figures.histogram, value, parameters[0][i], lr);
+      if (rank > 0) figures.histogram.add(value, parameters[0][i], lr);
       figures.max_difference_from_reference =
           std::max(figures.max_difference_from_reference, std::abs(value - expected[i]));
       figures.max_ulps_from_reference =

@@ -38,6 +38,9 @@ struct LrHistogram {
   int64_t about_one = 0;      // [0.5, 1.5) lr
   int64_t about_two = 0;      // [1.5, 2.5) lr: opposite moves of ±lr
   int64_t beyond = 0;         // >= 2.5 lr
+
+  // Counts one pair of copies of a parameter, a and b, into its bin.
+  void add(float a, float b, double lr);
 };
 
 // Rank r's gradient against rank 0's, element by element, with how far the parameter

@@ -44,7 +44,6 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
     sign_fragments_ = DeviceBuffer<uint8_t>(nn::detail::sign_fragment_bytes(rows_), device);
     sign_fragments_.zero();
   }
-  nn::detail::few_outputs_forward_prepare(device_);  // before any capture (linear_kernels.h)
 }
 
 ExactL1Step::~ExactL1Step() = default;
@@ -70,9 +69,9 @@ void ExactL1Step::enqueue_step(size_t batch) {
   const nn::detail::ConstRows x{b.x.data(), rows_, in_, b.x.stride(0)};
   const kernels::ExactL1Outputs l1{grad_y_.data(), loss_digits,  digits + out_ * in_,
                                    stride,         maxima + in_, sign_fragments_.data()};
-  if (nn::detail::few_outputs_forward_exact_l1_fits(x, out_) && weight_.stride(1) == 1) {
-    const nn::detail::ExactL1Target target{b.target.data(), b.target.stride(0), loss_scale_};
-    nn::detail::few_outputs_forward_exact_l1_cuda(x, weight_.data(), weight_.stride(0), bias_.data(),
+  if (kernels::few_outputs_forward_exact_l1_fits(x, out_) && weight_.stride(1) == 1) {
+    const kernels::ExactL1Target target{b.target.data(), b.target.stride(0), loss_scale_};
+    kernels::few_outputs_forward_exact_l1_cuda(x, weight_.data(), weight_.stride(0), bias_.data(),
                                              out_, y_.data(), device_, maxima, target, l1);
   } else {
     nn::detail::linear_forward_cuda(b.x, weight_, bias_, y_, maxima);

@@ -11,7 +11,7 @@
 //      bits in any batch), which also finds x's column maxima (dW's fixed-point
 //      windows) in its pass over x when the Linear is narrow (a pass of their own
 //      otherwise);
-//   2. the L1 loss from y (nn/exact_l1.cuh): the loss's digits, dy, db's digits (every
+//   2. the L1 loss from y (bench/fused/kernels/exact_l1.cuh): the loss's digits, dy, db's digits (every
 //      nonzero dy is ±s, so db is s times a count of signs) and dy's maxima; in the
 //      few-outputs forward's epilogue, from the y its threads hold, where x's rows allow
 //      that kernel (16-byte aligned, in % 4 == 0), else a launch that reads y back

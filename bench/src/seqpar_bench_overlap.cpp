@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "bench/fused/kernels/exact_step.h"
 #include "bench/src/bench_sections.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -24,7 +25,6 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
   // The dW runs over another batch, whose dy, signs and maxima a forward wrote first, so
   // the two kernels need not wait for each other: what a one-kernel step that
   // overlapped them chunk by chunk could gain at most.
-  nn::detail::few_outputs_forward_prepare(0);
   const int64_t scratch_words = nn::detail::weight_grad_scratch_words(in, out);
   const float scale = 1.0f / static_cast<float>(n * out);
   struct Batch {
@@ -49,9 +49,9 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
   Batch a = batch(21), b = batch(22);
   auto forward = [&](Batch& t) {  // on the current stream
     unsigned int* maxima = t.scratch.data();
-    const nn::detail::ExactL1Outputs l1{t.grad_y.data(), t.loss.data(), t.digits.data() + out * in,
+    const fused::kernels::ExactL1Outputs l1{t.grad_y.data(), t.loss.data(), t.digits.data() + out * in,
                                         out * in + out,  maxima + in,   t.fragments.data()};
-    nn::detail::few_outputs_forward_exact_l1_cuda(nn::detail::const_rows_of(t.x), weight.data(),
+    fused::kernels::few_outputs_forward_exact_l1_cuda(nn::detail::const_rows_of(t.x), weight.data(),
                                              weight.stride(0), bias.data(), out, t.y.data(), 0,
                                              maxima, {t.target.data(), out, scale}, l1);
   };

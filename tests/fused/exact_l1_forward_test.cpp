@@ -1,5 +1,5 @@
-// The few-outputs forward with the exact L1 loss in its epilogue (nn/linear_forward_few_outputs.cu,
-// nn/exact_l1.cuh), the exact step's first kernel, against the unfused path it stands
+// The few-outputs forward with the exact L1 loss in its epilogue
+// (bench/fused/kernels/forward_exact_l1.cu), the exact step's first kernel, against the unfused path it stands
 // for: the forward, then the exact step's L1 kernel reading y back
 // (bench/fused/kernels/exact_step.h). Every output, on the GPU.
 #include <catch2/catch.hpp>
@@ -90,14 +90,13 @@ ForwardL1Words forward_l1(const test::StepData& data, const Tensor& target, bool
   x_largest.zero();
   grad_y_largest.zero();
   fragments.zero();
-  const nn::detail::ExactL1Outputs l1{grad_y.data(),        loss_digits.data(),    bias_digits.data(), out,
+  const fused::kernels::ExactL1Outputs l1{grad_y.data(),        loss_digits.data(),    bias_digits.data(), out,
                                       grad_y_largest.data(), fragments.data()};
   const float scale = static_cast<float>(nn::Reduction::mean().scale(rows * out));
   const nn::detail::ConstRows x_rows = nn::detail::const_rows_of(x);
   if (fused) {
-    nn::detail::few_outputs_forward_prepare(0);
-    REQUIRE(nn::detail::few_outputs_forward_exact_l1_fits(x_rows, out));
-    nn::detail::few_outputs_forward_exact_l1_cuda(x_rows, weight.data(), weight.stride(0), bias.data(), out,
+    REQUIRE(fused::kernels::few_outputs_forward_exact_l1_fits(x_rows, out));
+    fused::kernels::few_outputs_forward_exact_l1_cuda(x_rows, weight.data(), weight.stride(0), bias.data(), out,
                                              y.data(), 0, x_largest.data(),
                                              {target.data(), target.stride(0), scale}, l1);
   } else {

@@ -307,16 +307,16 @@ TEST_CASE("the exact step refuses what it cannot train, naming it", "[cuda]") {
   // kernel runs, with x's maxima.
   const nn::detail::ConstRows rows{x.data(), 10, 8, 8};
   unsigned int* no_maxima = nullptr;
-  CHECK_THROWS_WITH(nn::detail::few_outputs_forward_exact_l1_cuda(rows, nullptr, 8, nullptr, 4, nullptr, 0, no_maxima,
+  CHECK_THROWS_WITH(fused::kernels::few_outputs_forward_exact_l1_cuda(rows, nullptr, 8, nullptr, 4, nullptr, 0, no_maxima,
                                                              {nullptr, 4, INFINITY}, {}),
                     Catch::Contains("x's maxima are required"));
   unsigned int maxima_word = 0;
-  CHECK_THROWS_WITH(nn::detail::few_outputs_forward_exact_l1_cuda(rows, nullptr, 8, nullptr, 4, nullptr, 0, &maxima_word,
+  CHECK_THROWS_WITH(fused::kernels::few_outputs_forward_exact_l1_cuda(rows, nullptr, 8, nullptr, 4, nullptr, 0, &maxima_word,
                                                              {nullptr, 4, INFINITY}, {}),
                     Catch::Contains("the loss scale inf is not finite"));
   const nn::detail::ConstRows odd{x.data(), 10, 7, 8};  // in % 4 != 0: not the staged kernel
-  CHECK_FALSE(nn::detail::few_outputs_forward_exact_l1_fits(odd, 4));
-  CHECK_THROWS_WITH(nn::detail::few_outputs_forward_exact_l1_cuda(odd, nullptr, 8, nullptr, 4, nullptr, 0, &maxima_word,
+  CHECK_FALSE(fused::kernels::few_outputs_forward_exact_l1_fits(odd, 4));
+  CHECK_THROWS_WITH(fused::kernels::few_outputs_forward_exact_l1_cuda(odd, nullptr, 8, nullptr, 4, nullptr, 0, &maxima_word,
                                                              {nullptr, 4, 1.0f}, {}),
                     Catch::Contains("10 x 7 -> 4 is not a Linear with few outputs with 16-byte-aligned rows of x"));
 #endif

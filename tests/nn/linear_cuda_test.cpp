@@ -175,26 +175,23 @@ nn::detail::Gemm grad_input_gemm(const Tensor& grad_y, const Tensor& weight, con
   return {rows, in, out, {grad_y.data(), out, 1}, {weight.data(), 1, in}, dx.data(), in, nullptr};
 }
 
-// y and dx through the large kernel at one slice depth (0: its own choice), into
-// poisoned outputs, against the CPU's bits.
-void check_gemm128_at(int slice, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const Tensor& grad_y, const Tensor& y_cpu, const Tensor& dx_cpu) {
-  INFO("slice depth " << slice);
+// y and dx through the large kernel, into poisoned outputs, against the CPU's bits.
+void check_gemm128(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Tensor& grad_y, const Tensor& y_cpu, const Tensor& dx_cpu) {
   const Device gpu = x.device();
   cudaStream_t stream = cuda::current_stream(gpu.index);
   const Tensor y = test::poisoned(y_cpu.shape(), gpu);
-  nn::detail::gemm128_cuda<true, true>(output_gemm(x, weight, bias, y), gpu.index, stream, slice);
+  nn::detail::gemm128_cuda<true, true>(output_gemm(x, weight, bias, y), stream);
   CHECK(test::bitwise_equal(y, y_cpu));
   const Tensor dx = test::poisoned(dx_cpu.shape(), gpu);
-  nn::detail::gemm128_cuda<true, false>(grad_input_gemm(grad_y, weight, dx), gpu.index, stream,
-                                           slice);
+  nn::detail::gemm128_cuda<true, false>(grad_input_gemm(grad_y, weight, dx), stream);
   CHECK(test::bitwise_equal(dx, dx_cpu));
 }
 
 }  // namespace
 #endif
 
-TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a graph", "[cuda]") {
+TEST_CASE("the large GEMM gives the CPU's bits, eager and captured into a graph", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
   using nn::detail::Gemm;
@@ -212,18 +209,15 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
     const Tensor x_gpu = x.to(gpu), weight_gpu = weight.to(gpu), bias_gpu = bias.to(gpu);
     const Tensor grad_y_gpu = grad_y.to(gpu);
     const int device = gpu.index;
-    for (const int slice : {nn::detail::kGemm128ShallowSlice, nn::detail::kGemm128Slice, 0}) {
-      check_gemm128_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
-    }
-    // Captured into a graph and replayed: whichever depth the launch takes there (the
-    // deep one once its limit is raised), the same bits.
-    nn::detail::gemm128_prepare(device);
+    check_gemm128(x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
+    // Captured into a graph and replayed: the same kernel (its shared-memory limit is
+    // raised inside the capture), the same bits.
     const Tensor y = test::poisoned({c.rows, c.out}, gpu);
     cudaStream_t stream = cuda::current_stream(device);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    nn::detail::gemm128_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), device, stream);
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    nn::detail::gemm128_cuda<true, true>(output_gemm(x_gpu, weight_gpu, bias_gpu, y), stream);
     REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
     REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
     REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
@@ -232,13 +226,6 @@ TEST_CASE("the large GEMM gives the CPU's bits at both slice depths and in a gra
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
-  // A depth the kernel does not have is refused by name.
-  const Tensor a = Tensor::zeros({256, 32}, Device::cuda()), out = Tensor::zeros({256, 256}, Device::cuda());
-  const Gemm bad{256, 256, 32, Operand{a.data(), 32, 1}, Operand{a.data(), 32, 1}, out.data(), 256, nullptr};
-  const auto launch_at_depth_24 = [&] {
-    nn::detail::gemm128_cuda<true, true>(bad, 0, cuda::current_stream(0), 24);
-  };
-  CHECK_THROWS_WITH(launch_at_depth_24(), Catch::Contains("slice depth 24"));
 #endif
 }
 
@@ -295,9 +282,7 @@ TEST_CASE("both GEMM kernels keep a chain's -0 past K (seed 17)", "[cuda]") {
     nn::detail::linear_backward_cuda(grad_y_gpu, x_gpu, weight_gpu, dx, Tensor(), Tensor());
     CHECK(test::bitwise_equal(dx, dx_cpu));
     if (!large) continue;
-    for (const int slice : {nn::detail::kGemm128ShallowSlice, nn::detail::kGemm128Slice}) {
-      check_gemm128_at(slice, x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
-    }
+    check_gemm128(x_gpu, weight_gpu, bias_gpu, grad_y_gpu, y_cpu, dx_cpu);
   }
 #endif
 }
@@ -411,5 +396,38 @@ TEST_CASE("every variant of the few-outputs forward gives the CPU's bits", "[cud
       }
     }
   }
+#endif
+}
+
+TEST_CASE("the few-outputs forward captured into a graph takes the same kernel and bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  // The staged kernel needs its shared-memory limit raised, which every launch does, a
+  // captured one too (the strictest capture mode, which refuses calls unsafe during a
+  // capture): a graph captured before any eager launch runs the same kernel.
+  const LinearCase c{12000, 640, 16};
+  Generator generator(2026);
+  const Tensor x = generator.randn({c.rows, c.in}), weight = generator.randn({c.out, c.in});
+  const Tensor bias = generator.randn({c.out});
+  const Tensor y_cpu = nn::linear_forward(x, weight, bias);
+  const Tensor x_gpu = x.to(Device::cuda()), weight_gpu = weight.to(Device::cuda());
+  const Tensor bias_gpu = bias.to(Device::cuda());
+  const Tensor largest = Tensor::zeros({c.in}, Device::cuda());
+  const Tensor y = test::poisoned({c.rows, c.out}, Device::cuda());
+  cudaStream_t stream = cuda::current_stream(0);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  nn::detail::few_outputs_forward_cuda(nn::detail::const_rows_of(x_gpu), weight_gpu.data(),
+                                       weight_gpu.stride(0), bias_gpu.data(), c.out, y.data(),
+                                       y.stride(0), 0, reinterpret_cast<unsigned int*>(largest.data()));
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(test::same_bits(y, y_cpu));
+  CHECK(test::bitwise_equal(largest, Tensor::from_data({c.in}, host_column_maxima(x))));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 #endif
 }

@@ -290,7 +290,7 @@ TEST_CASE("the many-outputs dW's bits do not depend on how its rows are cut into
 #endif
 }
 
-TEST_CASE("dW from a dy of two magnitudes takes the general row sums, the same bits", "[cuda]") {
+TEST_CASE("dW from a dy of two magnitudes takes the binned row sums, the same bits, and the host can tell", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
 #ifdef SEQPAR_WITH_CUDA
   // One element of another magnitude (here 2f) is enough to leave the fixed-point path;
@@ -302,11 +302,26 @@ TEST_CASE("dW from a dy of two magnitudes takes the general row sums, the same b
     std::vector<float> x(rows * in), dy(rows * out);
     for (float& value : x) value = normal(random);
     for (float& value : dy) value = random() % 2 ? 0.125f : -0.125f;
+    // The host learns which kernel did the work when it asks: the one-magnitude one for
+    // this dy, the binned one once an element has another magnitude.
+    using nn::detail::WeightGradKernel;
+    const Device gpu = Device::cuda();
+    const auto kernel_for = [&](const std::vector<float>& dy_values) {
+      exact::ExactSums sums(out * in, gpu);
+      const Tensor dy_gpu = from_values(dy_values, {rows, out}).to(gpu);
+      const Tensor x_gpu = from_values(x, {rows, in}).to(gpu);
+      WeightGradKernel taken = WeightGradKernel::None;
+      nn::detail::accumulate_weight_grad_cuda(nn::detail::const_rows_of(dy_gpu), nn::detail::const_rows_of(x_gpu),
+                                              sums, nullptr, {}, &taken);
+      return taken;
+    };
+    CHECK(kernel_for(dy) == (out == 16 ? WeightGradKernel::OneMagnitudeFewOutputs
+                                       : WeightGradKernel::OneMagnitudeManyOutputs));
     dy[777] = 0.25f;
+    CHECK(kernel_for(dy) == WeightGradKernel::Binned);
     const Tensor x_cpu = from_values(x, {rows, in}), dy_cpu = from_values(dy, {rows, out});
     const Tensor weight = Tensor::zeros({out, in});
     const nn::LinearGradients cpu = nn::linear_backward(dy_cpu, x_cpu, weight, false, true, true);
-    const Device gpu = Device::cuda();
     const Tensor grad_weight = test::poisoned({out, in}, gpu), grad_bias = test::poisoned({out}, gpu);
     nn::detail::linear_backward_cuda(dy_cpu.to(gpu), x_cpu.to(gpu), weight.to(gpu), Tensor(),
                                      grad_weight, grad_bias);

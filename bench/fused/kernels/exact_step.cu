@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/exact_rounding.h"
 #include "core/exact_bins.cuh"
+#include "bench/fused/kernels/exact_l1.cuh"
 #include "bench/fused/kernels/grid_sync.cuh"
-#include "nn/exact_l1.cuh"
 #include "optim/adamw_update.cuh"
 #include "optim/clip_coefficient.cuh"
 
@@ -24,16 +24,16 @@ constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kElementsPerThread = 2;  // at least, before the grid grows
 
 // Block: a grid-stride share of the elements, each thread's loss terms in a binned sum
-// and the columns' tallies in the block's (nn/exact_l1.cuh).
+// and the columns' tallies in the block's (exact_l1.cuh).
 __global__ void __launch_bounds__(kThreads)
     exact_l1_kernel(const float* y, const float* target, int64_t target_row_stride,
                     int64_t rows, int64_t out, float scale, ExactL1Outputs o) {
-  __shared__ nn::detail::ExactL1Tally tally;
+  __shared__ ExactL1Tally tally;
   cuda::wait_for_prior_grids();  // y from the forward
   cuda::allow_dependent_grids();
   tally.clear(out);
   __syncthreads();
-  nn::detail::ExactL1Terms terms(scale);
+  ExactL1Terms terms(scale);
   for (cuda::GridStrideElements e(rows, out); e.inside(); e.next()) {
     terms.add(y[e.row * out + e.col], target[e.row * target_row_stride + e.col], e.row,
               static_cast<int>(e.col), out, o, tally);

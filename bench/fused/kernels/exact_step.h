@@ -3,19 +3,21 @@
 //
 // exact_l1_cuda: the L1 loss from the forward's y, in one launch: everything nn's L1
 // loss and Linear's db produce for the step, with the same values and so the same bits
-// once rounded, and dy's maxima for dW's sums (nn/exact_l1.cuh has the terms). For the
-// forwards that cannot take it in their epilogue (nn::detail::few_outputs_forward_exact_l1_cuda).
+// once rounded, and dy's maxima for dW's sums (exact_l1.cuh has the terms). For the
+// forwards that cannot take it in their epilogue (few_outputs_forward_exact_l1_cuda).
 #pragma once
 
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
 #include "nn/linear_kernels.h"
+#include "nn/rows.h"
 #include "optim/adamw.h"
 
 namespace seqpar::fused::kernels {
 
-using nn::detail::kExactL1MaxOut;
+// The most outputs the exact L1 loss's kernels take (a block tallies each column).
+constexpr int64_t kExactL1MaxOut = 64;
 
 // The finishing kernel's grid (exact_finish_grid).
 struct ExactFinishGrid {
@@ -25,7 +27,37 @@ struct ExactFinishGrid {
 
 #ifdef SEQPAR_WITH_CUDA
 
-using nn::detail::ExactL1Outputs;
+// The exact L1 loss and its backward as far as db, from y (exact_l1.cuh): where a
+// launch puts them. dy's maxima feed the dW sums, as column_maxima_cuda's would.
+struct ExactL1Outputs {
+  float* grad_y;          // [rows, out], contiguous
+  int64_t* loss_digits;   // one sum (stride 1)
+  int64_t* bias_digits;   // db's out sums: digit d of sum j at bias_digits[d * stride + j]
+  int64_t digit_stride;
+  unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
+  // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out at most
+  // kSignFragmentOutputs; sign_fragment_bytes(rows) bytes, zeroed once: rows past the
+  // last are never written; both in nn/one_magnitude.h).
+  uint8_t* sign_fragments = nullptr;
+};
+// The target and the loss's scale (nn::Reduction::scale in float, finite).
+struct ExactL1Target {
+  const float* data;
+  int64_t row_stride;
+  float scale;
+};
+
+// The few-outputs forward (nn/linear_forward_few_outputs.cuh) with the exact L1 loss as its
+// epilogue (forward_exact_l1.cu): y and x's column maxima as
+// few_outputs_forward_cuda gives them (x_largest required), then, from the y each thread
+// holds, the loss's digits, dy, db's digits and dy's maxima as exact_l1 would from y read
+// back: one launch and no second pass over y. Only where few_outputs_forward_exact_l1_fits
+// (the staged kernel: rows 16-byte aligned, in % 4 == 0).
+bool few_outputs_forward_exact_l1_fits(const nn::detail::ConstRows& x, int64_t out);
+void few_outputs_forward_exact_l1_cuda(const nn::detail::ConstRows& x, const float* weight,
+                                       int64_t weight_row_stride, const float* bias, int64_t out,
+                                       float* y, int device, unsigned int* x_largest,
+                                       const ExactL1Target& target, const ExactL1Outputs& outputs);
 
 // y [rows, out] contiguous; target [rows, out] with row stride target_row_stride; out at
 // most kExactL1MaxOut; scale the loss's factor as nn::Reduction::scale gives it, in

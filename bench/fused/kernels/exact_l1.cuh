@@ -1,8 +1,8 @@
 // The exact L1 loss of a Linear's output and its backward as far as db, element by
-// element, for the kernels that have y at hand: the exact step's L1 kernel
-// (bench/fused/kernels/exact_step.cu), which reads y back, and the few-outputs forward
-// (linear_forward_few_outputs.cu), which takes it from its own chains. Per element, with d = fl32(y -
-// target) and s the loss's scale:
+// element, for the fused step's kernels that have y at hand: the L1 kernel
+// (exact_step.cu), which reads y back, and the few-outputs forward with this loss as its
+// epilogue (forward_exact_l1.cu), which takes y from its own chains. Per element, with
+// d = fl32(y - target) and s the loss's scale:
 //
 //   loss digits += exact Σ s |d|                         (nn/l1_loss.h's terms)
 //   dy           = s * sign(d), sign(0) = 0, NaN stays NaN   (its backward, grad 1)
@@ -20,14 +20,20 @@
 #include <cmath>
 #include <cstdint>
 
+#include "bench/fused/kernels/exact_step.h"
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
 #include "nn/l1_sign.h"
-#include "nn/linear_kernels.h"
-#include "nn/one_magnitude_dw.cuh"
 #include "nn/one_magnitude.h"
+#include "nn/one_magnitude_dw.cuh"
 
-namespace seqpar::nn::detail {
+namespace seqpar::fused::kernels {
+
+using nn::l1_sign;
+using nn::detail::one_magnitude_of;
+using nn::detail::OneMagnitude;
+using nn::detail::sign_fragment_byte;
+using nn::detail::sign_of;
 
 // A block's gatherings per column, in shared memory: the net count of signs, whether a
 // NaN was seen, dy's largest magnitude; and dy's largest and complement-of-smallest
@@ -135,4 +141,31 @@ class ExactL1Terms {
   unsigned int most_ = 0, least_complement_ = 0;
 };
 
-}  // namespace seqpar::nn::detail
+// The few-outputs forward's epilogue (nn/linear_forward_few_outputs.cuh) that takes each
+// row's y through the loss, against `target`, into `outputs` (y is [rows, out],
+// contiguous); the block's tally in the kernel's shared memory.
+struct ExactL1Epilogue {
+  ExactL1Target target;
+  ExactL1Outputs outputs;
+
+  static constexpr size_t kSharedBytes = sizeof(ExactL1Tally);
+  __device__ void prepare(void* shared, int64_t out) const {
+    static_cast<ExactL1Tally*>(shared)->clear(out);
+  }
+  template <int kPerThread>
+  __device__ void finish(const float (&sum)[kPerThread], int64_t row, bool row_inside, int j0,
+                         int64_t out, void* shared) const {
+    ExactL1Tally& tally = *static_cast<ExactL1Tally*>(shared);
+    ExactL1Terms terms(target.scale);
+    if (row_inside) {
+      const float* target_row = target.data + row * target.row_stride;
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        if (j0 + j < out) terms.add(sum[j], target_row[j0 + j], row, j0 + j, out, outputs, tally);
+      }
+    }
+    terms.finish(tally, out, outputs);
+  }
+};
+
+}  // namespace seqpar::fused::kernels
