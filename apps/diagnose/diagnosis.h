@@ -120,4 +120,7 @@ std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, 
 // The verdict, the causes and the notes, from the figures already in `diagnosis`.
 void decide(Diagnosis& diagnosis);
 
+// A figure as the report prints it: four significant digits (%.4g).
+std::string number(double value);
+
 }  // namespace seqpar::diagnose

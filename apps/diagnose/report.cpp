@@ -8,12 +8,6 @@ namespace seqpar::diagnose {
 
 namespace {
 
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
-}
-
 std::string percent(int64_t part, int64_t whole) {
   return whole > 0 ? number(100.0 * double(part) / double(whole)) + "%" : "-";
 }
@@ -168,6 +162,12 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   if (!diagnosis.notes.empty() || !run.set_aside.empty()) out << '\n';
   for (const std::string& note : diagnosis.notes) out << wrapped("Note: ", note);
   for (const std::string& aside : run.set_aside) out << "Note: not a parameter, not used: " << aside << '\n';
+}
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
 }
 
 std::string diagnosis_json(const RunFiles& run, const Settings& settings, const Diagnosis& diagnosis) {

@@ -11,12 +11,6 @@ namespace seqpar::diagnose {
 
 namespace {
 
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
-}
-
 std::string groups_text(const std::vector<std::vector<int>>& groups) {
   std::string text;
   for (const auto& group : groups) {
