@@ -251,11 +251,11 @@ void NcclProcessGroup::all_reduce_words(int64_t* words, int64_t count, WordOp op
   });
 }
 
-void NcclProcessGroup::enqueue(const char* operation, cudaStream_t stream, const Launch& launch) {
+void NcclProcessGroup::enqueue(const char* operation, cudaStream_t stream, const NcclCall& call) {
   check_usable(operation);
   cuda::set_device(device_);
   launch_and_settle(operation, stream, Clock::now() + options_.timeout,
-                    [&](cudaStream_t s) { return launch(communicator_, s); });
+                    [&](cudaStream_t s) { return call(communicator_, s); });
 }
 
 void NcclProcessGroup::synchronize(cudaStream_t stream) {

@@ -83,14 +83,14 @@ class NcclProcessGroup final : public ProcessGroup {
 
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
 
-  // Stream-ordered and capturable: calls `launch` with this group's communicator and
+  // Stream-ordered and capturable: makes `call` with this group's communicator and
   // `stream` (one NCCL call, or several between ncclGroupStart and ncclGroupEnd) and
   // returns once NCCL has launched it, without waiting for the device; a failure to
   // launch, or a launch that does not settle within the timeout, aborts the group as a
   // blocking call's would, naming `operation`. Every rank must make the same calls in the
   // same order, captured or not alike.
-  using Launch = std::function<ncclResult_t(ncclComm_t communicator, cudaStream_t stream)>;
-  void enqueue(const char* operation, cudaStream_t stream, const Launch& launch);
+  using NcclCall = std::function<ncclResult_t(ncclComm_t communicator, cudaStream_t stream)>;
+  void enqueue(const char* operation, cudaStream_t stream, const NcclCall& call);
   // Waits until everything queued on `stream` has finished, within the timeout;
   // where enqueued collectives report their failures (an NCCL error, a dead peer),
   // aborting the group like a blocking call. Not while `stream` is being captured.
