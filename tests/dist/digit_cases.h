@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_runtime.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 
@@ -100,6 +101,21 @@ inline exact::ExactSums random_sums(uint64_t seed, int rank, int64_t count, Magn
     sum.flush(sums.digits() + i, count);
   }
   return sums;
+}
+
+// A copy of host `sums` on `device`.
+inline exact::ExactSums copy_to(const exact::ExactSums& sums, Device device) {
+  if (device.is_host()) {
+    exact::ExactSums copy(sums.count(), device);
+    copy.copy_from(sums);
+    return copy;
+  }
+  exact::ExactSums copy(sums.count(), device);
+  if (sums.words() > 0) {
+    cuda::copy(copy.digits(), device, sums.digits(), Device::cpu(),
+               sizeof(int64_t) * static_cast<size_t>(sums.words()));
+  }
+  return copy;
 }
 
 // Every rank's sums added word by word: what an all-reduce of every word leaves.

@@ -33,11 +33,12 @@ struct RankResults {
   std::vector<dist::ProcessGroup::DigitTraffic> traffic;
 };
 
-RankResults all_reduce_on_threads(uint64_t seed, int world_size, int64_t count, Magnitudes m) {
+RankResults all_reduce_on_threads(uint64_t seed, int world_size, int64_t count, Magnitudes m,
+                                  Device device) {
   RankResults results{std::vector<std::vector<int64_t>>(static_cast<size_t>(world_size)),
                       std::vector<dist::ProcessGroup::DigitTraffic>(static_cast<size_t>(world_size))};
   dist::run_local_world(world_size, [&](std::shared_ptr<dist::ProcessGroup> world) {
-    exact::ExactSums sums = test::random_sums(seed, world->rank(), count, m);
+    exact::ExactSums sums = test::copy_to(test::random_sums(seed, world->rank(), count, m), device);
     world->all_reduce_sums(sums);
     results.digits[static_cast<size_t>(world->rank())] = sums.to_host();
     results.traffic[static_cast<size_t>(world->rank())] = world->digit_traffic();
@@ -69,18 +70,16 @@ int64_t hull_words(uint64_t seed, int world_size, int64_t count, Magnitudes m) {
   return words;
 }
 
-}  // namespace
-
-TEST_CASE("the packed exact all-reduce leaves the full all-reduce's digits, word for word, over "
-          "2 to 4 ranks and every magnitude",
-          "[dist][cpu]") {
+// Every rank's result against every rank's sums added in full, and its traffic against
+// the hulls counted here.
+void check_packed_all_reduce(Device device) {
   for (int world_size : {2, 3, 4}) {
     for (Magnitudes m : test::all_magnitudes()) {
       for (int64_t count : {1, 127, 128, 129, 700}) {
         const uint64_t seed = case_seed(static_cast<uint64_t>(world_size * 1000 + count + 17 * static_cast<int>(m)));
         INFO(world_size << " ranks, " << test::magnitudes_name(m) << ", " << count << " sums");
         const std::vector<int64_t> expected = test::full_all_reduce(seed, world_size, count, m);
-        const RankResults results = all_reduce_on_threads(seed, world_size, count, m);
+        const RankResults results = all_reduce_on_threads(seed, world_size, count, m, device);
         const int64_t spans = dist::detail::kSpanWords * dist::detail::digit_chunks(count);
         const int64_t packed = hull_words(seed, world_size, count, m);
         for (int rank = 0; rank < world_size; ++rank) {
@@ -94,6 +93,22 @@ TEST_CASE("the packed exact all-reduce leaves the full all-reduce's digits, word
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("the packed exact all-reduce leaves the full all-reduce's digits, word for word, over "
+          "2 to 4 ranks and every magnitude",
+          "[dist][cpu]") {
+  check_packed_all_reduce(Device::cpu());
+}
+
+TEST_CASE("the packed exact all-reduce on one GPU leaves the full all-reduce's digits", "[dist][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  check_packed_all_reduce(Device::cuda(0));
 }
 
 TEST_CASE("the packed exact all-reduce rounds to the full all-reduce's floats, NaN and infinities "

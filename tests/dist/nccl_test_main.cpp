@@ -164,15 +164,6 @@ void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& in
   checks.expect(identical_on_every_rank(world, flat), "replayed all-reduce: same bits on every rank");
 }
 
-exact::ExactSums on_device(const exact::ExactSums& host, Device device) {
-  exact::ExactSums copy(host.count(), device);
-  if (host.words() > 0) {
-    cuda::copy(copy.digits(), device, host.digits(), Device::cpu(),
-               sizeof(int64_t) * static_cast<size_t>(host.words()));
-  }
-  return copy;
-}
-
 // The blocking exact all-reduce packs the words some rank needs (dist/packed_digits.h):
 // its digits equal every rank's added in full, word for word, over every magnitude.
 void check_packed_sums(dist::NcclProcessGroup& world, Checks& checks) {
@@ -181,7 +172,7 @@ void check_packed_sums(dist::NcclProcessGroup& world, Checks& checks) {
     int64_t sent = 0, full = 0;
     for (int64_t count : {1, 129, 10256}) {
       const uint64_t seed = 7000 + static_cast<uint64_t>(count) + static_cast<uint64_t>(m);
-      exact::ExactSums sums = on_device(test::random_sums(seed, world.rank(), count, m), world.device());
+      exact::ExactSums sums = test::copy_to(test::random_sums(seed, world.rank(), count, m), world.device());
       const auto before = world.digit_traffic();
       world.all_reduce_sums(sums);
       sent += world.digit_traffic().sent_words - before.sent_words;
