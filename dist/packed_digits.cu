@@ -40,8 +40,8 @@ __global__ void find_digit_spans_kernel(const int64_t* digits, int64_t count, in
   }
 }
 
-// Moves the chunk's hull words between the digits and the packed block: to_packed picks
-// the direction.
+// Moves the chunk's hull words from the digits into the packed block (kToPacked) or
+// back.
 template <bool kToPacked>
 __global__ void move_packed_kernel(int64_t* digits, int64_t count, const int64_t* table,
                                    int64_t* packed) {
