@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "dist/local_reduce.h"
 #include "dist/local_rendezvous.h"
+#include "dist/packed_digits.h"
 
 namespace seqpar::dist {
 
@@ -77,19 +78,29 @@ static Outcome max_over_ranks(const std::string& what, const std::vector<Contrib
   return {result, nullptr, nullptr, {}};
 }
 
-// Integer additions of the digits: the order of the ranks cannot matter.
-static Outcome sum_digits(const std::string& what, const std::vector<Contribution>& all) {
+// The exact all-reduce's words (the digits' hulls, then the packed digits), added as
+// integers or their maxima taken: the order of the ranks cannot matter.
+static Outcome reduce_words(const std::string& what, const std::vector<Contribution>& all,
+                            bool max) {
   if (all[0].tensor != nullptr) check_same_tensors(what, all);
-  const exact::ExactSums& first = *all[0].sums;
-  auto total = std::make_shared<exact::ExactSums>(first.count(), first.device());
+  const Contribution& first = all[0];
   for (const Contribution& c : all) {
-    SEQPAR_CHECK(c.sums->count() == first.count() && c.sums->device() == first.device(), what,
-                 ": rank ", c.world_rank, " passed ", c.sums->count(), " sums on ",
-                 c.sums->device(), " but rank ", all[0].world_rank, " passed ", first.count(),
-                 " on ", first.device());
-    total->add(*c.sums);
+    SEQPAR_CHECK(c.sums->count() == first.sums->count() && c.sums->device() == first.sums->device(),
+                 what, ": rank ", c.world_rank, " passed ", c.sums->count(), " sums on ",
+                 c.sums->device(), " but rank ", first.world_rank, " passed ",
+                 first.sums->count(), " on ", first.sums->device());
+    SEQPAR_CHECK(c.word_count == first.word_count, what, ": rank ", c.world_rank, " sends ",
+                 c.word_count, " words but rank ", first.world_rank, " sends ", first.word_count);
   }
-  return {Tensor(), nullptr, total, {}};
+  const Device device = first.sums->device();
+  auto total = std::make_shared<DeviceBuffer<int64_t>>(first.word_count, device);
+  detail::copy_words(total->data(), device, first.words, device, first.word_count);
+  for (size_t r = 1; r < all.size(); ++r) {
+    detail::reduce_words_into(total->data(), all[r].words, first.word_count, device, max);
+  }
+  Outcome outcome;
+  outcome.words = total;
+  return outcome;
 }
 
 static Outcome gather_in_rank_order(const std::string& what, const std::vector<Contribution>& all) {
@@ -141,15 +152,20 @@ void LocalProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   tensor.copy_(outcome.tensor);
 }
 
-void LocalProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
-                                          const char* operation) {
-  const std::string what = std::string(operation) + " on group " + name();
-  Contribution mine{operation};
-  mine.sums = &sums;
-  mine.tensor = values;
-  const Outcome outcome = rendezvous_->meet(
-      rank_, mine, [&](const std::vector<Contribution>& all) { return sum_digits(what, all); });
-  sums.copy_from(*outcome.sums);
+void LocalProcessGroup::all_reduce_words(int64_t* words, int64_t count, WordOp op,
+                                         const DigitsCall& call) {
+  const std::string what = std::string(call.operation) + " on group " + name();
+  Contribution mine{call.operation};
+  mine.sums = call.sums;
+  mine.tensor = call.values;
+  mine.words = words;
+  mine.word_count = count;
+  const bool max = op == WordOp::Max;
+  const Outcome outcome = rendezvous_->meet(rank_, mine, [&](const std::vector<Contribution>& all) {
+    return reduce_words(what, all, max);
+  });
+  const Device device = call.sums->device();
+  detail::copy_words(words, device, outcome.words->data(), device, count);
 }
 
 void LocalProcessGroup::all_gather(Tensor& output, const Tensor& input) {

@@ -8,12 +8,14 @@
 //
 // Tensors live on the CPU, or all ranks' tensors on one GPU. A collective waits for
 // every rank, then one thread (the last to arrive) computes the result: sums as
-// integer additions of the ranks' exact digits (so the same bits as any other group),
-// max in rank order. Every rank receives the same bits. On a GPU that computation is a sequence of kernels on
-// the device's single stream (shared by all host threads, core/cuda_runtime.h):
-// each rank's earlier kernels were enqueued before it arrived, the reduction is
-// enqueued before anyone leaves, and each rank's copy of the result is enqueued
-// after that, so stream order alone keeps the data consistent. No host round trip.
+// integer additions of the ranks' exact digits (so the same bits as any other group;
+// the words NCCL would carry, in the same two collectives: dist/packed_digits.h), max
+// in rank order. Every rank receives the same bits. On a GPU that computation is a
+// sequence of kernels on the device's single stream (shared by all host threads,
+// core/cuda_runtime.h): each rank's earlier kernels were enqueued before it arrived,
+// the reduction is enqueued before anyone leaves, and each rank's copy of the result is
+// enqueued after that, so stream order alone keeps the data consistent. The one host
+// round trip is an exact sum's agreed hulls, which size its second collective.
 //
 // Failure: a rank thread that throws makes every rank waiting in, or later calling,
 // a collective of any group of the world fail with "<op> on group <name>: rank R
@@ -68,8 +70,7 @@ class LocalProcessGroup final : public ProcessGroup {
                                       const std::vector<std::string>& names) override;
 
  protected:
-  void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
-                         const char* operation) override;
+  void all_reduce_words(int64_t* words, int64_t count, WordOp op, const DigitsCall& call) override;
 
  private:
   std::shared_ptr<detail::Rendezvous> rendezvous_;

@@ -1,9 +1,11 @@
 #include "dist/local_reduce.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/elementwise.h"
 #include "core/error.h"
+#include "core/exact_sums.h"
 
 namespace seqpar::dist::detail {
 
@@ -28,6 +30,23 @@ void reduce_into(Tensor& accumulator, const Tensor& source, ReduceOp op) {
   float* out = accumulator.data();
   const float* in = packed.data();
   for (int64_t i = 0; i < count; ++i) out[i] = std::fmax(out[i], in[i]);
+}
+
+void reduce_words_into(int64_t* accumulator, const int64_t* source, int64_t count, Device device,
+                       bool max) {
+  if (count == 0) return;
+#ifdef SEQPAR_WITH_CUDA
+  if (device.is_cuda()) {
+    if (max) return max_words_into_cuda(accumulator, source, count, device.index);
+    return exact::detail::add_digits_cuda(accumulator, source, count, device.index);
+  }
+#endif
+  (void)device;
+  for (int64_t i = 0; i < count; ++i) {
+    accumulator[i] = max ? std::max(accumulator[i], source[i])
+                         : static_cast<int64_t>(static_cast<uint64_t>(accumulator[i]) +
+                                                static_cast<uint64_t>(source[i]));
+  }
 }
 
 void divide_(Tensor& tensor, float divisor) {

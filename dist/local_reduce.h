@@ -16,6 +16,11 @@ namespace seqpar::dist::detail {
 // contiguous; source may be any view of the same shape and device.
 void reduce_into(Tensor& accumulator, const Tensor& source, ReduceOp op);
 
+// accumulator = accumulator + source (two's complement, as digits add) or the larger
+// of the two (`max`), word by word, for `count` int64 words on `device`.
+void reduce_words_into(int64_t* accumulator, const int64_t* source, int64_t count, Device device,
+                       bool max);
+
 // tensor = tensor / divisor, element by element (Avg's last step), in place on a
 // contiguous tensor. A true division, not a multiplication by 1 / divisor.
 void divide_(Tensor& tensor, float divisor);
@@ -23,6 +28,7 @@ void divide_(Tensor& tensor, float divisor);
 #ifdef SEQPAR_WITH_CUDA
 void max_into_cuda(float* accumulator, const float* source, int64_t count, int device);
 void divide_cuda(float* data, int64_t count, float divisor, int device);
+void max_words_into_cuda(int64_t* accumulator, const int64_t* source, int64_t count, int device);
 #endif
 
 }  // namespace seqpar::dist::detail

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_buffer.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"
 
@@ -66,7 +67,9 @@ struct Contribution {
   std::string operation;  // "all_reduce", "broadcast", ...: all ranks must agree
   int world_rank = -1;    // filled in by Rendezvous::meet
   const Tensor* tensor = nullptr;
-  exact::ExactSums* sums = nullptr;  // all_reduce_sums
+  const exact::ExactSums* sums = nullptr;  // all_reduce_sums: the sums (for checks)
+  int64_t* words = nullptr;                // all_reduce_sums: the words to reduce, and
+  int64_t word_count = 0;                  // how many, on the sums' device
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
   std::vector<int> ranks;  // new_group: the members (sorted group ranks)
@@ -80,7 +83,7 @@ struct Contribution {
 struct Outcome {
   Tensor tensor;                      // the reduced / gathered / broadcast values
   std::shared_ptr<Rendezvous> group;  // new_group: the members' new meeting point
-  std::shared_ptr<exact::ExactSums> sums;  // all_reduce_sums: the total
+  std::shared_ptr<DeviceBuffer<int64_t>> words;  // all_reduce_sums: the reduced words
   std::vector<std::shared_ptr<Rendezvous>> groups;  // split: one per new group
 };
 

@@ -238,77 +238,24 @@ void NcclProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   if (!tensor.is_contiguous()) tensor.copy_(buffer);
 }
 
-bool NcclProcessGroup::has_digits(const char* operation, const exact::ExactSums& sums) const {
-  check_usable(operation);
-  SEQPAR_CHECK(sums.device() == Device::cuda(device_), operation, " on group ", name_,
-               ": the sums are on ", sums.device(), " but the group's GPU is cuda:", device_);
-  return sums.count() > 0;
-}
-
-ncclResult_t NcclProcessGroup::enqueue_digits(exact::ExactSums& sums, cudaStream_t stream) {
+void NcclProcessGroup::all_reduce_words(int64_t* words, int64_t count, WordOp op,
+                                        const DigitsCall& call) {
   static_assert(sizeof(long long) == sizeof(int64_t), "ncclInt64 is a 64-bit integer");
-  return ncclAllReduce(sums.digits(), sums.digits(), static_cast<size_t>(sums.words()), ncclInt64,
-                       ncclSum, communicator_, stream);
+  check_usable(call.operation);
+  SEQPAR_CHECK(call.sums->device() == device(), call.operation, " on group ", name_,
+               ": the sums are on ", call.sums->device(), " but the group's GPU is cuda:", device_);
+  if (count == 0) return;  // every rank has the same count, so every rank skips
+  run_collective(call.operation, [&](cudaStream_t stream) {
+    return ncclAllReduce(words, words, static_cast<size_t>(count), ncclInt64,
+                         op == WordOp::Max ? ncclMax : ncclSum, communicator_, stream);
+  });
 }
 
-void NcclProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor*,
-                                         const char* operation) {
-  if (!has_digits(operation, sums)) return;
-  run_collective(operation, [&](cudaStream_t stream) { return enqueue_digits(sums, stream); });
-}
-
-void NcclProcessGroup::all_reduce_sums_enqueue(exact::ExactSums& sums, cudaStream_t stream) {
-  const char* operation = "all_reduce_sums_enqueue";
-  if (!has_digits(operation, sums)) return;  // every rank has the same count, so every rank skips
+void NcclProcessGroup::enqueue(const char* operation, cudaStream_t stream, const NcclCall& call) {
+  check_usable(operation);
   cuda::set_device(device_);
   launch_and_settle(operation, stream, Clock::now() + options_.timeout,
-                    [&](cudaStream_t s) { return enqueue_digits(sums, s); });
-}
-
-void NcclEnqueuedSums::combine(exact::ExactSums& sums) {
-  group_.all_reduce_sums_enqueue(sums, cuda::current_stream(group_.device().index));
-}
-
-void NcclProcessGroup::all_reduce_enqueue(Tensor& tensor, ReduceOp op, cudaStream_t stream) {
-  all_reduce_enqueue(std::vector<Tensor>{tensor}, op, stream);
-}
-
-// One ncclAllReduce per tensor between ncclGroupStart and ncclGroupEnd. Inside the
-// group each call only records its task; ncclGroupEnd launches them all (on a
-// non-blocking communicator: answers ncclInProgress and launches in the background).
-// ncclGroupEnd is called even after a failed call, to close the group; it then
-// reports the group's error.
-void NcclProcessGroup::all_reduce_enqueue(const std::vector<Tensor>& tensors, ReduceOp op,
-                                          cudaStream_t stream) {
-  const char* operation = "all_reduce_enqueue";
-  check_usable(operation);
-  bool any = false;
-  for (const Tensor& tensor : tensors) {
-    check_tensor(operation, tensor);
-    SEQPAR_CHECK(tensor.is_contiguous(), operation, " on group ", name_,
-                 ": the tensor must be contiguous, got shape ", tensor.shape(), " with strides ",
-                 tensor.strides(), " (a stream-ordered all-reduce works in the tensor's own "
-                 "memory; all_reduce takes strided views)");
-    any = any || tensor.numel() > 0;
-  }
-  if (!any) return;  // every rank has the same shapes, so every rank skips
-  cuda::set_device(device_);
-  launch_and_settle(operation, stream, Clock::now() + options_.timeout, [&](cudaStream_t s) {
-    ncclResult_t first_failure = ncclGroupStart();
-    if (first_failure != ncclSuccess) return first_failure;
-    for (const Tensor& tensor : tensors) {
-      if (tensor.numel() == 0) continue;
-      const ncclResult_t queued =
-          ncclAllReduce(tensor.data(), tensor.data(), static_cast<size_t>(tensor.numel()),
-                        ncclFloat32, nccl_op(op), communicator_, s);
-      if (queued != ncclSuccess && queued != ncclInProgress) {
-        first_failure = queued;
-        break;
-      }
-    }
-    const ncclResult_t ended = ncclGroupEnd();
-    return first_failure != ncclSuccess ? first_failure : ended;
-  });
+                    [&](cudaStream_t s) { return call(communicator_, s); });
 }
 
 void NcclProcessGroup::synchronize(cudaStream_t stream) {

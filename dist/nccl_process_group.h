@@ -21,14 +21,15 @@
 // result is in the tensor: each call waits for its own completion, so a dead peer
 // surfaces at the call that needed it.
 //
-// all_reduce_enqueue is the exception, for steps captured into CUDA graphs: it only
-// enqueues the all-reduce on a stream and returns; it neither queries nor waits for
-// the stream, so it is legal inside cudaStreamBeginCapture (the all-reduce becomes a
-// node of the graph, and every replay is a collective call of all ranks). A failure
-// on the device then surfaces at the next call that waits: synchronize(stream), or
-// any blocking collective on the same stream, each bounded by the timeout. Wait
-// through those, not cudaStreamSynchronize, to keep "never a hang" (the same for a
-// replayed graph that holds an all-reduce).
+// enqueue() is the exception, for work captured into CUDA graphs: it makes the caller's
+// NCCL call on a stream and returns; it neither queries nor waits for the stream, so it
+// is legal inside cudaStreamBeginCapture (the call becomes a node of the graph, and
+// every replay is a collective call of all ranks). A failure on the device then
+// surfaces at the next call that waits: synchronize(stream), or any blocking
+// collective on the same stream, each bounded by the timeout. Wait through those, not
+// cudaStreamSynchronize, to keep "never a hang" (the same for a replayed graph that
+// holds a collective). The benchmarks' captured step adds its digits this way
+// (bench/fused/nccl_enqueued.h).
 //
 // A non-blocking communicator usually answers a collective with ncclInProgress and
 // finishes the launch on a thread of its own (NCCL 2.28: one thread per call or
@@ -45,6 +46,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,17 +83,14 @@ class NcclProcessGroup final : public ProcessGroup {
 
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
 
-  // Stream-ordered and capturable: enqueues an in-place ncclAllReduce of `tensor` on
-  // `stream` and returns once NCCL has launched it, without waiting for the device.
-  // `tensor` must be contiguous (the result lands in its own memory; there is no
-  // copy back to do after the fact) and stay alive until the all-reduce has run.
-  // Every rank must make the same calls in the same order, captured or not alike.
-  void all_reduce_enqueue(Tensor& tensor, ReduceOp op, cudaStream_t stream);
-  // The same for several tensors in one NCCL group: one launch for all of them.
-  void all_reduce_enqueue(const std::vector<Tensor>& tensors, ReduceOp op, cudaStream_t stream);
-  // all_reduce_sums, stream-ordered and capturable as all_reduce_enqueue: the digits of
-  // `sums` added over the group in place (ncclInt64, ncclSum: exact, any algorithm).
-  void all_reduce_sums_enqueue(exact::ExactSums& sums, cudaStream_t stream);
+  // Stream-ordered and capturable: makes `call` with this group's communicator and
+  // `stream` (one NCCL call, or several between ncclGroupStart and ncclGroupEnd) and
+  // returns once NCCL has launched it, without waiting for the device; a failure to
+  // launch, or a launch that does not settle within the timeout, aborts the group as a
+  // blocking call's would, naming `operation`. Every rank must make the same calls in the
+  // same order, captured or not alike.
+  using NcclCall = std::function<ncclResult_t(ncclComm_t communicator, cudaStream_t stream)>;
+  void enqueue(const char* operation, cudaStream_t stream, const NcclCall& call);
   // Waits until everything queued on `stream` has finished, within the timeout;
   // where enqueued collectives report their failures (an NCCL error, a dead peer),
   // aborting the group like a blocking call. Not while `stream` is being captured.
@@ -107,10 +106,9 @@ class NcclProcessGroup final : public ProcessGroup {
   ncclComm_t communicator() const { return communicator_; }
 
  protected:
-  // ncclInt64 with ncclSum: integer additions, the same bits for every algorithm and
-  // protocol NCCL may pick, so nothing needs pinning for these.
-  void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
-                         const char* operation) override;
+  // ncclInt64 with ncclSum or ncclMax: integer operations, the same bits for every
+  // algorithm and protocol NCCL may pick, so nothing needs pinning for these.
+  void all_reduce_words(int64_t* words, int64_t count, WordOp op, const DigitsCall& call) override;
 
  private:
   NcclProcessGroup(ncclComm_t communicator, int rank, std::vector<int> global_ranks,
@@ -119,10 +117,6 @@ class NcclProcessGroup final : public ProcessGroup {
   int world_rank() const { return global_ranks_[static_cast<size_t>(rank_)]; }
   void check_usable(const char* operation) const;
   void check_tensor(const char* operation, const Tensor& tensor) const;
-  // The digits' all-reduce of both entry points: the checks (false when there are no
-  // sums, on every rank alike), and the one ncclAllReduce, in place.
-  bool has_digits(const char* operation, const exact::ExactSums& sums) const;
-  ncclResult_t enqueue_digits(exact::ExactSums& sums, cudaStream_t stream);
   template <typename Launch>
   void run_collective(const char* operation, Launch launch);
   template <typename Launch>
@@ -141,21 +135,6 @@ class NcclProcessGroup final : public ProcessGroup {
   bool aborted_ = false;
   std::string abort_reason_;
   Tensor barrier_buffer_;  // one float on the device, reduced by barrier()
-};
-
-// An NCCL group as the combiner of a captured step's exact sums (the benchmarks'
-// fused::ExactL1Step, bench/fused/exact_l1_step.h): combine() only enqueues the integer
-// all-reduce of the digits on the group's GPU's current stream (all_reduce_sums_enqueue),
-// so a CUDA graph can capture it. Failures surface where the stream is next waited for
-// (NcclProcessGroup::synchronize).
-class NcclEnqueuedSums final : public exact::CrossRankSums {
- public:
-  explicit NcclEnqueuedSums(NcclProcessGroup& group) : group_(group) {}
-  void combine(exact::ExactSums& sums) override;
-  bool only_enqueues() const override { return true; }
-
- private:
-  NcclProcessGroup& group_;
 };
 
 }  // namespace seqpar::dist

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "dist/local_reduce.h"
+#include "dist/packed_digits.h"
 
 namespace seqpar::dist {
 
@@ -24,6 +25,24 @@ void ProcessGroup::all_reduce_exact(Tensor& tensor, ReduceOp op) {
   sums.round_into(total);
   if (op == ReduceOp::Avg) detail::divide_(total, static_cast<float>(size()));
   tensor.copy_(total);
+}
+
+void ProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
+                                     const char* operation) {
+  const DigitsCall call{operation, &sums, values};
+  DeviceBuffer<int64_t> spans(detail::kSpanWords * detail::digit_chunks(sums.count()), sums.device());
+  detail::find_digit_spans(sums, spans.data());
+  all_reduce_words(spans.data(), spans.size(), WordOp::Max, call);
+  std::vector<int64_t> agreed(static_cast<size_t>(spans.size()));
+  detail::copy_words(agreed.data(), Device::cpu(), spans.data(), sums.device(), spans.size());
+  detail::PackedDigits packed(agreed, sums);
+  traffic_.calls += 1;
+  traffic_.digit_words += sums.words();
+  traffic_.sent_words += spans.size() + packed.words();
+  if (packed.words() == 0) return;  // the same hulls on every rank: every rank skips
+  packed.pack(sums);
+  all_reduce_words(packed.data(), packed.words(), WordOp::Sum, call);
+  packed.unpack(sums);
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<std::vector<int>>& groups,

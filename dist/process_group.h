@@ -49,6 +49,7 @@ class ProcessGroup {
   virtual void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with the digit-wise sum over the group of its exact sums
   // (integer additions, in any order the same bits). Every rank passes the same count.
+  // Carries only the words some rank holds a nonzero digit in (dist/packed_digits.h).
   void all_reduce_sums(exact::ExactSums& sums) { all_reduce_digits(sums, nullptr, "all_reduce_sums"); }
   // output is [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r.
   virtual void all_gather(Tensor& output, const Tensor& input) = 0;
@@ -72,14 +73,40 @@ class ProcessGroup {
   virtual std::shared_ptr<ProcessGroup> split(const std::vector<std::vector<int>>& groups,
                                               const std::vector<std::string>& names);
 
+  // What this rank's exact all-reduces (all_reduce_sums, all_reduce's Sum and Avg) have
+  // carried so far, in int64 words: the sums' own words (what adding every word would
+  // carry), and those actually sent (the hulls' all-reduce and the packed words').
+  struct DigitTraffic {
+    int64_t calls = 0;
+    int64_t digit_words = 0;
+    int64_t sent_words = 0;
+  };
+  const DigitTraffic& digit_traffic() const { return traffic_; }
+
  protected:
-  // all_reduce_sums, named `operation` in errors; `values` (may be null) are the
-  // tensor the sums were made from, whose shape a group may check across ranks.
-  virtual void all_reduce_digits(exact::ExactSums& sums, const Tensor* values,
-                                 const char* operation) = 0;
+  // What an exact all-reduce's collectives are part of, for checks and messages:
+  // `operation` names it; `values` (may be null) are the tensor the sums were made from,
+  // whose shape a group may check across ranks, as the sums' count.
+  struct DigitsCall {
+    const char* operation;
+    const exact::ExactSums* sums;
+    const Tensor* values;
+  };
+  enum class WordOp { Sum, Max };
+  // The two collectives of all_reduce_digits, in place over `count` int64 words on the
+  // sums' device: Sum adds them (two's complement, as digits add), Max keeps the largest.
+  // Every rank passes the same count.
+  virtual void all_reduce_words(int64_t* words, int64_t count, WordOp op,
+                                const DigitsCall& call) = 0;
+  // all_reduce_sums, named `operation` in errors: agrees on each chunk's hull of nonzero
+  // words (a Max of two words a chunk), then adds only those words (dist/packed_digits.h).
+  void all_reduce_digits(exact::ExactSums& sums, const Tensor* values, const char* operation);
   // all_reduce's Sum and Avg: each value's exact digits are added over the group and
   // the total rounded once; Avg then divides by the size.
   void all_reduce_exact(Tensor& tensor, ReduceOp op);
+
+ private:
+  DigitTraffic traffic_;
 };
 
 // A group as an exact::CrossRankSums: how a fused training step (bench/) adds its

@@ -108,7 +108,7 @@ void ExactL1Step::enqueue_step(size_t batch) {
 const char* ExactL1Step::capture_refusal() const {
   if (across_ == nullptr || across_->only_enqueues()) return nullptr;
   return "the step's ranks meet on the host to add their digits and cannot be captured; use "
-         "run(), or a combiner that only enqueues stream-ordered work (dist::NcclEnqueuedSums)";
+         "run(), or a combiner that only enqueues stream-ordered work (fused::NcclEnqueuedSums)";
 }
 
 #else  // CPU-only build: FusedL1Step's constructor refuses, naming the public API.

@@ -33,7 +33,7 @@
 // (views of gradients()), which are also the parameters' .grad().
 //
 // Over NCCL, one process per GPU, each rank on its rows of the batch, captured:
-//   dist::NcclEnqueuedSums sums(group);  // adds the digits inside the graph
+//   fused::NcclEnqueuedSums sums(group);  // adds the digits inside the graph (nccl_enqueued.h)
 //   fused::ExactL1Step step(model, {{x_shard, target_shard}},
 //                           nn::Reduction::sum_divided_by(all_rows * out), adamw, max_norm, &sums);
 //   step.run();       // NCCL connects on the first collective, outside the capture
@@ -60,7 +60,7 @@ namespace seqpar::fused {
 class ExactL1Step : public detail::FusedL1Step {
  public:
   // `across`: how the ranks add their gradients' digits (e.g. dist::GroupSums over the
-  // group that splits the rows, or dist::NcclEnqueuedSums), or null for one rank. With
+  // group that splits the rows, or fused::NcclEnqueuedSums), or null for one rank. With
   // ranks, each one's loss is its share of the global loss (Reduction::sum_divided_by
   // the global element count), and combine() is called once a step with the gradients'
   // digits. A step can be captured only without ranks or when the combiner only

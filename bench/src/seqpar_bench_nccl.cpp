@@ -3,7 +3,7 @@
 // one-GPU figures do (Generator(12345): the Linear, then x), keeps its rows of
 // x.tensor_split(world) (6000 of 12000 for 2 ranks) and takes the "exact" policy's
 // step, fused::ExactL1Step: loss = its sum over (12000 x 16), backward, the gradients'
-// digits summed over the ranks (dist::NcclEnqueuedSums, stream-ordered, so the step is
+// digits summed over the ranks (fused::NcclEnqueuedSums, stream-ordered, so the step is
 // captured with its all-reduce), clip 1.0, AdamW.
 //
 // Timing: before each call a barrier (a blocking one-float all-reduce) lines the
@@ -39,6 +39,7 @@
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "bench/fused/exact_l1_step.h"
+#include "bench/fused/nccl_enqueued.h"
 
 namespace seqpar::bench {
 
@@ -261,7 +262,7 @@ int bench_nccl_world(const Settings& s, const dist::LaunchEnvironment& environme
   {  // the exact step: every rank's dW and db digits added by one integer all-reduce inside
      // the graph, so the split must equal one rank on all rows bit for bit
     exact::ExactSums zeros(kOut * kIn + kOut, gpu);
-    dist::NcclEnqueuedSums sums(group);
+    fused::NcclEnqueuedSums sums(group);
     const cudaGraphExec_t digits_graph = capture(stream, [&] { sums.combine(zeros); });
     const int64_t digit_words = exact::kDigits * (kOut * kIn + kOut);
     out.add("allreduce/" + world_name + "/" + std::to_string(digit_words * 8 / 1000) +

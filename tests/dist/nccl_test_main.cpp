@@ -1,14 +1,14 @@
 // seqpar_nccl_test: the NCCL process group across real processes, one per GPU.
 //
 //   seqpar_nccl_test --nproc 2                  every collective (the exact sums'
-//                                               stream-ordered one too), sub-groups,
-//                                               and the same bits on every rank
+//                                               packed and stream-ordered ones too),
+//                                               sub-groups, the same bits on every rank
 //   seqpar_nccl_test --nproc 2 --die-rank 1     rank 1 vanishes before a collective;
 //                                               the others must fail within the timeout
 //   seqpar_nccl_test --nproc 2 --die-rank 1 --enqueued
 //                                               the same, the survivors' collective
-//                                               enqueued (all_reduce_enqueue), the
-//                                               failure surfacing at synchronize()
+//                                               enqueued (NcclProcessGroup::enqueue),
+//                                               the failure surfacing at synchronize()
 //   options: --timeout-ms T (default 10000)
 //
 // Exits 0 when every check passed on every rank (the launcher reports the first
@@ -20,7 +20,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
+#include "bench/fused/nccl_enqueued.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -28,6 +30,7 @@
 #include "dist/launcher.h"
 #include "dist/mesh.h"
 #include "dist/nccl_process_group.h"
+#include "tests/dist/digit_cases.h"
 #include "tests/dist/dist_test_util.h"
 
 using namespace seqpar;
@@ -107,9 +110,9 @@ void check_gather_broadcast_barrier(dist::NcclProcessGroup& world, const std::ve
   checks.expect(true, "barrier returned");
 }
 
-// The stream-ordered all-reduce: two tensors in one NCCL group, eager and then
-// captured into a CUDA graph (with a copy of the inputs in front, so that every
-// replay reduces the same values); strided views refused before any NCCL call.
+// enqueue(): a caller's NCCL calls, stream-ordered: two tensors' all-reduces in one
+// NCCL group, eager and then captured into a CUDA graph (with a copy of the inputs in
+// front, so that every replay reduces the same values).
 void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs, Checks& checks) {
   const int size = world.size();
   const cudaStream_t stream = cuda::current_stream(world.device().index);
@@ -118,14 +121,25 @@ void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& in
   const int64_t split = 41;  // the "bias": the last 41 values, reduced as a tensor of their own
   const int64_t head = mine.numel() - split;
   Tensor flat = mine.clone().view({mine.numel()});
-  auto reduced = [&] {  // the two parts, reduced through one all_reduce_enqueue call
-    world.all_reduce_enqueue({flat.narrow(0, 0, head), flat.narrow(0, head, split)}, ReduceOp::Sum, stream);
+  auto reduced = [&] {  // the two parts, reduced in one NCCL group
+    world.enqueue("all_reduce of two parts", stream, [&](ncclComm_t communicator, cudaStream_t s) {
+      ncclResult_t result = ncclGroupStart();
+      for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, head}, {head, split}}) {
+        if (result != ncclSuccess) break;
+        const ncclResult_t queued = ncclAllReduce(flat.data() + first, flat.data() + first,
+                                                  static_cast<size_t>(count), ncclFloat32, ncclSum,
+                                                  communicator, s);
+        if (queued != ncclSuccess && queued != ncclInProgress) result = queued;
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      return result != ncclSuccess ? result : ended;
+    });
   };
   reduced();
   world.synchronize(stream);
   checks.expect(matches_reference(flat.to_vector(), expected, size),
-                "all_reduce_enqueue of two tensors in one group equals the rank-order loop");
-  checks.expect(identical_on_every_rank(world, flat), "all_reduce_enqueue: same bits on every rank");
+                "enqueue: two all-reduces in one NCCL group equal the rank-order loop");
+  checks.expect(identical_on_every_rank(world, flat), "enqueue: same bits on every rank");
 
   const Tensor source = mine.contiguous().view({mine.numel()});
   flat.fill_(-1.0f);
@@ -138,7 +152,7 @@ void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& in
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   CUDA_CHECK(cudaGraphInstantiate(&executable, graph, 0));
   CUDA_CHECK(cudaGraphDestroy(graph));
-  checks.expect(flat.at({0}) == -1.0f, "capturing all_reduce_enqueue runs nothing");
+  checks.expect(flat.at({0}) == -1.0f, "capturing enqueue runs nothing");
   bool all_equal = true;
   for (int replay = 0; replay < 3; ++replay) {
     CUDA_CHECK(cudaGraphLaunch(executable, stream));
@@ -146,25 +160,35 @@ void check_enqueued(dist::NcclProcessGroup& world, const std::vector<Tensor>& in
     all_equal = all_equal && matches_reference(flat.to_vector(), expected, size);
   }
   CUDA_CHECK(cudaGraphExecDestroy(executable));
-  checks.expect(all_equal, "all_reduce_enqueue captured in a graph: 3 replays equal the rank-order loop");
+  checks.expect(all_equal, "enqueue captured in a graph: 3 replays equal the rank-order loop");
   checks.expect(identical_on_every_rank(world, flat), "replayed all-reduce: same bits on every rank");
-
-  Tensor grid = Tensor::zeros({4, 6}, world.device());
-  Tensor columns = grid.narrow(1, 2, 3);
-  bool refused = false;
-  try {
-    world.all_reduce_enqueue(columns, ReduceOp::Sum, stream);
-  } catch (const Error& error) {
-    refused = std::string(error.what()).find("must be contiguous") != std::string::npos;
-  }
-  checks.expect(refused, "all_reduce_enqueue refuses a strided view, naming the reason");
-  world.barrier();
-  checks.expect(true, "the group still works after the refusal");
 }
 
-// The exact sums' stream-ordered all-reduce (NcclEnqueuedSums, as a captured
-// fused::ExactL1Step in bench/fused/ uses it): captured with a copy of the rank's digits
-// in front, each replay's digits equal the blocking all_reduce_sums' word for word.
+// The blocking exact all-reduce packs the words some rank needs (dist/packed_digits.h):
+// its digits equal every rank's added in full, word for word, over every magnitude.
+void check_packed_sums(dist::NcclProcessGroup& world, Checks& checks) {
+  for (test::Magnitudes m : test::all_magnitudes()) {
+    bool all_equal = true;
+    int64_t sent = 0, full = 0;
+    for (int64_t count : {1, 129, 10256}) {
+      const uint64_t seed = 7000 + static_cast<uint64_t>(count) + static_cast<uint64_t>(m);
+      exact::ExactSums sums = test::copy_to(test::random_sums(seed, world.rank(), count, m), world.device());
+      const auto before = world.digit_traffic();
+      world.all_reduce_sums(sums);
+      sent += world.digit_traffic().sent_words - before.sent_words;
+      full += world.digit_traffic().digit_words - before.digit_words;
+      all_equal = all_equal && sums.to_host() == test::full_all_reduce(seed, world.size(), count, m);
+    }
+    char figure[96];
+    std::snprintf(figure, sizeof figure, " (%.1f of %.1f KB sent)", 8e-3 * sent, 8e-3 * full);
+    checks.expect(all_equal, "all_reduce_sums, " + test::magnitudes_name(m) +
+                                 ": the full all-reduce's digits word for word" + figure);
+  }
+}
+
+// The captured step's all-reduce (fused::NcclEnqueuedSums, bench/fused/nccl_enqueued.h):
+// captured with a copy of the rank's digits in front, each replay's digits (every word
+// added) equal the blocking, packed all_reduce_sums' word for word.
 void check_enqueued_sums(dist::NcclProcessGroup& world, const std::vector<Tensor>& inputs,
                          Checks& checks) {
   const cudaStream_t stream = cuda::current_stream(world.device().index);
@@ -174,7 +198,7 @@ void check_enqueued_sums(dist::NcclProcessGroup& world, const std::vector<Tensor
   world.all_reduce_sums(blocking);
   const exact::ExactSums source = exact::ExactSums::of_values(values);
   exact::ExactSums enqueued(source.count(), world.device());
-  dist::NcclEnqueuedSums sums(world);
+  fused::NcclEnqueuedSums sums(world);
   checks.expect(sums.only_enqueues(), "NcclEnqueuedSums declares itself capturable");
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t executable = nullptr;
@@ -238,7 +262,10 @@ int run_die_test(dist::NcclProcessGroup& world, int die_rank, std::chrono::milli
   try {
     if (enqueued) {
       const cudaStream_t stream = cuda::current_stream(world.device().index);
-      world.all_reduce_enqueue(values, ReduceOp::Sum, stream);  // returns: nothing waits yet
+      world.enqueue("all_reduce", stream, [&](ncclComm_t communicator, cudaStream_t s) {
+        return ncclAllReduce(values.data(), values.data(), static_cast<size_t>(values.numel()),
+                             ncclFloat32, ncclSum, communicator, s);
+      });  // returns: nothing waits yet
       world.synchronize(stream);
     } else {
       world.all_reduce(values);
@@ -296,6 +323,7 @@ int main(int argc, char** argv) {
     check_reductions(*world, inputs, checks);
     check_gather_broadcast_barrier(*world, inputs, checks);
     check_enqueued(*world, inputs, checks);
+    check_packed_sums(*world, checks);
     check_enqueued_sums(*world, inputs, checks);
     check_mesh_groups(*world, inputs, checks);
     std::printf("%s: %d check(s) failed\n", checks.failures ? "FAILED" : "ALL PASSED", checks.failures);
