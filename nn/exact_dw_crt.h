@@ -25,10 +25,11 @@
 //     window, its products with every dy of its row; for a dy element outside, its
 //     products with the x elements of its row that are inside (the others were in
 //     the first list).
-//  4. A pair whose largest product could reach 2^129 (both columns' elements near
-//     float's largest) would need the bins' overflow rule on some inside terms: the
+//  4. A pair whose largest product could reach 2^129 would need the bins' overflow
+//     rule (an infinity in the special word) on some inside terms: the
 //     whole pair takes the binned sum over every row instead, and neither 2 nor 3
-//     touches it. Only finite values of 2^63 and more in both factors reach this.
+//     touches it. Only columns whose largest elements multiply to 2^128 or more
+//     (both near 2^64, say) take it.
 //
 // Every term lands in exactly one of 2, 3 or 4, and each part is the exact value of
 // its terms under the bins' rules, so the digits hold the reference's exact value: the
@@ -261,8 +262,9 @@ struct CrtChunks {
 // `sums` (on the GPU): digit d of sum j * in + k at sums.digits()[d * sums.count() +
 // j * in + k], as accumulate_linear_grads_cuda lays them out. x_largest: x's column
 // maxima as column_maxima_cuda finds them, if the caller has them; else found here.
-// Stream-ordered on the device's current stream; allocates its scratch there
-// (residue planes of about 2 * moduli * rows_per_product * (in + out) bytes).
+// Stream-ordered on the device's current stream; allocates its scratch there: residue
+// planes of moduli * rows_per_product * (in + out) bytes (columns rounded up to 32,
+// rows to 64), and one or two int32 products per output and modulus.
 void accumulate_weight_grad_crt_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                      const unsigned int* x_largest = nullptr, const CrtChunks& chunks = {});
 #endif
