@@ -47,6 +47,15 @@ struct Descriptors {
   }
 };
 
+// A layout's strided batch: `count` matrices, `stride` elements apart.
+void set_batch(cublasLtMatrixLayout_t layout, int count, int64_t stride) {
+  const int32_t batch_count = count;
+  CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch_count,
+                                                  sizeof(batch_count)));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof(stride)));
+}
+
 // Enough for cuBLASLt's split-K and stream-K algorithms at the shapes nn asks for.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
@@ -55,6 +64,11 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 void int8_product(const Int8Product& p, int device, cuda::Stream stream) {
   SEQPAR_CHECK(p.m > 0 && p.n > 0 && p.k > 0 && p.m % 16 == 0 && p.n % 16 == 0 && p.k % 16 == 0,
                "int8_product: m ", p.m, ", n ", p.n, ", k ", p.k, " must be positive multiples of 16");
+  SEQPAR_CHECK(p.batch == 1 || (p.batch > 1 && p.a_batch_stride % 16 == 0 && p.b_batch_stride % 16 == 0 &&
+                                 p.c_batch_stride % 16 == 0 && p.a_batch_stride > 0 && p.b_batch_stride > 0 &&
+                                 p.c_batch_stride >= p.m * p.n),
+               "int8_product: a batch of ", p.batch, " needs positive strides, multiples of 16, C's at least m n; got ",
+               p.a_batch_stride, ", ", p.b_batch_stride, ", ", p.c_batch_stride);
   const int64_t a_stride = p.a_stride > 0 ? p.a_stride : p.k;
   SEQPAR_CHECK(a_stride >= p.k && a_stride % 16 == 0, "int8_product: A's column stride ", a_stride,
                " must be a multiple of 16 and at least k (", p.k, ")");
@@ -70,6 +84,11 @@ void int8_product(const Int8Product& p, int device, cuda::Stream stream) {
   CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8I, u(p.k), u(p.m), a_stride));
   CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8I, u(p.k), u(p.n), p.k));
   CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32I, u(p.m), u(p.n), p.m));
+  if (p.batch > 1) {
+    set_batch(d.a, p.batch, p.a_batch_stride);
+    set_batch(d.b, p.batch, p.b_batch_stride);
+    set_batch(d.c, p.batch, p.c_batch_stride);
+  }
   CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));
   const size_t workspace_bytes = kWorkspaceBytes;
   CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(

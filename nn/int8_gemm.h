@@ -19,6 +19,12 @@ struct Int8Product {
   int32_t* c;        // [m, n], column j at c + j * m
   bool accumulate;   // C += Aᵀ B rather than C = Aᵀ B
   int64_t a_stride = 0;  // 0: k (A whole); else a multiple of 16, at least k (A a block of rows of a longer matrix)
+  // Several products of the same shape in one launch (cuBLASLt's strided batch): product
+  // b reads A at a + b * a_batch_stride, B at b + b * b_batch_stride and writes C at
+  // c + b * c_batch_stride (elements; multiples of 16). One launch costs less than
+  // `batch` launches when each product is small.
+  int batch = 1;
+  int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
 };
 
 // Stream-ordered on `stream` (of `device`, the current device); takes its workspace from

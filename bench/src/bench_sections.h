@@ -23,6 +23,7 @@ struct Settings {
   std::string json = "seqpar_bench.json";
   bool stress = true;
   bool kernel_parts = false, kernel_parts_only = false;
+  bool exact_dw_only = false;
 };
 
 // Kernels at the shapes (seqpar_bench_kernels.cpp).
@@ -35,6 +36,10 @@ void bench_kernel_parts(Report& report, const Settings& settings);
 // streams (seqpar_bench_overlap.cpp).
 void bench_forward_and_weight_grad(Report& report, const Settings& settings, const Tensor& weight,
                                    const Tensor& bias);
+// Exact dW alone with a randn dy at the seed shape and (with settings.stress) the stress
+// shape: the binned row sums (seed shape; the stress shape's is gemm/stress_dw) and the
+// CRT on the int8 tensor cores (seqpar_bench_kernels.cpp).
+void bench_exact_dw(Report& report, const Settings& settings);
 // The stress shape and the square GEMM (seqpar_bench_kernels.cpp).
 void bench_stress(Report& report, const Settings& settings);
 

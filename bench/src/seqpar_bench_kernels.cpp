@@ -20,12 +20,15 @@
 #include "core/generator.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
+#include "nn/exact_dw_crt.h"
 #include "nn/int8_gemm.h"
 #include "nn/linear_kernels.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
 namespace seqpar::bench {
+
+namespace crt = nn::detail::crt;
 
 namespace {
 
@@ -62,6 +65,55 @@ void bench_linear(Report& report, const Settings& s, const Tensor& x, const Tens
              time_calls([&] {
                nn::detail::linear_backward_cuda(grad_y, x, weight, Tensor(), grad_weight, grad_bias);
              }, s.warmup, s.repeats), bytes, flops);
+}
+
+// Exact dW alone with a randn dy (no one magnitude: the general case, an MSE's or a
+// masked mean's), rounded into dW, the sums' zeroing and rounding included as the
+// backward pays them: by the row sums of today's dispatch (accumulate_weight_grad_cuda:
+// the binned kernel for such a dy) when `binned`, and by the CRT on the int8 tensor
+// cores (nn/exact_dw_crt.h). Both beside cuBLAS's fp32 dyᵀx in bench/merge.py's table.
+void bench_dw_randn(Report& report, const std::string& name, const Tensor& grad_y, const Tensor& x, bool binned,
+                    int warmup, int repeats) {
+  const int64_t rows = x.size(0), in = x.size(1), out = grad_y.size(1);
+  const nn::detail::ConstRows dy_rows = nn::detail::const_rows_of(grad_y), x_rows = nn::detail::const_rows_of(x);
+  const Tensor grad_weight = Tensor::empty({out, in}, kGpu);
+  const double bytes = kF * (rows * (in + out) + out * in), flops = 2.0 * rows * in * out;
+  if (binned) {
+    report.add("kernel/linear_dw_randn_binned/" + name, "exact dW, randn dy: binned row sums, rounded once",
+               time_calls([&] {
+                 exact::ExactSums sums(out * in, kGpu);
+                 nn::detail::accumulate_weight_grad_cuda(dy_rows, x_rows, sums);
+                 sums.round_into(grad_weight);
+               }, warmup, repeats), bytes, flops);
+  }
+  const crt::Plan plan = crt::plan_for_rows(rows);
+  report.add((binned ? "kernel/linear_dw_randn_crt/" : "gemm/stress_dw_randn_crt/") + name,
+             "exact dW, randn dy: CRT, " + std::to_string(plan.moduli) + " int8 GEMMs, " +
+                 std::to_string(plan.window_bits) + "-bit windows, rounded once",
+             time_calls([&] {
+               exact::ExactSums sums(out * in, kGpu);
+               nn::detail::accumulate_weight_grad_crt_cuda(dy_rows, x_rows, sums);
+               sums.round_into(grad_weight);
+             }, warmup, repeats), bytes, flops);
+  // The CRT's tensor-core work alone: its batched int8 GEMM over one product's rows (the
+  // stress shape has eight of them), the floor the scheme cannot go below.
+  const int64_t k = cuda::round_up(std::min(rows, nn::detail::crt::kRowsPerProduct), 64);
+  const int64_t m = cuda::round_up(out, 32), n = cuda::round_up(in, 32);
+  DeviceBuffer<int8_t> a(plan.moduli * m * k, kGpu), b(plan.moduli * n * k, kGpu);
+  DeviceBuffer<int32_t> c(plan.moduli * m * n, kGpu);
+  const cuda::Stream stream = cuda::current_stream(0);
+  CUDA_CHECK(cudaMemsetAsync(a.data(), 0x3b, static_cast<size_t>(a.size()), stream));
+  CUDA_CHECK(cudaMemsetAsync(b.data(), 0xc5, static_cast<size_t>(b.size()), stream));
+  nn::detail::Int8Product product{m, n, k, a.data(), b.data(), c.data(), false};
+  product.batch = plan.moduli;
+  product.a_batch_stride = m * k;
+  product.b_batch_stride = n * k;
+  product.c_batch_stride = m * n;
+  report.add("gemm/crt_int8_batch/" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + "x" +
+                 std::to_string(plan.moduli),
+             "the CRT dW's batched int8 GEMM alone, one product's rows (ops as flops)",
+             time_calls([&] { nn::detail::int8_product(product, 0, stream); }, warmup, repeats),
+             static_cast<double>(plan.moduli * (m * k + n * k + 4 * m * n)), 2.0 * plan.moduli * m * n * k);
 }
 
 }  // namespace
@@ -239,6 +291,23 @@ void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x)
 }
 
 }  // namespace
+
+void bench_exact_dw(Report& report, const Settings& s) {
+  {
+    const int64_t n = 12000, in = 640, out = 16;
+    Generator generator(7);  // bench_kernels' x and dy
+    const Tensor x = generator.randn({n, in}, kGpu);
+    generator.randn({out, in}, kGpu);
+    generator.randn({out}, kGpu);
+    const Tensor grad_y = generator.randn({n, out}, kGpu);
+    bench_dw_randn(report, "12000x640x16", grad_y, x, true, s.warmup, s.repeats);
+  }
+  if (!s.stress) return;
+  const int64_t rows = int64_t{1} << 20, features = 1024;
+  const Tensor x = randn_on_device(6, 0, {rows, features}, 0);  // bench_stress's x and dy
+  const Tensor grad_y = randn_on_device(7, 0, {rows, features}, 0);
+  bench_dw_randn(report, "1024x1024x1048576", grad_y, x, false, 1, 3);
+}
 
 void bench_stress(Report& report, const Settings& s) {
   {  // square GEMM: y = x Wᵀ + b on the 128 x 128 kernel

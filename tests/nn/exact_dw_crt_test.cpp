@@ -1,0 +1,198 @@
+// The CRT dW's arithmetic (nn/exact_dw_crt.h) on the CPU: each shared function against an
+// independent computation, and the whole scheme (the host model of exact_dw_crt_model.h)
+// against the reference's exact sums (nn/reference/linear.h) on random shapes, exponent
+// ranges, chunkings and partitions of the rows.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/exact_fixed_point.h"
+#include "core/exact_rounding.h"
+#include "core/exact_sums.h"
+#include "core/tensor.h"
+#include "nn/exact_dw_crt.h"
+#include "nn/reference/linear.h"
+#include "tests/nn/exact_dw_crt_model.h"
+#include "tests/nn/exact_dw_crt_util.h"
+#include "tests/test_util.h"
+
+using namespace seqpar;
+using namespace seqpar::test::crt_dw;
+
+namespace {
+
+uint64_t case_seed(uint64_t base) {
+  return base + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(Catch::rngSeed());
+}
+
+// The model's sums and the reference's for dy, x: the same exact value in every sum, and
+// the same bits once rounded.
+void check_against_reference(const Tensor& dy, const Tensor& x, int64_t rows_per_product) {
+  const nn::detail::ConstRows dy_rows = nn::detail::const_rows_of(dy), x_rows = nn::detail::const_rows_of(x);
+  const int64_t count = dy.size(1) * x.size(1);
+  exact::ExactSums model(count, Device::cpu()), reference(count, Device::cpu());
+  crt_weight_sums_model(dy_rows, x_rows, model, rows_per_product);
+  nn::reference::linear_weight_sums(dy_rows, x_rows, reference, 0);
+  CHECK(differing_sums(model.to_host(), count, reference.to_host(), count, count) == 0);
+  Tensor a = Tensor::empty({dy.size(1), x.size(1)}), b = Tensor::empty({dy.size(1), x.size(1)});
+  model.round_into(a);
+  reference.round_into(b);
+  CHECK(test::bitwise_equal(a, b));
+}
+
+void check_case(const Case& c, uint64_t seed, int64_t rows_per_product) {
+  INFO(c.name << ": " << c.rows << " x " << c.in << " -> " << c.out << ", seed " << seed
+              << ", rows per product " << rows_per_product);
+  std::mt19937_64 rng(seed);
+  const Tensor dy = matrix(rng, c.rows, c.out, c.dy), x = matrix(rng, c.rows, c.in, c.x);
+  check_against_reference(dy, x, rows_per_product);
+}
+
+}  // namespace
+
+TEST_CASE("crt: residues are the symmetric residues of the exact integers", "[cpu]") {
+  const crt::Table table = crt::crt_table(crt::kMaxModuli);
+  std::mt19937_64 rng(case_seed(1));
+  for (int n = 0; n < 20000; ++n) {
+    const int bits = 1 + static_cast<int>(rng() % 53);  // |V| < 2^53
+    const auto magnitude = static_cast<int64_t>(rng() >> (64 - bits));
+    const int64_t v = rng() % 2 ? magnitude : -magnitude;
+    for (int i = 0; i < table.count; ++i) {
+      const int m = table.moduli[i];
+      const int r = crt::residue(static_cast<double>(v), m, table.reciprocals[i]);
+      INFO("V " << v << " modulo " << m << ": " << r);
+      CHECK(2 * std::abs(r) < m);
+      CHECK((v - r) % m == 0);
+    }
+  }
+}
+
+TEST_CASE("crt: Garner's value is the signed integer of its residues", "[cpu]") {
+  std::mt19937_64 rng(case_seed(2));
+  for (int count = 1; count <= crt::kMaxModuli; ++count) {
+    const crt::Table table = crt::crt_table(count);
+    const exact::UInt128 half = table.product / 2;
+    for (int n = 0; n < 500; ++n) {
+      const exact::UInt128 random = (exact::UInt128{rng()} << 64) | rng();
+      const auto magnitude = static_cast<exact::Int128>(n % 7 == 0 ? half : random % (half + 1));
+      const exact::Int128 s = rng() % 2 ? magnitude : -magnitude;
+      int residues[crt::kMaxModuli] = {};
+      for (int i = 0; i < count; ++i) {
+        residues[i] = static_cast<int>(((s % table.moduli[i]) + table.moduli[i]) % table.moduli[i]);
+      }
+      CHECK((crt::signed_value(table, residues) == s));
+    }
+  }
+}
+
+TEST_CASE("crt: a wide integer times 2^t enters the digits with its exact value", "[cpu]") {
+  // Against exact::add_scaled_integer of its 62-bit pieces (each below that function's 2^93).
+  std::mt19937_64 rng(case_seed(3));
+  for (int n = 0; n < 20000; ++n) {
+    const int bits = 1 + static_cast<int>(rng() % 126);
+    const exact::UInt128 random = (exact::UInt128{rng()} << 64) | rng();
+    const auto magnitude = static_cast<exact::Int128>(random >> (128 - bits));
+    const exact::Int128 value = rng() % 2 ? magnitude : -magnitude;
+    // t from -149 up to where |value| 2^t nears 2^160, and low enough for the pieces.
+    const int highest = std::min(160 - bits, 129 - 62);
+    const int t = -149 + static_cast<int>(rng() % static_cast<uint64_t>(highest + 150));
+    int64_t wide[exact::kDigits] = {}, pieces[exact::kDigits] = {};
+    crt::add_wide_scaled_integer(wide, 1, value, t);
+    const exact::Int128 high = value / (exact::Int128{1} << 62), low = value - high * (exact::Int128{1} << 62);
+    exact::add_scaled_integer(pieces, 1, low, t);
+    exact::add_scaled_integer(pieces, 1, high, t + 62);
+    int64_t difference[exact::kDigits] = {};
+    for (int d = 0; d < exact::kBins; ++d) difference[d] = wide[d] - pieces[d];
+    INFO("bits " << bits << ", t " << t);
+    CHECK(exact::round_to_double(difference) == 0.0);
+    for (int d = 1; d < exact::kBins; ++d) CHECK(std::abs(wide[d]) < (int64_t{1} << exact::kBinBits));
+  }
+}
+
+TEST_CASE("crt: the plan's moduli hold every sum of its window's products", "[cpu]") {
+  for (const int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3000}, int64_t{12000}, int64_t{131072},
+                             int64_t{1} << 20, exact::kMaxTerms}) {
+    const crt::Plan plan = crt::plan_for_rows(rows);
+    const crt::Table table = crt::crt_table(plan.moduli);
+    INFO(rows << " rows: " << plan.moduli << " moduli, window " << plan.window_bits);
+    const auto bound = [&](int w) {
+      const exact::UInt128 largest = (exact::UInt128{1} << w) - 1;
+      return 2 * static_cast<exact::UInt128>(rows) * largest * largest;
+    };
+    CHECK(plan.window_bits >= crt::kMinWindowBits);
+    CHECK(plan.window_bits <= crt::kMaxWindowBits);
+    CHECK(table.product > bound(plan.window_bits));
+    CHECK((plan.window_bits == crt::kMaxWindowBits || table.product <= bound(plan.window_bits + 1)));
+    if (plan.moduli > 1) CHECK(crt::crt_table(plan.moduli - 1).product <= bound(crt::kMinWindowBits));
+  }
+  CHECK(crt::plan_for_rows(12000).moduli == 12);
+  CHECK(crt::plan_for_rows(int64_t{1} << 20).moduli == 13);
+}
+
+TEST_CASE("crt: the scheme on the CPU gives the reference's exact sums", "[cpu]") {
+  uint64_t seed = case_seed(10);
+  for (const Case& c : cases()) {
+    for (const int64_t rows_per_product : {crt::kRowsPerProduct, int64_t{64}, int64_t{7}}) {
+      check_case(c, seed++, rows_per_product);
+    }
+  }
+}
+
+TEST_CASE("crt: the scheme on the CPU at random shapes and exponent ranges", "[cpu]") {
+  std::mt19937_64 rng(case_seed(20));
+  const auto uniform = [&](int64_t low, int64_t high) {
+    return std::uniform_int_distribution<int64_t>(low, high)(rng);
+  };
+  for (int n = 0; n < 24; ++n) {
+    const auto spread = [&] {
+      const int low = static_cast<int>(uniform(-140, 100));
+      return Spread{low, low + static_cast<int>(uniform(0, 40)), n % 3 == 0 ? 0.05 : 0.0,
+                    n % 4 == 0 ? 0.005 : 0.0};
+    };
+    const Case c{"random", uniform(1, 900), uniform(1, 24), uniform(1, 12), spread(), spread()};
+    check_case(c, rng(), uniform(1, 400));
+  }
+}
+
+TEST_CASE("crt: sums at the moduli's bound (every product the window's largest, one sign)", "[cpu]") {
+  // V = 2^W - 2^(W - 24) (every bit of the window's top 24) in every element: S = rows V^2,
+  // within a factor (1 - 2^-24)^2 of rows 2^(2W), near the bound the
+  // plan's moduli must exceed twice. A window one bit too wide (or a modulus short)
+  // wraps S around Π and fails here.
+  for (const int64_t rows : {int64_t{1}, int64_t{700}, int64_t{3001}}) {
+    const float largest = std::nextafter(2.0f, 0.0f);  // 2 - 2^-23: every bit of a 24-bit window
+    for (const float sign : {1.0f, -1.0f}) {
+      INFO(rows << " rows, sign " << sign);
+      const Tensor dy = Tensor::full({rows, 3}, sign * largest), x = Tensor::full({rows, 5}, largest * 0x1p-20f);
+      check_against_reference(dy, x, crt::kRowsPerProduct);
+      check_against_reference(dy, x, 64);
+    }
+  }
+}
+
+TEST_CASE("crt: two halves of the rows, their digits added, give the whole's bits", "[cpu]") {
+  std::mt19937_64 rng(case_seed(30));
+  for (const Case& c : cases()) {
+    if (c.rows < 2) continue;
+    INFO(c.name);
+    const Tensor dy = matrix(rng, c.rows, c.out, c.dy), x = matrix(rng, c.rows, c.in, c.x);
+    const int64_t cut = c.rows / 3, count = c.out * c.in;
+    exact::ExactSums whole(count, Device::cpu()), first(count, Device::cpu()), second(count, Device::cpu());
+    crt_weight_sums_model(nn::detail::const_rows_of(dy), nn::detail::const_rows_of(x), whole, 64);
+    const auto part = [&](int64_t begin, int64_t rows, exact::ExactSums& sums) {
+      crt_weight_sums_model(nn::detail::const_rows_of(dy.narrow(0, begin, rows)),
+                            nn::detail::const_rows_of(x.narrow(0, begin, rows)), sums, 64);
+    };
+    part(0, cut, first);
+    part(cut, c.rows - cut, second);
+    first.add(second);
+    CHECK(differing_sums(first.to_host(), count, whole.to_host(), count, count) == 0);
+    Tensor a = Tensor::empty({c.out, c.in}), b = Tensor::empty({c.out, c.in});
+    first.round_into(a);
+    whole.round_into(b);
+    CHECK(test::bitwise_equal(a, b));
+  }
+}
