@@ -50,10 +50,10 @@ struct WideChunks {
   int64_t rows_per_chunk = 0, rows_per_fold = 0, outside_capacity = 0;
 };
 // Which kernel computed dW's sums (accumulate_linear_grads_cuda's table). Whether dy has
-// one magnitude is found on the device, so a launch leaves that choice to it; a caller
-// that asks (a test, a diagnosis) gets the answer by reading back dy's two words, a wait
-// that the training path never makes.
-enum class WeightGradKernel { None, Binned, OneMagnitudeFewOutputs, OneMagnitudeManyOutputs };
+// one magnitude is found on the device, and with few outputs the launch leaves the
+// choice to it; a caller that asks (a test, a diagnosis) gets the answer by reading
+// back dy's two words, a wait that the training path makes only with many outputs.
+enum class WeightGradKernel { None, Binned, OneMagnitudeFewOutputs, OneMagnitudeManyOutputs, Crt };
 const char* to_string(WeightGradKernel kernel);
 
 // x_largest: x's column maxima if the caller has them, as column_maxima_cuda finds them

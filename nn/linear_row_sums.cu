@@ -21,6 +21,7 @@
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"
+#include "nn/exact_dw_crt.h"
 #include "nn/linear_kernels.h"
 #include "nn/linear_row_sums.cuh"
 #include "nn/one_magnitude_dw.cuh"
@@ -202,16 +203,14 @@ struct Maxima {
   const uint8_t* sign_fragments = nullptr;  // dy's, for the few-outputs one (linear_kernels.h)
 };
 
-// The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
-// Allocates nothing and never waits (capturable). With dy's signs in maxima.signs (a
-// caller that may allocate, where the many-outputs path fits: accumulate_linear_grads_cuda),
-// dW's one-magnitude sums take the many-outputs path, cut as `wide` says.
+// The binned row sums of one launch (row_sums_kernel) into digits[d * stride + i], on
+// `stream`. `one_magnitude_words`: dy's two words where a one-magnitude path was
+// launched beside it (the kernel then returns at once if dy had one magnitude), else
+// null: the kernel does the work.
 template <bool kProducts>
-void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                      Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
-                      const WideChunks& wide = {}) {
-  exact::check_term_count("linear_backward", rows);
-  if (rows == 0 || columns == 0 || outputs == 0) return;
+void launch_binned_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
+                            const Maxima& maxima, const unsigned int* one_magnitude_words,
+                            int64_t* digits, int64_t stride, cudaStream_t stream) {
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
   const int64_t output_groups = cuda::ceil_div(outputs, kRowSumsOutputs<kProducts>);
   const int64_t wanted_chunks =
@@ -222,6 +221,24 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   SEQPAR_CHECK(column_blocks <= 0x7fffffff && output_groups <= 65535 && chunks <= 65535,
                "linear_backward: ", outputs, " x ", columns, " sums over ", rows,
                " rows exceed the row-sum kernel's grid");
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
+                  static_cast<unsigned>(chunks));
+  cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
+                         outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
+                         kProducts ? nullptr : maxima.sign_sums, digits, stride);
+  CUDA_LAUNCH_CHECK();
+}
+
+// The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
+// Allocates nothing and never waits (capturable). With dy's signs in maxima.signs (a
+// caller that may allocate, where the many-outputs path fits: accumulate_linear_grads_cuda),
+// dW's one-magnitude sums take the many-outputs path, cut as `wide` says.
+template <bool kProducts>
+void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
+                      Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
+                      const WideChunks& wide = {}) {
+  exact::check_term_count("linear_backward", rows);
+  if (rows == 0 || columns == 0 || outputs == 0) return;
   // When dy has one magnitude, dW's fixed-point sums or db's sign sums (added by the
   // general kernel), and the general kernel's binned sums return at once (all read the
   // words on the device). The general kernel goes first: its blocks wait, resident,
@@ -234,13 +251,9 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
   const bool one_magnitude = kProducts && (maxima.signs.data != nullptr || one_magnitude_dw_fits(a, b));
   const bool general_inside = one_magnitude && maxima.signs.data == nullptr && maxima.sign_fragments != nullptr;
   const unsigned int* one_magnitude_words = kProducts && !one_magnitude ? nullptr : maxima.words;
-  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
-                  static_cast<unsigned>(chunks));
   if (!general_inside) {
-    cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
-                           outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
-                           kProducts ? nullptr : maxima.sign_sums, digits, stride);
-    CUDA_LAUNCH_CHECK();
+    launch_binned_row_sums<kProducts>(a, b, rows, outputs, columns, maxima, one_magnitude_words, digits,
+                                      stride, stream);
   }
   if (kProducts && maxima.signs.data != nullptr) {
     launch_one_magnitude_dw_many_outputs(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
@@ -276,16 +289,37 @@ class RowSumsScratch {
   DeviceBuffer<int64_t> buffer_;
 };
 
-// The path enqueue_row_sums<true> took: from the shape where only the binned sums fit,
-// else from dy's one-magnitude words, read back (a wait).
-WeightGradKernel weight_grad_kernel_taken(bool many_outputs_fits, bool few_outputs_fits,
-                                      const unsigned int* words, int device) {
-  if (!many_outputs_fits && !few_outputs_fits) return WeightGradKernel::Binned;
+// Below this many terms (rows x out x in) a general dy's dW stays on the binned kernel:
+// the CRT's launches, cuBLASLt's included, cost more than the sums themselves.
+constexpr int64_t kCrtMinTerms = int64_t{1} << 24;
+
+// dW's sums for a dy the host knows has not one magnitude (or may not: no one-magnitude
+// kernel fits): the CRT on the int8 tensor cores (exact_dw_crt.cu) where the sum is
+// large enough, else the binned sums. Returns which ran.
+WeightGradKernel enqueue_general_weight_sums(const ConstRows& grad_y, const ConstRows& x,
+                                             const unsigned int* x_largest, const unsigned int* dy_largest,
+                                             exact::ExactSums& sums, cudaStream_t stream) {
+  const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
+  if (rows * in * out >= kCrtMinTerms) {
+    accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_largest);
+    return WeightGradKernel::Crt;
+  }
+  launch_binned_row_sums<true>(grad_y, x, rows, out, in, Maxima{x_largest, dy_largest, nullptr}, nullptr,
+                               sums.digits(), sums.count(), stream);
+  return WeightGradKernel::Binned;
+}
+
+// Whether dy had one magnitude, from its two words read back: a wait for the pass over dy.
+bool dy_has_one_magnitude(const unsigned int* words, int device) {
   unsigned int host_words[2] = {};
   cuda::copy(host_words, Device::cpu(), words, Device::cuda(device), sizeof(host_words));
-  if (!one_magnitude_of(host_words[0], ~host_words[1]).holds) return WeightGradKernel::Binned;
-  return many_outputs_fits ? WeightGradKernel::OneMagnitudeManyOutputs
-                           : WeightGradKernel::OneMagnitudeFewOutputs;
+  return one_magnitude_of(host_words[0], ~host_words[1]).holds;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
 }
 
 }  // namespace
@@ -296,6 +330,7 @@ const char* to_string(WeightGradKernel kernel) {
     case WeightGradKernel::Binned: return "binned";
     case WeightGradKernel::OneMagnitudeFewOutputs: return "one-magnitude, few outputs";
     case WeightGradKernel::OneMagnitudeManyOutputs: return "one-magnitude, many outputs";
+    case WeightGradKernel::Crt: return "CRT on int8 products";
   }
   return "?";
 }
@@ -317,18 +352,25 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
 //   dW    dy of one magnitude, out >= 64      one_magnitude_dw_many_outputs.cu:     the same as
 //                                             x cut once to int8 planes, int8       int8 GEMMs
 //                                             GEMMs with dy's signs (cuBLASLt)
+//   dW    any other dy, out >= 64, or no      exact_dw_crt.cu: the exact integer    exact products
+//         one-magnitude kernel fits; at       sums of fixed-point windows modulo    on the int8
+//         least kCrtMinTerms terms            13 moduli (int8 GEMMs), then the CRT  tensor cores
 //   dW    any other dy                        row_sums_kernel<true> (binned sums,   exact for any
 //                                             from the first reachable bin)         terms
 //   db    dy of one magnitude                 f times each column's sign count      no second pass
 //                                             (from the pass over dy's maxima)      over dy
 //   db    any other dy                        row_sums_kernel<false> (binned sums)
 //
-// Whether dy has one magnitude is known only on the device: the pass over dy's column
+// Whether dy has one magnitude is known first on the device: the pass over dy's column
 // maxima leaves its largest and smallest nonzero magnitude (its one-magnitude words,
-// nn/one_magnitude_dw.cuh), and both the one-magnitude kernel and the binned one read
-// them and exactly one of them does the work. So both are launched where the shape
-// allows the one-magnitude path; the host never waits to learn which did, unless it asks
-// (kernel_taken: the words read back, for tests and diagnoses).
+// nn/one_magnitude_dw.cuh). With many outputs the host reads the two words back (a
+// wait, short beside the GEMMs that follow) and runs one path: a GEMM path cannot
+// return at once as a kernel can. With few outputs it does not wait, as the L1 step's
+// time would show it: the one-magnitude kernel and the binned one both read the words
+// and exactly one of them does the work. Inside a graph capture the host cannot read,
+// so the many-outputs sums take that second form too (the one-magnitude GEMMs and the
+// binned kernel). kernel_taken tells a caller (a test, a diagnosis) which kernel did
+// the work, reading the words back where the host did not.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest,
                                   const WideChunks& wide, WeightGradKernel* kernel_taken) {
@@ -363,12 +405,30 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   const SignMatrix signs{wide_dw ? sign_bytes.data() : nullptr, signs_ld};
   column_maxima_cuda(grad_y, dy_largest, words, stream, bias ? scratch.sign_sums() : nullptr, signs);
   if (weight && in > 0) {
-    enqueue_row_sums<true>(grad_y, x, rows, out, in,
-                           Maxima{find_x ? scratch.largest() : x_largest, dy_largest, words, nullptr, signs},
-                           weight_digits, sums.count(), stream, wide);
-    if (kernel_taken != nullptr) {
-      *kernel_taken = weight_grad_kernel_taken(wide_dw, one_magnitude_dw_fits(grad_y, x), words, device);
+    const unsigned int* x_maxima = find_x ? scratch.largest() : x_largest;
+    const Maxima maxima{x_maxima, dy_largest, words, nullptr, signs};
+    WeightGradKernel taken = WeightGradKernel::None;
+    if (wide_dw && !capturing(stream)) {
+      if (dy_has_one_magnitude(words, device)) {
+        launch_one_magnitude_dw_many_outputs(grad_y, x, x_maxima, words, signs, weight_digits, sums.count(),
+                                             stream, wide);
+        taken = WeightGradKernel::OneMagnitudeManyOutputs;
+      } else {
+        taken = enqueue_general_weight_sums(grad_y, x, x_maxima, dy_largest, sums, stream);
+      }
+    } else if (!wide_dw && !one_magnitude_dw_fits(grad_y, x)) {
+      taken = enqueue_general_weight_sums(grad_y, x, x_maxima, dy_largest, sums, stream);
+    } else {  // the device chooses between a one-magnitude kernel and the binned one
+      enqueue_row_sums<true>(grad_y, x, rows, out, in, maxima, weight_digits, sums.count(), stream, wide);
+      if (kernel_taken != nullptr) {
+        SEQPAR_CHECK(!capturing(stream), "accumulate_linear_grads_cuda: which kernel ran cannot be "
+                     "read back inside a graph capture (kernel_taken must be null there)");
+        taken = !dy_has_one_magnitude(words, device) ? WeightGradKernel::Binned
+                : wide_dw                            ? WeightGradKernel::OneMagnitudeManyOutputs
+                                                     : WeightGradKernel::OneMagnitudeFewOutputs;
+      }
     }
+    if (kernel_taken != nullptr) *kernel_taken = taken;
   }
   if (bias) {
     enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_digits, sums.count(),

@@ -330,3 +330,35 @@ TEST_CASE("dW from a dy of two magnitudes takes the binned row sums, the same bi
   }
 #endif
 }
+
+TEST_CASE("dW from a randn dy of many outputs takes the CRT path, the reference's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+#ifdef SEQPAR_WITH_CUDA
+  // With many outputs the host reads dy's words and, dy being of many magnitudes, runs
+  // the CRT on int8 products (enough terms for it) instead of the one-magnitude GEMMs.
+  std::mt19937 random(11);
+  std::normal_distribution<float> normal;
+  const int64_t rows = 3000, in = 96, out = 80;
+  std::vector<float> x(rows * in), dy(rows * out);
+  for (float& value : x) value = normal(random);
+  for (float& value : dy) value = normal(random);
+  const Tensor x_cpu = from_values(x, {rows, in}), dy_cpu = from_values(dy, {rows, out});
+  const Tensor weight = Tensor::zeros({out, in});
+  const nn::LinearGradients cpu = nn::linear_backward(dy_cpu, x_cpu, weight, false, true, true);
+  const Device gpu = Device::cuda();
+  const Tensor x_gpu = x_cpu.to(gpu), dy_gpu = dy_cpu.to(gpu);
+  exact::ExactSums sums(out * in, gpu);
+  nn::detail::WeightGradKernel taken = nn::detail::WeightGradKernel::None;
+  nn::detail::accumulate_weight_grad_cuda(nn::detail::const_rows_of(dy_gpu), nn::detail::const_rows_of(x_gpu),
+                                          sums, nullptr, {}, &taken);
+  CHECK(taken == nn::detail::WeightGradKernel::Crt);
+  const Tensor grad_weight = test::poisoned({out, in}, gpu);
+  sums.round_into(grad_weight);
+  CHECK(test::bitwise_equal(grad_weight, cpu.weight));
+  // And through the public backward, db beside it.
+  const Tensor grad_weight_too = test::poisoned({out, in}, gpu), grad_bias = test::poisoned({out}, gpu);
+  nn::detail::linear_backward_cuda(dy_gpu, x_gpu, weight.to(gpu), Tensor(), grad_weight_too, grad_bias);
+  CHECK(test::bitwise_equal(grad_weight_too, cpu.weight));
+  CHECK(test::bitwise_equal(grad_bias, cpu.bias));
+#endif
+}
