@@ -6,6 +6,7 @@
 //       build/bench/seqpar-stress-profile dw
 //
 //   dw    the exact dW after an L1 loss (dy = ±1/N) through accumulate_weight_grad_cuda
+//   dw_randn  the exact dW from a randn dy through the same call (the CRT on int8 products)
 //   step  the whole step through the public API, as seqpar-bench's step/stress/public_api
 //   seed  the seed's step through the public API, as seqpar-bench's
 //         step/full12000/public_api (exact numerics, mean reduction), 3 steps
@@ -53,6 +54,17 @@ void profile_dw(const Tensor& x) {
     value[i] = (state >> 63) != 0 ? f : -f;
   }
   const Tensor dy = signs.to(Device::cuda());
+  exact::ExactSums sums(kFeatures * kFeatures, Device::cuda());
+  for (int call = 0; call < 2; ++call) {
+    nn::detail::accumulate_weight_grad_cuda(nn::detail::const_rows_of(dy),
+                                            nn::detail::const_rows_of(x), sums);
+    cuda::synchronize(0);
+  }
+}
+
+void profile_dw_randn(const Tensor& x) {
+  Generator generator(10);
+  const Tensor dy = generator.randn({kRows, kFeatures}, Device::cuda());
   exact::ExactSums sums(kFeatures * kFeatures, Device::cuda());
   for (int call = 0; call < 2; ++call) {
     nn::detail::accumulate_weight_grad_cuda(nn::detail::const_rows_of(dy),
@@ -210,9 +222,10 @@ void profile_host() {
 int main(int argc, char** argv) {
   const char* part = argc > 1 ? argv[1] : "";
   const bool seed = std::strcmp(part, "seed") == 0, host = std::strcmp(part, "host") == 0;
-  if (argc != 2 ||
-      (std::strcmp(part, "dw") != 0 && std::strcmp(part, "step") != 0 && !seed && !host)) {
-    std::fprintf(stderr, "usage: seqpar-stress-profile dw|step|seed|host\n");
+  const bool dw_randn = std::strcmp(part, "dw_randn") == 0;
+  if (argc != 2 || (std::strcmp(part, "dw") != 0 && std::strcmp(part, "step") != 0 && !dw_randn &&
+                    !seed && !host)) {
+    std::fprintf(stderr, "usage: seqpar-stress-profile dw|dw_randn|step|seed|host\n");
     return 2;
   }
   try {
@@ -225,6 +238,8 @@ int main(int argc, char** argv) {
     const Tensor x = generator.randn({kRows, kFeatures}, Device::cuda());
     if (std::strcmp(part, "dw") == 0) {
       profile_dw(x);
+    } else if (dw_randn) {
+      profile_dw_randn(x);
     } else {
       profile_step(x);
     }
