@@ -3,7 +3,8 @@
 #   target_link_libraries(app PRIVATE seqpar::nn seqpar::optim)
 # works, and so does find_package with seqpar_DIR pointing at a build folder; without
 # CMake, pkg-config's seqpar.pc (cmake/pkg_config.cmake) says the same.
-# tests/package/ is such a consumer; ctest's package_consumer builds it both ways.
+# examples/ is such a consumer; ctest's package_consumer (tests/package/check.sh) builds
+# it both ways.
 include(CMakePackageConfigHelpers)
 
 set(SEQPAR_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/seqpar)
