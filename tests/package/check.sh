@@ -7,7 +7,8 @@
 #    CMake sees the declarations the libraries were built with;
 #  - examples/ (examples/train_linear.cpp) builds and trains three ways: find_package
 #    from the install prefix, find_package from the build tree, and a plain compiler
-#    command with `pkg-config --cflags --libs seqpar` (no -D of its own).
+#    command with `pkg-config --cflags --libs seqpar` (no -D of its own);
+#  - in a CUDA build, that such a program also sees and links the CUDA-only API.
 #
 #   tests/package/check.sh BUILD_DIR SOURCE_DIR WORK_DIR \
 #                          [CMAKE_GENERATOR [CXX_FLAGS [LINKER_FLAGS [CXX]]]]
@@ -80,6 +81,23 @@ mkdir -p "$work/pkg_config"
   $linker_flags -o "$work/pkg_config/train_linear" > "$work/pkg_config.log" 2>&1 ||
   { cat "$work/pkg_config.log"; exit 1; }
 trains pkg_config "$work/pkg_config/train_linear"
+# In a CUDA build (as the CMake package says), a program built with pkg-config alone
+# sees the CUDA-only declarations, through <seqpar/config.h>, and links against their
+# definitions.
+if grep -q '^set(seqpar_WITH_CUDA ON)$' "$prefix/lib/cmake/seqpar/seqparConfig.cmake"; then
+  cat > "$work/cuda_api.cpp" <<'PROGRAM'
+#include <seqpar/seqpar.h>
+#ifndef SEQPAR_WITH_CUDA
+#error "<seqpar/seqpar.h> left SEQPAR_WITH_CUDA undefined in a CUDA build"
+#endif
+int main() { return seqpar::uniform_on_device == nullptr ? 1 : 0; }
+PROGRAM
+  # shellcheck disable=SC2086
+  "$cxx" -std=c++17 $cxx_flags "$work/cuda_api.cpp" $pc_cflags $pc_libs $linker_flags \
+    -o "$work/cuda_api" > "$work/cuda_api.log" 2>&1 || { cat "$work/cuda_api.log"; exit 1; }
+  "$work/cuda_api" || { echo "FAIL: the CUDA-only API is missing"; exit 1; }
+  echo "package: with pkg-config alone, the CUDA-only API is declared and links"
+fi
 cat "$work/installed.out"
 echo "package: $headers installed headers compile on their own; examples/ trains when built" \
      "with find_package(seqpar) from the install prefix and the build tree, and with pkg-config"
