@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "seqpar/config.h"
 
 namespace seqpar::detail {
 

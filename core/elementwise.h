@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "seqpar/config.h"
 
 namespace seqpar {
 

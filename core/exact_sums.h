@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/device_buffer.h"
 #include "core/tensor.h"
+#include "seqpar/config.h"
 
 namespace seqpar::exact {
 

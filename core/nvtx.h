@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include "seqpar/config.h"
+
 #ifdef SEQPAR_WITH_NVTX
 #include <nvtx3/nvToolsExt.h>
 #endif

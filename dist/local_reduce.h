@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "dist/process_group.h"
+#include "seqpar/config.h"
 
 namespace seqpar::dist::detail {
 

@@ -44,6 +44,7 @@
 
 #include "autograd/variable.h"
 #include "core/tensor.h"
+#include "seqpar/config.h"
 
 namespace seqpar::nn {
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
+#include "seqpar/config.h"
 
 namespace seqpar::nn::detail {
 

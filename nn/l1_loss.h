@@ -50,6 +50,7 @@
 #include "autograd/variable.h"
 #include "core/device_buffer.h"
 #include "core/tensor.h"
+#include "seqpar/config.h"
 
 namespace seqpar::nn {
 

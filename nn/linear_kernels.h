@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "nn/one_magnitude.h"
 #include "nn/rows.h"
+#include "seqpar/config.h"
 
 namespace seqpar::nn::detail {
 

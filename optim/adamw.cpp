@@ -12,15 +12,14 @@ namespace seqpar::optim {
 namespace {
 
 void check_options(const AdamWOptions& options) {
-  SEQPAR_CHECK(options.lr >= 0.0 && std::isfinite(options.lr),
-               "AdamW: learning rate (lr) must be finite and >= 0, got ", options.lr);
-  SEQPAR_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got ",
-               options.beta1);
-  SEQPAR_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got ",
-               options.beta2);
-  SEQPAR_CHECK(options.eps >= 0.0, "AdamW: eps must be >= 0, got ", options.eps);
-  SEQPAR_CHECK(options.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0, got ",
-               options.weight_decay);
+  SEQPAR_CHECK(options.lr() >= 0.0 && std::isfinite(options.lr()),
+               "AdamW: learning rate (lr) must be finite and >= 0, got ", options.lr());
+  const auto [beta1, beta2] = options.betas();
+  SEQPAR_CHECK(beta1 >= 0.0 && beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got ", beta1);
+  SEQPAR_CHECK(beta2 >= 0.0 && beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got ", beta2);
+  SEQPAR_CHECK(options.eps() >= 0.0, "AdamW: eps must be >= 0, got ", options.eps());
+  SEQPAR_CHECK(options.weight_decay() >= 0.0, "AdamW: weight_decay must be >= 0, got ",
+               options.weight_decay());
 }
 
 // torch.lerp as PyTorch's vectorized CPU kernel computes it: one fused multiply-add,
@@ -75,7 +74,7 @@ struct ParameterUpdate {
 };
 
 void step_reference(const std::vector<ParameterUpdate>& updates, const AdamWOptions& options) {
-  const bool decay = options.weight_decay != 0.0;  // PyTorch skips the multiply by 1
+  const bool decay = options.weight_decay() != 0.0;  // PyTorch skips the multiply by 1
   for (const ParameterUpdate& u : updates) {
     adamw_update_reference(u.param, u.grad, u.exp_avg, u.exp_avg_sq, u.count,
                      detail::adamw_step_scalars(options, u.step), decay);
@@ -105,16 +104,16 @@ void step_cuda(const std::vector<ParameterUpdate>& updates, const AdamWOptions& 
 }  // namespace
 
 detail::AdamWStepScalars detail::adamw_step_scalars(const AdamWOptions& options, int64_t step) {
-  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
+  const double bias_correction1 = 1.0 - std::pow(options.beta1(), static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(options.beta2(), static_cast<double>(step));
   AdamWStepScalars scalars;
-  scalars.decay = static_cast<float>(1.0 - options.lr * options.weight_decay);
-  scalars.lerp_weight = static_cast<float>(1.0 - options.beta1);
-  scalars.beta2 = static_cast<float>(options.beta2);
-  scalars.one_minus_beta2 = static_cast<float>(1.0 - options.beta2);
+  scalars.decay = static_cast<float>(1.0 - options.lr() * options.weight_decay());
+  scalars.lerp_weight = static_cast<float>(1.0 - options.beta1());
+  scalars.beta2 = static_cast<float>(options.beta2());
+  scalars.one_minus_beta2 = static_cast<float>(1.0 - options.beta2());
   scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  scalars.eps = static_cast<float>(options.eps);
-  scalars.step_size = static_cast<float>(options.lr / bias_correction1);
+  scalars.eps = static_cast<float>(options.eps());
+  scalars.step_size = static_cast<float>(options.lr() / bias_correction1);
   return scalars;
 }
 
@@ -133,6 +132,16 @@ AdamW::AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options)
   parameter_steps_.assign(parameters_.size(), 0);
   exp_avg_.resize(parameters_.size());
   exp_avg_sq_.resize(parameters_.size());
+}
+
+void AdamW::zero_grad(bool set_to_none) {
+  for (const autograd::Variable& parameter : parameters_) {
+    if (set_to_none) {
+      parameter.set_grad(Tensor());
+    } else {
+      parameter.zero_grad();
+    }
+  }
 }
 
 void AdamW::step() {

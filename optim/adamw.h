@@ -13,25 +13,63 @@
 #pragma once
 
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "autograd/variable.h"
+#include "seqpar/config.h"
 
 namespace seqpar::optim {
 
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
+// AdamW's hyperparameters, PyTorch's defaults, set by name and chained as in libtorch:
+//
+//   AdamW optimizer(model.parameters(), AdamWOptions(1e-4).weight_decay(0.01));
+//   AdamWOptions().lr(1e-4).betas({0.9, 0.95}).eps(1e-6)
+//
+// A setter returns the options, a getter of the same name reads them. The values are
+// checked when an AdamW is made of them.
+class AdamWOptions {
+ public:
+  // Implicit, as libtorch's: AdamW(parameters, 1e-4) sets the learning rate.
+  AdamWOptions(double lr = 1e-3) : lr_(lr) {}
+
+  AdamWOptions& lr(double lr) { lr_ = lr; return *this; }
+  AdamWOptions& betas(std::tuple<double, double> betas) {
+    std::tie(beta1_, beta2_) = betas;
+    return *this;
+  }
+  AdamWOptions& eps(double eps) { eps_ = eps; return *this; }
+  AdamWOptions& weight_decay(double weight_decay) { weight_decay_ = weight_decay; return *this; }
+
+  double lr() const { return lr_; }
+  std::tuple<double, double> betas() const { return {beta1_, beta2_}; }
+  double beta1() const { return beta1_; }
+  double beta2() const { return beta2_; }
+  double eps() const { return eps_; }
+  double weight_decay() const { return weight_decay_; }
+
+ private:
+  double lr_;
+  double beta1_ = 0.9;
+  double beta2_ = 0.999;
+  double eps_ = 1e-8;
+  double weight_decay_ = 1e-2;
 };
 
 class AdamW {
  public:
-  AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options);
+  AdamW(std::vector<autograd::Variable> parameters, AdamWOptions options = {});
 
   void step();
+  // Clears the parameters' gradients for the next backward pass, as PyTorch's
+  // optimizer.zero_grad(set_to_none=True): by default each becomes undefined (freed;
+  // step() then skips a parameter that no later backward reaches, where PyTorch's
+  // step() skips a grad of None). zero_grad(false) fills them with zeros in place and
+  // keeps their memory, for code that holds on to it (a captured CUDA graph); a zero
+  // gradient is still a step (decay and moments move).
+  void zero_grad(bool set_to_none = true);
+
+  const std::vector<autograd::Variable>& parameters() const { return parameters_; }
   // How many times step() ran.
   int64_t step_count() const { return step_count_; }
   const AdamWOptions& options() const { return options_; }

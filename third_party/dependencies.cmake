@@ -38,8 +38,13 @@ if(SEQPAR_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
 endif()
 
+# NVTX ranges (core/nvtx.h) where the toolkit has its header-only NVTX 3.
+set(SEQPAR_WITH_NVTX OFF)
 if(SEQPAR_WITH_CUDA)
   find_package(CUDAToolkit REQUIRED)
+  if(TARGET CUDA::nvtx3)
+    set(SEQPAR_WITH_NVTX ON)
+  endif()
 else()
   find_package(CUDAToolkit QUIET)  # for tests/core/philox_test.cpp's comparison only
 endif()

@@ -11,7 +11,7 @@
 #include "core/command_line.h"
 #include "core/error.h"
 #include "core/output_file.h"
-#include "core/version.h"
+#include "seqpar/version.h"
 
 namespace seqpar::diagnose {
 namespace {

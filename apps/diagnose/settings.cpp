@@ -9,11 +9,11 @@ namespace seqpar::diagnose {
 namespace {
 
 void take(const repro::ReproConfig& config, Settings& settings) {
-  settings.lr = config.adamw.lr;
-  settings.beta1 = config.adamw.beta1;
-  settings.beta2 = config.adamw.beta2;
-  settings.eps = config.adamw.eps;
-  settings.weight_decay = config.adamw.weight_decay;
+  settings.lr = config.adamw.lr();
+  settings.beta1 = config.adamw.beta1();
+  settings.beta2 = config.adamw.beta2();
+  settings.eps = config.adamw.eps();
+  settings.weight_decay = config.adamw.weight_decay();
   settings.clipping = config.gradient_clipping;
   settings.sp = int(config.sequence_parallel_size);
   settings.dp = int(config.data_parallel_size);

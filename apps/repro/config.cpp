@@ -84,9 +84,10 @@ Reader number_into(double ReproConfig::*field) {
   };
 }
 
-Reader adamw_number_into(double optim::AdamWOptions::*field) {
-  return [field](const toml::node& node, const std::string& key, ReproConfig& config) {
-    config.adamw.*field = read_number(node, key);
+// `setter` is one of AdamWOptions' named setters (&optim::AdamWOptions::lr).
+Reader adamw_number_into(optim::AdamWOptions& (optim::AdamWOptions::*setter)(double)) {
+  return [setter](const toml::node& node, const std::string& key, ReproConfig& config) {
+    (config.adamw.*setter)(read_number(node, key));
   };
 }
 
@@ -95,8 +96,8 @@ void read_betas(const toml::node& node, const std::string& key, ReproConfig& con
   const toml::array* betas = node.as_array();
   SEQPAR_INPUT_CHECK(betas && betas->size() == 2, "config key ", key,
                " must be an array of two numbers, got ", describe(node));
-  config.adamw.beta1 = read_number(*betas->get(0), key + "[0]");
-  config.adamw.beta2 = read_number(*betas->get(1), key + "[1]");
+  config.adamw.betas({read_number(*betas->get(0), key + "[0]"),
+                      read_number(*betas->get(1), key + "[1]")});
 }
 
 void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {

@@ -34,7 +34,8 @@ struct ReproConfig {
   // ds_config.zero_optimization.stage; -1 when not given. Stages 0-2 reduce over the
   // same group; the zero-stage scenario runs only the given stage's reduction.
   int64_t zero_stage = -1;
-  optim::AdamWOptions adamw{1e-4, 0.9, 0.999, 1e-8, 0.01};
+  optim::AdamWOptions adamw =
+      optim::AdamWOptions().lr(1e-4).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01);
   // [repro]
   uint64_t seed = 12345;
   int64_t rows = 12000;  // rows of x per data-parallel replica

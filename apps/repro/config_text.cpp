@@ -75,10 +75,10 @@ std::string with_shortest_floats(const std::string& text,
 }  // namespace
 
 std::string to_toml(const ReproConfig& c) {
-  toml::table params{{"lr", c.adamw.lr},
-                     {"betas", toml::array{c.adamw.beta1, c.adamw.beta2}},
-                     {"eps", c.adamw.eps},
-                     {"weight_decay", c.adamw.weight_decay}};
+  toml::table params{{"lr", c.adamw.lr()},
+                     {"betas", toml::array{c.adamw.beta1(), c.adamw.beta2()}},
+                     {"eps", c.adamw.eps()},
+                     {"weight_decay", c.adamw.weight_decay()}};
   toml::table optimizer{{"type", c.optimizer_type}, {"params", params}};
   toml::table ds_config{{"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
                         {"gradient_accumulation_steps", c.gradient_accumulation_steps},
@@ -96,12 +96,12 @@ std::string to_toml(const ReproConfig& c) {
                     {"steps", c.steps}, {"dropout", c.dropout}, {"scenario", c.scenario}};
   std::ostringstream out;
   out << toml::table{{"ds_config", ds_config}, {"repro", repro}} << '\n';
-  const std::string betas = "[" + shortest_float_text(c.adamw.beta1) + ", " +
-                            shortest_float_text(c.adamw.beta2) + "]";
-  return with_shortest_floats(out.str(), {{"lr", shortest_float_text(c.adamw.lr)},
+  const std::string betas = "[" + shortest_float_text(c.adamw.beta1()) + ", " +
+                            shortest_float_text(c.adamw.beta2()) + "]";
+  return with_shortest_floats(out.str(), {{"lr", shortest_float_text(c.adamw.lr())},
                                           {"betas", betas},
-                                          {"eps", shortest_float_text(c.adamw.eps)},
-                                          {"weight_decay", shortest_float_text(c.adamw.weight_decay)},
+                                          {"eps", shortest_float_text(c.adamw.eps())},
+                                          {"weight_decay", shortest_float_text(c.adamw.weight_decay())},
                                           {"gradient_clipping", shortest_float_text(c.gradient_clipping)},
                                           {"dropout", shortest_float_text(c.dropout)}});
 }

@@ -115,7 +115,7 @@ void write_drift_svg(const std::string& path, const RunResults& results) {
   for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
   // The axis ends above the largest finite difference, and never beyond float32's range:
   // one grid line per power of ten is drawn up to it.
-  double largest = 2 * results.config.adamw.lr;
+  double largest = 2 * results.config.adamw.lr();
   for (const PolicyFigures* policy : figures) {
     for (const StepFigures& step : policy->steps) {
       for (const float difference : {step.max_cross_rank_difference, step.max_difference_from_reference}) {
@@ -129,7 +129,7 @@ void write_drift_svg(const std::string& path, const RunResults& results) {
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
       << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n";
-  draw_axes(svg, axes, results.config.adamw.lr);
+  draw_axes(svg, axes, results.config.adamw.lr());
   for (size_t i = 0; i < figures.size(); ++i) draw_policy(svg, axes, *figures[i], i);
   draw_key(svg, figures.size());
   svg << "</svg>\n";

@@ -231,7 +231,7 @@ void write_results(std::ostream& out, const RunResults& results) {
   json.key("data_parallel_size").value(c.data_parallel_size);
   json.key("rows").value(c.rows);
   json.key("steps").value(c.steps);
-  json.key("lr").value(c.adamw.lr);
+  json.key("lr").value(c.adamw.lr());
   json.key("placement").value(results.placement);
   json.key("initial_parameter_fingerprints").begin_array(true);
   for (const auto& parameters : results.initial_parameters) {

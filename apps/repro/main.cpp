@@ -22,10 +22,10 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/signal_cleanup.h"
-#include "core/version.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
 #include "dist/local_process_group.h"
+#include "seqpar/version.h"
 #ifdef SEQPAR_WITH_NCCL
 #include "dist/nccl_process_group.h"
 #endif

@@ -108,11 +108,11 @@ void print_scenario(std::ostream& out, const RunResults& results) {
                                  (long long)c.rows, (long long)c.in_features,
                                  (unsigned long long)c.seed, (long long)c.in_features,
                                  (long long)c.out_features, (long long)c.out_features,
-                                 shortest_float_text(c.adamw.lr).c_str(),
-                                 shortest_float_text(c.adamw.beta1).c_str(),
-                                 shortest_float_text(c.adamw.beta2).c_str(),
-                                 shortest_float_text(c.adamw.eps).c_str(),
-                                 shortest_float_text(c.adamw.weight_decay).c_str(),
+                                 shortest_float_text(c.adamw.lr()).c_str(),
+                                 shortest_float_text(c.adamw.beta1()).c_str(),
+                                 shortest_float_text(c.adamw.beta2()).c_str(),
+                                 shortest_float_text(c.adamw.eps()).c_str(),
+                                 shortest_float_text(c.adamw.weight_decay()).c_str(),
                                  shortest_float_text(c.gradient_clipping).c_str()),
                    14, kReportWidth)
       << '\n'
@@ -209,7 +209,7 @@ std::vector<int64_t> steps_to_show(int64_t steps, int64_t also) {
 
 void print_report(std::ostream& out, const RunResults& results) {
   print_scenario(out, results);
-  const double lr = results.config.adamw.lr;
+  const double lr = results.config.adamw.lr();
   std::vector<const PolicyFigures*> figures;
   for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
   for (const PolicyFigures* each : figures) {

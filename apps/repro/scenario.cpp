@@ -227,7 +227,7 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
   if (!is_root) progress = nullptr;
   if (progress) progress->set_phase("drawing the data and the initial parameters");
   const RankData data = draw_data(config, device);
-  const double lr = config.adamw.lr;
+  const double lr = config.adamw.lr();
 
   RunResults results;
   results.config = config;

@@ -170,11 +170,11 @@ void validate(const ReproConfig& c) {
                      " is smaller than ds_config.sequence_parallel_size = ",
                      c.sequence_parallel_size,
                      ": every rank of a sequence-parallel group needs at least one row");
-  check_float(c.adamw.lr, kLr, 0, false, kMaxLearningRate);
-  check_beta(c.adamw.beta1, "[0]");
-  check_beta(c.adamw.beta2, "[1]");
-  check_float(c.adamw.eps, kEps, 0, false, kMaxEps);
-  check_float(c.adamw.weight_decay, kWeightDecay, 0, true, kMaxWeightDecay);
+  check_float(c.adamw.lr(), kLr, 0, false, kMaxLearningRate);
+  check_beta(c.adamw.beta1(), "[0]");
+  check_beta(c.adamw.beta2(), "[1]");
+  check_float(c.adamw.eps(), kEps, 0, false, kMaxEps);
+  check_float(c.adamw.weight_decay(), kWeightDecay, 0, true, kMaxWeightDecay);
   check_float(c.gradient_clipping, kClipping, 0, true, FLT_MAX);  // 0 turns clipping off
   check_drop_probability(c.dropout, "repro.dropout");
   estimated_memory_bytes(c);  // overflow-checks the estimate's products

@@ -12,10 +12,7 @@ namespace seqpar::bench {
 
 // The report's AdamW: lr 1e-4, weight decay 0.01, PyTorch's betas and eps.
 inline optim::AdamWOptions issue_adamw() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
+  return optim::AdamWOptions().lr(1e-4).weight_decay(0.01);
 }
 
 struct Settings {

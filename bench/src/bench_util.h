@@ -20,7 +20,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "core/version.h"
+#include "seqpar/version.h"
 
 namespace seqpar::bench {
 

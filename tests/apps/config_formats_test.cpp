@@ -36,8 +36,8 @@ TEST_CASE("the report's config.yaml is the built-in scenario", "[repro][config]"
   const ReproConfig toml = load_config(kConfigs + "issue6868.toml");
   const ReproConfig report = load_config(kConfigs + "issue6868.yaml");
   CHECK(to_toml(report) == to_toml(toml));
-  CHECK(report.adamw.lr == 1e-4);  // `lr: 1e-4` is a number, as OmegaConf reads it
-  CHECK(report.adamw.eps == 1e-8);
+  CHECK(report.adamw.lr() == 1e-4);  // `lr: 1e-4` is a number, as OmegaConf reads it
+  CHECK(report.adamw.eps() == 1e-8);
   // The micro-batch size alone: the report's script feeds x whole.
   REQUIRE(report.ignored.size() == 1);
   CHECK(report.ignored[0].key == "ds_config.train_micro_batch_size_per_gpu = 4");
@@ -76,8 +76,8 @@ TEST_CASE("YAML scalars are typed as OmegaConf types them", "[repro][config]") {
       "model_name: mlp\n");
   CHECK(config.gradient_clipping == 0.5);
   CHECK(config.sequence_parallel_size == 2);
-  CHECK(config.adamw.lr == 0.5e-3);
-  CHECK(config.adamw.beta1 == 0.8);
+  CHECK(config.adamw.lr() == 0.5e-3);
+  CHECK(config.adamw.beta1() == 0.8);
   CHECK(config.rows == 1000);
   CHECK(lists(config, "model_name"));                 // outside ds_config: not read
   CHECK(lists(config, "ds_config.steps_per_print"));  // null: DeepSpeed's default

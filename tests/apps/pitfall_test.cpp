@@ -79,8 +79,8 @@ TEST_CASE("clipping-norms: the replicated sum is sqrt(sp x dp), slices are right
     INFO("sp " << sp << " dp " << dp);
     ReproConfig config = small(sp, dp);
     config.gradient_clipping = 0.01;  // below the norm: the norm decides each update
-    config.adamw.eps = 1.0;  // Adam would hide a constant scale; this large eps makes it SGD-like
-    config.adamw.lr = 1.0;
+    config.adamw.eps(1.0);  // Adam would hide a constant scale; this large eps makes it SGD-like
+    config.adamw.lr(1.0);
     const PitfallResults results = run_on_threads(clipping_norms_scenario(), config);
     REQUIRE(results.variants.size() == 4);
     check_exact_and_agreement(results);

@@ -16,10 +16,7 @@
 namespace seqpar::test {
 
 inline optim::AdamWOptions issue_adamw() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
+  return optim::AdamWOptions().lr(1e-4).weight_decay(0.01);
 }
 
 // values on `device`; strided: as a misaligned window of a wider buffer (row stride

@@ -95,20 +95,11 @@ Distances run_on_both(const std::vector<int64_t>& sizes, const optim::AdamWOptio
 }
 
 optim::AdamWOptions seed_options() {
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  return options;
+  return optim::AdamWOptions().lr(1e-4).weight_decay(0.01);
 }
 
 optim::AdamWOptions other_options() {
-  optim::AdamWOptions options;
-  options.lr = 3e-3;
-  options.beta1 = 0.8;
-  options.beta2 = 0.95;
-  options.eps = 1e-6;
-  options.weight_decay = 0.1;
-  return options;
+  return optim::AdamWOptions().lr(3e-3).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.1);
 }
 
 // The two parameters, a large tensor (a launch of its own), two small ones of

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/generator.h"
@@ -41,15 +42,15 @@ struct ReferenceAdamW {
 
   void step(size_t index, const Values& grad) {
     const int64_t step = ++steps[index];
-    const double bias_correction1 = 1.0 - std::pow(options.beta1, step);
-    const double bias_correction2 = 1.0 - std::pow(options.beta2, step);
+    const double bias_correction1 = 1.0 - std::pow(options.beta1(), step);
+    const double bias_correction2 = 1.0 - std::pow(options.beta2(), step);
     Values &p = params[index], &m = exp_avgs[index], &v = exp_avg_sqs[index];
     for (size_t i = 0; i < p.size(); ++i) {
-      p[i] *= 1.0 - options.lr * options.weight_decay;
-      m[i] = options.beta1 * m[i] + (1.0 - options.beta1) * grad[i];
-      v[i] = options.beta2 * v[i] + (1.0 - options.beta2) * grad[i] * grad[i];
-      const double denom = std::sqrt(v[i] / bias_correction2) + options.eps;
-      p[i] -= options.lr / bias_correction1 * m[i] / denom;
+      p[i] *= 1.0 - options.lr() * options.weight_decay();
+      m[i] = options.beta1() * m[i] + (1.0 - options.beta1()) * grad[i];
+      v[i] = options.beta2() * v[i] + (1.0 - options.beta2()) * grad[i] * grad[i];
+      const double denom = std::sqrt(v[i] / bias_correction2) + options.eps();
+      p[i] -= options.lr() / bias_correction1 * m[i] / denom;
     }
   }
 };
@@ -85,8 +86,8 @@ std::vector<Variable> make_parameters(Generator& generator) {
           Variable(generator.randn({1}), true), Variable(generator.randn({1, 17}), true)};
 }
 
-const optim::AdamWOptions kOptions{/*lr=*/1e-2, /*beta1=*/0.9, /*beta2=*/0.999, /*eps=*/1e-8,
-                                   /*weight_decay=*/0.1};
+const optim::AdamWOptions kOptions =
+    optim::AdamWOptions().lr(1e-2).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.1);
 
 // Several steps of (fresh gradients, optional clipping, AdamW) on both sides.
 void run_against_reference(uint64_t seed, double max_norm, bool clip) {
@@ -139,7 +140,7 @@ TEST_CASE("AdamW's first step moves each weight by about lr * sign(g)", "[optim]
   Variable p(generator.randn({64}), true);
   const std::vector<float> before = p.data().to_vector();
   p.set_grad(generator.randn({64}));
-  optim::AdamW optimizer({p}, {1e-4, 0.9, 0.999, 1e-8, 0.0});
+  optim::AdamW optimizer({p}, optim::AdamWOptions(1e-4).weight_decay(0.0));
   optimizer.step();
   const std::vector<float> after = p.data().to_vector(), grad = p.grad().to_vector();
   for (size_t i = 0; i < before.size(); ++i) {
@@ -152,7 +153,7 @@ TEST_CASE("AdamW with zero gradients only decays the weights", "[optim]") {
   Variable p(generator.randn({3, 3}), true);
   const Tensor before = p.data().clone();
   p.set_grad(Tensor::zeros({3, 3}));
-  optim::AdamW optimizer({p}, {1e-3, 0.9, 0.999, 1e-8, 0.5});
+  optim::AdamW optimizer({p}, optim::AdamWOptions(1e-3).weight_decay(0.5));
   optimizer.step();
   const float decay = static_cast<float>(1.0 - 1e-3 * 0.5);
   const std::vector<float> expected_before = before.to_vector(), after = p.data().to_vector();
@@ -182,6 +183,62 @@ TEST_CASE("AdamW skips parameters without a gradient, and each counts its own st
   CHECK(fresh.step_count() == 1);
 }
 
+TEST_CASE("AdamWOptions: PyTorch's defaults, named setters that chain, getters", "[optim]") {
+  const optim::AdamWOptions defaults;
+  CHECK(defaults.lr() == 1e-3);
+  CHECK(defaults.betas() == std::tuple<double, double>{0.9, 0.999});
+  CHECK(defaults.eps() == 1e-8);
+  CHECK(defaults.weight_decay() == 1e-2);
+
+  const optim::AdamWOptions options =
+      optim::AdamWOptions().lr(3e-4).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.25);
+  CHECK(options.lr() == 3e-4);
+  CHECK(options.beta1() == 0.8);
+  CHECK(options.beta2() == 0.95);
+  CHECK(options.eps() == 1e-6);
+  CHECK(options.weight_decay() == 0.25);
+  CHECK(optim::AdamWOptions(5e-5).lr() == 5e-5);  // the constructor's argument is lr, as libtorch's
+
+  Variable p(Tensor::zeros({2}), true);
+  const optim::AdamW optimizer({p}, 2e-4);  // AdamW(parameters, lr), as torch.optim.AdamW
+  CHECK(optimizer.options().lr() == 2e-4);
+  CHECK(optimizer.options().weight_decay() == 1e-2);
+}
+
+TEST_CASE("AdamW::zero_grad clears the gradients (set_to_none) or zeros them in place", "[optim]") {
+  Generator generator(307);
+  Variable a(generator.randn({3, 2}), true), b(generator.randn({5}), true);
+  optim::AdamW optimizer({a, b});
+  a.set_grad(generator.randn({3, 2}));
+  b.set_grad(generator.randn({5}));
+
+  SECTION("by default, as PyTorch's: undefined, and the next step skips them") {
+    optimizer.zero_grad();
+    CHECK_FALSE(a.grad().defined());
+    CHECK_FALSE(b.grad().defined());
+    const Tensor before = a.data().clone();
+    optimizer.step();
+    CHECK(test::bitwise_equal(a.data(), before));
+    CHECK_FALSE(optimizer.exp_avg(0).defined());
+  }
+  SECTION("set_to_none = false: zeros in the same memory") {
+    const float* memory = a.grad().data();
+    optimizer.zero_grad(/*set_to_none=*/false);
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().data() == memory);
+    CHECK(test::bitwise_equal(a.grad(), Tensor::zeros({3, 2})));
+    CHECK(test::bitwise_equal(b.grad(), Tensor::zeros({5})));
+  }
+  SECTION("the next backward pass gives its own gradient, not a sum with the last") {
+    const Tensor fresh = generator.randn({5});
+    for (const bool set_to_none : {true, false}) {
+      optimizer.zero_grad(set_to_none);
+      b.backward(fresh);  // b is a leaf: its gradient is the seed
+      CHECK(test::bitwise_equal(b.grad(), fresh));
+    }
+  }
+}
+
 TEST_CASE("AdamW rejects invalid options with messages that name them", "[optim][errors]") {
   Variable p(Tensor::zeros({2}), true);
   auto with = [](auto change) {
@@ -189,16 +246,16 @@ TEST_CASE("AdamW rejects invalid options with messages that name them", "[optim]
     change(options);
     return options;
   };
-  CHECK_THROWS_AS(optim::AdamW({p}, with([](auto& o) { o.lr = -1e-3; })), Error);
-  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.lr = -1e-3; })),
+  CHECK_THROWS_AS(optim::AdamW({p}, with([](auto& o) { o.lr(-1e-3); })), Error);
+  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.lr(-1e-3); })),
                     Catch::Contains("learning rate (lr)") && Catch::Contains("-0.001"));
-  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.beta1 = 1.0; })),
+  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.betas({1.0, 0.999}); })),
                     Catch::Contains("beta1 must be in [0, 1), got 1"));
-  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.beta2 = -0.5; })),
+  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.betas({0.9, -0.5}); })),
                     Catch::Contains("beta2 must be in [0, 1), got -0.5"));
-  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.eps = -1.0; })),
+  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.eps(-1.0); })),
                     Catch::Contains("eps must be >= 0"));
-  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.weight_decay = -0.1; })),
+  CHECK_THROWS_WITH(optim::AdamW({p}, with([](auto& o) { o.weight_decay(-0.1); })),
                     Catch::Contains("weight_decay must be >= 0"));
   CHECK_THROWS_WITH(optim::AdamW({Variable()}, optim::AdamWOptions{}),
                     Catch::Contains("parameter 0 is undefined"));

@@ -32,8 +32,8 @@ TrainingRun train_issue_model(int64_t rows, int steps) {
   nn::Linear model(640, 16, generator);
   const Variable x(generator.randn({rows, 640}));
   const Variable target = autograd::narrow(x, 1, 0, 16);  // x[:, :16], a strided view
-  optim::AdamW optimizer(model.parameters(), {/*lr=*/1e-4, /*beta1=*/0.9, /*beta2=*/0.999,
-                                              /*eps=*/1e-8, /*weight_decay=*/0.01});
+  optim::AdamW optimizer(model.parameters(),
+                         optim::AdamWOptions(1e-4).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
   TrainingRun run;
   for (int step = 0; step < steps; ++step) {
     model.zero_grad();
@@ -82,10 +82,7 @@ StepResult issue_step(Device device) {
   nn::Linear linear(640, 16, generator, device);  // as the report's script: the model, then x
   const Tensor x = generator.randn({12000, 640}, device);
   const Variable input(x), target(x.narrow(1, 0, 16));
-  optim::AdamWOptions options;
-  options.lr = 1e-4;
-  options.weight_decay = 0.01;
-  optim::AdamW optimizer(linear.parameters(), options);
+  optim::AdamW optimizer(linear.parameters(), optim::AdamWOptions(1e-4).weight_decay(0.01));
 
   const Variable loss = nn::l1_loss(linear.forward(input), target);
   loss.backward();
