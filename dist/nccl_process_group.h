@@ -54,6 +54,7 @@
 #include "core/device.h"
 #include "dist/environment.h"
 #include "dist/process_group.h"
+#include "seqpar/config.h"
 
 namespace seqpar::dist {
 

@@ -18,6 +18,7 @@
 
 #include "core/device_buffer.h"
 #include "core/exact_sums.h"
+#include "seqpar/config.h"
 
 namespace seqpar::dist::detail {
 

@@ -8,15 +8,12 @@ namespace seqpar::nn::detail::crt {
 
 namespace {
 
-constexpr int kModuli[kMaxModuli] = {255, 253, 251, 247, 241, 239, 233, 229,
-                                     227, 223, 217, 211, 199, 197, 193, 191};
-
 constexpr int greatest_common_divisor(int a, int b) { return b == 0 ? a : greatest_common_divisor(b, a % b); }
 constexpr bool pairwise_coprime_and_odd() {
   for (int i = 0; i < kMaxModuli; ++i) {
-    if (kModuli[i] % 2 == 0 || kModuli[i] > 255) return false;
+    if (modulus(i) % 2 == 0 || modulus(i) > 255) return false;
     for (int j = 0; j < i; ++j) {
-      if (greatest_common_divisor(kModuli[i], kModuli[j]) != 1) return false;
+      if (greatest_common_divisor(modulus(i), modulus(j)) != 1) return false;
     }
   }
   return true;
@@ -25,7 +22,7 @@ static_assert(pairwise_coprime_and_odd(), "Garner's reconstruction needs pairwis
 
 exact::UInt128 product_of_first(int count) {
   exact::UInt128 product = 1;
-  for (int i = 0; i < count; ++i) product *= static_cast<unsigned>(kModuli[i]);
+  for (int i = 0; i < count; ++i) product *= static_cast<unsigned>(modulus(i));
   return product;
 }
 
@@ -61,9 +58,9 @@ Table crt_table(int moduli) {
   Table table{};
   table.count = moduli;
   for (int i = 0; i < moduli; ++i) {
-    table.moduli[i] = kModuli[i];
-    table.reciprocals[i] = 1.0 / kModuli[i];
-    for (int j = 0; j < i; ++j) table.inverses[j][i] = inverse_modulo(kModuli[j], kModuli[i]);
+    table.moduli[i] = modulus(i);
+    table.reciprocals[i] = 1.0 / modulus(i);
+    for (int j = 0; j < i; ++j) table.inverses[j][i] = inverse_modulo(modulus(j), modulus(i));
   }
   table.product = product_of_first(moduli);
   return table;

@@ -15,6 +15,7 @@
 // atomics, so the digits, and the bits, never depend on cuBLASLt's algorithm, the grid
 // or the order of the lists.
 #include <algorithm>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -77,6 +78,19 @@ __global__ void windows_kernel(const unsigned int* dy_largest, int64_t out, cons
 // chunk's rows and past m's columns). Lanes read adjacent columns of a row; each
 // thread packs four rows' residues into a word per modulus; the tile goes out through
 // shared memory (rows of 17 words: no bank conflicts) as 16-byte stores.
+// Element e's residues modulo the first `count` moduli into byte e of packed[i], each
+// modulus a compile-time constant (crt::window_residue).
+template <int... kIndex>
+__device__ __forceinline__ void pack_residues(int64_t integer, int e, int count,
+                                              unsigned int (&packed)[crt::kMaxModuli],
+                                              std::integer_sequence<int, kIndex...>) {
+  ((kIndex < count ? (packed[kIndex] |= static_cast<unsigned int>(static_cast<uint8_t>(
+                          static_cast<int8_t>(crt::window_residue<kIndex>(integer))))
+                                        << (8 * e))
+                   : 0u),
+   ...);
+}
+
 __global__ void __launch_bounds__(kThreads) residue_planes_kernel(ConstRows m, const crt::ColumnWindow* windows,
                                                                   int window_bits, crt::Table table,
                                                                   int64_t row_begin, int64_t rows, int64_t ld,
@@ -109,12 +123,8 @@ __global__ void __launch_bounds__(kThreads) residue_planes_kernel(ConstRows m, c
         outside.add(row_begin + tile_row + 4 * word + e, column, values[e]);
         continue;
       }
-#pragma unroll
-      for (int i = 0; i < crt::kMaxModuli; ++i) {
-        if (i >= table.count) break;
-        const int r = crt::residue(integer, table.moduli[i], table.reciprocals[i]);
-        packed[i] |= static_cast<unsigned int>(static_cast<uint8_t>(static_cast<int8_t>(r))) << (8 * e);
-      }
+      pack_residues(static_cast<int64_t>(integer), e, table.count, packed,
+                    std::make_integer_sequence<int, crt::kMaxModuli>{});
     }
 #pragma unroll
     for (int i = 0; i < crt::kMaxModuli; ++i) {
@@ -319,7 +329,8 @@ void enqueue_chunk(const Terms& terms, const crt::Table& table, CrtScratch& s, i
 }  // namespace
 
 void accumulate_weight_grad_crt_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                     const unsigned int* x_largest, const CrtChunks& chunks) {
+                                     const unsigned int* x_largest, const CrtChunks& chunks,
+                                     const unsigned int* dy_largest) {
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
   SEQPAR_CHECK(grad_y.rows == rows && sums.count() >= out * in, "accumulate_weight_grad_crt_cuda: dy ",
                grad_y.rows, " x ", out, ", x ", rows, " x ", in, ", ", sums.count(), " sums");
@@ -337,12 +348,14 @@ void accumulate_weight_grad_crt_cuda(const ConstRows& grad_y, const ConstRows& x
   CrtScratch s = make_scratch(out, in, rows_per_product, several_chunks, table.count,
                               chunks.outside_capacity > 0 ? chunks.outside_capacity : kOutsideCapacity, sums.device());
   s.largest.zero();
-  unsigned int* const dy_largest = s.largest.data() + in;
   if (x_largest == nullptr) {
     column_maxima_cuda(x, s.largest.data(), nullptr, stream);
     x_largest = s.largest.data();
   }
-  column_maxima_cuda(grad_y, dy_largest, nullptr, stream);
+  if (dy_largest == nullptr) {
+    column_maxima_cuda(grad_y, s.largest.data() + in, nullptr, stream);
+    dy_largest = s.largest.data() + in;
+  }
   crt::ColumnWindow* const dy_windows = s.windows.data();
   crt::ColumnWindow* const x_windows = s.windows.data() + out;
   windows_kernel<<<1, 1024, 0, stream>>>(dy_largest, out, x_largest, in, plan.window_bits, dy_windows, x_windows);

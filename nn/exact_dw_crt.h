@@ -44,6 +44,7 @@
 #include "core/host_device.h"
 #include "core/exact_sums.h"
 #include "nn/rows.h"
+#include "seqpar/config.h"
 
 namespace seqpar::nn::detail {
 
@@ -52,6 +53,11 @@ namespace crt {
 // The moduli, largest first: pairwise coprime and odd, so that a symmetric residue lies
 // in [-127, 127]. 255 = 3 5 17, 253 = 11 23, 247 = 13 19, 217 = 7 31; the rest primes.
 constexpr int kMaxModuli = 16;
+SEQPAR_HOST_DEVICE constexpr int modulus(int i) {
+  constexpr int kModuli[kMaxModuli] = {255, 253, 251, 247, 241, 239, 233, 229,
+                                       227, 223, 217, 211, 199, 197, 193, 191};
+  return kModuli[i];
+}
 // Windows of fewer bits leave more elements outside (from randn about 2^(17 - W) of
 // them: each costs `out` or `in` binned terms); more bits need more moduli (each
 // another int8 GEMM of the whole shape). 39 bits need 12 moduli for the seed shape's
@@ -179,6 +185,47 @@ SEQPAR_HOST_DEVICE int residue(double integer, int modulus, double reciprocal) {
   return r;
 }
 
+// The same for a window's integer, |V| < 2^kMaxWindowBits, modulo modulus(kIndex): the
+// kernels' inner loop, in 32-bit integers. V = hi 2^22 + lo with 0 <= lo < 2^22 and
+// |hi| <= 2^22, so hi (2^22 mod m) + lo stays inside int32, and `%` by a constant is a
+// multiply and shifts, where the double arithmetic above took several FP64 operations
+// a modulus (the residue planes were most of the stress shape's time).
+template <int kIndex>
+SEQPAR_HOST_DEVICE int window_residue(int64_t integer) {
+  static_assert(kMaxWindowBits <= 44, "hi * (2^22 mod m) + lo must stay inside int32");
+  constexpr int kModulus = modulus(kIndex);
+  constexpr int kLowBits = 22;
+  constexpr int kShifted = (1 << kLowBits) % kModulus;
+  const int hi = static_cast<int>(integer >> kLowBits);  // floor: lo is non-negative
+  const int lo = static_cast<int>(integer & ((int64_t{1} << kLowBits) - 1));
+  int r = (hi * kShifted + lo) % kModulus;  // in (-m, m)
+  if (r > kModulus / 2) r -= kModulus;
+  if (r < -(kModulus / 2)) r += kModulus;
+  return r;
+}
+
+// window_residue for a modulus index known only at run time (the CPU model and tests).
+SEQPAR_HOST_DEVICE int window_residue_at(int64_t integer, int index) {
+  switch (index) {
+    case 0: return window_residue<0>(integer);
+    case 1: return window_residue<1>(integer);
+    case 2: return window_residue<2>(integer);
+    case 3: return window_residue<3>(integer);
+    case 4: return window_residue<4>(integer);
+    case 5: return window_residue<5>(integer);
+    case 6: return window_residue<6>(integer);
+    case 7: return window_residue<7>(integer);
+    case 8: return window_residue<8>(integer);
+    case 9: return window_residue<9>(integer);
+    case 10: return window_residue<10>(integer);
+    case 11: return window_residue<11>(integer);
+    case 12: return window_residue<12>(integer);
+    case 13: return window_residue<13>(integer);
+    case 14: return window_residue<14>(integer);
+    default: return window_residue<15>(integer);
+  }
+}
+
 // An int32 sum of residue products (or a running residue) as a residue in [0, m).
 SEQPAR_HOST_DEVICE int reduced(int64_t sum, int modulus) {
   const int r = static_cast<int>(sum % modulus);
@@ -260,13 +307,14 @@ struct CrtChunks {
 
 // dW's exact sums for any dy by the scheme above, added into the first out * in sums of
 // `sums` (on the GPU): digit d of sum j * in + k at sums.digits()[d * sums.count() +
-// j * in + k], as accumulate_linear_grads_cuda lays them out. x_largest: x's column
-// maxima as column_maxima_cuda finds them, if the caller has them; else found here.
+// j * in + k], as accumulate_linear_grads_cuda lays them out. x_largest, dy_largest: the
+// column maxima as column_maxima_cuda finds them, if the caller has them; else found here.
 // Stream-ordered on the device's current stream; allocates its scratch there: residue
 // planes of moduli * rows_per_product * (in + out) bytes (columns rounded up to 32,
 // rows to 64), and one or two int32 products per output and modulus.
 void accumulate_weight_grad_crt_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                     const unsigned int* x_largest = nullptr, const CrtChunks& chunks = {});
+                                     const unsigned int* x_largest = nullptr, const CrtChunks& chunks = {},
+                                     const unsigned int* dy_largest = nullptr);
 #endif
 
 }  // namespace seqpar::nn::detail

@@ -14,6 +14,7 @@
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
 #include "nn/l1_sign.h"
+#include "nn/reference/l1_loss.h"
 
 namespace seqpar::nn {
 
@@ -51,83 +52,17 @@ void check_l1_arguments(const char* op, const Tensor& input, const Tensor& targe
                ": sum_divided_by needs a positive count, got ", reduction.divisor);
 }
 
-// Which rows form terms: every row (the unmasked loss), or those a checked row mask
-// keeps. A template argument, so the unmasked loops are what they were without masks.
-struct AllRows {
-  bool operator()(Eigen::Index) const { return true; }
-};
-struct KeptRows {
-  const float* mask;
-  int64_t stride;
-  bool operator()(Eigen::Index row) const { return mask[row * stride] != 0.0f; }
-};
-
-// ---------------------------------------------------------------- the reference
+// ---------------------------------------------------------------- dispatch
 //
 // One dispatch table for the op, by device:
 //
-//   reference, cpu  the plain loops below: they define the bits. The host has no faster
-//                   path: the loss has rows x out terms, a small part of a step's work
-//                   beside Linear's rows x out x in.
+//   reference, cpu  the plain loops of nn/reference/l1_loss.cpp: they define the bits.
+//                   The host has no faster path: the loss has rows x out terms, a small
+//                   part of a step's work beside Linear's rows x out x in.
 //   cuda            l1_loss.cu: the same terms summed by exact::ScaledAbsSum (the |d| in
 //                   [2^-33, 2^8) as one fixed-point integer, times s at the flush: the
 //                   binned sum's value) in blocks whose digits meet by integer atomics;
 //                   tested bitwise against these loops (tests/nn/l1_loss_cuda_test.cpp).
-
-// The canonical loss (nn/l1_loss.h): every term (double)s * (double)|d| is exact, the
-// terms are summed exactly in the bins, flushed into one set of digits every
-// kTermsPerFlush terms, and the total is rounded once. The order of the loop changes
-// nothing. With `codes` (unmasked calls only), each element's sign code goes to
-// codes[i * cols + j].
-template <typename Rows>
-Tensor l1_loss_forward_reference(const Tensor& input, const Tensor& target, float scale, Rows kept,
-                                 uint8_t* codes = nullptr) {
-  const auto a = detail::const_rows(input), b = detail::const_rows(target);
-  exact::ExactSums sums(1, input.device());
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;  // terms since the last flush
-  for (Eigen::Index i = 0; i < a.rows(); ++i) {
-    if (!kept(i)) continue;
-    for (Eigen::Index j = 0; j < a.cols(); ++j) {
-      const float difference = a(i, j) - b(i, j);
-      sum.add(static_cast<double>(scale) * std::fabs(static_cast<double>(difference)));
-      if (codes != nullptr) codes[i * a.cols() + j] = l1_sign_code(difference);
-      if (++pending == exact::kTermsPerFlush) {
-        sum.flush(sums.digits());
-        pending = 0;
-      }
-    }
-  }
-  sum.flush(sums.digits());
-  Tensor loss = Tensor::empty({}, input.device());
-  sums.round_into(loss);
-  return loss;
-}
-
-template <typename Rows>
-Tensor l1_loss_backward_reference(float grad_scale, const Tensor& input, const Tensor& target,
-                            Rows kept) {
-  const auto a = detail::const_rows(input), b = detail::const_rows(target);
-  Tensor grad_input = Tensor::empty(input.shape(), input.device());
-  auto grad = detail::rows(grad_input);
-  for (Eigen::Index i = 0; i < a.rows(); ++i) {
-    if (!kept(i)) {  // a masked row takes no part in the loss: +0, whatever it holds
-      for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = 0.0f;
-      continue;
-    }
-    for (Eigen::Index j = 0; j < a.cols(); ++j) grad(i, j) = grad_scale * l1_sign(a(i, j) - b(i, j));
-  }
-  return grad_input;
-}
-
-Tensor l1_loss_backward_from_signs_reference(float grad_scale, const uint8_t* codes, const Shape& shape,
-                                             Device device) {
-  Tensor grad_input = Tensor::empty(shape, device);
-  float* grad = grad_input.data();
-  for (int64_t i = 0; i < grad_input.numel(); ++i) grad[i] = grad_scale * l1_sign_of(codes[i]);
-  return grad_input;
-}
 
 // As the CUDA kernel forms it: the float scale times the incoming gradient, in
 // double, rounded once; so both devices give the same bits for any grad_loss.
@@ -157,8 +92,8 @@ Tensor masked_l1_backward(const Tensor& grad_loss, const Tensor& input, const Te
   }
 #endif
   require_host("l1_loss_backward", input.device());
-  return l1_loss_backward_reference(gradient_scale(scale, grad_loss), input_rows, target_rows,
-                              KeptRows{row_mask.data(), row_mask.stride(0)});
+  return reference::l1_loss_backward(gradient_scale(scale, grad_loss), input_rows, target_rows,
+                                     reference::RowMask{row_mask.data(), row_mask.stride(0)});
 }
 
 }  // namespace
@@ -187,7 +122,7 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
   }
 #endif
   require_host("l1_loss", input.device());
-  return l1_loss_forward_reference(input_rows, target_rows, scale, AllRows{}, codes);
+  return reference::l1_loss_forward(input_rows, target_rows, scale, {}, codes);
 }
 
 Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction) {
@@ -210,8 +145,8 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
   }
 #endif
   require_host("l1_loss_backward", input.device());
-  return l1_loss_backward_reference(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
-                              target_rows, AllRows{});
+  return reference::l1_loss_backward(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
+                                     target_rows);
 }
 
 Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction reduction) {
@@ -229,8 +164,8 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction
   }
 #endif
   require_host("l1_loss_backward", device);
-  return l1_loss_backward_from_signs_reference(gradient_scale(scale, grad_loss), signs.codes.data(),
-                                               signs.shape, device);
+  return reference::l1_loss_backward_from_signs(gradient_scale(scale, grad_loss), signs.codes.data(),
+                                                signs.shape, device);
 }
 
 // ---------------------------------------------------------------- row mask
@@ -281,8 +216,8 @@ Tensor masked_l1_forward(const Tensor& input, const Tensor& target, const Tensor
   }
 #endif
   require_host("l1_loss", input.device());
-  return l1_loss_forward_reference(input_rows, target_rows, scale,
-                             KeptRows{row_mask.data(), row_mask.stride(0)});
+  return reference::l1_loss_forward(input_rows, target_rows, scale,
+                                    reference::RowMask{row_mask.data(), row_mask.stride(0)});
 }
 
 }  // namespace

@@ -301,7 +301,7 @@ WeightGradKernel enqueue_general_weight_sums(const ConstRows& grad_y, const Cons
                                              exact::ExactSums& sums, cudaStream_t stream) {
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
   if (rows * in * out >= kCrtMinTerms) {
-    accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_largest);
+    accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_largest, {}, dy_largest);
     return WeightGradKernel::Crt;
   }
   launch_binned_row_sums<true>(grad_y, x, rows, out, in, Maxima{x_largest, dy_largest, nullptr}, nullptr,

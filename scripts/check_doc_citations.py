@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks a document's code citations: every `path:line` (`symbol`) must name a file of
-the repository, a line inside it, and that line must contain the symbol's text.
+the repository, a line inside it, and that line must contain the symbol's text. A
+citation left unresolved in a draft's `[[path#symbol]]` form counts as stale too.
 
     scripts/check_doc_citations.py docs/one-step.md [more.md ...]
 
@@ -10,11 +11,15 @@ import re
 import sys
 
 CITATION = re.compile(r"`([A-Za-z0-9_./-]+):(\d+)` \(`([^`]+)`\)")
+UNRESOLVED = re.compile(r"\[\[[^\n]*?\]\]")
 
 
 def check(root: pathlib.Path, document: pathlib.Path) -> tuple[int, list[str]]:
     problems, count = [], 0
     for number, text in enumerate(document.read_text().splitlines(), 1):
+        for match in UNRESOLVED.finditer(text):
+            count += 1
+            problems.append(f"{document}:{number}: unresolved citation {match.group(0)}")
         for match in CITATION.finditer(text):
             count += 1
             path, line, symbol = match.group(1), int(match.group(2)), match.group(3)

@@ -55,7 +55,8 @@ inline Windows windows_of(const ConstRows& dy, const ConstRows& x, int window_bi
 inline int element_residue(float value, const crt::WindowScale& scale, const crt::Table& table, int i) {
   double integer;
   if (!crt::inside_window(value, scale, integer)) return 0;
-  return crt::residue(integer, table.moduli[i], table.reciprocals[i]);
+  (void)table;
+  return crt::window_residue_at(static_cast<int64_t>(integer), i);
 }
 
 // One term into sum `index` of `digits` (stride `count`), as the outside kernels add it.

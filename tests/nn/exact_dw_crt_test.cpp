@@ -66,6 +66,22 @@ TEST_CASE("crt: residues are the symmetric residues of the exact integers", "[cp
       INFO("V " << v << " modulo " << m << ": " << r);
       CHECK(2 * std::abs(r) < m);
       CHECK((v - r) % m == 0);
+      if (bits <= crt::kMaxWindowBits) {  // a window's integer: the kernels' 32-bit form
+        CHECK(crt::window_residue_at(v, i) == r);
+      }
+    }
+  }
+}
+
+TEST_CASE("crt: a window's residues in 32 bits at the edges of the split and the window", "[cpu]") {
+  const int64_t edge = (int64_t{1} << crt::kMaxWindowBits) - 1, split = int64_t{1} << 22;
+  for (const int64_t v : {int64_t{0}, int64_t{1}, int64_t{-1}, split - 1, split, -split, -split - 1,
+                          edge, -edge, edge - split, -edge + split}) {
+    for (int i = 0; i < crt::kMaxModuli; ++i) {
+      const int m = crt::modulus(i), r = crt::window_residue_at(v, i);
+      INFO("V " << v << " modulo " << m << ": " << r);
+      CHECK(2 * std::abs(r) < m);
+      CHECK((v - r) % m == 0);
     }
   }
 }
