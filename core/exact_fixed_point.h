@@ -90,6 +90,21 @@ SEQPAR_HOST_DEVICE uint32_t float_bits(float value) {
 #endif
 }
 
+// The binade of a nonzero finite float's magnitude from its bits (sign cleared): top
+// with 2^top <= |value| < 2^(top + 1), subnormals included. A fixed-point window of a
+// column (the one-magnitude dW's, the CRT dW's) is placed below its largest element's.
+SEQPAR_HOST_DEVICE int binade_of_magnitude(uint32_t magnitude_bits) {
+  if ((magnitude_bits >> 23) == 0) {  // subnormal: magnitude_bits * 2^-149
+#ifdef __CUDA_ARCH__
+    const int leading = __clz(static_cast<int>(magnitude_bits));
+#else
+    const int leading = __builtin_clz(magnitude_bits);
+#endif
+    return 31 - leading + kLowestExponent;
+  }
+  return static_cast<int>(magnitude_bits >> 23) - 127;
+}
+
 // The sum of the terms (double)scale * (double)|a| over float32s a (an L1 loss's
 // terms): the value a BinnedSum of those terms holds, for a fraction of its work.
 //

@@ -41,6 +41,7 @@
 #include <cstring>
 
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 #include "core/host_device.h"
 #include "core/exact_sums.h"
 #include "nn/rows.h"
@@ -109,17 +110,7 @@ struct ColumnWindow {
 SEQPAR_HOST_DEVICE ColumnWindow column_window(unsigned int largest_bits, int window_bits) {
   if (largest_bits >= 0x7f800000u) return {kNoWindowColumn, 0, 0};
   if (largest_bits == 0) return {kZeroColumn, 0, 0};
-  int top;
-  if ((largest_bits >> 23) == 0) {  // subnormal: largest_bits 2^-149
-#ifdef __CUDA_ARCH__
-    const int leading = __clz(static_cast<int>(largest_bits));
-#else
-    const int leading = __builtin_clz(largest_bits);
-#endif
-    top = 31 - leading + exact::kLowestExponent;
-  } else {
-    top = static_cast<int>(largest_bits >> 23) - 127;
-  }
+  const int top = exact::binade_of_magnitude(largest_bits);
   const int unit = top + 1 - window_bits;
   return {kWindowColumn, unit > exact::kLowestExponent ? unit : exact::kLowestExponent, top};
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/exact_bins.h"
+#include "core/exact_fixed_point.h"
 #include "core/host_device.h"
 
 namespace seqpar::nn::detail {
@@ -54,15 +55,8 @@ SEQPAR_HOST_DEVICE Window column_window(unsigned int largest_bits, int f_exponen
   int top;  // 2^top <= the column's largest |x| < 2^(top + 1)
   if (largest_bits == 0) {
     top = exact::kLowestExponent;  // all zeros: any window holds them
-  } else if ((largest_bits >> 23) == 0) {  // subnormal: largest_bits * 2^-149
-#ifdef __CUDA_ARCH__
-    const int leading = __clz(static_cast<int>(largest_bits));
-#else
-    const int leading = __builtin_clz(largest_bits);
-#endif
-    top = 31 - leading + exact::kLowestExponent;
   } else {
-    top = static_cast<int>(largest_bits >> 23) - 127;
+    top = exact::binade_of_magnitude(largest_bits);
   }
   // |f x| < 2^(f_exponent + 24) * 2^(top + 1): within the bins' range, 2^129?
   if (top + f_exponent + 25 > 129) return {0, true};
