@@ -137,14 +137,20 @@ TEST_CASE("the packed exact all-reduce rounds to the full all-reduce's floats, N
 }
 
 TEST_CASE("an all-zero exact all-reduce sends only the hulls", "[dist][cpu]") {
+  // The ranks only record; Catch's checks run on this thread (they are not thread-safe).
+  std::vector<int64_t> sent(2);
+  std::vector<std::vector<int64_t>> digits(2);
   dist::run_local_world(2, [&](std::shared_ptr<dist::ProcessGroup> world) {
     exact::ExactSums sums(1000, Device::cpu());
     world->all_reduce_sums(sums);
-    CHECK(world->digit_traffic().sent_words ==
-          dist::detail::kSpanWords * dist::detail::digit_chunks(1000));
-    const auto digits = sums.to_host();
-    CHECK(std::all_of(digits.begin(), digits.end(), [](int64_t d) { return d == 0; }));
+    const size_t rank = static_cast<size_t>(world->rank());
+    sent[rank] = world->digit_traffic().sent_words;
+    digits[rank] = sums.to_host();
   });
+  for (size_t rank = 0; rank < 2; ++rank) {
+    CHECK(sent[rank] == dist::detail::kSpanWords * dist::detail::digit_chunks(1000));
+    CHECK(std::all_of(digits[rank].begin(), digits[rank].end(), [](int64_t d) { return d == 0; }));
+  }
 }
 
 // The issue's step on 2 ranks: Linear(640, 16) from Generator(12345), x = randn(12000,
