@@ -59,7 +59,6 @@ Table crt_table(int moduli) {
   table.count = moduli;
   for (int i = 0; i < moduli; ++i) {
     table.moduli[i] = modulus(i);
-    table.reciprocals[i] = 1.0 / modulus(i);
     for (int j = 0; j < i; ++j) table.inverses[j][i] = inverse_modulo(modulus(j), modulus(i));
   }
   table.product = product_of_first(moduli);

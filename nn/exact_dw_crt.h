@@ -76,7 +76,6 @@ static_assert(kRowsPerProduct * 127 * 127 < (int64_t{1} << 31), "a product's int
 struct Table {
   int count;
   int moduli[kMaxModuli];
-  double reciprocals[kMaxModuli];       // 1.0 / m_i, rounded: residue() corrects its quotient
   int inverses[kMaxModuli][kMaxModuli];  // inverses[j][i] = m_j^-1 mod m_i, for j < i
   exact::UInt128 product;                // Π m_i
 };
@@ -164,22 +163,11 @@ SEQPAR_HOST_DEVICE bool inside_window(float value, const WindowScale& w, double&
   return std::fabs(integer) < w.limit && std::rint(integer) == integer;
 }
 
-// The symmetric residue of an integer |V| < 2^53 modulo an odd m < 256, in
-// [-(m-1)/2, (m-1)/2]. The quotient from the rounded reciprocal is off by at most one;
-// V - q m is exact (q m < 2^53), and one step corrects it.
-SEQPAR_HOST_DEVICE int residue(double integer, int modulus, double reciprocal) {
-  const double quotient = std::rint(integer * reciprocal);
-  int r = static_cast<int>(integer - quotient * modulus);
-  const int half = modulus / 2;
-  if (r > half) r -= modulus;
-  if (r < -half) r += modulus;
-  return r;
-}
-
-// The same for a window's integer, |V| < 2^kMaxWindowBits, modulo modulus(kIndex): the
-// kernels' inner loop, in 32-bit integers. V = hi 2^22 + lo with 0 <= lo < 2^22 and
+// The symmetric residue, in [-(m-1)/2, (m-1)/2], of a window's integer V,
+// |V| < 2^kMaxWindowBits, modulo m = modulus(kIndex): the kernels' inner loop, in 32-bit
+// integers. V = hi 2^22 + lo with 0 <= lo < 2^22 and
 // |hi| <= 2^22, so hi (2^22 mod m) + lo stays inside int32, and `%` by a constant is a
-// multiply and shifts, where the double arithmetic above took several FP64 operations
+// multiply and shifts, where double arithmetic took several FP64 operations
 // a modulus (the residue planes were most of the stress shape's time).
 template <int kIndex>
 SEQPAR_HOST_DEVICE int window_residue(int64_t integer) {
