@@ -107,12 +107,17 @@ OutputFile::OutputFile(const std::string& path) : path_(path), checksum_(kChecks
   directory_fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (directory_fd_ < 0) output_error(path, "open directory " + directory, errno);
   name_ = name_of(path);
-  fd_ = create_temporary_at(directory_fd_, name_, temporary_);
+  {
+    // Made and registered for the signal cleanup with signals held: a signal between
+    // the two cannot leave the temporary behind.
+    const SignalsHeld held;
+    fd_ = create_temporary_at(directory_fd_, name_, temporary_);
+    if (fd_ >= 0) cleanup_ = CleanupEntry(directory_fd_, temporary_.c_str(), CleanupKind::File);
+  }
   if (fd_ < 0) {
     temporary_.clear();
     output_error(path, "create a temporary in " + directory, errno);
   }
-  cleanup_ = CleanupEntry(directory_fd_, temporary_.c_str(), CleanupKind::File);
   if (::fchmod(fd_, mode) != 0) fail("chmod", errno);
 }
 

@@ -317,16 +317,26 @@ void write_dump_directory(const std::string& directory, bool overwrite,
   check_dump_directory(directory, overwrite);  // again: the run may have taken a while
   const Location where = location_of(directory);
   const Descriptor parent = open_parent(where, directory);
-  const bool created = ::mkdirat(parent.get(), where.name.c_str(), 0755) == 0;
+  // Each folder is made and registered for the signal cleanup with signals held, so that
+  // a signal between the two cannot leave it behind.
+  bool created = false;
   CleanupEntry created_entry;
-  if (created) created_entry = CleanupEntry(parent.get(), where.name.c_str(), CleanupKind::EmptyDirectory);
+  {
+    const SignalsHeld held;
+    created = ::mkdirat(parent.get(), where.name.c_str(), 0755) == 0;
+    if (created) created_entry = CleanupEntry(parent.get(), where.name.c_str(), CleanupKind::EmptyDirectory);
+  }
   std::string staging;
   const Descriptor dump = open_dump_directory(parent.get(), where, directory);
   try {
     SEQPAR_CHECK(dump.get() >= 0, "--dump ", printable(directory), ": vanished");
     const Earlier earlier = inspect(dump.get(), directory, overwrite);
-    staging = make_staging_folder(dump.get(), directory);
-    CleanupEntry staging_entry(dump.get(), staging.c_str(), CleanupKind::Directory);
+    CleanupEntry staging_entry;
+    {
+      const SignalsHeld held;
+      staging = make_staging_folder(dump.get(), directory);
+      staging_entry = CleanupEntry(dump.get(), staging.c_str(), CleanupKind::Directory);
+    }
     const Descriptor staged = open_folder(dump.get(), staging, directory);
     write_staged(staged.get(), directory, files, metadata);
     check_targets(dump.get(), directory, files, earlier);
