@@ -72,15 +72,6 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest = nullptr,
                                   const WideChunks& wide = {}, WeightGradKernel* kernel_taken = nullptr);
-// dW's sums in two steps, for a caller that finds some of the maxima itself (the exact
-// fused step of the benchmarks, bench/fused/exact_l1_step.h). The scratch is weight_grad_scratch_words(in, out)
-// words: x's column maxima [in], dy's [out], then dy's two one-magnitude words
-// (one_magnitude_dw.cuh), each as column_maxima_cuda finds them (zero the scratch
-// first: they are atomic maxima). Then enqueue_weight_grad_sums adds dW's sums, as
-// accumulate_weight_grad_cuda does, into digits[d * stride + j * in + k] (stride >=
-// out * in: dW may be the first sums of a larger set). Stream-ordered; they allocate
-// nothing and never wait, so a CUDA graph can capture them.
-int64_t weight_grad_scratch_words(int64_t in, int64_t out);
 // m's signs (+1, -1, or 0 for zeros, NaNs and the padding) as int8, column by column:
 // sign of m[row, c] at data[c * ld + row], for every c below m.cols rounded up to 32 and
 // every row below m.rows rounded up to kSignRowsMultiple (ld at least that, a multiple
@@ -97,9 +88,23 @@ constexpr int64_t kSignRowsMultiple = 256;
 // One pass over m for all of them.
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
                         cuda::Stream stream, int64_t* sign_sums = nullptr, SignMatrix signs = {});
-void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
-                              const unsigned int* scratch, int64_t* digits, int64_t stride,
-                              cuda::Stream stream, const uint8_t* sign_fragments = nullptr);
+// dW's sums where the device chooses the kernel: a one-magnitude kernel and the binned
+// one are both launched, and each reads dy's words and returns at once unless it is
+// the one to work (the few-outputs one-magnitude kernel where it fits; with `signs`,
+// as column_maxima_cuda wrote them, the many-outputs one, cut as `wide` says). What
+// accumulate_linear_grads_cuda does inside a graph capture or with few outputs, for a
+// caller that finds the maxima itself (the benchmarks' fused step): each as
+// column_maxima_cuda finds it. Adds into digits[d * stride + j * in + k] (stride >= out
+// * in: dW may be the first sums of a larger set). Allocates nothing and never waits,
+// so a CUDA graph can capture it.
+struct WeightGradMaxima {
+  const unsigned int* x_largest;   // [in]
+  const unsigned int* dy_largest;  // [out]
+  const unsigned int* dy_words;    // dy's two one-magnitude words (one_magnitude_dw.cuh)
+};
+void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const WeightGradMaxima& maxima,
+                              int64_t* digits, int64_t stride, cuda::Stream stream, SignMatrix signs = {},
+                              const WideChunks& wide = {});
 
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
@@ -144,18 +149,12 @@ void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t w
 // dW when every dy has one magnitude, as after an L1 loss (one_magnitude_dw_few_outputs.cu):
 // exact integer sums of ±x in fixed point, the same digits' value as the general row
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
-// nonzero magnitude bits (one_magnitude_dw.cuh), which also tell the general kernel to
-// skip its work when this path does it. Only when one_magnitude_dw_fits.
-// With sign_fragments (or null: dy of at most kSignFragmentOutputs, its signs laid out
-// by whoever wrote dy: ExactL1Outputs), the kernel takes its tensor-core operand from them
-// instead of reading dy and laying the signs out itself, and when dy has not one
-// magnitude it does the general row sums itself (from dy_largest, dy's column maxima),
-// so that no general kernel need be launched beside it.
+// nonzero magnitude bits (one_magnitude_dw.cuh): the kernel returns at once unless they
+// agree, and they tell the general kernel launched beside it to skip its work when
+// this path does it. Only when one_magnitude_dw_fits.
 bool one_magnitude_dw_fits(const ConstRows& grad_y, const ConstRows& x);
-void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x,
-                                const unsigned int* x_largest, const unsigned int* words,
-                                int64_t* digits, int64_t stride, cuda::Stream stream,
-                                const uint8_t* sign_fragments, const unsigned int* dy_largest);
+void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_largest,
+                             const unsigned int* words, int64_t* digits, int64_t stride, cuda::Stream stream);
 // The same sums for a dy of many outputs (at least 64 outputs; one_magnitude_dw_many_outputs.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),

@@ -190,27 +190,18 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                             largest_b, digits, count);
 }
 
-// What a launch takes from the passes over its factors: b's column maxima [columns]; for
-// dW also a's [outputs]; dy's two one-magnitude words (one_magnitude_dw.cuh: a's for dW,
-// b's for db), or null where no one-magnitude path runs; and for db, dy's sign sums
-// [columns] from the same pass.
-struct Maxima {
-  const unsigned int* b;
-  const unsigned int* a;
-  const unsigned int* words;
-  const int64_t* sign_sums = nullptr;
-  SignMatrix signs = {};  // dy's, for the many-outputs one-magnitude dW
-  const uint8_t* sign_fragments = nullptr;  // dy's, for the few-outputs one (linear_kernels.h)
-};
-
 // The binned row sums of one launch (row_sums_kernel) into digits[d * stride + i], on
-// `stream`. `one_magnitude_words`: dy's two words where a one-magnitude path was
-// launched beside it (the kernel then returns at once if dy had one magnitude), else
-// null: the kernel does the work.
+// `stream`, from the factors' column maxima (largest_a: dy's, for dW only; largest_b:
+// x's for dW, dy's for db). `one_magnitude_words`: dy's two words where the kernel is
+// to leave the work to a one-magnitude path if dy had one magnitude (one launched beside
+// it for dW; for db, `sign_sums`, from the pass over dy), else null: it does the work.
 template <bool kProducts>
 void launch_binned_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                            const Maxima& maxima, const unsigned int* one_magnitude_words,
+                            const unsigned int* largest_a, const unsigned int* largest_b,
+                            const unsigned int* one_magnitude_words, const int64_t* sign_sums,
                             int64_t* digits, int64_t stride, cudaStream_t stream) {
+  exact::check_term_count("linear_backward", rows);
+  if (rows == 0 || columns == 0 || outputs == 0) return;
   const int64_t column_blocks = cuda::ceil_div(columns, 32);
   const int64_t output_groups = cuda::ceil_div(outputs, kRowSumsOutputs<kProducts>);
   const int64_t wanted_chunks =
@@ -224,44 +215,9 @@ void launch_binned_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outp
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(output_groups),
                   static_cast<unsigned>(chunks));
   cuda::launch_dependent(row_sums_kernel<kProducts>, grid, dim3(kThreads), 0, stream, a, b, rows,
-                         outputs, columns, rows_per_chunk, maxima.a, maxima.b, one_magnitude_words,
-                         kProducts ? nullptr : maxima.sign_sums, digits, stride);
+                         outputs, columns, rows_per_chunk, largest_a, largest_b, one_magnitude_words,
+                         kProducts ? nullptr : sign_sums, digits, stride);
   CUDA_LAUNCH_CHECK();
-}
-
-// The sums of one launch into digits[d * stride + i], on `stream`, from `maxima`.
-// Allocates nothing and never waits (capturable). With dy's signs in maxima.signs (a
-// caller that may allocate, where the many-outputs path fits: accumulate_linear_grads_cuda),
-// dW's one-magnitude sums take the many-outputs path, cut as `wide` says.
-template <bool kProducts>
-void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, int64_t columns,
-                      Maxima maxima, int64_t* digits, int64_t stride, cudaStream_t stream,
-                      const WideChunks& wide = {}) {
-  exact::check_term_count("linear_backward", rows);
-  if (rows == 0 || columns == 0 || outputs == 0) return;
-  // When dy has one magnitude, dW's fixed-point sums or db's sign sums (added by the
-  // general kernel), and the general kernel's binned sums return at once (all read the
-  // words on the device). The general kernel goes first: its blocks wait, resident,
-  // while the pass before it runs and end as that pass does, where after the fixed-point
-  // kernel, whose blocks fill the SMs, they would start only as those end.
-  // With dy's sign fragments (an L1 step, where dy has one magnitude unless a NaN came
-  // in), the fixed-point kernel does the general sums itself when it must, over its
-  // own blocks' shares: one launch instead of two in the step's chain, where even a
-  // launch that returns at once costs the step time (measured: bench/RESULTS.md).
-  const bool one_magnitude = kProducts && (maxima.signs.data != nullptr || one_magnitude_dw_fits(a, b));
-  const bool general_inside = one_magnitude && maxima.signs.data == nullptr && maxima.sign_fragments != nullptr;
-  const unsigned int* one_magnitude_words = kProducts && !one_magnitude ? nullptr : maxima.words;
-  if (!general_inside) {
-    launch_binned_row_sums<kProducts>(a, b, rows, outputs, columns, maxima, one_magnitude_words, digits,
-                                      stride, stream);
-  }
-  if (kProducts && maxima.signs.data != nullptr) {
-    launch_one_magnitude_dw_many_outputs(a, b, maxima.b, maxima.words, maxima.signs, digits, stride,
-                                    stream, wide);
-  } else if (one_magnitude) {
-    launch_one_magnitude_dw(a, b, maxima.b, maxima.words, digits, stride, stream,
-                               maxima.sign_fragments, maxima.a);
-  }
 }
 
 // db's sums: from the sign sums when dy had one magnitude (`words`), else by the binned
@@ -269,8 +225,8 @@ void enqueue_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outputs, i
 void enqueue_column_sums(const ConstRows& grad_y, const unsigned int* dy_largest,
                          const unsigned int* words, const int64_t* sign_sums, int64_t* digits,
                          int64_t stride, cudaStream_t stream) {
-  enqueue_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols,
-                          Maxima{dy_largest, nullptr, words, sign_sums}, digits, stride, stream);
+  launch_binned_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols, nullptr, dy_largest, words,
+                                sign_sums, digits, stride, stream);
 }
 
 // Scratch of a launch's own, in one buffer zeroed once (atomic sums and maxima start
@@ -304,7 +260,7 @@ WeightGradKernel enqueue_general_weight_sums(const ConstRows& grad_y, const Cons
     accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_largest, {}, dy_largest);
     return WeightGradKernel::Crt;
   }
-  launch_binned_row_sums<true>(grad_y, x, rows, out, in, Maxima{x_largest, dy_largest, nullptr}, nullptr,
+  launch_binned_row_sums<true>(grad_y, x, rows, out, in, dy_largest, x_largest, nullptr, nullptr,
                                sums.digits(), sums.count(), stream);
   return WeightGradKernel::Binned;
 }
@@ -406,7 +362,6 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   column_maxima_cuda(grad_y, dy_largest, words, stream, bias ? scratch.sign_sums() : nullptr, signs);
   if (weight && in > 0) {
     const unsigned int* x_maxima = find_x ? scratch.largest() : x_largest;
-    const Maxima maxima{x_maxima, dy_largest, words, nullptr, signs};
     WeightGradKernel taken = WeightGradKernel::None;
     if (wide_dw && !capturing(stream)) {
       if (dy_has_one_magnitude(words, device)) {
@@ -419,7 +374,8 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
     } else if (!wide_dw && !one_magnitude_dw_fits(grad_y, x)) {
       taken = enqueue_general_weight_sums(grad_y, x, x_maxima, dy_largest, sums, stream);
     } else {  // the device chooses between a one-magnitude kernel and the binned one
-      enqueue_row_sums<true>(grad_y, x, rows, out, in, maxima, weight_digits, sums.count(), stream, wide);
+      enqueue_weight_grad_sums(grad_y, x, {x_maxima, dy_largest, words}, weight_digits, sums.count(), stream,
+                               wide_dw ? signs : SignMatrix{}, wide);
       if (kernel_taken != nullptr) {
         SEQPAR_CHECK(!capturing(stream), "accumulate_linear_grads_cuda: which kernel ran cannot be "
                      "read back inside a graph capture (kernel_taken must be null there)");
@@ -435,8 +391,6 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
                         stream);
   }
 }
-
-int64_t weight_grad_scratch_words(int64_t in, int64_t out) { return in + out + 2; }
 
 void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int* magnitudes,
                         cuda::Stream stream, int64_t* sign_sums, SignMatrix signs) {
@@ -472,16 +426,28 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
   CUDA_LAUNCH_CHECK();
 }
 
-void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x,
-                              const unsigned int* scratch, int64_t* digits, int64_t stride,
-                              cuda::Stream stream, const uint8_t* sign_fragments) {
+// Both kernels are launched and each reads dy's words: the binned one first, as its
+// blocks wait, resident, while the pass before it runs and end as that pass does, where
+// after the one-magnitude kernel, whose blocks fill the SMs, they would start only as
+// those end.
+void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const WeightGradMaxima& maxima,
+                              int64_t* digits, int64_t stride, cuda::Stream stream, SignMatrix signs,
+                              const WideChunks& wide) {
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);
-  enqueue_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols,
-                         Maxima{scratch, scratch + x.cols, scratch + x.cols + grad_y.cols, nullptr, {},
-                                sign_fragments},
-                         digits, stride, stream);
+  exact::check_term_count("linear_backward", x.rows);
+  if (x.rows == 0 || x.cols == 0 || grad_y.cols == 0) return;
+  const bool many_outputs = signs.data != nullptr;
+  const bool one_magnitude = many_outputs || one_magnitude_dw_fits(grad_y, x);
+  launch_binned_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, maxima.dy_largest, maxima.x_largest,
+                               one_magnitude ? maxima.dy_words : nullptr, nullptr, digits, stride, stream);
+  if (many_outputs) {
+    launch_one_magnitude_dw_many_outputs(grad_y, x, maxima.x_largest, maxima.dy_words, signs, digits, stride,
+                                         stream, wide);
+  } else if (one_magnitude) {
+    launch_one_magnitude_dw(grad_y, x, maxima.x_largest, maxima.dy_words, digits, stride, stream);
+  }
 }
 
 }  // namespace seqpar::nn::detail

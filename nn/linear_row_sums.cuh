@@ -1,9 +1,9 @@
 // The general path of Linear's sums over rows (dW = dyᵀ x, db = Σ_rows dy), one block's
 // share: binned sums in each thread, integer atomics into the launch's digits. The row
-// sums kernel (linear_row_sums.cu) runs it for each of its blocks; the one-magnitude dW
-// kernel with dy's sign fragments (one_magnitude_dw_few_outputs.cu) runs it over its own block's
-// share when dy turns out not to have one magnitude, so that a step which lays the
-// fragments out needs no launch of the general kernel beside it.
+// sums kernel (linear_row_sums.cu) runs it for each of its blocks; the benchmarks'
+// fused step runs it in its one-magnitude dW's blocks, over each block's own share, when
+// dy turns out not to have one magnitude (bench/fused/kernels/weight_grad_fragments.cu),
+// so that it needs no launch of the general kernel beside that one.
 //
 // A block: kRowSumsWarps warps; lane l owns column k0 + l, of kRowSumsOutputs outputs
 // from j0 on, and the warps take every kRowSumsWarps-th row of [row_begin, row_end).

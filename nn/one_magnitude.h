@@ -65,18 +65,14 @@ SEQPAR_HOST_DEVICE Window column_window(unsigned int largest_bits, int f_exponen
   return {lsb > lowest ? lsb : lowest, false};
 }
 
-// The outputs one step of sign fragments holds: the tensor-core tile's M.
-constexpr int kSignFragmentOutputs = 16;
-
-// Where dy[row, j]'s sign (j < kSignFragmentOutputs) sits among the one-magnitude dW kernel's tensor-core
-// A fragments (PTX m16n8k32, s8; one_magnitude_dw_few_outputs.cu): rows in steps of 32, a step
-// 32 lanes x 16 bytes; lane 4 g + t holds outputs g and g + 8 of rows 4t..4t+3 (words
-// 0, 1) and 16+4t..16+4t+3 (words 2, 3), a row's sign in byte row % 4 of its word.
+// Where dy[row, j]'s sign (j < 16) sits among the tensor-core A fragments of the
+// few-outputs one-magnitude dW (PTX m16n8k32, s8; nn/one_magnitude_dw_few_outputs.cuh):
+// rows in steps of 32, a step 32 lanes x 16 bytes; lane 4 g + t holds outputs g and
+// g + 8 of rows 4t..4t+3 (words 0, 1) and 16+4t..16+4t+3 (words 2, 3), a row's sign in
+// byte row % 4 of its word.
 SEQPAR_HOST_DEVICE int64_t sign_fragment_byte(int64_t row, int j) {
   const int r = static_cast<int>(row % 32);
   return row / 32 * 512 + 16 * (4 * (j % 8) + r % 16 / 4) + 4 * (2 * (r / 16) + j / 8) + r % 4;
 }
-// The bytes of the fragments of `rows` rows: whole steps of 32 rows, 16 bytes a row.
-SEQPAR_HOST_DEVICE int64_t sign_fragment_bytes(int64_t rows) { return (rows + 31) / 32 * 32 * 16; }
 
 }  // namespace seqpar::nn::detail

@@ -32,7 +32,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   y_ = Tensor::empty({rows_, out_}, device);
   grad_y_ = Tensor::empty({rows_, out_}, device);
   gradient_sums_ = exact::ExactSums(out_ * in_ + out_, device);
-  const int64_t maxima = nn::detail::weight_grad_scratch_words(in_, out_);
+  const int64_t maxima = in_ + out_ + 2;  // x's column maxima, dy's, dy's two words
   step_words_ = DeviceBuffer<int64_t>(kStepDigits + (maxima + 1) / 2, device);
   step_words_.zero();  // gradient_sums_ starts zero too
   finish_counts_ = DeviceBuffer<unsigned>(2, device);
@@ -40,8 +40,8 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   finish_grid_ = kernels::exact_finish_grid(out_ * in_ + out_, out_ * in_, device_);
   // dy's signs as dW's tensor-core operand, written with dy (one tile of outputs); zeroed
   // once: the rows past the last, up to a whole step of 32, are never written.
-  if (out_ <= nn::detail::kSignFragmentOutputs) {
-    sign_fragments_ = DeviceBuffer<uint8_t>(nn::detail::sign_fragment_bytes(rows_), device);
+  if (out_ <= kernels::kSignFragmentOutputs) {
+    sign_fragments_ = DeviceBuffer<uint8_t>(kernels::sign_fragment_bytes(rows_), device);
     sign_fragments_.zero();
   }
 }
@@ -79,7 +79,8 @@ void ExactL1Step::enqueue_step(size_t batch) {
                            loss_scale_, l1, stream);
   }
   const nn::detail::ConstRows dy{grad_y_.data(), rows_, out_, out_};
-  nn::detail::enqueue_weight_grad_sums(dy, x, maxima, digits, stride, stream, sign_fragments_.data());
+  kernels::enqueue_weight_grad_sums_from_fragments(dy, x, {maxima, maxima + in_, maxima + in_ + out_}, digits,
+                                                   stride, stream, sign_fragments_.data());
 
   if (across_ != nullptr) across_->combine(gradient_sums_);
   kernels::ExactFinish finish{};

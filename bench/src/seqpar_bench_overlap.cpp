@@ -25,7 +25,7 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
   // The dW runs over another batch, whose dy, signs and maxima a forward wrote first, so
   // the two kernels need not wait for each other: what a one-kernel step that
   // overlapped them chunk by chunk could gain at most.
-  const int64_t scratch_words = nn::detail::weight_grad_scratch_words(in, out);
+  const int64_t scratch_words = in + out + 2;  // x's column maxima, dy's, dy's two words
   const float scale = 1.0f / static_cast<float>(n * out);
   struct Batch {
     Tensor x, target, y, grad_y;
@@ -39,7 +39,7 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
             Tensor::empty({n, out}, kGpu), DeviceBuffer<unsigned int>(scratch_words, kGpu),
             DeviceBuffer<int64_t>(exact::kDigits, kGpu),
             DeviceBuffer<int64_t>(exact::kDigits * (out * in + out), kGpu),
-            DeviceBuffer<uint8_t>(nn::detail::sign_fragment_bytes(n), kGpu)};
+            DeviceBuffer<uint8_t>(fused::kernels::sign_fragment_bytes(n), kGpu)};
     b.scratch.zero();
     b.loss.zero();
     b.digits.zero();
@@ -56,9 +56,10 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
                                              maxima, {t.target.data(), out, scale}, l1);
   };
   auto weight_grad = [&](Batch& t, cudaStream_t on) {
-    nn::detail::enqueue_weight_grad_sums(nn::detail::const_rows_of(t.grad_y),
-                                         nn::detail::const_rows_of(t.x), t.scratch.data(),
-                                         t.digits.data(), out * in + out, on, t.fragments.data());
+    const unsigned int* maxima = t.scratch.data();
+    fused::kernels::enqueue_weight_grad_sums_from_fragments(
+        nn::detail::const_rows_of(t.grad_y), nn::detail::const_rows_of(t.x),
+        {maxima, maxima + in, maxima + in + out}, t.digits.data(), out * in + out, on, t.fragments.data());
   };
   forward(b);  // b's dy, signs and maxima, for its dW
   cudaStream_t main_stream = cuda::current_stream(0), side = nullptr;

@@ -152,7 +152,7 @@ void profile_host() {
            }));
     // Linear's dW and db by their calls, as accumulate_linear_grads_cuda makes them.
     namespace nd = nn::detail;
-    const int64_t in = x.size(1), out = dy.size(1), scratch_words = nd::weight_grad_scratch_words(in, out);
+    const int64_t in = x.size(1), out = dy.size(1), scratch_words = in + out + 2;
     cudaStream_t stream = cuda::current_stream(0);
     const nd::ConstRows dy_rows = nd::const_rows_of(dy), x_rows = nd::const_rows_of(x);
     // x's maxima [in], dy's [out], dy's two words (linear_kernels.h).
@@ -174,7 +174,8 @@ void profile_host() {
              nd::column_maxima_cuda(dy_rows, largest + in, largest + in + out, stream, sign_sums.data());
            }));
     report("    dW's sums (enqueue_weight_grad_sums: two launches)", host_median_us([&] {
-             nd::enqueue_weight_grad_sums(dy_rows, x_rows, largest, sums.digits(), sums.count(), stream);
+             nd::enqueue_weight_grad_sums(dy_rows, x_rows, {largest, largest + in, largest + in + out},
+                                          sums.digits(), sums.count(), stream);
            }));
     report("    the rounding (round_digits_cuda)", host_median_us([&] {
              exact::detail::round_digits_cuda(sums.digits(), sums.count(), sums.count(), dw.data(), 0);

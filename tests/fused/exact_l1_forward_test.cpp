@@ -85,7 +85,7 @@ ForwardL1Words forward_l1(const test::StepData& data, const Tensor& target, bool
   const Tensor y = test::poisoned({rows, out}, gpu), grad_y = test::poisoned({rows, out}, gpu);
   DeviceBuffer<int64_t> loss_digits(exact::kDigits, gpu), bias_digits(exact::kDigits * out, gpu);
   DeviceBuffer<unsigned int> x_largest(in, gpu), grad_y_largest(out + 2, gpu);
-  DeviceBuffer<uint8_t> fragments(nn::detail::sign_fragment_bytes(rows), gpu);
+  DeviceBuffer<uint8_t> fragments(fused::kernels::sign_fragment_bytes(rows), gpu);
   for (auto* words : {&loss_digits, &bias_digits}) words->zero();
   x_largest.zero();
   grad_y_largest.zero();

@@ -180,9 +180,9 @@ void exact_l1_cuda(const float* y, const float* target, int64_t target_row_strid
                " outside [1, ", kExactL1MaxOut, "]");
   // Every nn::Reduction scale of a non-empty loss is finite; db's count of signs needs it.
   SEQPAR_CHECK(std::isfinite(scale), "exact_l1_cuda: the loss scale ", scale, " is not finite");
-  SEQPAR_CHECK(outputs.sign_fragments == nullptr || out <= nn::detail::kSignFragmentOutputs,
+  SEQPAR_CHECK(outputs.sign_fragments == nullptr || out <= kSignFragmentOutputs,
                "exact_l1_cuda: sign fragments for ", out, " outputs (at most ",
-               nn::detail::kSignFragmentOutputs, ")");
+               kSignFragmentOutputs, ")");
   const int64_t count = rows * out;
   if (count == 0) return;
   const int64_t blocks =

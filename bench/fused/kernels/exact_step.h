@@ -19,6 +19,13 @@ namespace seqpar::fused::kernels {
 // The most outputs the exact L1 loss's kernels take (a block tallies each column).
 constexpr int64_t kExactL1MaxOut = 64;
 
+// dy's signs laid out as the few-outputs one-magnitude dW's tensor-core operand (where
+// the sign of dy[row, j] goes: nn::detail::sign_fragment_byte), which the L1 loss's
+// kernels write beside dy: for at most kSignFragmentOutputs outputs (one tile), in
+// sign_fragment_bytes(rows) bytes (whole steps of 32 rows, 16 bytes a row).
+constexpr int64_t kSignFragmentOutputs = 16;
+inline int64_t sign_fragment_bytes(int64_t rows) { return (rows + 31) / 32 * 32 * 16; }
+
 // The finishing kernel's grid (exact_finish_grid).
 struct ExactFinishGrid {
   int blocks = 0;
@@ -37,7 +44,7 @@ struct ExactL1Outputs {
   unsigned int* grad_y_largest;  // [out] column maxima, then the two words (zeroed first)
   // Or null: dy's signs as the one-magnitude dW's tensor-core fragments (out at most
   // kSignFragmentOutputs; sign_fragment_bytes(rows) bytes, zeroed once: rows past the
-  // last are never written; both in nn/one_magnitude.h).
+  // last are never written).
   uint8_t* sign_fragments = nullptr;
 };
 // The target and the loss's scale (nn::Reduction::scale in float, finite).
@@ -64,6 +71,16 @@ void few_outputs_forward_exact_l1_cuda(const nn::detail::ConstRows& x, const flo
 // float (finite: checked). The digits are added into (zero them first).
 void exact_l1_cuda(const float* y, const float* target, int64_t target_row_stride, int64_t rows,
                    int64_t out, float scale, const ExactL1Outputs& outputs, cuda::Stream stream);
+
+// dW's sums from dy's sign fragments (weight_grad_fragments.cu): as
+// nn::detail::enqueue_weight_grad_sums gives them, in one launch, where dy has at most
+// kSignFragmentOutputs outputs and the few-outputs kernel fits; else (or with null
+// fragments) by nn::detail::enqueue_weight_grad_sums. Allocates nothing, never waits.
+void enqueue_weight_grad_sums_from_fragments(const nn::detail::ConstRows& grad_y,
+                                             const nn::detail::ConstRows& x,
+                                             const nn::detail::WeightGradMaxima& maxima, int64_t* digits,
+                                             int64_t stride, cuda::Stream stream,
+                                             const uint8_t* sign_fragments);
 
 // The step's tail in one launch: the sums rounded, the exact norm, the clip coefficient
 // and AdamW. Each block rounds a slice of one gradient tensor's sums and adds the exact
