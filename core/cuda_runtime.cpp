@@ -141,15 +141,15 @@ DeviceState& state_of(int device) {
   return state;
 }
 
-bool capturing(cudaStream_t stream) {
+}  // namespace
+
+Stream current_stream(int device) { return state_of(device).stream; }
+
+bool capturing(Stream stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
 }
-
-}  // namespace
-
-Stream current_stream(int device) { return state_of(device).stream; }
 
 int multiprocessor_count(int device) { return state_of(device).multiprocessors; }
 
@@ -239,6 +239,7 @@ bool built() { return false; }
 int device_count() { return 0; }
 void set_device(int) { no_cuda("set_device"); }
 Stream current_stream(int) { no_cuda("current_stream"); }
+bool capturing(Stream) { return false; }
 int multiprocessor_count(int) { no_cuda("multiprocessor_count"); }
 void* allocate(size_t, int) { no_cuda("allocate"); }
 void release(void*, size_t, int) {}

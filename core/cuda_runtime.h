@@ -30,6 +30,10 @@ void set_device(int device);
 
 Stream current_stream(int device);
 
+// Whether `stream` is being captured into a CUDA graph: then work may be enqueued but
+// nothing waited for or read back.
+bool capturing(Stream stream);
+
 // The device's SM count (asked once), for grids sized to fill it.
 int multiprocessor_count(int device);
 

@@ -6,7 +6,7 @@
 // rounding and IEEE rules). The kernel is in nn/one_magnitude_dw_few_outputs.cuh.
 //
 // Whether dy has one magnitude is known only on the device. The pass that finds dy's
-// column maxima (linear_row_sums.cu) also records its largest and smallest nonzero
+// column maxima (column_maxima.cu) also records its largest and smallest nonzero
 // magnitude; the kernel here returns at once unless they agree (and are finite), and
 // the general kernel, launched beside it, returns at once if they do. No host round
 // trip, and the launches are the same whatever dy holds.
