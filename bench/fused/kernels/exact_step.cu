@@ -12,6 +12,7 @@
 #include "core/exact_bins.cuh"
 #include "bench/fused/kernels/exact_l1.cuh"
 #include "bench/fused/kernels/grid_sync.cuh"
+#include "bench/fused/kernels/sum_of_two.h"
 #include "optim/adamw_update.cuh"
 #include "optim/clip_coefficient.cuh"
 
@@ -114,9 +115,9 @@ __global__ void __launch_bounds__(kThreads) exact_finish_kernel(ExactFinish f, i
   __syncthreads();
   if (threadIdx.x == 0) {
     // The exact sum of the two squares rounded once, as optim::clip_grad_norm takes it
-    // from its digits: exact::sum_of_two gives those bits in one addition, where bins,
+    // from its digits: sum_of_two gives those bits in one addition, where bins,
     // a flush and a rounding in this one lane would hold the whole block.
-    const double squares = exact::sum_of_two(__dmul_rn(norms[0], norms[0]), __dmul_rn(norms[1], norms[1]));
+    const double squares = sum_of_two(__dmul_rn(norms[0], norms[0]), __dmul_rn(norms[1], norms[1]));
     const float total_norm = __double2float_rn(sqrt(squares));
     if (blockIdx.x == 0) *f.total_norm = total_norm;
     coefficient_shared = optim::detail::clip_coefficient(total_norm, f.max_norm);
