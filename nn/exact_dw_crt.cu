@@ -73,24 +73,39 @@ __global__ void windows_kernel(const unsigned int* dy_largest, int64_t out, cons
   }
 }
 
+// The residues modulo m_kIndex of a thread's eight elements, four rows of each of its
+// two words, as two words of bytes (element e in byte e % 4), into the tile's words.
+template <int kIndex>
+__device__ __forceinline__ void store_residues(const crt::WindowDigits (&digits)[8], int lane, int warp,
+                                               unsigned int (&words)[crt::kMaxModuli][kTileColumns][kTileWords + 1]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    unsigned int r[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) r[e] = static_cast<unsigned int>(crt::window_residue<kIndex>(digits[4 * half + e]));
+    // bytes 0 of r0, r1, r2, r3 in order: the low byte of each is its int8 two's complement
+    words[kIndex][lane][warp + 8 * half] =
+        __byte_perm(__byte_perm(r[0], r[1], 0x0040), __byte_perm(r[2], r[3], 0x0040), 0x5410);
+  }
+}
+
+// Every modulus below `count`: a uniform branch a modulus (count is the launch's), not
+// one an element.
+template <int... kIndex>
+__device__ __forceinline__ void store_all_residues(const crt::WindowDigits (&digits)[8], int count, int lane,
+                                                   int warp,
+                                                   unsigned int (&words)[crt::kMaxModuli][kTileColumns][kTileWords + 1],
+                                                   std::integer_sequence<int, kIndex...>) {
+  ((kIndex < count ? store_residues<kIndex>(digits, lane, warp, words) : void()), ...);
+}
+
 // One operand's planes for a chunk: planes[i * cols_padded * ld + column * ld + row] =
 // the residue modulo m_i of m[row_begin + row, column] (0 outside its window, past the
 // chunk's rows and past m's columns). Lanes read adjacent columns of a row; each
-// thread packs four rows' residues into a word per modulus; the tile goes out through
-// shared memory (rows of 17 words: no bank conflicts) as 16-byte stores.
-// Element e's residues modulo the first `count` moduli into byte e of packed[i], each
-// modulus a compile-time constant (crt::window_residue).
-template <int... kIndex>
-__device__ __forceinline__ void pack_residues(int64_t integer, int e, int count,
-                                              unsigned int (&packed)[crt::kMaxModuli],
-                                              std::integer_sequence<int, kIndex...>) {
-  ((kIndex < count ? (packed[kIndex] |= static_cast<unsigned int>(static_cast<uint8_t>(
-                          static_cast<int8_t>(crt::window_residue<kIndex>(integer))))
-                                        << (8 * e))
-                   : 0u),
-   ...);
-}
-
+// thread takes eight rows of its column (two words of four), splits each element's
+// window integer once (crt::window_digits) and packs its residues a modulus at a time;
+// the tile goes out through shared memory (rows of 17 words: no bank conflicts) as
+// 16-byte stores.
 __global__ void __launch_bounds__(kThreads) residue_planes_kernel(ConstRows m, const crt::ColumnWindow* windows,
                                                                   int window_bits, crt::Table table,
                                                                   int64_t row_begin, int64_t rows, int64_t ld,
@@ -103,34 +118,26 @@ __global__ void __launch_bounds__(kThreads) residue_planes_kernel(ConstRows m, c
   const bool column_valid = column < m.cols;
   const crt::WindowScale scale =
       column_valid ? crt::window_scale(windows[column], window_bits) : crt::WindowScale{0.0, 0.0};
+  // Element 4 h + e: row 4 (warp + 8 h) + e of the tile.
+  const auto row_of = [&](int element) { return tile_row + 4 * (warp + 8 * (element / 4)) + element % 4; };
+  float values[8];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int word = warp + 8 * half;
-    float values[4];
-    bool valid[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = tile_row + 4 * word + e;
-      valid[e] = column_valid && row < rows;
-      values[e] = valid[e] ? m.data[(row_begin + row) * m.row_stride + column] : 0.0f;
-    }
-    unsigned int packed[crt::kMaxModuli] = {};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      double integer;
-      if (!valid[e]) continue;  // residue 0 past the edges
-      if (!crt::inside_window(values[e], scale, integer)) {
-        outside.add(row_begin + tile_row + 4 * word + e, column, values[e]);
-        continue;
-      }
-      pack_residues(static_cast<int64_t>(integer), e, table.count, packed,
-                    std::make_integer_sequence<int, crt::kMaxModuli>{});
-    }
-#pragma unroll
-    for (int i = 0; i < crt::kMaxModuli; ++i) {
-      if (i < table.count) words[i][lane][word] = packed[i];
-    }
+  for (int element = 0; element < 8; ++element) {
+    const int64_t row = row_of(element);
+    values[element] = column_valid && row < rows ? m.data[(row_begin + row) * m.row_stride + column] : 0.0f;
   }
+  crt::WindowDigits digits[8];
+#pragma unroll
+  for (int element = 0; element < 8; ++element) {
+    double integer = 0.0;  // 0 past the edges: residue 0
+    const bool valid = column_valid && row_of(element) < rows;
+    if (valid && !crt::inside_window(values[element], scale, integer)) {
+      outside.add(row_begin + row_of(element), column, values[element]);
+      integer = 0.0;
+    }
+    digits[element] = crt::window_digits(static_cast<int64_t>(integer));
+  }
+  store_all_residues(digits, table.count, lane, warp, words, std::make_integer_sequence<int, crt::kMaxModuli>{});
   __syncthreads();
   constexpr int kParts = kTileRows / 16;  // 16-byte stores a column
   const int64_t plane_stride = cols_padded * ld;

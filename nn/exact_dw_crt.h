@@ -163,24 +163,53 @@ SEQPAR_HOST_DEVICE bool inside_window(float value, const WindowScale& w, double&
   return std::fabs(integer) < w.limit && std::rint(integer) == integer;
 }
 
-// The symmetric residue, in [-(m-1)/2, (m-1)/2], of a window's integer V,
-// |V| < 2^kMaxWindowBits, modulo m = modulus(kIndex): the kernels' inner loop, in 32-bit
-// integers. V = hi 2^22 + lo with 0 <= lo < 2^22 and
-// |hi| <= 2^22, so hi (2^22 mod m) + lo stays inside int32, and `%` by a constant is a
-// multiply and shifts, where double arithmetic took several FP64 operations
-// a modulus (the residue planes were most of the stress shape's time).
+// A window's integer V, |V| < 2^kMaxWindowBits, as two unsigned digits of V + 2^44:
+// high in [0, 2^23), low in [0, 2^22). Split once per element, then taken modulo every
+// modulus (window_residue) in 32-bit unsigned arithmetic.
+struct WindowDigits {
+  uint32_t high, low;
+};
+SEQPAR_HOST_DEVICE WindowDigits window_digits(int64_t integer) {
+  static_assert(kMaxWindowBits <= 44, "V + 2^44 is non-negative");
+  const uint64_t shifted = static_cast<uint64_t>(integer + (int64_t{1} << 44));
+  return {static_cast<uint32_t>(shifted >> 22), static_cast<uint32_t>(shifted & 0x3fffffu)};
+}
+
+// floor(u / m) for u < 2^31 and 128 < m < 256, by a multiply-high and a shift: with
+// M = ceil(2^39 / m) (below 2^32), M m - 2^39 < m <= 2^8, so floor(u M / 2^39) is
+// floor(u / m) for every u below 2^31 (Granlund and Montgomery, "Division by invariant
+// integers using multiplication", 1994, theorem 4.2).
+template <uint32_t kModulus>
+SEQPAR_HOST_DEVICE uint32_t quotient_below_2_31(uint32_t u) {
+  static_assert(kModulus > 128 && kModulus < 256, "l = 8 bits of modulus");
+  constexpr uint64_t kMagic = ((uint64_t{1} << 39) + kModulus - 1) / kModulus;
+  static_assert(kMagic < (uint64_t{1} << 32), "M fits a 32-bit multiply-high");
+#ifdef __CUDA_ARCH__
+  return __umulhi(u, static_cast<uint32_t>(kMagic)) >> 7;
+#else
+  return static_cast<uint32_t>((u * kMagic) >> 39);
+#endif
+}
+
+// The symmetric residue, in [-(m-1)/2, (m-1)/2], of a window's integer V modulo m =
+// modulus(kIndex): the kernels' inner loop. u = high (2^22 mod m) + low + a constant is
+// V + (m-1)/2 modulo m (the constant takes 2^44 back out), below 2^23 m + 2^22 + 2m <
+// 2^31, so u - m floor(u / m) - (m-1)/2 is the residue: a few 32-bit integer operations
+// a modulus.
+template <int kIndex>
+SEQPAR_HOST_DEVICE int window_residue(const WindowDigits& v) {
+  constexpr uint32_t kModulus = static_cast<uint32_t>(modulus(kIndex));
+  constexpr uint32_t kHighWeight = (uint32_t{1} << 22) % kModulus;
+  constexpr uint32_t kHalf = (kModulus - 1) / 2;
+  constexpr uint32_t kBias = kHalf + (kModulus - static_cast<uint32_t>((uint64_t{1} << 44) % kModulus));
+  static_assert(((uint64_t{1} << 23) - 1) * kHighWeight + (uint64_t{1} << 22) + kBias < (uint64_t{1} << 31),
+                "u below 2^31");
+  const uint32_t u = v.high * kHighWeight + v.low + kBias;
+  return static_cast<int>(u - kModulus * quotient_below_2_31<kModulus>(u)) - static_cast<int>(kHalf);
+}
 template <int kIndex>
 SEQPAR_HOST_DEVICE int window_residue(int64_t integer) {
-  static_assert(kMaxWindowBits <= 44, "hi * (2^22 mod m) + lo must stay inside int32");
-  constexpr int kModulus = modulus(kIndex);
-  constexpr int kLowBits = 22;
-  constexpr int kShifted = (1 << kLowBits) % kModulus;
-  const int hi = static_cast<int>(integer >> kLowBits);  // floor: lo is non-negative
-  const int lo = static_cast<int>(integer & ((int64_t{1} << kLowBits) - 1));
-  int r = (hi * kShifted + lo) % kModulus;  // in (-m, m)
-  if (r > kModulus / 2) r -= kModulus;
-  if (r < -(kModulus / 2)) r += kModulus;
-  return r;
+  return window_residue<kIndex>(window_digits(integer));
 }
 
 // window_residue for a modulus index known only at run time (the CPU model and tests).

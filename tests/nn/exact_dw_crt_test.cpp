@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/exact_fixed_point.h"
@@ -79,6 +80,35 @@ TEST_CASE("crt: a window's residues in 32 bits at the edges of the split and the
       CHECK((v - r) % m == 0);
     }
   }
+}
+
+namespace {
+// quotient_below_2_31 against integer division around every multiple of m that a
+// stride of `step` meets, and the last 2^16 values below 2^31. (Every u below 2^31 was
+// checked for the sixteen moduli once, outside CI: a minute on one core.)
+template <int kIndex>
+void check_quotients() {
+  constexpr uint32_t m = crt::modulus(kIndex);
+  const auto check = [](uint32_t u) {
+    INFO("u " << u << " / " << crt::modulus(kIndex));
+    REQUIRE(crt::quotient_below_2_31<m>(u) == u / m);
+  };
+  for (uint64_t k = 0; k * m < (uint64_t{1} << 31); k += 9973) {
+    for (int64_t d = -2; d <= 2; ++d) {
+      const int64_t u = static_cast<int64_t>(k * m) + d;
+      if (u >= 0 && u < (int64_t{1} << 31)) check(static_cast<uint32_t>(u));
+    }
+  }
+  for (uint32_t u = (1u << 31) - (1u << 16); u < (1u << 31); ++u) check(u);
+}
+template <int... kIndex>
+void check_all_quotients(std::integer_sequence<int, kIndex...>) {
+  (check_quotients<kIndex>(), ...);
+}
+}  // namespace
+
+TEST_CASE("crt: a multiply-high and a shift divide every u below 2^31 by each modulus", "[cpu]") {
+  check_all_quotients(std::make_integer_sequence<int, crt::kMaxModuli>{});
 }
 
 TEST_CASE("crt: Garner's value is the signed integer of its residues", "[cpu]") {
