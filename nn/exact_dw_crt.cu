@@ -364,7 +364,7 @@ void accumulate_weight_grad_crt_cuda(const ConstRows& grad_y, const ConstRows& x
   const bool several_chunks = rows > rows_per_product;
   CrtScratch s = make_scratch(out, in, rows_per_product, several_chunks, table.count,
                               chunks.outside_capacity > 0 ? chunks.outside_capacity : kOutsideCapacity, sums.device());
-  s.largest.zero();
+  if (x_largest == nullptr || dy_largest == nullptr) s.largest.zero();  // atomic maxima start at 0
   if (x_largest == nullptr) {
     column_maxima_cuda(x, s.largest.data(), nullptr, stream);
     x_largest = s.largest.data();
