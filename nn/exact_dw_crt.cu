@@ -36,11 +36,6 @@ constexpr int kThreads = 256;
 constexpr int kTileColumns = 32;
 constexpr int kTileRows = 64;
 constexpr int kTileWords = kTileRows / 4;
-// A residue tile in shared memory, [modulus][column][word]: rows of 17 words, so that
-// the lanes' words of one row fall in distinct banks.
-using TileWords = unsigned int (*)[kTileColumns][kTileWords + 1];
-constexpr size_t tile_bytes(int moduli) { return sizeof(unsigned int) * moduli * kTileColumns * (kTileWords + 1); }
-static_assert(tile_bytes(crt::kMaxModuli) <= 48 * 1024, "a launch needs no larger shared-memory limit");
 constexpr int64_t kOutsideCapacity = 65536;
 
 // An element outside its column's window: m[row, column] = value (row counted from the
@@ -82,7 +77,7 @@ __global__ void windows_kernel(const unsigned int* dy_largest, int64_t out, cons
 // two words, as two words of bytes (element e in byte e % 4), into the tile's words.
 template <int kIndex>
 __device__ __forceinline__ void store_residues(const crt::WindowDigits (&digits)[8], int lane, int warp,
-                                               TileWords words) {
+                                               unsigned int (&words)[crt::kMaxModuli][kTileColumns][kTileWords + 1]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     unsigned int r[4];
@@ -99,7 +94,7 @@ __device__ __forceinline__ void store_residues(const crt::WindowDigits (&digits)
 template <int... kIndex>
 __device__ __forceinline__ void store_all_residues(const crt::WindowDigits (&digits)[8], int count, int lane,
                                                    int warp,
-                                                   TileWords words,
+                                                   unsigned int (&words)[crt::kMaxModuli][kTileColumns][kTileWords + 1],
                                                    std::integer_sequence<int, kIndex...>) {
   ((kIndex < count ? store_residues<kIndex>(digits, lane, warp, words) : void()), ...);
 }
@@ -116,9 +111,7 @@ __global__ void __launch_bounds__(kThreads) residue_planes_kernel(ConstRows m, c
                                                                   int64_t row_begin, int64_t rows, int64_t ld,
                                                                   int64_t cols_padded, int8_t* planes,
                                                                   OutsideList outside) {
-  // The tile's words, for the launch's moduli only (dynamic: fewer planes, more blocks an SM).
-  extern __shared__ unsigned int tile_words[];
-  const TileWords words = reinterpret_cast<TileWords>(tile_words);
+  __shared__ unsigned int words[crt::kMaxModuli][kTileColumns][kTileWords + 1];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t column = int64_t{blockIdx.x} * kTileColumns + lane;
   const int64_t tile_row = int64_t{blockIdx.y} * kTileRows;
@@ -314,14 +307,11 @@ void enqueue_chunk(const Terms& terms, const crt::Table& table, CrtScratch& s, i
   const OutsideList dy_list{s.outside_counts.data(), s.dy_outside.data(), capacity};
   const OutsideList x_list{s.outside_counts.data() + 1, s.x_outside.data(), capacity};
   s.outside_counts.zero();
-  const size_t words_bytes = tile_bytes(table.count);
-  residue_planes_kernel<<<dim3(static_cast<unsigned>(s.out_padded / kTileColumns), tiles), kThreads, words_bytes,
-                          stream>>>(
+  residue_planes_kernel<<<dim3(static_cast<unsigned>(s.out_padded / kTileColumns), tiles), kThreads, 0, stream>>>(
       terms.dy, terms.dy_windows, terms.window_bits, table, begin, rows, ld, s.out_padded, s.dy_planes.data(),
       dy_list);
   CUDA_LAUNCH_CHECK();
-  residue_planes_kernel<<<dim3(static_cast<unsigned>(s.in_padded / kTileColumns), tiles), kThreads, words_bytes,
-                          stream>>>(
+  residue_planes_kernel<<<dim3(static_cast<unsigned>(s.in_padded / kTileColumns), tiles), kThreads, 0, stream>>>(
       terms.x, terms.x_windows, terms.window_bits, table, begin, rows, ld, s.in_padded, s.x_planes.data(), x_list);
   CUDA_LAUNCH_CHECK();
   Int8Product product{s.out_padded, s.in_padded, ld, s.dy_planes.data(), s.x_planes.data(), s.products.data(),
