@@ -81,6 +81,7 @@ struct SignMatrix {
   int64_t ld = 0;
 };
 constexpr int64_t kSignRowsMultiple = 256;
+// The pass over a matrix before its exact sums (column_maxima.cu):
 // largest[c] = bits of the largest |m[., c]| (NaN passed over); with `magnitudes`, also
 // the largest |m| bits overall (NaN above infinity) and the complement of the smallest
 // nonzero, over all of m; with `sign_sums` (int64, zeroed), also each column's count of
@@ -91,7 +92,8 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
 // dW's sums where the device chooses the kernel: a one-magnitude kernel and the binned
 // one are both launched, and each reads dy's words and returns at once unless it is
 // the one to work (the few-outputs one-magnitude kernel where it fits; with `signs`,
-// as column_maxima_cuda wrote them, the many-outputs one, cut as `wide` says). What
+// as column_maxima_cuda wrote them, the many-outputs one, cut as `wide` says; where
+// neither applies, the binned kernel alone, doing the work whatever dy holds). What
 // accumulate_linear_grads_cuda does inside a graph capture or with few outputs, for a
 // caller that finds the maxima itself (the benchmarks' fused step): each as
 // column_maxima_cuda finds it. Adds into digits[d * stride + j * in + k] (stride >= out
