@@ -63,8 +63,8 @@ SEQPAR_HOST_DEVICE constexpr int modulus(int i) {
 // them: each costs `out` or `in` binned terms); more bits need more moduli (each
 // another int8 GEMM of the whole shape). 39 bits need 12 moduli for the seed shape's
 // 12,000 rows and 13 for 2^20 rows; plan_for_rows then widens the window to what those
-// moduli allow. Above 44 bits the residues. 32-bit arithmetic (window_digits) would not hold V, and
-// the sixteen moduli would no longer cover 2^32 rows.
+// moduli allow. Above 44 bits the residues' 32-bit arithmetic (window_digits) would not
+// hold V, and the sixteen moduli would no longer cover 2^32 rows.
 constexpr int kMinWindowBits = 39;
 constexpr int kMaxWindowBits = 44;
 // Rows of one int8 product: |residue| <= 127, 131,072 * 127^2 < 2^31.

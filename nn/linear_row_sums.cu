@@ -258,7 +258,7 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
       taken = enqueue_general_weight_sums(grad_y, x, x_maxima, dy_largest, sums, stream);
     } else {  // the device chooses between a one-magnitude kernel and the binned one
       enqueue_weight_grad_sums(grad_y, x, {x_maxima, dy_largest, words}, weight_digits, sums.count(), stream,
-                               wide_dw ? signs : SignMatrix{}, wide);
+                               signs, wide);
       if (kernel_taken != nullptr) {
         SEQPAR_CHECK(!cuda::capturing(stream), "accumulate_linear_grads_cuda: which kernel ran cannot be "
                      "read back inside a graph capture (kernel_taken must be null there)");
@@ -285,8 +285,7 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);
-  exact::check_term_count("linear_backward", x.rows);
-  if (x.rows == 0 || x.cols == 0 || grad_y.cols == 0) return;
+  if (x.rows == 0 || x.cols == 0 || grad_y.cols == 0) return;  // (the binned launch checks the row count)
   const bool many_outputs = signs.data != nullptr;
   const bool one_magnitude = many_outputs || one_magnitude_dw_fits(grad_y, x);
   launch_binned_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, maxima.dy_largest, maxima.x_largest,

@@ -32,7 +32,7 @@ ExactL1Step::ExactL1Step(const nn::Linear& model, std::vector<Batch> batches,
   y_ = Tensor::empty({rows_, out_}, device);
   grad_y_ = Tensor::empty({rows_, out_}, device);
   gradient_sums_ = exact::ExactSums(out_ * in_ + out_, device);
-  const int64_t maxima = in_ + out_ + 2;  // x's column maxima, dy's, dy's two words
+  const int64_t maxima = kernels::weight_grad_maxima_words(in_, out_);
   step_words_ = DeviceBuffer<int64_t>(kStepDigits + (maxima + 1) / 2, device);
   step_words_.zero();  // gradient_sums_ starts zero too
   finish_counts_ = DeviceBuffer<unsigned>(2, device);
@@ -79,7 +79,7 @@ void ExactL1Step::enqueue_step(size_t batch) {
                            loss_scale_, l1, stream);
   }
   const nn::detail::ConstRows dy{grad_y_.data(), rows_, out_, out_};
-  kernels::enqueue_weight_grad_sums_from_fragments(dy, x, {maxima, maxima + in_, maxima + in_ + out_}, digits,
+  kernels::enqueue_weight_grad_sums_from_fragments(dy, x, kernels::weight_grad_maxima_at(maxima, in_, out_), digits,
                                                    stride, stream, sign_fragments_.data());
 
   if (across_ != nullptr) across_->combine(gradient_sums_);

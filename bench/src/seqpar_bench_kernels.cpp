@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fused/kernels/exact_step.h"
 #include "bench/src/bench_sections.h"
 #include "autograd/variable.h"
 #include "core/cuda_check.h"
@@ -252,7 +253,7 @@ void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x)
     const nn::detail::ConstRows dy_rows =
         nn::detail::const_rows_of(grad_y_l1.narrow(0, 0, rows).narrow(1, 0, out));
     exact::ExactSums sums(out * in, kGpu);
-    DeviceBuffer<unsigned int> scratch(in + out + 2, kGpu);  // x's column maxima, dy's, dy's two words
+    DeviceBuffer<unsigned int> scratch(fused::kernels::weight_grad_maxima_words(in, out), kGpu);
     // dy's signs as bytes, which the int8 path takes from dy's maxima pass
     DeviceBuffer<int8_t> sign_bytes(out * rows, kGpu);  // out and rows: multiples of 32 and 256
     const nn::detail::SignMatrix signs{sign_bytes.data(), rows};
@@ -266,8 +267,8 @@ void bench_dw_l1_paths(Report& report, const Tensor& grad_y_l1, const Tensor& x)
     report.add("gemm/dw_l1_groups_of_16/" + shape, "one-magnitude dW, x in fixed point once per 16 outputs",
                time_calls([&] {
                  maxima({});
-                 const unsigned int* m = scratch.data();
-                 nn::detail::enqueue_weight_grad_sums(dy_rows, x_rows, {m, m + in, m + in + out},
+                 nn::detail::enqueue_weight_grad_sums(dy_rows, x_rows,
+                                                      fused::kernels::weight_grad_maxima_at(scratch.data(), in, out),
                                                       sums.digits(), sums.count(), stream);
                }, 1, 3), kF * (rows * (in + out)), 2.0 * rows * in * out);
     report.add("gemm/dw_l1_int8_gemm/" + shape, "one-magnitude dW, x in byte planes once, cuBLASLt int8 GEMM",

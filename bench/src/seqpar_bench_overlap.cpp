@@ -25,7 +25,7 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
   // The dW runs over another batch, whose dy, signs and maxima a forward wrote first, so
   // the two kernels need not wait for each other: what a one-kernel step that
   // overlapped them chunk by chunk could gain at most.
-  const int64_t scratch_words = in + out + 2;  // x's column maxima, dy's, dy's two words
+  const int64_t scratch_words = fused::kernels::weight_grad_maxima_words(in, out);
   const float scale = 1.0f / static_cast<float>(n * out);
   struct Batch {
     Tensor x, target, y, grad_y;
@@ -56,10 +56,10 @@ void bench_forward_and_weight_grad(Report& report, const Settings& s, const Tens
                                              maxima, {t.target.data(), out, scale}, l1);
   };
   auto weight_grad = [&](Batch& t, cudaStream_t on) {
-    const unsigned int* maxima = t.scratch.data();
     fused::kernels::enqueue_weight_grad_sums_from_fragments(
         nn::detail::const_rows_of(t.grad_y), nn::detail::const_rows_of(t.x),
-        {maxima, maxima + in, maxima + in + out}, t.digits.data(), out * in + out, on, t.fragments.data());
+        fused::kernels::weight_grad_maxima_at(t.scratch.data(), in, out), t.digits.data(), out * in + out, on,
+        t.fragments.data());
   };
   forward(b);  // b's dy, signs and maxima, for its dW
   cudaStream_t main_stream = cuda::current_stream(0), side = nullptr;

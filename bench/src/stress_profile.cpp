@@ -22,6 +22,7 @@
 #include <exception>
 #include <functional>
 
+#include "bench/fused/kernels/exact_step.h"
 #include "bench/src/bench_sections.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
@@ -152,7 +153,7 @@ void profile_host() {
            }));
     // Linear's dW and db by their calls, as accumulate_linear_grads_cuda makes them.
     namespace nd = nn::detail;
-    const int64_t in = x.size(1), out = dy.size(1), scratch_words = in + out + 2;
+    const int64_t in = x.size(1), out = dy.size(1), scratch_words = fused::kernels::weight_grad_maxima_words(in, out);
     cudaStream_t stream = cuda::current_stream(0);
     const nd::ConstRows dy_rows = nd::const_rows_of(dy), x_rows = nd::const_rows_of(x);
     // x's maxima [in], dy's [out], dy's two words (linear_kernels.h).
@@ -174,7 +175,7 @@ void profile_host() {
              nd::column_maxima_cuda(dy_rows, largest + in, largest + in + out, stream, sign_sums.data());
            }));
     report("    dW's sums (enqueue_weight_grad_sums: two launches)", host_median_us([&] {
-             nd::enqueue_weight_grad_sums(dy_rows, x_rows, {largest, largest + in, largest + in + out},
+             nd::enqueue_weight_grad_sums(dy_rows, x_rows, fused::kernels::weight_grad_maxima_at(largest, in, out),
                                           sums.digits(), sums.count(), stream);
            }));
     report("    the rounding (round_digits_cuda)", host_median_us([&] {

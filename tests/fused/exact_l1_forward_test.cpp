@@ -23,8 +23,8 @@
 #include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "nn/one_magnitude.h"
-#include "bench/fused/kernels/exact_step.h"
 #endif
+#include "bench/fused/kernels/exact_step.h"
 
 using namespace seqpar;
 
@@ -142,4 +142,10 @@ TEST_CASE("the forward with the L1 loss in its epilogue writes what the forward 
                        forward_l1(data, target_gpu, /*fused=*/false), p.out);
   }
 #endif
+}
+
+TEST_CASE("dy's sign fragments take whole steps of 32 rows, 16 bytes a row", "[fused][cpu]") {
+  CHECK(fused::kernels::sign_fragment_bytes(1) == 512);
+  CHECK(fused::kernels::sign_fragment_bytes(32) == 512);
+  CHECK(fused::kernels::sign_fragment_bytes(33) == 2 * 512);  // whole steps, padding zeroed
 }

@@ -83,16 +83,22 @@ TEST_CASE("crt: a window's residues in 32 bits at the edges of the split and the
 }
 
 namespace {
-// quotient_below_2_31 against integer division around every multiple of m that a
-// stride of `step` meets, and the last 2^16 values below 2^31. (Every u below 2^31 was
-// checked for the sixteen moduli once, outside CI: a minute on one core.)
+// quotient_below_2_31 against integer division around every 9973rd multiple of m and
+// at the last 2^16 values below 2^31; with `every`, at every u below 2^31 (the hidden
+// test below: about a minute on one core).
 template <int kIndex>
-void check_quotients() {
+void check_quotients(bool every) {
   constexpr uint32_t m = crt::modulus(kIndex);
   const auto check = [](uint32_t u) {
     INFO("u " << u << " / " << crt::modulus(kIndex));
     REQUIRE(crt::quotient_below_2_31<m>(u) == u / m);
   };
+  if (every) {
+    uint64_t exact = 0;
+    for (uint32_t u = 0; u < (1u << 31); ++u) exact += crt::quotient_below_2_31<m>(u) == u / m;
+    CHECK(exact == (uint64_t{1} << 31));  // one CHECK a modulus: 2^31 of them would take hours
+    return;
+  }
   for (uint64_t k = 0; k * m < (uint64_t{1} << 31); k += 9973) {
     for (int64_t d = -2; d <= 2; ++d) {
       const int64_t u = static_cast<int64_t>(k * m) + d;
@@ -102,13 +108,18 @@ void check_quotients() {
   for (uint32_t u = (1u << 31) - (1u << 16); u < (1u << 31); ++u) check(u);
 }
 template <int... kIndex>
-void check_all_quotients(std::integer_sequence<int, kIndex...>) {
-  (check_quotients<kIndex>(), ...);
+void check_all_quotients(bool every, std::integer_sequence<int, kIndex...>) {
+  (check_quotients<kIndex>(every), ...);
 }
 }  // namespace
 
 TEST_CASE("crt: a multiply-high and a shift divide every u below 2^31 by each modulus", "[cpu]") {
-  check_all_quotients(std::make_integer_sequence<int, crt::kMaxModuli>{});
+  check_all_quotients(false, std::make_integer_sequence<int, crt::kMaxModuli>{});
+}
+
+// All 2^31 x 16 quotients: not run by default (`seqpar_nn_tests "[.exhaustive]"`).
+TEST_CASE("crt: the multiply-high quotient, exhaustively", "[.exhaustive][cpu]") {
+  check_all_quotients(true, std::make_integer_sequence<int, crt::kMaxModuli>{});
 }
 
 TEST_CASE("crt: Garner's value is the signed integer of its residues", "[cpu]") {

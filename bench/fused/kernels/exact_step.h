@@ -34,6 +34,14 @@ struct ExactFinishGrid {
 
 #ifdef SEQPAR_WITH_CUDA
 
+// dW's maxima in one buffer, as the fused step and the benchmarks lay them out: x's
+// column maxima [in], dy's [out], then dy's two one-magnitude words. Zero it before the
+// passes that fill it (they are atomic maxima).
+inline int64_t weight_grad_maxima_words(int64_t in, int64_t out) { return in + out + 2; }
+inline nn::detail::WeightGradMaxima weight_grad_maxima_at(const unsigned int* words, int64_t in, int64_t out) {
+  return {words, words + in, words + in + out};
+}
+
 // The exact L1 loss and its backward as far as db, from y (exact_l1.cuh): where a
 // launch puts them. dy's maxima feed the dW sums, as column_maxima_cuda's would.
 struct ExactL1Outputs {
