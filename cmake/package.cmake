@@ -13,7 +13,7 @@ set(SEQPAR_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/seqpar)
 # the layers is installed, except where it needs what this build lacks: the .cuh device
 # code and the headers that include the CUDA toolkit's own are installed only with CUDA,
 # NCCL's only with NCCL.
-set(seqpar_cuda_only_headers core/cuda_check.h core/curand_check.h nn/int8_gemm.h)
+set(seqpar_cuda_only_headers core/cuda_check.h core/curand_check.h nn/cuda/int8_gemm.h)
 set(seqpar_nccl_only_headers dist/nccl_check.h dist/nccl_process_group.h)
 set(seqpar_header_exclusions "")
 if(NOT SEQPAR_WITH_CUDA)

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "nn/eigen_rows.h"
+#include "nn/cuda/dropout.h"
 
 namespace seqpar::nn {
 
@@ -44,6 +45,15 @@ detail::DropoutLaunch launch_for(const char* op, int64_t rows, int64_t columns,
           dropout_scale(mask.p)};
 }
 
+// ---------------------------------------------------------------- dispatch
+//
+// One dispatch table for the op, by device (the switches in apply and dropout_keep_mask):
+//
+//   reference, cpu  dropout_cpu below: the plain loop that defines the bits (element-wise:
+//                   one Philox word an element, nothing a faster loop would reorder)
+//   cuda            nn/cuda/dropout.cu: the same words and the same float multiply,
+//                   tested bitwise against this loop (tests/nn/dropout_cuda_test.cpp)
+
 // Element (i, c) is word (start + i * m + c) of the stream; one Philox block at a time,
 // so each block's four words are computed once. With `input` undefined, writes the
 // keep mask (1 / 0) instead of the values.
@@ -78,15 +88,22 @@ Tensor apply(const char* op, const Tensor& input, const DropoutMask& mask) {
   const detail::DropoutLaunch launch = launch_for(op, rows, columns, mask);
   const Tensor input_rows = detail::with_unit_column_stride(input);
   Tensor output = Tensor::empty(input.shape(), input.device());
+  switch (input.device().type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      dropout_cpu(input_rows, rows, columns, launch, output);
+      return output;
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (input.device().is_cuda()) {
-    detail::dropout_cuda(input_rows, rows, columns, launch, output);
-    return output;
-  }
+      detail::dropout_cuda(input_rows, rows, columns, launch, output);
+      return output;
+#else
+      require_host(op, input.device());
 #endif
-  require_host(op, input.device());
-  dropout_cpu(input_rows, rows, columns, launch, output);
-  return output;
+    }
+  }
+  SEQPAR_FAIL(op, ": unknown device ", input.device());
 }
 
 }  // namespace
@@ -133,15 +150,22 @@ Tensor dropout_backward(const Tensor& grad_output, const DropoutMask& mask) {
 Tensor dropout_keep_mask(int64_t rows, int64_t columns, const DropoutMask& mask, Device device) {
   const detail::DropoutLaunch launch = launch_for("dropout_keep_mask", rows, columns, mask);
   Tensor output = Tensor::empty({rows, columns}, device);
+  switch (device.type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      dropout_cpu(Tensor(), rows, columns, launch, output);
+      return output;
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (device.is_cuda()) {
-    detail::dropout_cuda(Tensor(), rows, columns, launch, output);
-    return output;
-  }
+      detail::dropout_cuda(Tensor(), rows, columns, launch, output);
+      return output;
+#else
+      require_host("dropout_keep_mask", device);
 #endif
-  require_host("dropout_keep_mask", device);
-  dropout_cpu(Tensor(), rows, columns, launch, output);
-  return output;
+    }
+  }
+  SEQPAR_FAIL("dropout_keep_mask: unknown device ", device);
 }
 
 // ---------------------------------------------------------------- autograd

@@ -87,12 +87,6 @@ struct DropoutLaunch {
   uint32_t threshold;       // kept iff word <= threshold
   float scale;
 };
-#ifdef SEQPAR_WITH_CUDA
-// CUDA launcher (dropout.cu). input: [n, m] with unit column stride, or undefined for
-// the keep mask (1 / 0) itself; output: contiguous [n, m] on the same GPU.
-void dropout_cuda(const Tensor& input, int64_t rows, int64_t columns, const DropoutLaunch& launch,
-                  const Tensor& output);
-#endif
 }  // namespace detail
 
 }  // namespace seqpar::nn

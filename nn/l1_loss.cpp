@@ -15,6 +15,7 @@
 #include "nn/eigen_rows.h"
 #include "nn/l1_sign.h"
 #include "nn/reference/l1_loss.h"
+#include "nn/cuda/l1_loss.h"
 
 namespace seqpar::nn {
 
@@ -59,7 +60,7 @@ void check_l1_arguments(const char* op, const Tensor& input, const Tensor& targe
 //   reference, cpu  the plain loops of nn/reference/l1_loss.cpp: they define the bits.
 //                   The host has no faster path: the loss has rows x out terms, a small
 //                   part of a step's work beside Linear's rows x out x in.
-//   cuda            l1_loss.cu: the same terms summed by exact::ScaledAbsSum (the |d| in
+//   cuda            nn/cuda/l1_loss.cu: the same terms summed by exact::ScaledAbsSum (the |d| in
 //                   [2^-33, 2^8) as one fixed-point integer, times s at the flush: the
 //                   binned sum's value) in blocks whose digits meet by integer atomics;
 //                   tested bitwise against these loops (tests/nn/l1_loss_cuda_test.cpp).
@@ -83,17 +84,24 @@ Tensor masked_l1_backward(const Tensor& grad_loss, const Tensor& input, const Te
                           const Tensor& row_mask, float scale) {
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
+  switch (input.device().type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      return reference::l1_loss_backward(gradient_scale(scale, grad_loss), input_rows, target_rows,
+                                         reference::RowMask{row_mask.data(), row_mask.stride(0)});
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (input.device().is_cuda()) {
-    Tensor grad_input = Tensor::empty(input.shape(), input.device());
-    detail::l1_loss_backward_masked_cuda(grad_loss, input_rows, target_rows, row_mask, scale,
-                                         grad_input);
-    return grad_input;
-  }
+      Tensor grad_input = Tensor::empty(input.shape(), input.device());
+      detail::l1_loss_backward_masked_cuda(grad_loss, input_rows, target_rows, row_mask, scale,
+                                           grad_input);
+      return grad_input;
+#else
+      require_host("l1_loss_backward", input.device());
 #endif
-  require_host("l1_loss_backward", input.device());
-  return reference::l1_loss_backward(gradient_scale(scale, grad_loss), input_rows, target_rows,
-                                     reference::RowMask{row_mask.data(), row_mask.stride(0)});
+    }
+  }
+  SEQPAR_FAIL("l1_loss_backward: unknown device ", input.device());
 }
 
 }  // namespace
@@ -114,15 +122,22 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction redu
   if (input.numel() == 0) {  // no terms: 0 * s, which keeps torch's NaN for a mean of nothing
     return Tensor::full({}, 0.0f * scale, input.device());
   }
+  switch (input.device().type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      return reference::l1_loss_forward(input_rows, target_rows, scale, {}, codes);
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (input.device().is_cuda()) {
-    Tensor loss = Tensor::empty({}, input.device());
-    detail::l1_loss_forward_cuda(input_rows, target_rows, scale, loss, codes);
-    return loss;
-  }
+      Tensor loss = Tensor::empty({}, input.device());
+      detail::l1_loss_forward_cuda(input_rows, target_rows, scale, loss, codes);
+      return loss;
+#else
+      require_host("l1_loss", input.device());
 #endif
-  require_host("l1_loss", input.device());
-  return reference::l1_loss_forward(input_rows, target_rows, scale, {}, codes);
+    }
+  }
+  SEQPAR_FAIL("l1_loss: unknown device ", input.device());
 }
 
 Tensor l1_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction) {
@@ -136,17 +151,24 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const Tensor& input, const Tens
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
   const double scale = reduction.scale(input.numel());
+  switch (input.device().type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      return reference::l1_loss_backward(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
+                                         target_rows);
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (input.device().is_cuda()) {
-    Tensor grad_input = Tensor::empty(input.shape(), input.device());
-    detail::l1_loss_backward_cuda(grad_loss, input_rows, target_rows, static_cast<float>(scale),
-                                  grad_input);
-    return grad_input;
-  }
+      Tensor grad_input = Tensor::empty(input.shape(), input.device());
+      detail::l1_loss_backward_cuda(grad_loss, input_rows, target_rows, static_cast<float>(scale),
+                                    grad_input);
+      return grad_input;
+#else
+      require_host("l1_loss_backward", input.device());
 #endif
-  require_host("l1_loss_backward", input.device());
-  return reference::l1_loss_backward(gradient_scale(static_cast<float>(scale), grad_loss), input_rows,
-                                     target_rows);
+    }
+  }
+  SEQPAR_FAIL("l1_loss_backward: unknown device ", input.device());
 }
 
 Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction reduction) {
@@ -156,16 +178,23 @@ Tensor l1_loss_backward(const Tensor& grad_loss, const L1Signs& signs, Reduction
   const Device device = signs.codes.device();
   check_grad_loss(grad_loss, device, "the signs are");
   const float scale = static_cast<float>(reduction.scale(signs.codes.size()));
+  switch (device.type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      return reference::l1_loss_backward_from_signs(gradient_scale(scale, grad_loss), signs.codes.data(),
+                                                    signs.shape, device);
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (device.is_cuda()) {
-    Tensor grad_input = Tensor::empty(signs.shape, device);
-    detail::l1_loss_backward_from_signs_cuda(grad_loss, signs.codes.data(), scale, grad_input);
-    return grad_input;
-  }
+      Tensor grad_input = Tensor::empty(signs.shape, device);
+      detail::l1_loss_backward_from_signs_cuda(grad_loss, signs.codes.data(), scale, grad_input);
+      return grad_input;
+#else
+      require_host("l1_loss_backward", device);
 #endif
-  require_host("l1_loss_backward", device);
-  return reference::l1_loss_backward_from_signs(gradient_scale(scale, grad_loss), signs.codes.data(),
-                                                signs.shape, device);
+    }
+  }
+  SEQPAR_FAIL("l1_loss_backward: unknown device ", device);
 }
 
 // ---------------------------------------------------------------- row mask
@@ -208,16 +237,23 @@ Tensor masked_l1_forward(const Tensor& input, const Tensor& target, const Tensor
   }
   const Tensor input_rows = detail::with_unit_column_stride(input);
   const Tensor target_rows = detail::with_unit_column_stride(target);
+  switch (input.device().type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      return reference::l1_loss_forward(input_rows, target_rows, scale,
+                                        reference::RowMask{row_mask.data(), row_mask.stride(0)});
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (input.device().is_cuda()) {
-    Tensor loss = Tensor::empty({}, input.device());
-    detail::l1_loss_forward_masked_cuda(input_rows, target_rows, row_mask, scale, loss);
-    return loss;
-  }
+      Tensor loss = Tensor::empty({}, input.device());
+      detail::l1_loss_forward_masked_cuda(input_rows, target_rows, row_mask, scale, loss);
+      return loss;
+#else
+      require_host("l1_loss", input.device());
 #endif
-  require_host("l1_loss", input.device());
-  return reference::l1_loss_forward(input_rows, target_rows, scale,
-                                    reference::RowMask{row_mask.data(), row_mask.stride(0)});
+    }
+  }
+  SEQPAR_FAIL("l1_loss: unknown device ", input.device());
 }
 
 }  // namespace

@@ -1,16 +1,17 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <memory>
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/checks.h"
-#include "core/device_buffer.h"
 #include "core/error.h"
 #include "core/exact_sums.h"
 #include "nn/eigen_rows.h"
 #include "nn/exact_gradients.h"
-#include "nn/linear_kernels.h"
+#include "nn/cpu/linear.h"
+#include "nn/cuda/linear.h"
 #include "nn/reference/linear.h"
 
 namespace seqpar::nn {
@@ -60,51 +61,71 @@ Tensor transposed(const Tensor& matrix) {
 
 // ---------------------------------------------------------------- dispatch
 //
-// One table for the op: which implementation runs, by the tensors' device. Every row
-// gives the reference's bits (tests/nn/linear_reference_test.cpp and, on a GPU,
-// linear_cuda_test.cpp check them on random shapes and data).
+// One table for the op, written as the switches below: which implementation runs, by
+// the tensors' device. Every row gives the reference's bits (tests/nn/linear_reference_test.cpp
+// and, on a GPU, linear_cuda_test.cpp check them on random shapes and data).
 //
 //   device     y = x Wᵀ + b, dx = dy W           dW, db (exact row sums, then rounded once)
-//   reference  reference/linear.cpp: plain      reference/linear.cpp: one binned sum per
+//   reference  nn/reference/linear.cpp: plain   nn/reference/linear.cpp: one binned sum per
 //              fma chains                       output, over the rows in order
-//   cpu        fast/linear_cpu.cpp: AVX-512     fast/linear_cpu.cpp: integer sums of ±x in
+//   cpu        nn/cpu/linear.cpp: AVX-512       nn/cpu/linear.cpp: integer sums of ±x in
 //              chains, 16 outputs a vector      fixed point when every dy has one magnitude
 //              (the portable loop without it)   (an L1 loss's dy), else binned sums 8 lanes
 //                                               a vector, from the first reachable bin
-//   cuda       linear.cu: the forward and dx    linear_row_sums.cu: which dW kernel runs is
-//              kernels by shape (its table)     its table's choice (shape, then dy's data)
+//   cuda       nn/cuda/linear.cu: the forward   nn/cuda/linear_row_sums.cu, on the kernel
+//              and dx kernels by shape (its     that choose_weight_grad_kernel picks
+//              table)                           (nn/cuda/weight_grad_choice.h)
 //
 // Why a fast CPU path at all: the default run of seqpar-repro trains on 12,000 rows on
 // the CPU, and the plain loops take seconds where the fast ones take a fraction of one.
+//
+// What a backend keeps from its forward for its backward is its own (BackendState,
+// opaque here): only the CUDA row keeps anything.
+
+namespace detail {
+struct LinearBackendState;  // defined by the backend that keeps one (nn/cuda/linear.cu)
+}  // namespace detail
 
 namespace {
 
-Tensor forward(const Tensor& x, const Tensor& weight, const Tensor& bias, unsigned int* x_largest) {
+using BackendState = std::shared_ptr<detail::LinearBackendState>;
+
+struct Forward {
+  Tensor y;
+  BackendState state;
+};
+
+// keep_state: the backward will want dW, so a backend may keep what helps it.
+Forward forward(const Tensor& x, const Tensor& weight, const Tensor& bias, bool keep_state) {
   check_x_and_weight("linear", x, weight);
   check_bias(bias, weight);
   const Tensor x_rows = detail::with_unit_column_stride(x);
   const Tensor weight_rows = weight.contiguous(), bias_values = bias.contiguous();
-  Tensor y = Tensor::empty({x.size(0), weight.size(0)}, x.device());
+  Forward result{Tensor::empty({x.size(0), weight.size(0)}, x.device()), nullptr};
+  Tensor& y = result.y;
   switch (x.device().type) {
     case DeviceType::Reference:
       reference::linear_chains(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
                                bias_values.data(), y.data(), y.size(1));
-      return y;
+      return result;
     case DeviceType::CPU:
       detail::chain_products_cpu(detail::const_rows_of(x_rows), detail::const_rows_of(weight_rows),
                                  bias_values.data(), y.data(), y.size(1));
-      return y;
+      return result;
     case DeviceType::CUDA:
-      break;
-  }
 #ifdef SEQPAR_WITH_CUDA
-  detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y, x_largest);
-  return y;
+      if (keep_state) {
+        result.state = detail::linear_forward_cuda_keeping_state(x_rows, weight_rows, bias_values, y);
+      } else {
+        detail::linear_forward_cuda(x_rows, weight_rows, bias_values, y);
+      }
+      return result;
 #else
-  (void)x_largest;
-  require_host("linear", x.device());
-  return y;
+      (void)keep_state;
+      require_host("linear", x.device());
 #endif
+  }
+  return result;
 }
 
 Tensor grad_input(const Tensor& dy, const Tensor& weight, const Shape& x_shape) {
@@ -119,19 +140,19 @@ Tensor grad_input(const Tensor& dy, const Tensor& weight, const Shape& x_shape) 
                                  nullptr, dx.data(), dx.size(1));
       return dx;
     case DeviceType::CUDA:
-      break;
-  }
 #ifdef SEQPAR_WITH_CUDA
-  detail::linear_grad_input_cuda(dy, weight, dx);
+      detail::linear_grad_input_cuda(dy, weight, dx);
 #else
-  require_host("linear_backward", dy.device());
+      require_host("linear_backward", dy.device());
 #endif
+  }
   return dx;
 }
 
-// dW's exact sums, then db's, in one ExactSums: unrounded.
+// dW's exact sums, then db's, in one ExactSums: unrounded. `state`: the forward's, if
+// its backend kept one.
 exact::ExactSums row_sums(const Tensor& dy, const Tensor& x, bool want_weight, bool want_bias,
-                          const unsigned int* x_largest) {
+                          const detail::LinearBackendState* state) {
   const int64_t weight_count = want_weight ? dy.size(1) * x.size(1) : 0;
   const int64_t bias_count = want_bias ? dy.size(1) : 0;
   exact::ExactSums sums(weight_count + bias_count, dy.device());
@@ -147,14 +168,13 @@ exact::ExactSums row_sums(const Tensor& dy, const Tensor& x, bool want_weight, b
       if (want_bias) detail::accumulate_column_sums_cpu(dy_rows, sums, weight_count);
       return sums;
     case DeviceType::CUDA:
-      break;
-  }
 #ifdef SEQPAR_WITH_CUDA
-  detail::accumulate_linear_grads_cuda(dy_rows, x_rows, sums, want_weight, want_bias, x_largest);
+      detail::linear_row_sums_cuda(dy_rows, x_rows, sums, want_weight, want_bias, state);
 #else
-  (void)x_largest;
-  require_host("linear_backward", dy.device());
+      (void)state;
+      require_host("linear_backward", dy.device());
 #endif
+  }
   return sums;
 }
 
@@ -167,7 +187,7 @@ struct Backward {
 };
 
 Backward backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, bool want_x,
-                  bool want_weight, bool want_bias, const unsigned int* x_largest) {
+                  bool want_weight, bool want_bias, const detail::LinearBackendState* state) {
   check_x_and_weight("linear_backward", x, weight);
   check_grad_y(grad_y, x, weight);
   const Tensor dy = grad_y.contiguous(), x_rows = detail::with_unit_column_stride(x);
@@ -175,7 +195,7 @@ Backward backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, b
   Backward result;
   LinearGradients& gradients = result.gradients;
   if (want_x) gradients.x = grad_input(dy, weight_rows, x.shape());
-  result.sums = row_sums(dy, x_rows, want_weight, want_bias, x_largest);
+  result.sums = row_sums(dy, x_rows, want_weight, want_bias, state);
   if (result.sums.count() == 0) return result;
   const int64_t out = weight.size(0), in = weight.size(1);
   const int64_t weight_count = want_weight ? out * in : 0;
@@ -189,7 +209,7 @@ Backward backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, b
 }  // namespace
 
 Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return forward(x, weight, bias, nullptr);
+  return forward(x, weight, bias, false).y;
 }
 
 LinearGradients linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
@@ -212,22 +232,20 @@ exact::ExactSums linear_row_sums(const Tensor& grad_y, const Tensor& x, bool wan
 namespace {
 
 // Keeps x and W (views sharing their storage, not copies) for the gradient formulas,
-// and on a GPU x's column maxima from the forward (empty when W takes no gradient). As
-// for any saved tensor, x must not change between the forward and the backward: the
-// exact dW's bins are chosen from these maxima, so a larger x written in place would
-// also lose its sums' exactness, not only give the gradient of other data.
+// and whatever the forward's backend kept for its backward (its BackendState). As for
+// any saved tensor, x must not change between the forward and the backward: it would
+// give the gradient of other data, and a backend's state describes the x it saw.
 //
 // Inside an ExactGradients::Recording, the backward also hands its unrounded dW and db
 // sums to the recording, for the caller to add across ranks and round once.
 struct LinearBackward : autograd::Node {
-  LinearBackward(Tensor x, Variable weight, Variable bias, DeviceBuffer<unsigned int> x_largest)
-      : x(std::move(x)), weight(std::move(weight)), bias(std::move(bias)),
-        x_largest(std::move(x_largest)) {}
+  LinearBackward(Tensor x, Variable weight, Variable bias, BackendState state)
+      : x(std::move(x)), weight(std::move(weight)), bias(std::move(bias)), state(std::move(state)) {}
   std::vector<Tensor> apply(const Tensor& grad_output) override {
     const std::vector<autograd::Edge>& edges = next_edges();
     const bool want_weight = edges[1].valid(), want_bias = edges[2].valid();
     Backward result = backward(grad_output, x, weight.data(), edges[0].valid(), want_weight,
-                               want_bias, x_largest.data());
+                               want_bias, state.get());
     std::vector<ExactGradients::Target> targets;
     if (want_weight) targets.push_back({weight, 0});
     if (want_bias) targets.push_back({bias, want_weight ? weight.data().numel() : 0});
@@ -238,7 +256,7 @@ struct LinearBackward : autograd::Node {
   std::string name() const override { return "LinearBackward"; }
   Tensor x;
   Variable weight, bias;  // the parameters themselves: ExactGradients rounds into their .grad()
-  DeviceBuffer<unsigned int> x_largest;
+  BackendState state;
 };
 
 }  // namespace
@@ -247,19 +265,13 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
   SEQPAR_CHECK(x.defined() && weight.defined() && bias.defined(),
                "linear: x, weight and bias must all be defined");
   const bool records = autograd::any_requires_grad({&x, &weight, &bias});
-  DeviceBuffer<unsigned int> x_largest;
-  if (records && weight.requires_grad() && x.data().device().is_cuda()) {
-    check_x_and_weight("linear", x.data(), weight.data());
-    x_largest = DeviceBuffer<unsigned int>(x.data().size(1), x.data().device());
-    x_largest.zero();  // atomic maxima start from zeros
-  }
-  Tensor y = forward(x.data(), weight.data(), bias.data(), x_largest.data());
-  if (!records) return Variable(std::move(y));
-  auto node = std::make_shared<LinearBackward>(x.data(), weight, bias, std::move(x_largest));
+  Forward result = forward(x.data(), weight.data(), bias.data(), records && weight.requires_grad());
+  if (!records) return Variable(std::move(result.y));
+  auto node = std::make_shared<LinearBackward>(x.data(), weight, bias, std::move(result.state));
   node->add_input(x);
   node->add_input(weight);
   node->add_input(bias);
-  return Variable::from_op(std::move(y), std::move(node));
+  return Variable::from_op(std::move(result.y), std::move(node));
 }
 
 // ---------------------------------------------------------------- module

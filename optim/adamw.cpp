@@ -6,6 +6,7 @@
 #include "core/checks.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "optim/cuda/adamw.h"
 
 namespace seqpar::optim {
 
@@ -35,8 +36,8 @@ float lerp(float start, float end, float weight) {
 //
 //   reference, cpu  adamw_update_reference below: the plain loop that defines the bits
 //                   (element-wise: no sums, nothing a faster CPU loop would reorder)
-//   cuda            adamw.cu: the same operations in one multi-tensor launch
-//                   (optim/adamw_update.cuh), tested bitwise against this loop
+//   cuda            optim/cuda/adamw.cu: the same operations in one multi-tensor launch
+//                   (optim/cuda/adamw_update.cuh), tested bitwise against this loop
 //                   (tests/optim/adamw_cuda_test.cpp)
 //
 // PyTorch's single-tensor AdamW, one float32 operation per PyTorch kernel, in its order:
@@ -81,25 +82,6 @@ void step_reference(const std::vector<ParameterUpdate>& updates, const AdamWOpti
   }
 }
 
-#ifdef SEQPAR_WITH_CUDA
-// One multi-tensor launch per distinct step number (normally exactly one), since a
-// launch takes one pair of bias corrections.
-void step_cuda(const std::vector<ParameterUpdate>& updates, const AdamWOptions& options,
-               int device) {
-  std::map<int64_t, detail::AdamWTensors> launches;
-  for (const ParameterUpdate& u : updates) {
-    detail::AdamWTensors& group = launches[u.step];
-    group.params.push_back(u.param);
-    group.grads.push_back(const_cast<float*>(u.grad));
-    group.exp_avgs.push_back(u.exp_avg);
-    group.exp_avg_sqs.push_back(u.exp_avg_sq);
-    group.sizes.push_back(u.count);
-  }
-  for (const auto& [step, tensors] : launches) {
-    detail::adamw_step_cuda(tensors, detail::adamw_step_scalars(options, step), device);
-  }
-}
-#endif
 
 }  // namespace
 
@@ -165,11 +147,34 @@ void AdamW::step() {
   }
   if (parameters_.empty()) return;
   const Device device = parameters_[0].device();
+  switch (device.type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      step_reference(updates, options_);
+      return;
+    }
+    case DeviceType::CUDA: {
 #ifdef SEQPAR_WITH_CUDA
-  if (device.is_cuda()) return step_cuda(updates, options_, device.index);
+      // One multi-tensor launch per distinct step number (normally exactly one), since a
+      // launch takes one pair of bias corrections.
+      std::map<int64_t, detail::AdamWTensors> launches;
+      for (const ParameterUpdate& u : updates) {
+        detail::AdamWTensors& group = launches[u.step];
+        group.params.push_back(u.param);
+        group.grads.push_back(const_cast<float*>(u.grad));
+        group.exp_avgs.push_back(u.exp_avg);
+        group.exp_avg_sqs.push_back(u.exp_avg_sq);
+        group.sizes.push_back(u.count);
+      }
+      for (const auto& [step, tensors] : launches) {
+        detail::adamw_step_cuda(tensors, detail::adamw_step_scalars(options_, step), device.index);
+      }
+      return;
+#else
+      require_host("AdamW", device, "parameters");
 #endif
-  require_host("AdamW", device, "parameters");
-  step_reference(updates, options_);
+    }
+  }
 }
 
 }  // namespace seqpar::optim

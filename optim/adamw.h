@@ -99,19 +99,6 @@ struct AdamWStepScalars {
 };
 AdamWStepScalars adamw_step_scalars(const AdamWOptions& options, int64_t step);
 
-#ifdef SEQPAR_WITH_CUDA
-// Tensors of at least this many elements get a grid-stride launch of their own (float4
-// accesses where the pointers allow); the smaller ones share multi-tensor launches.
-constexpr int64_t kAdamWLargeTensorElements = int64_t{1} << 20;
-
-// One step over every parameter: a multi-tensor launch per table of small tensors and
-// one launch per large tensor (adamw.cu). All tensors contiguous on `device`.
-struct AdamWTensors {
-  std::vector<float*> params, grads, exp_avgs, exp_avg_sqs;
-  std::vector<int64_t> sizes;
-};
-void adamw_step_cuda(const AdamWTensors& tensors, const AdamWStepScalars& scalars, int device);
-#endif
 }  // namespace detail
 
 }  // namespace seqpar::optim

@@ -10,6 +10,7 @@
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/nvtx.h"
+#include "optim/cuda/clip.h"
 
 namespace seqpar::optim {
 
@@ -39,7 +40,7 @@ std::vector<Tensor> defined_gradients(const char* op, const std::vector<Variable
 //   reference, cpu  the plain loops below (one exact sum of squares a tensor, then the
 //                   norm of the norms): they define the bits; a gradient has as many
 //                   terms as parameters, a small part of a step's work
-//   cuda            clip.cu: the squares' digits by blocks, met by integer atomics, and
+//   cuda            optim/cuda/clip.cu: the squares' digits by blocks, met by integer atomics, and
 //                   the same rounding; tested bitwise against these loops
 //                   (tests/optim/clip_cuda_test.cpp)
 //
@@ -86,7 +87,7 @@ float total_norm_reference(const std::vector<Tensor>& gradients) {
 
 // torch: clip_coef = max_norm / (total_norm + 1e-6), in float32, where a Python number
 // divided by a tensor is computed as reciprocal(tensor) * number; then clamp(max=1).
-// NaN stays NaN, as torch.clamp keeps it. clip.cu forms the same float operations
+// NaN stays NaN, as torch.clamp keeps it. optim/cuda/clip.cu forms the same float operations
 // (__frcp_rn is the correctly rounded 1 / x, and std::min(c, 1) is 1 < c ? 1 : c), and
 // both scale by one float product: the clipped gradients are bitwise the same.
 float clip_coefficient(double max_norm, float total_norm) {
@@ -103,25 +104,32 @@ Tensor grad_norm(const std::vector<Variable>& parameters) {
     return Tensor::zeros({}, parameters.empty() ? Device::cpu() : parameters[0].device());
   }
   const Device device = gradients[0].device();
-#ifdef SEQPAR_WITH_CUDA
-  if (device.is_cuda()) {
-    std::vector<Tensor> contiguous;  // keeps any copies alive during the launch
-    std::vector<const float*> pointers;
-    std::vector<int64_t> sizes;
-    for (const Tensor& gradient : gradients) {
-      contiguous.push_back(gradient.contiguous());
-      pointers.push_back(contiguous.back().data());
-      sizes.push_back(gradient.numel());
+  switch (device.type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      Tensor total_norm = Tensor::empty({}, device);
+      total_norm.data()[0] = total_norm_reference(gradients);
+      return total_norm;
     }
-    Tensor total_norm = Tensor::empty({}, device);
-    detail::grad_norm_cuda(pointers, sizes, total_norm, device.index);
-    return total_norm;
-  }
+    case DeviceType::CUDA: {
+#ifdef SEQPAR_WITH_CUDA
+      std::vector<Tensor> contiguous;  // keeps any copies alive during the launch
+      std::vector<const float*> pointers;
+      std::vector<int64_t> sizes;
+      for (const Tensor& gradient : gradients) {
+        contiguous.push_back(gradient.contiguous());
+        pointers.push_back(contiguous.back().data());
+        sizes.push_back(gradient.numel());
+      }
+      Tensor total_norm = Tensor::empty({}, device);
+      detail::grad_norm_cuda(pointers, sizes, total_norm, device.index);
+      return total_norm;
+#else
+      require_host("grad_norm", device, "gradients");
 #endif
-  require_host("grad_norm", device, "gradients");
-  Tensor total_norm = Tensor::empty({}, device);
-  total_norm.data()[0] = total_norm_reference(gradients);
-  return total_norm;
+    }
+  }
+  SEQPAR_FAIL("grad_norm: unknown device ", device);
 }
 
 void clip_grads_with_norm(const std::vector<Variable>& parameters, double max_norm,
@@ -138,23 +146,30 @@ void clip_grads_with_norm(const std::vector<Variable>& parameters, double max_no
     SEQPAR_CHECK(gradient.is_contiguous(), "clip_grad_norm: a gradient of shape ",
                  gradient.shape(), " is not contiguous (it is scaled in place)");
   }
-#ifdef SEQPAR_WITH_CUDA
-  if (device.is_cuda()) {
-    std::vector<float*> pointers;
-    std::vector<int64_t> sizes;
-    for (const Tensor& gradient : gradients) {
-      pointers.push_back(gradient.data());
-      sizes.push_back(gradient.numel());
+  switch (device.type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU: {
+      // Applied even when it is 1, as torch multiplies by the clamped coefficient.
+      const float coefficient = clip_coefficient(max_norm, total_norm.item());
+      for (Tensor& gradient : gradients) mul_(gradient, coefficient);
+      return;
     }
-    detail::clip_grads_cuda(pointers, sizes, static_cast<float>(max_norm), total_norm,
-                            device.index);
-    return;
-  }
+    case DeviceType::CUDA: {
+#ifdef SEQPAR_WITH_CUDA
+      std::vector<float*> pointers;
+      std::vector<int64_t> sizes;
+      for (const Tensor& gradient : gradients) {
+        pointers.push_back(gradient.data());
+        sizes.push_back(gradient.numel());
+      }
+      detail::clip_grads_cuda(pointers, sizes, static_cast<float>(max_norm), total_norm,
+                              device.index);
+      return;
+#else
+      require_host("clip_grad_norm", device, "gradients");
 #endif
-  require_host("clip_grad_norm", device, "gradients");
-  // Applied even when it is 1, as torch multiplies by the clamped coefficient.
-  const float coefficient = clip_coefficient(max_norm, total_norm.item());
-  for (Tensor& gradient : gradients) mul_(gradient, coefficient);
+    }
+  }
 }
 
 Tensor clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) {

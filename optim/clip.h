@@ -43,15 +43,6 @@ void clip_grads_with_norm(const std::vector<autograd::Variable>& parameters, dou
 Tensor clip_grad_norm(const std::vector<autograd::Variable>& parameters, double max_norm);
 
 namespace detail {
-#ifdef SEQPAR_WITH_CUDA
-// clip.cu. Contiguous gradients on `device`. Per-tensor exact sums of squares (integer
-// atomics on the digits), then the norms and the total, as defined above, into
-// total_norm: bitwise the CPU's grad_norm.
-void grad_norm_cuda(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes,
-                    const Tensor& total_norm, int device);
-void clip_grads_cuda(const std::vector<float*>& grads, const std::vector<int64_t>& sizes,
-                     float max_norm, const Tensor& total_norm, int device);
-#endif
 }  // namespace detail
 
 }  // namespace seqpar::optim

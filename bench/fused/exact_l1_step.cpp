@@ -9,7 +9,7 @@
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #endif
 
 namespace seqpar::fused {

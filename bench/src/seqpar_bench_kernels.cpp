@@ -19,13 +19,16 @@
 #include "core/error.h"
 #include "core/elementwise.h"
 #include "core/generator.h"
+#include "nn/cuda/l1_loss.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "nn/exact_dw_crt.h"
-#include "nn/int8_gemm.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/exact_dw_crt.h"
+#include "nn/cuda/int8_gemm.h"
+#include "nn/cuda/linear.h"
 #include "optim/adamw.h"
+#include "optim/cuda/adamw.h"
 #include "optim/clip.h"
+#include "optim/cuda/clip.h"
 
 namespace seqpar::bench {
 

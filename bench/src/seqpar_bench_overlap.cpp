@@ -12,7 +12,7 @@
 #include "core/exact_bins.h"
 #include "core/generator.h"
 #include "core/tensor.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #include "nn/one_magnitude.h"
 
 namespace seqpar::bench {

@@ -34,7 +34,7 @@
 #include "core/tensor.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 

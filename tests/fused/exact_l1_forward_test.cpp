@@ -12,7 +12,7 @@
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "nn/l1_loss.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "tests/fused/step_test_util.h"

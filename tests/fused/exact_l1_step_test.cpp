@@ -19,7 +19,7 @@
 #include "dist/local_process_group.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tests/cuda_test_util.h"

@@ -8,6 +8,7 @@
 #include "autograd/variable.h"
 #include "core/device.h"
 #include "core/generator.h"
+#include "nn/cuda/dropout.h"
 #include "nn/dropout.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"

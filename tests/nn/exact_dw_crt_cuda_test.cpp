@@ -12,8 +12,9 @@
 
 #include "core/exact_sums.h"
 #include "core/tensor.h"
-#include "nn/exact_dw_crt.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/exact_dw_crt.h"
+#include "nn/cpu/linear.h"
+#include "nn/cuda/linear.h"
 #include "nn/reference/linear.h"
 #ifdef SEQPAR_WITH_CUDA
 #include "core/cuda_runtime.h"

@@ -13,7 +13,7 @@
 
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
-#include "nn/exact_dw_crt.h"
+#include "nn/cuda/exact_dw_crt.h"
 #include "nn/rows.h"
 
 namespace seqpar::test::crt_dw {

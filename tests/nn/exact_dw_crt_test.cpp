@@ -14,7 +14,7 @@
 #include "core/exact_rounding.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
-#include "nn/exact_dw_crt.h"
+#include "nn/cuda/exact_dw_crt.h"
 #include "nn/reference/linear.h"
 #include "tests/nn/exact_dw_crt_model.h"
 #include "tests/nn/exact_dw_crt_util.h"

@@ -10,6 +10,7 @@
 #include "autograd/ops.h"
 #include "autograd/variable.h"
 #include "core/generator.h"
+#include "nn/cuda/l1_loss.h"
 #include "nn/l1_loss.h"
 #include "tests/cuda_test_util.h"
 #include "tests/nn/l1_loss_test_util.h"

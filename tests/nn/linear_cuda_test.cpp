@@ -12,12 +12,12 @@
 
 #include "core/generator.h"
 #include "nn/linear.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #ifdef SEQPAR_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "core/cuda_runtime.h"
-#include "nn/gemm_tile128.h"
+#include "nn/cuda/gemm_tile128.h"
 #endif
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"

@@ -21,7 +21,8 @@
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "nn/linear.h"
-#include "nn/linear_kernels.h"
+#include "nn/cpu/linear.h"
+#include "nn/cuda/linear.h"
 #include "nn/one_magnitude.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -274,9 +275,9 @@ TEST_CASE("the many-outputs dW's bits do not depend on how its rows are cut into
   const Tensor x = inputs.x.to(gpu), dy = inputs.dy.to(gpu);
   // The last two list only 1 or 8 of a chunk's many elements outside their windows, so
   // those chunks are scanned for them instead.
-  const nn::detail::WideChunks cuts[] = {{128, 128, 0}, {128, 256, 0}, {256, 768, 0}, {640, 0, 0},
+  const nn::detail::ManyOutputsChunks cuts[] = {{128, 128, 0}, {128, 256, 0}, {256, 768, 0}, {640, 0, 0},
                                          {0, 128, 0},   {128, 256, 8}, {0, 0, 1}};
-  for (const nn::detail::WideChunks& cut : cuts) {
+  for (const nn::detail::ManyOutputsChunks& cut : cuts) {
     INFO("rows per chunk " << cut.rows_per_chunk << ", rows per fold " << cut.rows_per_fold
                            << ", outside list " << cut.outside_capacity);
     exact::ExactSums sums(c.out * c.in, gpu);

@@ -9,6 +9,7 @@
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "optim/adamw.h"
+#include "optim/cuda/adamw.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 

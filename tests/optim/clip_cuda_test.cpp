@@ -11,6 +11,7 @@
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "optim/clip.h"
+#include "optim/cuda/clip.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 

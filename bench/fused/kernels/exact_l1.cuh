@@ -25,7 +25,7 @@
 #include "core/exact_fixed_point.h"
 #include "nn/l1_sign.h"
 #include "nn/one_magnitude.h"
-#include "nn/one_magnitude_dw.cuh"
+#include "nn/cuda/one_magnitude_dw.cuh"
 
 namespace seqpar::fused::kernels {
 

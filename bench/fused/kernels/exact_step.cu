@@ -13,8 +13,8 @@
 #include "bench/fused/kernels/exact_l1.cuh"
 #include "bench/fused/kernels/grid_sync.cuh"
 #include "bench/fused/kernels/sum_of_two.h"
-#include "optim/adamw_update.cuh"
-#include "optim/clip_coefficient.cuh"
+#include "optim/cuda/adamw_update.cuh"
+#include "optim/cuda/clip_coefficient.cuh"
 
 namespace seqpar::fused::kernels {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear.h"
 #include "nn/rows.h"
 #include "optim/adamw.h"
 

@@ -8,16 +8,16 @@
 #include "bench/fused/kernels/exact_step.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "nn/linear_forward_few_outputs.cuh"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear_forward_few_outputs.cuh"
+#include "nn/cuda/linear.h"
 
 namespace seqpar::fused::kernels {
 
 using nn::detail::ConstRows;
 using nn::detail::default_per_thread;
 using nn::detail::few_outputs_forward_staged_kernel;
-using nn::detail::kNarrowOut;
-using nn::detail::kNarrowThreads;
+using nn::detail::kFewOutputsMax;
+using nn::detail::kFewOutputsThreads;
 using nn::detail::staged_extra_bytes;
 using nn::detail::staged_layout;
 
@@ -38,13 +38,13 @@ void few_outputs_forward_exact_l1_cuda(const ConstRows& x, const float* weight,
   cuda::set_device(device);
   const auto launch = [&](auto per_thread) {
     constexpr int kPerThread = decltype(per_thread)::value;
-    const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
-    const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
+    const size_t weight_bytes = static_cast<size_t>(x.cols) * kFewOutputsMax * sizeof(float);
+    const int64_t rows_per_block = kFewOutputsThreads / (kFewOutputsMax / kPerThread);
     const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
     const auto kernel = few_outputs_forward_staged_kernel<kPerThread, true, ExactL1Epilogue>;
     const size_t bytes = weight_bytes + staged_extra_bytes<kPerThread, true, ExactL1Epilogue>();
     cuda::allow_dynamic_shared_memory(kernel, bytes);
-    cuda::launch_dependent(kernel, dim3(blocks), dim3(kNarrowThreads), bytes,
+    cuda::launch_dependent(kernel, dim3(blocks), dim3(kFewOutputsThreads), bytes,
                            cuda::current_stream(device), x, weight, weight_row_stride, bias, out, y,
                            out, x_largest, ExactL1Epilogue{target, outputs});
   };

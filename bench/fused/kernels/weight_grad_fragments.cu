@@ -13,8 +13,8 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/exact_sums.h"
-#include "nn/linear_row_sums.cuh"
-#include "nn/one_magnitude_dw_few_outputs.cuh"
+#include "nn/cuda/linear_row_sums.cuh"
+#include "nn/cuda/one_magnitude_dw_few_outputs.cuh"
 
 namespace seqpar::fused::kernels {
 

@@ -1,5 +1,5 @@
 // CUDA kernels of Linear's sums over rows, dW = dyᵀ x and db = Σ_rows dy, in exact
-// arithmetic (core/exact_bins.h): the same digits as the CPU loops of nn/linear_kernels.cpp,
+// arithmetic (core/exact_bins.h): the same digits as the CPU loops of nn/cpu/linear.cpp,
 // whatever the grid. Because the digits of partial sums add as integers, the rows can
 // be cut into chunks freely (here: enough chunks to fill the GPU) and the chunks' digits
 // meet through integer atomics, whose order cannot change the result. No
@@ -21,10 +21,11 @@
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"
-#include "nn/exact_dw_crt.h"
-#include "nn/linear_kernels.h"
-#include "nn/linear_row_sums.cuh"
-#include "nn/one_magnitude_dw.cuh"
+#include "nn/cuda/exact_dw_crt.h"
+#include "nn/cuda/linear.h"
+#include "nn/cuda/linear_row_sums.cuh"
+#include "nn/cuda/one_magnitude_dw.cuh"
+#include "nn/cuda/weight_grad_choice.h"
 
 namespace seqpar::nn::detail {
 
@@ -134,24 +135,16 @@ class RowSumsScratch {
   DeviceBuffer<int64_t> buffer_;
 };
 
-// Below this many terms (rows x out x in) a general dy's dW stays on the binned kernel:
-// the CRT's launches, cuBLASLt's included, cost more than the sums themselves.
-constexpr int64_t kCrtMinTerms = int64_t{1} << 24;
-
-// dW's sums for a dy the host knows has not one magnitude (or may not: no one-magnitude
-// kernel fits): the CRT on the int8 tensor cores (exact_dw_crt.cu) where the sum is
-// large enough, else the binned sums. Returns which ran.
-WeightGradKernel enqueue_general_weight_sums(const ConstRows& grad_y, const ConstRows& x,
-                                             const unsigned int* x_largest, const unsigned int* dy_largest,
-                                             exact::ExactSums& sums, cudaStream_t stream) {
-  const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
-  if (rows * in * out >= kCrtMinTerms) {
+// dW's sums for a dy of any values, on the kernel that `kernel` names (Crt or Binned).
+void enqueue_general_weight_sums(WeightGradKernel kernel, const ConstRows& grad_y, const ConstRows& x,
+                                 const unsigned int* x_largest, const unsigned int* dy_largest,
+                                 exact::ExactSums& sums, cudaStream_t stream) {
+  if (kernel == WeightGradKernel::Crt) {
     accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_largest, {}, dy_largest);
-    return WeightGradKernel::Crt;
+    return;
   }
-  launch_binned_row_sums<true>(grad_y, x, rows, out, in, dy_largest, x_largest, nullptr, nullptr,
-                               sums.digits(), sums.count(), stream);
-  return WeightGradKernel::Binned;
+  launch_binned_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, dy_largest, x_largest, nullptr,
+                               nullptr, sums.digits(), sums.count(), stream);
 }
 
 // Whether dy had one magnitude, from its two words read back: a wait for the pass over dy.
@@ -163,56 +156,28 @@ bool dy_has_one_magnitude(const unsigned int* words, int device) {
 
 }  // namespace
 
-const char* to_string(WeightGradKernel kernel) {
-  switch (kernel) {
-    case WeightGradKernel::None: return "none";
-    case WeightGradKernel::Binned: return "binned";
-    case WeightGradKernel::OneMagnitudeFewOutputs: return "one-magnitude, few outputs";
-    case WeightGradKernel::OneMagnitudeManyOutputs: return "one-magnitude, many outputs";
-    case WeightGradKernel::Crt: return "CRT on int8 products";
-  }
-  return "?";
-}
-
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                 const unsigned int* x_largest, const WideChunks& wide,
+                                 const unsigned int* x_largest, const ManyOutputsChunks& chunks,
                                  WeightGradKernel* kernel_taken) {
-  accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, wide, kernel_taken);
+  accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, chunks, kernel_taken);
 }
 
-// dW's and db's exact row sums on the GPU, by regime (then rounded by linear.cpp). Every
-// path adds the reference's exact values (nn/reference/linear.h), so the bits never
-// depend on which ran.
+// dW's and db's exact row sums on the GPU (then rounded by nn/linear.cpp). Every path
+// adds the reference's exact values (nn/reference/linear.h), so the bits never depend on
+// which ran.
 //
-//   sums  regime                              kernel                                why
-//   dW    dy of one magnitude (+-f or 0, an   one_magnitude_dw_few_outputs.cu:      dW = f * sum
-//         L1 loss's), out < 64                integer sums of +-x in fixed point    of +-x: integer
-//                                             on the int8 tensor cores              adds, no bins
-//   dW    dy of one magnitude, out >= 64      one_magnitude_dw_many_outputs.cu:     the same as
-//                                             x cut once to int8 planes, int8       int8 GEMMs
-//                                             GEMMs with dy's signs (cuBLASLt)
-//   dW    any other dy, out >= 64, or no      exact_dw_crt.cu: the exact integer    exact products
-//         one-magnitude kernel fits; at       sums of fixed-point windows modulo    on the int8
-//         least kCrtMinTerms terms            13 moduli (int8 GEMMs), then the CRT  tensor cores
-//   dW    any other dy                        row_sums_kernel<true> (binned sums,   exact for any
-//                                             from the first reachable bin)         terms
-//   db    dy of one magnitude                 f times each column's sign count      no second pass
-//                                             (from the pass over dy's maxima)      over dy
-//   db    any other dy                        row_sums_kernel<false> (binned sums)
+//   dW  the kernel that choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h:
+//       the regimes, their thresholds and why)
+//   db  dy of one magnitude: f times each column's sign count, from the pass over dy's
+//       maxima (no second pass over dy); any other dy: row_sums_kernel<false> (binned)
 //
 // Whether dy has one magnitude is known first on the device: the pass over dy's column
 // maxima leaves its largest and smallest nonzero magnitude (its one-magnitude words,
-// nn/one_magnitude_dw.cuh). With many outputs the host reads the two words back (a
-// wait, short beside the GEMMs that follow) and runs one path: a GEMM path cannot
-// return at once as a kernel can. With few outputs it does not wait, as the L1 step's
-// time would show it: the one-magnitude kernel and the binned one both read the words
-// and exactly one of them does the work. Inside a graph capture the host cannot read,
-// so the many-outputs sums take that second form too (the one-magnitude GEMMs and the
-// binned kernel). kernel_taken tells a caller (a test, a diagnosis) which kernel did
-// the work, reading the words back where the host did not.
+// nn/cuda/one_magnitude_dw.cuh). kernel_taken tells a caller (a test, a diagnosis) which
+// kernel did the work, reading the words back where the host did not.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest,
-                                  const WideChunks& wide, WeightGradKernel* kernel_taken) {
+                                  const ManyOutputsChunks& chunks, WeightGradKernel* kernel_taken) {
   if (kernel_taken != nullptr) *kernel_taken = WeightGradKernel::None;
   const int64_t rows = x.rows, in = x.cols, out = grad_y.cols;
   const int64_t weight_count = weight ? out * in : 0;
@@ -229,6 +194,11 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   cudaStream_t stream = cuda::current_stream(device);
   int64_t* const weight_digits = sums.digits();
   int64_t* const bias_digits = sums.digits() + weight_count;
+  const bool capturing = cuda::capturing(stream);
+  const WeightGradShape shape{rows, in, out, x.row_stride, grad_y.row_stride};
+  const bool dw = weight && in > 0;
+  WeightGradChoice choice{WeightGradLaunch::Run, WeightGradKernel::None};
+  if (dw) choice = choose_weight_grad_kernel(shape, capturing, DyStructure::Unknown);
   // Scratch: x's column maxima unless the caller has them (dW only), dy's, dy's two
   // one-magnitude words, and dy's sign sums (db only).
   const bool find_x = weight && x_largest == nullptr;
@@ -238,34 +208,32 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   if (find_x) column_maxima_cuda(x, scratch.largest(), nullptr, stream);
   // dy in one pass for both sums: its maxima, its one-magnitude words, db's sign sums,
   // and, where dW may take the many-outputs path, its signs as bytes (a quarter of dy's size).
-  const bool wide_dw = weight && in > 0 && one_magnitude_dw_many_outputs_fits(grad_y, x);
+  const bool many_outputs = dw && out >= kManyOutputsMin;
   const int64_t signs_ld = cuda::round_up(rows, kSignRowsMultiple);
-  DeviceBuffer<int8_t> sign_bytes(wide_dw ? cuda::round_up(out, 32) * signs_ld : 0, sums.device());
-  const SignMatrix signs{wide_dw ? sign_bytes.data() : nullptr, signs_ld};
+  DeviceBuffer<int8_t> sign_bytes(many_outputs ? cuda::round_up(out, 32) * signs_ld : 0, sums.device());
+  const SignMatrix signs{many_outputs ? sign_bytes.data() : nullptr, signs_ld};
   column_maxima_cuda(grad_y, dy_largest, words, stream, bias ? scratch.sign_sums() : nullptr, signs);
-  if (weight && in > 0) {
+  if (dw) {
     const unsigned int* x_maxima = find_x ? scratch.largest() : x_largest;
-    WeightGradKernel taken = WeightGradKernel::None;
-    if (wide_dw && !cuda::capturing(stream)) {
-      if (dy_has_one_magnitude(words, device)) {
-        launch_one_magnitude_dw_many_outputs(grad_y, x, x_maxima, words, signs, weight_digits, sums.count(),
-                                             stream, wide);
-        taken = WeightGradKernel::OneMagnitudeManyOutputs;
-      } else {
-        taken = enqueue_general_weight_sums(grad_y, x, x_maxima, dy_largest, sums, stream);
-      }
-    } else if (!wide_dw && !one_magnitude_dw_fits(grad_y, x)) {
-      taken = enqueue_general_weight_sums(grad_y, x, x_maxima, dy_largest, sums, stream);
-    } else {  // the device chooses between a one-magnitude kernel and the binned one
+    if (choice.launch == WeightGradLaunch::ReadDyStructure) {
+      const DyStructure dy = dy_has_one_magnitude(words, device) ? DyStructure::OneMagnitude
+                                                                 : DyStructure::General;
+      choice = choose_weight_grad_kernel(shape, capturing, dy);
+    }
+    WeightGradKernel taken = choice.kernel;
+    if (choice.launch == WeightGradLaunch::DeviceChooses) {
       enqueue_weight_grad_sums(grad_y, x, {x_maxima, dy_largest, words}, weight_digits, sums.count(), stream,
-                               signs, wide);
+                               signs, chunks);
       if (kernel_taken != nullptr) {
-        SEQPAR_CHECK(!cuda::capturing(stream), "accumulate_linear_grads_cuda: which kernel ran cannot be "
+        SEQPAR_CHECK(!capturing, "accumulate_linear_grads_cuda: which kernel ran cannot be "
                      "read back inside a graph capture (kernel_taken must be null there)");
-        taken = !dy_has_one_magnitude(words, device) ? WeightGradKernel::Binned
-                : wide_dw                            ? WeightGradKernel::OneMagnitudeManyOutputs
-                                                     : WeightGradKernel::OneMagnitudeFewOutputs;
+        if (!dy_has_one_magnitude(words, device)) taken = WeightGradKernel::Binned;
       }
+    } else if (choice.kernel == WeightGradKernel::OneMagnitudeManyOutputs) {
+      launch_one_magnitude_dw_many_outputs(grad_y, x, x_maxima, words, signs, weight_digits, sums.count(),
+                                           stream, chunks);
+    } else {
+      enqueue_general_weight_sums(choice.kernel, grad_y, x, x_maxima, dy_largest, sums, stream);
     }
     if (kernel_taken != nullptr) *kernel_taken = taken;
   }
@@ -281,7 +249,7 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
 // those end.
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const WeightGradMaxima& maxima,
                               int64_t* digits, int64_t stride, cuda::Stream stream, SignMatrix signs,
-                              const WideChunks& wide) {
+                              const ManyOutputsChunks& chunks) {
   SEQPAR_CHECK(grad_y.rows == x.rows && stride >= grad_y.cols * x.cols,
                "enqueue_weight_grad_sums: dy ", grad_y.rows, " x ", grad_y.cols, ", x ", x.rows,
                " x ", x.cols, ", digit stride ", stride);
@@ -292,7 +260,7 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const
                                one_magnitude ? maxima.dy_words : nullptr, nullptr, digits, stride, stream);
   if (many_outputs) {
     launch_one_magnitude_dw_many_outputs(grad_y, x, maxima.x_largest, maxima.dy_words, signs, digits, stride,
-                                         stream, wide);
+                                         stream, chunks);
   } else if (one_magnitude) {
     launch_one_magnitude_dw(grad_y, x, maxima.x_largest, maxima.dy_words, digits, stride, stream);
   }

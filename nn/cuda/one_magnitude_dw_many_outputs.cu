@@ -38,9 +38,9 @@
 #include "core/device_buffer.h"
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
-#include "nn/int8_gemm.h"
-#include "nn/linear_kernels.h"
-#include "nn/one_magnitude_dw.cuh"
+#include "nn/cuda/int8_gemm.h"
+#include "nn/cuda/linear.h"
+#include "nn/cuda/one_magnitude_dw.cuh"
 
 namespace seqpar::nn::detail {
 
@@ -56,7 +56,6 @@ constexpr int kThreads = 256;
 constexpr int kPlaneTileRows = 64;
 constexpr int kPlaneThreads = 2 * kPlaneTileRows;
 static_assert(kTileRows % kPlaneTileRows == 0, "a chunk's rows are whole plane tiles");
-constexpr int64_t kMinOutputs = 64;  // below, the 16-output kernel is faster (bench: dw_l1_*)
 // Scratch for a chunk's planes: about this many bytes.
 constexpr int64_t kScratchBytes = int64_t{512} << 20;
 // Rows between folds: |C| <= rows * 128 (|s| <= 1, |d_l| <= 128) stays below 2^31, and
@@ -257,14 +256,10 @@ __global__ void fold_kernel(const int32_t* products, int64_t out_padded, int64_t
 
 }  // namespace
 
-bool one_magnitude_dw_many_outputs_fits(const ConstRows& grad_y, const ConstRows& x) {
-  return grad_y.cols >= kMinOutputs && x.rows > 0 && x.cols > 0;
-}
-
 void launch_one_magnitude_dw_many_outputs(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
                                      SignMatrix signs, int64_t* digits, int64_t stride,
-                                     cuda::Stream stream, const WideChunks& chunks) {
+                                     cuda::Stream stream, const ManyOutputsChunks& chunks) {
   SEQPAR_CHECK(signs.data != nullptr && signs.ld >= cuda::round_up(x.rows, kTileRows) && signs.ld % 16 == 0,
                "launch_one_magnitude_dw_many_outputs: dy's signs for ", x.rows, " rows, got ld ", signs.ld);
   int device = 0;

@@ -1,67 +1,50 @@
-// Internal to nn/: the CPU kernels of Linear and the CUDA launchers of its exact row
-// sums, in the canonical numerics of docs/numerics.md (the CUDA kernels of linear.cu
-// and linear_row_sums.cu reproduce the CPU's bits):
-//
-//   y[i, j]  = (Σ_k x[i, k] W[j, k], one fma chain over k = 0, 1, ..., from +0) + b[j]
-//   dx[i, k] =  Σ_j dy[i, j] W[j, k], one fma chain over j = 0, 1, ..., from +0
-//   dW[j, k] =  Σ_i dy[i, j] x[i, k], exact, rounded once (core/exact_bins.h)
-//   db[j]    =  Σ_i dy[i, j],         exact, rounded once
-//
-// A chain's order depends on the feature index alone, never on the row, the row count
-// or the tiling, so a row's output is the same bits in any batch, on any device.
+// The CUDA path of Linear: the launchers of its kernels (nn/cuda/linear.cu for y and
+// dx, nn/cuda/linear_row_sums.cu for dW and db), bitwise the reference's
+// (nn/reference/linear.h) in the numerics that nn/cpu/linear.h spells out. Included
+// only by CUDA code and the CUDA row of nn/linear.cpp's table.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/cuda_runtime.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "nn/one_magnitude.h"
 #include "nn/rows.h"
-#include "seqpar/config.h"
+#include "nn/cuda/weight_grad_choice.h"
 
 namespace seqpar::nn::detail {
 
+// What the CUDA row of nn/linear.cpp keeps from a forward for its backward, opaque to
+// the op: x's column maxima, found in the forward's pass over x, so that the exact dW
+// need not read x once more for them (linear.cu defines it).
+struct LinearBackendState;
+// The forward, keeping that state (the op asks for it when W takes a gradient).
+std::shared_ptr<LinearBackendState> linear_forward_cuda_keeping_state(const Tensor& x, const Tensor& weight,
+                                                                      const Tensor& bias, const Tensor& y);
+// dW's and db's sums (accumulate_linear_grads_cuda below), with the forward's state if
+// it kept one (null: none).
+void linear_row_sums_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums, bool weight,
+                          bool bias, const LinearBackendState* state);
 
-// c[i, n] = chain_k fma(a[i, k], b[n, k]) (+ bias[n]) for b given as [n, k] rows:
-// the forward with b = W; dx with b = Wᵀ (see linear.cpp).
-void chain_products_cpu(const ConstRows& a, const ConstRows& b_rows, const float* bias, float* c,
-                        int64_t c_row_stride);
-
-// sums[first + j * in + k] += Σ_i dy[i, j] x[i, k]: digits of the exact sums, not yet
-// rounded. Automatic takes the fixed-point integer sums when every dy has one magnitude
-// (nn/one_magnitude.h) and the binned sums otherwise; General always the binned sums.
-// Both add the same exact values (the tests compare them).
-enum class WeightGradPath { Automatic, General };
-void accumulate_weight_grad_cpu(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                WeightGradPath path = WeightGradPath::Automatic, int64_t first = 0);
-// sums[first + j] += Σ_i dy[i, j].
-void accumulate_column_sums_cpu(const ConstRows& grad_y, exact::ExactSums& sums, int64_t first = 0);
-
-
-#ifdef SEQPAR_WITH_CUDA
-// The same two sums on the GPU (linear_row_sums.cu), into sums on the device.
+// dW's sums on the GPU (linear_row_sums.cu), into sums on the device, on the kernel that
+// choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h).
 // How the many-outputs one-magnitude dW (one_magnitude_dw_many_outputs.cu) cuts the rows: rows converted
 // and multiplied at a time, rows between folds of its int32 products into the digits,
 // and how many elements outside their windows a chunk lists before it scans for them
 // instead. 0: its own choice (chunks of about 512 MB of scratch, folds every 2^23 rows,
 // 65,536 listed); the tests choose small ones to reach every edge. Any choice gives the
 // same bits.
-struct WideChunks {
+struct ManyOutputsChunks {
   int64_t rows_per_chunk = 0, rows_per_fold = 0, outside_capacity = 0;
 };
-// Which kernel computed dW's sums (accumulate_linear_grads_cuda's table). Whether dy has
-// one magnitude is found on the device, and with few outputs the launch leaves the
-// choice to it; a caller that asks (a test, a diagnosis) gets the answer by reading
-// back dy's two words, a wait that the training path makes only with many outputs.
-enum class WeightGradKernel { None, Binned, OneMagnitudeFewOutputs, OneMagnitudeManyOutputs, Crt };
-const char* to_string(WeightGradKernel kernel);
 
 // x_largest: x's column maxima if the caller has them, as column_maxima_cuda finds them
 // (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
 // kernel_taken: if not null, set to the path that ran (waits for the device).
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
-                                 const unsigned int* x_largest = nullptr, const WideChunks& wide = {},
+                                 const unsigned int* x_largest = nullptr, const ManyOutputsChunks& chunks = {},
                                  WeightGradKernel* kernel_taken = nullptr);
 // dW's sums and db's (`weight`, `bias`: which) from one pass over dy: its column maxima
 // and one-magnitude words serve dW, and the same pass counts each column's signs, which
@@ -71,7 +54,7 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
 // rounding serve both.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest = nullptr,
-                                  const WideChunks& wide = {}, WeightGradKernel* kernel_taken = nullptr);
+                                  const ManyOutputsChunks& chunks = {}, WeightGradKernel* kernel_taken = nullptr);
 // m's signs (+1, -1, or 0 for zeros, NaNs and the padding) as int8, column by column:
 // sign of m[row, c] at data[c * ld + row], for every c below m.cols rounded up to 32 and
 // every row below m.rows rounded up to kSignRowsMultiple (ld at least that, a multiple
@@ -92,7 +75,7 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
 // dW's sums where the device chooses the kernel: a one-magnitude kernel and the binned
 // one are both launched, and each reads dy's words and returns at once unless it is
 // the one to work (the few-outputs one-magnitude kernel where it fits; with `signs`,
-// as column_maxima_cuda wrote them, the many-outputs one, cut as `wide` says; where
+// as column_maxima_cuda wrote them, the many-outputs one, cut as `chunks` says; where
 // neither applies, the binned kernel alone, doing the work whatever dy holds). What
 // accumulate_linear_grads_cuda does inside a graph capture or with few outputs, for a
 // caller that finds the maxima itself (the benchmarks' fused step): each as
@@ -106,7 +89,7 @@ struct WeightGradMaxima {
 };
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const WeightGradMaxima& maxima,
                               int64_t* digits, int64_t stride, cuda::Stream stream, SignMatrix signs = {},
-                              const WideChunks& wide = {});
+                              const ManyOutputsChunks& chunks = {});
 
 // The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
 // linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
@@ -153,19 +136,18 @@ void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t w
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
 // nonzero magnitude bits (one_magnitude_dw.cuh): the kernel returns at once unless they
 // agree, and they tell the general kernel launched beside it to skip its work when
-// this path does it. Only when one_magnitude_dw_fits.
+// this path does it. Only where few_outputs_kernel_fits (nn/cuda/weight_grad_choice.h);
+// one_magnitude_dw_fits asks it of these operands.
 bool one_magnitude_dw_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_largest,
                              const unsigned int* words, int64_t* digits, int64_t stride, cuda::Stream stream);
-// The same sums for a dy of many outputs (at least 64 outputs; one_magnitude_dw_many_outputs.cu): x converted
+// The same sums for a dy of many outputs (at least kManyOutputsMin; one_magnitude_dw_many_outputs.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),
 // so only accumulate_weight_grad_cuda takes it, not a step that captures a graph.
-bool one_magnitude_dw_many_outputs_fits(const ConstRows& grad_y, const ConstRows& x);
 void launch_one_magnitude_dw_many_outputs(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
                                      SignMatrix signs, int64_t* digits, int64_t stride,
-                                     cuda::Stream stream, const WideChunks& chunks);
-#endif
+                                     cuda::Stream stream, const ManyOutputsChunks& chunks);
 
 }  // namespace seqpar::nn::detail

@@ -33,8 +33,9 @@
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
 #include "optim/adamw.h"
-#include "optim/adamw_update.cuh"
-#include "optim/multi_tensor.cuh"
+#include "optim/cuda/adamw.h"
+#include "optim/cuda/adamw_update.cuh"
+#include "optim/cuda/multi_tensor.cuh"
 
 namespace seqpar::optim::detail {
 

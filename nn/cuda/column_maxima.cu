@@ -6,8 +6,8 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
-#include "nn/linear_kernels.h"
-#include "nn/one_magnitude_dw.cuh"
+#include "nn/cuda/linear.h"
+#include "nn/cuda/one_magnitude_dw.cuh"
 
 namespace seqpar::nn::detail {
 

@@ -15,15 +15,15 @@
 namespace seqpar::nn::detail {
 
 
-constexpr int kNarrowOut = 16;
-constexpr int64_t kNarrowMaxIn = 768;  // Wᵀ in at most 48 KB of shared memory
-constexpr int kNarrowThreads = 128;
+constexpr int kFewOutputsMax = 16;
+constexpr int64_t kFewOutputsMaxIn = 768;  // Wᵀ in at most 48 KB of shared memory
+constexpr int kFewOutputsThreads = 128;
 
 // Outputs a thread by default: 8 (fewer instructions a FMA) where that gives every SM a
 // block, else 4, twice the blocks for the same rows: with few rows, 8 a thread would
 // leave SMs without a block.
 inline int default_per_thread(int64_t rows, int device) {
-  const int64_t blocks_at_8 = (rows + kNarrowThreads / 2 - 1) / (kNarrowThreads / 2);
+  const int64_t blocks_at_8 = (rows + kFewOutputsThreads / 2 - 1) / (kFewOutputsThreads / 2);
   return blocks_at_8 >= cuda::multiprocessor_count(device) ? 8 : 4;
 }
 
@@ -34,23 +34,23 @@ inline int default_per_thread(int64_t rows, int device) {
 // time the copy waited on L2 once per 128 k's (bench/RESULTS.md has what it saved).
 __device__ __forceinline__ void stage_weight_t(const float* weight, int64_t weight_row_stride,
                                                int64_t out, int64_t in, float* weight_t) {
-  constexpr int kRounds = static_cast<int>((kNarrowMaxIn + kNarrowThreads - 1) / kNarrowThreads);
-  float column[kRounds][kNarrowOut];
+  constexpr int kRounds = static_cast<int>((kFewOutputsMaxIn + kFewOutputsThreads - 1) / kFewOutputsThreads);
+  float column[kRounds][kFewOutputsMax];
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
-    const int64_t k = threadIdx.x + int64_t{r} * kNarrowThreads;
+    const int64_t k = threadIdx.x + int64_t{r} * kFewOutputsThreads;
 #pragma unroll
-    for (int j = 0; j < kNarrowOut; ++j) {
+    for (int j = 0; j < kFewOutputsMax; ++j) {
       column[r][j] = k < in && j < out ? weight[j * weight_row_stride + k] : 0.0f;
     }
   }
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
-    const int64_t k = threadIdx.x + int64_t{r} * kNarrowThreads;
+    const int64_t k = threadIdx.x + int64_t{r} * kFewOutputsThreads;
     if (k >= in) continue;
-    float4* row = reinterpret_cast<float4*>(weight_t + k * kNarrowOut);
+    float4* row = reinterpret_cast<float4*>(weight_t + k * kFewOutputsMax);
 #pragma unroll
-    for (int q = 0; q < kNarrowOut / 4; ++q) {
+    for (int q = 0; q < kFewOutputsMax / 4; ++q) {
       row[q] = make_float4(column[r][4 * q], column[r][4 * q + 1], column[r][4 * q + 2], column[r][4 * q + 3]);
     }
   }
@@ -69,7 +69,7 @@ __device__ __forceinline__ void fma4(float value, float4 w, float* sum) {
 template <int kPerThread>
 __device__ __forceinline__ void chain_step(const float* weight_t, int j0, float value, int64_t k,
                                            float (&sum)[kPerThread]) {
-  const float4* w = reinterpret_cast<const float4*>(weight_t + k * kNarrowOut + j0);
+  const float4* w = reinterpret_cast<const float4*>(weight_t + k * kFewOutputsMax + j0);
 #pragma unroll
   for (int q = 0; q < kPerThread / 4; ++q) fma4(value, w[q], sum + 4 * q);
 }
@@ -84,7 +84,7 @@ __device__ __forceinline__ FourRows<kPerThread> load_four_rows(const float* weig
   FourRows<kPerThread> rows;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float4* row = reinterpret_cast<const float4*>(weight_t + (k + i) * kNarrowOut + j0);
+    const float4* row = reinterpret_cast<const float4*>(weight_t + (k + i) * kFewOutputsMax + j0);
 #pragma unroll
     for (int q = 0; q < kPerThread / 4; ++q) rows.w[i][q] = row[q];
   }
@@ -144,9 +144,9 @@ struct NoEpilogue {
 // the block's maxima [in], then the epilogue's.
 template <int kPerThread, bool kMaxima, class Epilogue = NoEpilogue>
 constexpr size_t staged_extra_bytes() {
-  constexpr int kRowsPerWarp = 32 / (kNarrowOut / kPerThread);
-  return sizeof(float) * (kNarrowThreads / 32) * kStages * kRowsPerWarp * kTileStride +
-         (kMaxima ? sizeof(unsigned int) * kNarrowMaxIn : 0) + Epilogue::kSharedBytes;
+  constexpr int kRowsPerWarp = 32 / (kFewOutputsMax / kPerThread);
+  return sizeof(float) * (kFewOutputsThreads / 32) * kStages * kRowsPerWarp * kTileStride +
+         (kMaxima ? sizeof(unsigned int) * kFewOutputsMaxIn : 0) + Epilogue::kSharedBytes;
 }
 
 // With kMaxima, x_largest[k] also becomes the bits of the largest |x[., k]| (NaNs passed
@@ -156,11 +156,11 @@ constexpr size_t staged_extra_bytes() {
 // maxima of non-negative floats' bits: any order gives the same bits).
 // Then each thread hands its row's outputs to `epilogue`.
 template <int kPerThread, bool kMaxima, class Epilogue = NoEpilogue>
-__global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_staged_kernel(
+__global__ void __launch_bounds__(kFewOutputsThreads) few_outputs_forward_staged_kernel(
     ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
     float* y, int64_t y_row_stride, unsigned int* x_largest, Epilogue epilogue) {
-  static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
-  constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
+  static_assert(kFewOutputsMax % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
+  constexpr int kThreadsPerRow = kFewOutputsMax / kPerThread;
   constexpr int kRowsPerWarp = 32 / kThreadsPerRow;
   constexpr int kQuadsPerRow = kTileK / 4;
   constexpr int kTileFloats = kRowsPerWarp * kTileStride;
@@ -170,9 +170,9 @@ __global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_staged_ker
   float* weight_t = reinterpret_cast<float*>(shared_words);  // [in][16], zero past `out`
   const int64_t in = x.cols, quads = in / 4;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  float* tiles = weight_t + in * kNarrowOut + warp * kStages * kTileFloats;  // this warp's ring
+  float* tiles = weight_t + in * kFewOutputsMax + warp * kStages * kTileFloats;  // this warp's ring
   const int64_t first_row =
-      int64_t{blockIdx.x} * (kNarrowThreads / kThreadsPerRow) + int64_t{warp} * kRowsPerWarp;
+      int64_t{blockIdx.x} * (kFewOutputsThreads / kThreadsPerRow) + int64_t{warp} * kRowsPerWarp;
   const int tile_count = static_cast<int>(cuda::ceil_div(quads, int64_t{kQuadsPerRow}));
   // Tile t into ring slot t % kStages: its quads of the warp's rows (zeros past the
   // edges). A lane copies quad `copy_quad` of rows lane / 8 + 4 m of the warp's; their
@@ -208,11 +208,11 @@ __global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_staged_ker
   }
   stage_weight_t(weight, weight_row_stride, out, in, weight_t);
   unsigned int* block_largest = reinterpret_cast<unsigned int*>(
-      weight_t + in * kNarrowOut + (kNarrowThreads / 32) * kStages * kTileFloats);
+      weight_t + in * kFewOutputsMax + (kFewOutputsThreads / 32) * kStages * kTileFloats);
   if (kMaxima) {
-    for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) block_largest[k] = 0;
+    for (int64_t k = threadIdx.x; k < in; k += kFewOutputsThreads) block_largest[k] = 0;
   }
-  void* epilogue_shared = block_largest + (kMaxima ? kNarrowMaxIn : 0);
+  void* epilogue_shared = block_largest + (kMaxima ? kFewOutputsMaxIn : 0);
   epilogue.prepare(epilogue_shared, out);
   __syncthreads();
 
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_staged_ker
   if (row_inside) store_row<kPerThread>(sum, bias, out, j0, y + row * y_row_stride);
   if (kMaxima) {
     __syncthreads();
-    for (int64_t k = threadIdx.x; k < in; k += kNarrowThreads) {
+    for (int64_t k = threadIdx.x; k < in; k += kFewOutputsThreads) {
       if (block_largest[k] != 0) atomicMax(x_largest + k, block_largest[k]);
     }
   }

@@ -1,4 +1,4 @@
-// The kernel of nn/one_magnitude_dw_few_outputs.cu as a template over where its sign
+// The kernel of nn/cuda/one_magnitude_dw_few_outputs.cu as a template over where its sign
 // operand comes from: nn reads dy and lays the signs out itself (SignsFromDy, in the
 // .cu), and the benchmarks' fused step (bench/fused/kernels/) takes them laid out
 // already by the loss that wrote dy. The file's design note is in the .cu beside it.
@@ -14,8 +14,9 @@
 #include "core/dependent_launch.cuh"
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
-#include "nn/fixed_point_cut.cuh"
-#include "nn/one_magnitude_dw.cuh"
+#include "nn/cuda/fixed_point_cut.cuh"
+#include "nn/cuda/one_magnitude_dw.cuh"
+#include "nn/cuda/weight_grad_choice.h"
 #include "nn/rows.h"
 
 namespace seqpar::nn::detail::few_outputs_dw {
@@ -354,10 +355,12 @@ __global__ void __launch_bounds__(kThreads, 2) one_magnitude_dw_kernel(
 
 // Whether the kernel's grid and offsets hold these shapes: row strides below 2^26
 // floats, the bound the kernel was written and tested for (its offsets are 64-bit now).
+// The host's test of these limits (nn/cuda/weight_grad_choice.h) names this kernel's shape.
+static_assert(FewOutputsGrid::kRowsPerChunk == kRowsPerChunk && FewOutputsGrid::kOutputsPerBlock == kGroup &&
+                  FewOutputsGrid::kColumnsPerBlock == kColumns && FewOutputsGrid::kStepRows == kStepRows,
+              "weight_grad_choice.h's FewOutputsGrid is this kernel's shape");
 inline bool fits(const ConstRows& grad_y, const ConstRows& x) {
-  return cuda::ceil_div(x.rows, kRowsPerChunk) <= 65535 &&
-         cuda::ceil_div(grad_y.cols, kGroup) <= 65535 && cuda::ceil_div(x.cols, kColumns) <= 0x7fffffff &&
-         x.row_stride * kStepRows < (int64_t{1} << 31) && grad_y.row_stride * kStepRows < (int64_t{1} << 31);
+  return few_outputs_kernel_fits({x.rows, x.cols, grad_y.cols, x.row_stride, grad_y.row_stride});
 }
 
 // Launches the kernel with `Signs` over a grid that fills the device: blocks of 64

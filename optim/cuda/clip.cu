@@ -30,8 +30,9 @@
 #include "core/exact_bins.cuh"
 #include "core/exact_sums.h"
 #include "optim/clip.h"
-#include "optim/clip_coefficient.cuh"
-#include "optim/multi_tensor.cuh"
+#include "optim/cuda/clip.h"
+#include "optim/cuda/clip_coefficient.cuh"
+#include "optim/cuda/multi_tensor.cuh"
 
 namespace seqpar::optim::detail {
 

@@ -22,9 +22,9 @@
 #include "core/cuda_util.cuh"
 #include "core/device_buffer.h"
 #include "core/exact_bins.cuh"
-#include "nn/exact_dw_crt.h"
-#include "nn/int8_gemm.h"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/exact_dw_crt.h"
+#include "nn/cuda/int8_gemm.h"
+#include "nn/cuda/linear.h"
 
 namespace seqpar::nn::detail {
 

@@ -14,8 +14,8 @@
 // Here the kernel reads dy itself (SignsFromDy): each step's 32 rows x 16 outputs, two a
 // thread, whose signs it lays out in shared memory as the warps' tensor-core operand.
 #include "core/cuda_check.h"
-#include "nn/linear_kernels.h"
-#include "nn/one_magnitude_dw_few_outputs.cuh"
+#include "nn/cuda/linear.h"
+#include "nn/cuda/one_magnitude_dw_few_outputs.cuh"
 
 namespace seqpar::nn::detail {
 

@@ -13,6 +13,7 @@
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
 #include "core/philox.h"
+#include "nn/cuda/dropout.h"
 #include "nn/dropout.h"
 #include "nn/rows.h"
 

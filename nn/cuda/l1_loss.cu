@@ -31,6 +31,7 @@
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"
+#include "nn/cuda/l1_loss.h"
 #include "nn/l1_loss.h"
 #include "nn/rows.h"
 #include "nn/l1_sign.h"

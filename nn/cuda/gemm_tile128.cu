@@ -40,7 +40,7 @@
 // What it does not use: Hopper's tensor cores (wgmma), whose fp32 inputs go through
 // TF32, and the asynchronous copy engine (cp.async / TMA), which cannot transpose the
 // operands read along K on their way into shared memory.
-#include "nn/gemm_tile128.h"
+#include "nn/cuda/gemm_tile128.h"
 
 #include <cstdint>
 

@@ -19,8 +19,8 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
-#include "nn/linear_forward_few_outputs.cuh"
-#include "nn/linear_kernels.h"
+#include "nn/cuda/linear_forward_few_outputs.cuh"
+#include "nn/cuda/linear.h"
 
 namespace seqpar::nn::detail {
 
@@ -29,17 +29,17 @@ namespace {
 // Any layout of x (unaligned rows, in % 4 != 0): each thread reads its row's x one float
 // at a time.
 template <int kPerThread>
-__global__ void __launch_bounds__(kNarrowThreads) few_outputs_forward_kernel(
+__global__ void __launch_bounds__(kFewOutputsThreads) few_outputs_forward_kernel(
     ConstRows x, const float* weight, int64_t weight_row_stride, const float* bias, int64_t out,
     float* y, int64_t y_row_stride) {
-  static_assert(kNarrowOut % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
-  constexpr int kThreadsPerRow = kNarrowOut / kPerThread;
+  static_assert(kFewOutputsMax % kPerThread == 0 && kPerThread % 4 == 0, "whole float4 groups");
+  constexpr int kThreadsPerRow = kFewOutputsMax / kPerThread;
   extern __shared__ float weight_t[];  // [in][16], zero past `out`
   const int64_t in = x.cols;
   stage_weight_t(weight, weight_row_stride, out, in, weight_t);
   __syncthreads();
   const int64_t row =
-      int64_t{blockIdx.x} * (kNarrowThreads / kThreadsPerRow) + threadIdx.x / kThreadsPerRow;
+      int64_t{blockIdx.x} * (kFewOutputsThreads / kThreadsPerRow) + threadIdx.x / kThreadsPerRow;
   const int j0 = static_cast<int>(threadIdx.x % kThreadsPerRow) * kPerThread;
   if (row >= x.rows || j0 >= out) return;
   const float* x_row = x.data + row * x.row_stride;
@@ -52,13 +52,13 @@ template <int kPerThread>
 void launch_few_outputs_forward(const ConstRows& x, const float* weight, int64_t weight_row_stride,
                            const float* bias, int64_t out, float* y, int64_t y_row_stride,
                            unsigned int* x_largest, int device, cudaStream_t stream) {
-  const size_t weight_bytes = static_cast<size_t>(x.cols) * kNarrowOut * sizeof(float);
+  const size_t weight_bytes = static_cast<size_t>(x.cols) * kFewOutputsMax * sizeof(float);
   const bool vector = staged_layout(x);
-  const int64_t rows_per_block = kNarrowThreads / (kNarrowOut / kPerThread);
+  const int64_t rows_per_block = kFewOutputsThreads / (kFewOutputsMax / kPerThread);
   const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_block));
   const auto launch_staged = [&](auto kernel, size_t extra_bytes, unsigned int* largest) {
     cuda::allow_dynamic_shared_memory(kernel, weight_bytes + extra_bytes);
-    cuda::launch_dependent(kernel, dim3(blocks), dim3(kNarrowThreads), weight_bytes + extra_bytes,
+    cuda::launch_dependent(kernel, dim3(blocks), dim3(kFewOutputsThreads), weight_bytes + extra_bytes,
                            stream, x, weight, weight_row_stride, bias, out, y, y_row_stride, largest,
                            NoEpilogue{});
   };
@@ -70,7 +70,7 @@ void launch_few_outputs_forward(const ConstRows& x, const float* weight, int64_t
                   staged_extra_bytes<kPerThread, false>(), nullptr);
   } else {  // the same bits, x read one float at a time; its maxima in a pass of their own
     if (x_largest != nullptr) column_maxima_cuda(x, x_largest, nullptr, stream);
-    few_outputs_forward_kernel<kPerThread><<<blocks, kNarrowThreads, weight_bytes, stream>>>(
+    few_outputs_forward_kernel<kPerThread><<<blocks, kFewOutputsThreads, weight_bytes, stream>>>(
         x, weight, weight_row_stride, bias, out, y, y_row_stride);
   }
   CUDA_LAUNCH_CHECK();
@@ -80,7 +80,7 @@ void launch_few_outputs_forward(const ConstRows& x, const float* weight, int64_t
 
 bool few_outputs_forward_fits(const ConstRows& x, int64_t out) {
   // The grid's x dimension: 32 rows a block at 4 outputs a thread, the fewest.
-  return out <= kNarrowOut && x.cols <= kNarrowMaxIn && x.rows <= int64_t{0x7fffffff} * 32;
+  return out <= kFewOutputsMax && x.cols <= kFewOutputsMaxIn && x.rows <= int64_t{0x7fffffff} * 32;
 }
 
 void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t weight_row_stride,

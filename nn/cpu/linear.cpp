@@ -3,7 +3,7 @@
 // operations 16 floats (or 8 doubles) at a time: fma is correctly rounded and the
 // exact sums' steps are plain IEEE additions, so both loops give the same bits. The
 // project compiles with -ffp-contract=off, so no other multiply-add is ever fused.
-#include "nn/linear_kernels.h"
+#include "nn/cpu/linear.h"
 
 #include <immintrin.h>
 

@@ -1,5 +1,5 @@
 // cuBLASLt's integer GEMM, as nn/int8_gemm.h describes.
-#include "nn/int8_gemm.h"
+#include "nn/cuda/int8_gemm.h"
 
 #include <cublasLt.h>
 

@@ -1,15 +1,15 @@
 // CUDA path of nn/linear.h: y = x Wᵀ + b and dx = dy W by GEMM kernels (dW = dyᵀ x and
-// db = Σ_rows dy are the exact row sums of nn/linear_row_sums.cu).
+// db = Σ_rows dy are the exact row sums of nn/cuda/linear_row_sums.cu).
 //
 // Design note. Both GEMM products are C[M, N] = Σ_k A(m, k) · Bᵀ(n, k) (+ bias[n]),
 // whose operands are described by two strides each (Operand and Gemm, in
-// nn/gemm_tile128.h), so a transposed or row-strided view costs nothing but a stride:
+// nn/cuda/gemm_tile128.h), so a transposed or row-strided view costs nothing but a stride:
 //
 //   forward  C = y  [n, out]   A = x  (m=row, k=in)     Bᵀ = W (n=out, k=in)
 //   dx       C = dx [n, in]    A = dy (m=row, k=out)    Bᵀ = W (n=in, k=out), read down columns
 //
 // Each element of C is one fma chain over k = 0, 1, ... from +0, then + bias: the
-// canonical order of nn/linear_kernels.h, which the CPU follows too, so the bits are
+// canonical order of nn/cpu/linear.h, which the CPU follows too, so the bits are
 // the CPU's. That is why K is never split: partial sums added afterwards would be
 // another order. Both kernels keep each element's sum in one register and walk K in
 // increasing order, whatever the tile.
@@ -22,19 +22,21 @@
 // argument: consecutive threads walk whichever index of the operand is contiguous.
 //
 // The forward of a Linear with few outputs (out_features <= 16) takes the kernel of
-// nn/linear_forward_few_outputs.cu instead, in the same order.
+// nn/cuda/linear_forward_few_outputs.cu instead, in the same order.
 //
-// Large products go to the 128 x 128 kernel of nn/gemm_tile128.cu when the operands
+// Large products go to the 128 x 128 kernel of nn/cuda/gemm_tile128.cu when the operands
 // allow its 16-byte loads and it has at least kGemm128MinBlocks tiles (about one per SM);
-// choose_large below decides, from the shape and alignment alone, never the GPU.
+// runs_on_gemm128 below decides, from the shape and alignment alone, never the GPU.
 #include <cstdint>
+#include <memory>
 
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
+#include "core/device_buffer.h"
 #include "core/exact_rounding.h"
 #include "core/exact_sums.h"
-#include "nn/linear_kernels.h"
-#include "nn/gemm_tile128.h"
+#include "nn/cuda/linear.h"
+#include "nn/cuda/gemm_tile128.h"
 
 namespace seqpar::nn::detail {
 
@@ -110,17 +112,17 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Gemm g) {
 
 // Whether C = A Bᵀ runs on the 128 x 128 kernel: when it fits and has enough tiles.
 template <bool kAAlongK, bool kBAlongK>
-bool choose_large(const Gemm& g) {
+bool runs_on_gemm128(const Gemm& g) {
   const int64_t tiles = cuda::ceil_div(g.m, kGemm128Tile) * cuda::ceil_div(g.n, kGemm128Tile);
   return tiles >= kGemm128MinBlocks && gemm128_fits<kAAlongK, kBAlongK>(g);
 }
 
-// Runs C = A Bᵀ (+ bias), K whole, on the kernel that choose_large picks.
+// Runs C = A Bᵀ (+ bias), K whole, on the kernel that runs_on_gemm128 picks.
 template <bool kAAlongK, bool kBAlongK>
 void gemm(const Gemm& g, int device) {
   if (g.m == 0 || g.n == 0) return;
   cudaStream_t stream = cuda::current_stream(device);
-  if (choose_large<kAAlongK, kBAlongK>(g)) {
+  if (runs_on_gemm128<kAAlongK, kBAlongK>(g)) {
     gemm128_cuda<kAAlongK, kBAlongK>(g, stream);
     return;
   }
@@ -207,6 +209,24 @@ void linear_grad_input_cuda(const Tensor& grad_y, const Tensor& weight, const Te
   gemm</*kAAlongK=*/true, /*kBAlongK=*/false>(grad_input_gemm(grad_y, weight, grad_x), device);
 }
 
+struct LinearBackendState {
+  DeviceBuffer<unsigned int> x_largest;  // x's column maxima, as column_maxima_cuda finds them
+};
+
+std::shared_ptr<LinearBackendState> linear_forward_cuda_keeping_state(const Tensor& x, const Tensor& weight,
+                                                                      const Tensor& bias, const Tensor& y) {
+  auto state = std::make_shared<LinearBackendState>();
+  state->x_largest = DeviceBuffer<unsigned int>(x.size(1), x.device());
+  state->x_largest.zero();  // atomic maxima start from zeros
+  linear_forward_cuda(x, weight, bias, y, state->x_largest.data());
+  return state;
+}
+
+void linear_row_sums_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums, bool weight,
+                          bool bias, const LinearBackendState* state) {
+  accumulate_linear_grads_cuda(grad_y, x, sums, weight, bias, state ? state->x_largest.data() : nullptr);
+}
+
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                           const unsigned int* x_largest) {
@@ -229,9 +249,9 @@ bool linear_uses_gemm128(LinearProduct product, const Tensor& left, const Tensor
                             const Tensor& result) {
   switch (product) {
     case LinearProduct::Output:
-      return choose_large<true, true>(output_gemm(left, right, nullptr, result));
+      return runs_on_gemm128<true, true>(output_gemm(left, right, nullptr, result));
     case LinearProduct::GradInput:
-      return choose_large<true, false>(grad_input_gemm(left, right, result));
+      return runs_on_gemm128<true, false>(grad_input_gemm(left, right, result));
   }
   SEQPAR_CHECK(false, "linear_uses_gemm128: unknown product");
   return false;

@@ -1,6 +1,6 @@
 // The host side of the CRT dW's arithmetic (nn/exact_dw_crt.h): the plan for a row count
 // and Garner's table.
-#include "nn/exact_dw_crt.h"
+#include "nn/cuda/exact_dw_crt.h"
 
 #include "core/error.h"
 
