@@ -207,4 +207,30 @@ struct BinnedSum : BinnedSums<1> {
   }
 };
 
+// One running sum that flushes itself: its bins go into `digits` (kDigits words,
+// `stride` apart) after every kTermsPerFlush terms, before a bin could lose a bit, and
+// at finish(). What a host loop over any number of terms keeps, in place of counting
+// them itself.
+class FlushingSum {
+ public:
+  explicit FlushingSum(int64_t* digits, int64_t stride = 1) : digits_(digits), stride_(stride) {
+    bins_.clear();
+  }
+  void add(double term) {
+    bins_.add(term);
+    if (++pending_ == kTermsPerFlush) finish();
+  }
+  // Flushes the terms added since the last flush; more may follow.
+  void finish() {
+    bins_.flush(digits_, stride_);
+    pending_ = 0;
+  }
+
+ private:
+  BinnedSum bins_;
+  int64_t* digits_;
+  int64_t stride_;
+  int64_t pending_ = 0;  // terms in the bins since the last flush
+};
+
 }  // namespace seqpar::exact

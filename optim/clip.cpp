@@ -51,17 +51,11 @@ double exact_sum_of_squares_reference(const Tensor& gradient) {
   const Tensor values = gradient.contiguous();
   const float* data = values.data();
   int64_t digits[exact::kDigits] = {};
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;  // terms in the bins since the last flush
+  exact::FlushingSum sum(digits);
   for (int64_t i = 0; i < values.numel(); ++i) {
     sum.add(static_cast<double>(data[i]) * static_cast<double>(data[i]));
-    if (++pending == exact::kTermsPerFlush) {
-      sum.flush(digits);
-      pending = 0;
-    }
   }
-  sum.flush(digits);
+  sum.finish();
   return exact::round_to_double(digits);
 }
 
@@ -70,18 +64,12 @@ double exact_sum_of_squares_reference(const Tensor& gradient) {
 float total_norm_reference(const std::vector<Tensor>& gradients) {
   exact::check_term_count("grad_norm", static_cast<int64_t>(gradients.size()));
   int64_t digits[exact::kDigits] = {};
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;
+  exact::FlushingSum sum(digits);
   for (const Tensor& gradient : gradients) {
     const float norm = static_cast<float>(std::sqrt(exact_sum_of_squares_reference(gradient)));
     sum.add(static_cast<double>(norm) * static_cast<double>(norm));
-    if (++pending == exact::kTermsPerFlush) {
-      sum.flush(digits);
-      pending = 0;
-    }
   }
-  sum.flush(digits);
+  sum.finish();
   return static_cast<float>(std::sqrt(exact::round_to_double(digits)));
 }
 

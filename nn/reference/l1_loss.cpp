@@ -14,22 +14,16 @@ Tensor l1_loss_forward(const Tensor& input, const Tensor& target, float scale, R
                        uint8_t* codes) {
   const auto a = detail::const_rows(input), b = detail::const_rows(target);
   exact::ExactSums sums(1, input.device());
-  exact::BinnedSum sum;
-  sum.clear();
-  int64_t pending = 0;  // terms since the last flush
+  exact::FlushingSum sum(sums.digits());
   for (Eigen::Index i = 0; i < a.rows(); ++i) {
     if (!kept.keeps(i)) continue;
     for (Eigen::Index j = 0; j < a.cols(); ++j) {
       const float difference = a(i, j) - b(i, j);
       sum.add(static_cast<double>(scale) * std::fabs(static_cast<double>(difference)));
       if (codes != nullptr) codes[i * a.cols() + j] = l1_sign_code(difference);
-      if (++pending == exact::kTermsPerFlush) {  // a bin stays exact this long
-        sum.flush(sums.digits());
-        pending = 0;
-      }
     }
   }
-  sum.flush(sums.digits());
+  sum.finish();
   Tensor loss = Tensor::empty({}, input.device());
   sums.round_into(loss);
   return loss;

@@ -36,15 +36,6 @@ void linear_grad_input(const detail::ConstRows& grad_y, const detail::ConstRows&
   }
 }
 
-namespace {
-
-// Sum `index` of `sums` gets the bins' content; the bins start again from zero.
-void flush(exact::BinnedSum& bins, exact::ExactSums& sums, int64_t index) {
-  bins.flush(sums.digits() + index, sums.count());
-}
-
-}  // namespace
-
 // Row j of dW at a time: one exact running sum per column k, over the rows in order.
 // Each term dy * x is a product of two floats, exact in a double; the bins hold it
 // without rounding (flushed into the digits before they could fill up), and the digits
@@ -56,17 +47,15 @@ void linear_weight_sums(const detail::ConstRows& grad_y, const detail::ConstRows
                " x ", x.cols, ", ", sums.count(), " sums from sum ", first);
   exact::check_term_count("linear_backward", x.rows);
   const int64_t in = x.cols;
-  std::vector<exact::BinnedSum> row_of_dw(static_cast<size_t>(in));
   for (int64_t j = 0; j < grad_y.cols; ++j) {
-    for (exact::BinnedSum& bins : row_of_dw) bins.clear();
+    std::vector<exact::FlushingSum> row_of_dw;
+    row_of_dw.reserve(static_cast<size_t>(in));
+    for (int64_t k = 0; k < in; ++k) row_of_dw.emplace_back(sums.digits() + first + j * in + k, sums.count());
     for (int64_t i = 0; i < x.rows; ++i) {
       const double dy = grad_y(i, j);
       for (int64_t k = 0; k < in; ++k) row_of_dw[k].add(dy * static_cast<double>(x(i, k)));
-      if ((i + 1) % exact::kTermsPerFlush == 0) {
-        for (int64_t k = 0; k < in; ++k) flush(row_of_dw[k], sums, first + j * in + k);
-      }
     }
-    for (int64_t k = 0; k < in; ++k) flush(row_of_dw[k], sums, first + j * in + k);
+    for (exact::FlushingSum& sum : row_of_dw) sum.finish();
   }
 }
 
@@ -75,13 +64,9 @@ void linear_bias_sums(const detail::ConstRows& grad_y, exact::ExactSums& sums, i
                grad_y.cols, " columns, ", sums.count(), " sums from sum ", first);
   exact::check_term_count("linear_backward", grad_y.rows);
   for (int64_t j = 0; j < grad_y.cols; ++j) {
-    exact::BinnedSum bins;
-    bins.clear();
-    for (int64_t i = 0; i < grad_y.rows; ++i) {
-      bins.add(grad_y(i, j));  // a float is exact in a double
-      if ((i + 1) % exact::kTermsPerFlush == 0) flush(bins, sums, first + j);
-    }
-    flush(bins, sums, first + j);
+    exact::FlushingSum sum(sums.digits() + first + j, sums.count());
+    for (int64_t i = 0; i < grad_y.rows; ++i) sum.add(grad_y(i, j));  // a float is exact in a double
+    sum.finish();
   }
 }
 

@@ -214,3 +214,26 @@ TEST_CASE("exact sums: a long sum of large terms, one flush per kTermsPerFlush",
   CHECK(exact::round_to_double(restored.data()) == 2 * big);
   CHECK(restored[exact::kBins - 1] == 0);
 }
+
+TEST_CASE("FlushingSum flushes its bins every kTermsPerFlush terms and at finish", "[exact][cpu]") {
+  std::vector<int64_t> digits(kDigits, 0);
+  exact::FlushingSum sum(digits.data());
+  const double term = 0x1.8p-3;  // 0.1875, exact
+  auto all_zero = [&] {
+    for (int64_t d : digits) {
+      if (d != 0) return false;
+    }
+    return true;
+  };
+  for (int64_t i = 0; i + 1 < exact::kTermsPerFlush; ++i) sum.add(term);
+  CHECK(all_zero());  // still in the bins
+  sum.add(term);
+  CHECK_FALSE(all_zero());  // the kTermsPerFlush-th term flushed them
+  CHECK(exact::round_to_double(digits.data()) == static_cast<double>(exact::kTermsPerFlush) * term);
+  // Two more flushes' worth and a few: the digits hold every term once finished.
+  const int64_t more = 2 * exact::kTermsPerFlush + 5;
+  for (int64_t i = 0; i < more; ++i) sum.add(-term);
+  sum.finish();
+  CHECK(exact::round_to_double(digits.data()) ==
+        static_cast<double>(exact::kTermsPerFlush - more) * term);
+}
