@@ -45,6 +45,14 @@ void ProcessGroup::all_reduce_digits(exact::ExactSums& sums, const Tensor* value
   packed.unpack(sums);
 }
 
+void ProcessGroup::all_reduce_sums_plain(exact::ExactSums& sums) {
+  const DigitsCall call{"all_reduce_sums_plain", &sums, nullptr};
+  traffic_.calls += 1;
+  traffic_.digit_words += sums.words();
+  traffic_.sent_words += sums.words();
+  if (sums.words() > 0) all_reduce_words(sums.digits(), sums.words(), WordOp::Sum, call);
+}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<std::vector<int>>& groups,
                                                 const std::vector<std::string>& names) {
   SEQPAR_CHECK(names.size() == groups.size(), "split on group ", name(), ": ", groups.size(),

@@ -51,6 +51,11 @@ class ProcessGroup {
   // (integer additions, in any order the same bits). Every rank passes the same count.
   // Carries only the words some rank holds a nonzero digit in (dist/packed_digits.h).
   void all_reduce_sums(exact::ExactSums& sums) { all_reduce_digits(sums, nullptr, "all_reduce_sums"); }
+  // The same sum in its plain form: every word of the sums, added in one integer
+  // all-reduce. What defines all_reduce_sums's result (its packed words must leave the
+  // same digits, word for word: tests/dist/exact_all_reduce_test.cpp), at the cost of
+  // carrying every word.
+  void all_reduce_sums_plain(exact::ExactSums& sums);
   // output is [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r.
   virtual void all_gather(Tensor& output, const Tensor& input) = 0;
   // In place: every rank ends with rank `root`'s tensor (root is a group rank).

@@ -1,5 +1,6 @@
 // The exact all-reduce carries only the words some rank needs (dist/packed_digits.h):
-// its digits must equal, word for word, every rank's digits added in full, whatever the
+// its digits must equal, word for word, every rank's digits added in full (by the plain
+// all-reduce, ProcessGroup::all_reduce_sums_plain, and on the host), whatever the
 // magnitudes; and on the gradients it must carry at least 3x fewer bytes.
 #include <catch2/catch.hpp>
 
@@ -95,7 +96,53 @@ void check_packed_all_reduce(Device device) {
   }
 }
 
+// Every rank's packed result against its plain result (ProcessGroup::all_reduce_sums_plain,
+// every word added) on the same sums, and the plain result against the ranks' sums added
+// here on the host; the plain all-reduce's traffic is every word.
+void check_packed_against_plain(Device device) {
+  for (int world_size : {2, 3}) {
+    for (Magnitudes m : test::all_magnitudes()) {
+      for (int64_t count : {1, 128, 300}) {
+        const uint64_t seed = case_seed(static_cast<uint64_t>(world_size * 7000 + count + 31 * static_cast<int>(m)));
+        INFO(world_size << " ranks, " << test::magnitudes_name(m) << ", " << count << " sums");
+        std::vector<std::vector<int64_t>> packed(static_cast<size_t>(world_size));
+        std::vector<std::vector<int64_t>> plain(static_cast<size_t>(world_size));
+        std::vector<dist::ProcessGroup::DigitTraffic> plain_traffic(static_cast<size_t>(world_size));
+        dist::run_local_world(world_size, [&](std::shared_ptr<dist::ProcessGroup> world) {
+          const auto r = static_cast<size_t>(world->rank());
+          exact::ExactSums sums = test::copy_to(test::random_sums(seed, world->rank(), count, m), device);
+          exact::ExactSums same = test::copy_to(sums, device);
+          world->all_reduce_sums_plain(same);
+          plain_traffic[r] = world->digit_traffic();
+          world->all_reduce_sums(sums);
+          plain[r] = same.to_host();
+          packed[r] = sums.to_host();
+        });
+        const std::vector<int64_t> expected = test::full_all_reduce(seed, world_size, count, m);
+        for (int rank = 0; rank < world_size; ++rank) {
+          INFO("rank " << rank);
+          CHECK(plain[static_cast<size_t>(rank)] == expected);
+          CHECK(packed[static_cast<size_t>(rank)] == plain[static_cast<size_t>(rank)]);
+          CHECK(plain_traffic[static_cast<size_t>(rank)].sent_words == exact::kDigits * count);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("the packed exact all-reduce leaves the plain one's digits, word for word", "[dist][cpu]") {
+  check_packed_against_plain(Device::cpu());
+}
+
+TEST_CASE("the packed exact all-reduce on one GPU leaves the plain one's digits", "[dist][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  check_packed_against_plain(Device::cuda(0));
+}
 
 TEST_CASE("the packed exact all-reduce leaves the full all-reduce's digits, word for word, over "
           "2 to 4 ranks and every magnitude",
