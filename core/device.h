@@ -1,9 +1,12 @@
-// Where a tensor lives, and so which implementation of every op runs on it:
-//   cpu        host memory; each op's fast CPU path (vector loops, shortcuts), bitwise
+// Where a tensor lives, and so which implementation of every op runs on it (each op's
+// dispatch table, a switch in its own file, says which):
+//   cpu        host memory; the op's fast CPU path where it has one (nn/cpu/), else its
+//              plain loops; bitwise the reference's either way
+//   reference  host memory; the op's plain loops (nn/reference/; the host loops of
+//              nn/dropout.cpp, optim/adamw.cpp and optim/clip.cpp): they define the
+//              bits, and every fast path is tested against them
+//   cuda:N     one GPU's memory; the op's CUDA kernels (nn/cuda/, optim/cuda/), bitwise
 //              the reference's
-//   reference  host memory; each op's plain reference (nn/reference/, optim/reference/):
-//              the loops that define the bits, which every fast path is tested against
-//   cuda:N     one GPU's memory; each op's CUDA kernels, bitwise the reference's
 #pragma once
 
 #include <ostream>

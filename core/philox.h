@@ -13,7 +13,7 @@
 //
 // The block function and the stream layout are integer arithmetic only, compiled for
 // the host and for CUDA kernels alike (SEQPAR_HOST_DEVICE): a kernel that reads the
-// stream gets the host's words bit for bit (nn/dropout.cu does).
+// stream gets the host's words bit for bit (nn/cuda/dropout.cu does).
 #pragma once
 
 #include <array>

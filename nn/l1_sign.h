@@ -1,5 +1,5 @@
 // The L1 loss's gradient direction, sign(input - target), in one place for the CPU
-// path (nn/l1_loss.cpp), its CUDA kernel (nn/l1_loss.cu) and the exact L1 terms of the
+// path (nn/l1_loss.cpp), its CUDA kernel (nn/cuda/l1_loss.cu) and the exact L1 terms of the
 // benchmarks' fused step (bench/fused/kernels/exact_l1.cuh): sign(0) = 0, as PyTorch
 // (no gradient where input equals target), and NaN stays NaN, so a NaN never passes as
 // a zero gradient.

@@ -1,6 +1,6 @@
 // The arithmetic of Linear's dW when every dy has one magnitude (dy = s * f, s in
 // {-1, 0, +1}, one float f: what an L1 loss's backward gives), shared by the CPU loop
-// (nn/linear_kernels.cpp) and the CUDA kernels (nn/one_magnitude_dw_few_outputs.cu).
+// (nn/cpu/linear.cpp) and the CUDA kernels (nn/cuda/one_magnitude_dw_few_outputs.cu).
 //
 // Then dW[j, k] = f * Σ_rows s x[row, k], and Σ s x is a sum of integers once x is
 // written in fixed point. Per column k, from its largest |x| (2^top <= |x| < 2^(top+1)),
@@ -66,7 +66,7 @@ SEQPAR_HOST_DEVICE Window column_window(unsigned int largest_bits, int f_exponen
 }
 
 // Where dy[row, j]'s sign (j < 16) sits among the tensor-core A fragments of the
-// few-outputs one-magnitude dW (PTX m16n8k32, s8; nn/one_magnitude_dw_few_outputs.cuh):
+// few-outputs one-magnitude dW (PTX m16n8k32, s8; nn/cuda/one_magnitude_dw_few_outputs.cuh):
 // rows in steps of 32, a step 32 lanes x 16 bytes; lane 4 g + t holds outputs g and
 // g + 8 of rows 4t..4t+3 (words 0, 1) and 16+4t..16+4t+3 (words 2, 3), a row's sign in
 // byte row % 4 of its word.

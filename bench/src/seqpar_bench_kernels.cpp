@@ -75,7 +75,7 @@ void bench_linear(Report& report, const Settings& s, const Tensor& x, const Tens
 // masked mean's), rounded into dW, the sums' zeroing and rounding included as the
 // backward pays them: by the row sums of today's dispatch (accumulate_weight_grad_cuda:
 // the binned kernel for such a dy) when `binned`, and by the CRT on the int8 tensor
-// cores (nn/exact_dw_crt.h). Both beside cuBLAS's fp32 dyᵀx in bench/merge.py's table.
+// cores (nn/cuda/exact_dw_crt.h). Both beside cuBLAS's fp32 dyᵀx in bench/merge.py's table.
 void bench_dw_randn(Report& report, const std::string& name, const Tensor& grad_y, const Tensor& x, bool binned,
                     int warmup, int repeats) {
   const int64_t rows = x.size(0), in = x.size(1), out = grad_y.size(1);

@@ -1,4 +1,4 @@
-// CPU kernels of Linear (nn/linear_kernels.h). Each has a portable loop that states the
+// CPU kernels of Linear (nn/cpu/linear.h). Each has a portable loop that states the
 // arithmetic and, where the processor has AVX-512, a vector loop doing the very same
 // operations 16 floats (or 8 doubles) at a time: fma is correctly rounded and the
 // exact sums' steps are plain IEEE additions, so both loops give the same bits. The

@@ -1,4 +1,4 @@
-// The host side of the CRT dW's arithmetic (nn/exact_dw_crt.h): the plan for a row count
+// The host side of the CRT dW's arithmetic (nn/cuda/exact_dw_crt.h): the plan for a row count
 // and Garner's table.
 #include "nn/cuda/exact_dw_crt.h"
 

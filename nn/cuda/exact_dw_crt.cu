@@ -1,4 +1,4 @@
-// Exact dW = dyᵀ x for any dy on the int8 tensor cores (the scheme of nn/exact_dw_crt.h):
+// Exact dW = dyᵀ x for any dy on the int8 tensor cores (the scheme of nn/cuda/exact_dw_crt.h):
 //
 //   column maxima of dy and x (column_maxima_cuda)      -> each column's window
 //   for each chunk of at most crt::kRowsPerProduct rows:

@@ -1,6 +1,6 @@
 // Exact dW = dyᵀ x for any dy on the integer tensor cores, by the Chinese remainder
 // theorem (the idea of Ozaki scheme II): the arithmetic that the CUDA kernels
-// (nn/exact_dw_crt.cu) and the CPU test's model of them share, compiled by both.
+// (nn/cuda/exact_dw_crt.cu) and the CPU test's model of them share, compiled by both.
 //
 // The value to reproduce is the reference's (nn/reference/linear.h): dW[j, k] is the
 // exact sum over the rows of the terms dy[row, j] x[row, k] by the rules of

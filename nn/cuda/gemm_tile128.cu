@@ -1,4 +1,4 @@
-// CUDA kernel of nn/gemm_tile128.h: the classic register-blocked SGEMM.
+// CUDA kernel of nn/cuda/gemm_tile128.h: the classic register-blocked SGEMM.
 //
 // A block of 256 threads owns a 128 x 128 tile of C and walks K, whole, in slices of
 // 32 k. Each slice of A and Bᵀ
@@ -31,7 +31,7 @@
 // Only the staging differs: the FMA loop and the write-out are the same for both.
 //
 // Each element is one fma chain over k in increasing order from +0, then + bias: the
-// canonical order of nn/linear_kernels.h, the same bits as the CPU and the 64 x 64
+// canonical order of nn/cpu/linear.h, the same bits as the CPU and the 64 x 64
 // kernel, at either depth. The k staged past K (the last slice's rest) must change
 // nothing, so they are -0 in A and +0 in Bᵀ (kPastKA, kPastKB in the header). With +0
 // in both, a chain whose sum is -0 (a negative product below half the smallest

@@ -1,9 +1,9 @@
 // The fp32 GEMM problem that the CUDA Linear kernels solve, and the 128 x 128 kernel
-// for large products (nn/gemm_tile128.cu). Internal to nn/linear.cu, which describes
+// for large products (nn/cuda/gemm_tile128.cu). Internal to nn/cuda/linear.cu, which describes
 // the forward and dx as a Gemm and picks this kernel or its own 64 x 64 one.
 //
 // Both kernels compute each element of C as one fma chain over k = 0, 1, ..., K - 1
-// from +0, then + bias: the canonical order of nn/linear_kernels.h. K is never split,
+// from +0, then + bias: the canonical order of nn/cpu/linear.h. K is never split,
 // since partial sums added afterwards would be another order, and other bits.
 #pragma once
 
@@ -34,7 +34,7 @@ struct Gemm {
   const float* bias;  // may be null
 };
 
-// What the GEMM kernels (this one and nn/linear.cu's) stage past K and outside the
+// What the GEMM kernels (this one and nn/cuda/linear.cu's) stage past K and outside the
 // matrix: zeros of opposite signs, so each product past K is -0, and an fma with it
 // leaves any sum as it is (s + -0 is s for every s; s + +0 turns a -0 sum into +0).
 constexpr float kPastKA = -0.0f, kPastKB = 0.0f;

@@ -1,4 +1,4 @@
-// cuBLASLt's integer GEMM, as nn/int8_gemm.h describes.
+// cuBLASLt's integer GEMM, as nn/cuda/int8_gemm.h describes.
 #include "nn/cuda/int8_gemm.h"
 
 #include <cublasLt.h>

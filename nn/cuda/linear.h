@@ -110,7 +110,7 @@ void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& w
                           const Tensor& grad_bias, const unsigned int* x_largest = nullptr);
 
 // For the tests, which reach each GEMM kernel on purpose by shape: whether a product
-// runs on the 128 x 128 kernel (nn/gemm_tile128.h), else on the 64 x 64 one. `left`,
+// runs on the 128 x 128 kernel (nn/cuda/gemm_tile128.h), else on the 64 x 64 one. `left`,
 // `right` and `result` as the launchers take them: Output y = x Wᵀ (x, weight, y),
 // GradInput dx = dy W (grad_y, weight, grad_x).
 enum class LinearProduct { Output, GradInput };

@@ -1,4 +1,4 @@
-// The kernel of nn/linear_forward_few_outputs.cu that reads x through shared memory, as
+// The kernel of nn/cuda/linear_forward_few_outputs.cu that reads x through shared memory, as
 // a template: nn launches it as it is, and the benchmarks' fused step
 // (bench/fused/kernels/) with an epilogue of its own. The file's design note is in the
 // .cu beside it.

@@ -1,9 +1,9 @@
 // dW = dyᵀ x on the GPU when every dy has one magnitude (dy = s * f, s in {-1, 0, +1}:
 // an L1 loss's backward), by the fixed-point integer sums of nn/one_magnitude.h: the
-// exact row sums of nn/linear_row_sums.cu, the same digits' value and so the same bits
+// exact row sums of nn/cuda/linear_row_sums.cu, the same digits' value and so the same bits
 // once rounded, at a fraction of the cost. Elements outside their column's window take
 // the binned sum one by one (with their own products, so with the general path's
-// rounding and IEEE rules). The kernel is in nn/one_magnitude_dw_few_outputs.cuh.
+// rounding and IEEE rules). The kernel is in nn/cuda/one_magnitude_dw_few_outputs.cuh.
 //
 // Whether dy has one magnitude is known only on the device. The pass that finds dy's
 // column maxima (column_maxima.cu) also records its largest and smallest nonzero

@@ -1,4 +1,4 @@
-// clip_grad_norm's coefficient on the GPU, shared by optim/clip.cu and the exact fused
+// clip_grad_norm's coefficient on the GPU, shared by optim/cuda/clip.cu and the exact fused
 // step's finishing kernel (bench/fused/kernels/exact_step.cu), so all compute the same
 // bits as the CPU (optim/clip.cpp):
 // max_norm / (total + 1e-6) in float32, as torch forms it (a number divided by a tensor

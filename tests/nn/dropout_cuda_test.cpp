@@ -1,4 +1,4 @@
-// nn/dropout.cu against the CPU path: the mask, the values and the gradient are the
+// nn/cuda/dropout.cu against the CPU path: the mask, the values and the gradient are the
 // CPU's bit for bit (the kernel computes the same Philox words and compares them with
 // the same threshold), for any offset, first row, stride and grid.
 #include <catch2/catch.hpp>

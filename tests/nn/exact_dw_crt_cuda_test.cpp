@@ -1,4 +1,4 @@
-// The CRT dW on the GPU (nn/exact_dw_crt.cu) against the reference's exact sums, bit for
+// The CRT dW on the GPU (nn/cuda/exact_dw_crt.cu) against the reference's exact sums, bit for
 // bit: the cases of exact_dw_crt_util.h (subnormals, mixed binades, NaN and infinities,
 // elements outside their windows, pairs past 2^129), random shapes, chunkings and list
 // capacities, the seed shape with a randn dy, a shape of several int8 products, strided

@@ -1,7 +1,7 @@
-// The CRT dW scheme of nn/exact_dw_crt.h run on the host: the shared functions of that
+// The CRT dW scheme of nn/cuda/exact_dw_crt.h run on the host: the shared functions of that
 // header wherever the CUDA kernels call them, and plain loops where the GPU runs an
 // int8 GEMM (with a check that each chunk's int32 sums stay in range). A model of
-// nn/exact_dw_crt.cu for the CPU tests, so that the arithmetic and the split of the
+// nn/cuda/exact_dw_crt.cu for the CPU tests, so that the arithmetic and the split of the
 // terms into parts are checked against the reference in CI, without a GPU.
 #pragma once
 

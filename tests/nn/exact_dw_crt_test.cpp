@@ -1,4 +1,4 @@
-// The CRT dW's arithmetic (nn/exact_dw_crt.h) on the CPU: each shared function against an
+// The CRT dW's arithmetic (nn/cuda/exact_dw_crt.h) on the CPU: each shared function against an
 // independent computation, and the whole scheme (the host model of exact_dw_crt_model.h)
 // against the reference's exact sums (nn/reference/linear.h) on random shapes, exponent
 // ranges, chunkings and partitions of the rows.

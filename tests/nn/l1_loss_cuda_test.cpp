@@ -1,4 +1,4 @@
-// nn/l1_loss.cu against the CPU path, every reduction, strided inputs: the forward is
+// nn/cuda/l1_loss.cu against the CPU path, every reduction, strided inputs: the forward is
 // an exact sum (nn/l1_loss.h), so the GPU's loss is bitwise the CPU's.
 #include <catch2/catch.hpp>
 

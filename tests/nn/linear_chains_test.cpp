@@ -1,4 +1,4 @@
-// Linear's forward and dx chains (nn/linear_kernels.h, docs/numerics.md): y and dx are,
+// Linear's forward and dx chains (nn/cpu/linear.h, docs/numerics.md): y and dx are,
 // bit for bit, the scalar fma chains over the feature index from +0 written out in
 // tests/nn/linear_exact_util.h, and a row gives the same bits in any batch or slice;
 // [cuda]: the GPU gives the CPU's bits for y, dx, dW and db, strided x and the

@@ -1,4 +1,4 @@
-// nn/linear.cu and nn/linear_row_sums.cu against the CPU path, bit for bit: y = x Wᵀ + b
+// nn/cuda/linear.cu and nn/cuda/linear_row_sums.cu against the CPU path, bit for bit: y = x Wᵀ + b
 // and dx = dy W by the two GEMM kernels (each element one fma chain over k from +0,
 // then + bias, as on the CPU), dW and db by the exact row sums. Fixed shapes that reach
 // each GEMM kernel on purpose (checked with linear_uses_gemm128, so a dispatch that

@@ -1,4 +1,4 @@
-// Linear's canonical numerics (nn/linear_kernels.h, docs/numerics.md), each property
+// Linear's canonical numerics (nn/cpu/linear.h, docs/numerics.md), each property
 // on fresh random inputs, through the public API of nn/linear.h alone:
 //
 //   - dW and db do not depend on how the rows are split over ranks (shards run one

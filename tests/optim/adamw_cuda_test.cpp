@@ -1,4 +1,4 @@
-// optim/adamw.cu against the CPU path: several steps, many tensors, through both launch
+// optim/cuda/adamw.cu against the CPU path: several steps, many tensors, through both launch
 // shapes (multi-tensor tables for small tensors, a grid-stride launch per large one).
 #include <catch2/catch.hpp>
 

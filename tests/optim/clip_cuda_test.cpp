@@ -1,4 +1,4 @@
-// optim/clip.cu against the CPU path: the total norm, and clipping active and inactive.
+// optim/cuda/clip.cu against the CPU path: the total norm, and clipping active and inactive.
 // The norm is an exact reduction and the clipping the same float operations on both
 // sides (optim/clip.h), so everything is bitwise the CPU's.
 #include <catch2/catch.hpp>

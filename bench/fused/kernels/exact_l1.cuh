@@ -141,7 +141,7 @@ class ExactL1Terms {
   unsigned int most_ = 0, least_complement_ = 0;
 };
 
-// The few-outputs forward's epilogue (nn/linear_forward_few_outputs.cuh) that takes each
+// The few-outputs forward's epilogue (nn/cuda/linear_forward_few_outputs.cuh) that takes each
 // row's y through the loss, against `target`, into `outputs` (y is [rows, out],
 // contiguous); the block's tally in the kernel's shared memory.
 struct ExactL1Epilogue {

@@ -62,7 +62,7 @@ struct ExactL1Target {
   float scale;
 };
 
-// The few-outputs forward (nn/linear_forward_few_outputs.cuh) with the exact L1 loss as its
+// The few-outputs forward (nn/cuda/linear_forward_few_outputs.cuh) with the exact L1 loss as its
 // epilogue (forward_exact_l1.cu): y and x's column maxima as
 // few_outputs_forward_cuda gives them (x_largest required), then, from the y each thread
 // holds, the loss's digits, dy, db's digits and dy's maxima as exact_l1 would from y read
@@ -96,7 +96,7 @@ void enqueue_weight_grad_sums_from_fragments(const nn::detail::ConstRows& grad_y
 // all the others (the step's one grid-wide wait, grid_sync.cuh beside this file), takes each
 // tensor's float norm and the total from the digits as optim::clip_grad_norm does (the
 // same bits in every block), and updates its own parameters with the clipped gradient
-// it still holds (optim/adamw_update.cuh), the gradients stored unclipped. So the norm
+// it still holds (optim/cuda/adamw_update.cuh), the gradients stored unclipped. So the norm
 // is summed once, and no launch of its own waits for it.
 // The launch also leaves the step's digits and words zero for the next step, each once
 // read: the gradients' digits by the threads that round them, `step_words` (the loss's

@@ -1,5 +1,5 @@
 // The few-outputs forward with the exact L1 loss as its epilogue (exact_step.h): nn's
-// staged kernel (nn/linear_forward_few_outputs.cuh), instantiated with ExactL1Epilogue.
+// staged kernel (nn/cuda/linear_forward_few_outputs.cuh), instantiated with ExactL1Epilogue.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>

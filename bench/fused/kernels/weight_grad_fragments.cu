@@ -1,12 +1,12 @@
 // dW's sums of the exact fused step from dy's sign fragments, which the L1 loss's
 // kernels lay out as they write dy (exact_l1.cuh): nn's few-outputs one-magnitude
-// kernel (nn/one_magnitude_dw_few_outputs.cuh) with a sign policy of this step's own.
+// kernel (nn/cuda/one_magnitude_dw_few_outputs.cuh) with a sign policy of this step's own.
 //
 // Each lane loads its 16 bytes of a step (the block's eight warps the same 512, from
 // L1) instead of the block reading dy and laying the signs out, and a seventh
 // tensor-core product, with a matrix of ones, gives Σ s. Where dy has not one magnitude
 // (a NaN came in), each block does the general row sums of its own share
-// (nn/linear_row_sums.cuh) instead of returning: so no binned kernel is launched beside
+// (nn/cuda/linear_row_sums.cuh) instead of returning: so no binned kernel is launched beside
 // it, one launch instead of two in the step's chain, where even a launch that returns at
 // once costs the step time (bench/RESULTS.md).
 #include "bench/fused/kernels/exact_step.h"
