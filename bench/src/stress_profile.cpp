@@ -156,7 +156,7 @@ void profile_host() {
     const int64_t in = x.size(1), out = dy.size(1), scratch_words = fused::kernels::weight_grad_maxima_words(in, out);
     cudaStream_t stream = cuda::current_stream(0);
     const nd::ConstRows dy_rows = nd::const_rows_of(dy), x_rows = nd::const_rows_of(x);
-    // x's maxima [in], dy's [out], dy's two words (linear_kernels.h).
+    // x's maxima [in], dy's [out], dy's two words (nn/cuda/linear.h).
     DeviceBuffer<unsigned int> scratch(scratch_words, Device::cuda());
     scratch.zero();
     unsigned int* const largest = scratch.data();

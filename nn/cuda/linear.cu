@@ -169,8 +169,8 @@ void check_on_device(const Tensor& tensor, const char* name, int device) {
 //                                                                                 stride
 //
 // The choice depends on the shape and the operands' alignment alone, the same eager or
-// captured into a graph. dW and db: accumulate_linear_grads_cuda's table
-// (linear_row_sums.cu).
+// captured into a graph. dW: the kernel that choose_weight_grad_kernel picks
+// (nn/cuda/weight_grad_choice.h); dW and db are summed in nn/cuda/linear_row_sums.cu.
 void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& y, unsigned int* x_largest) {
   SEQPAR_CHECK(x.defined() && x.device().is_cuda(), "linear_forward_cuda: x must be on a GPU");

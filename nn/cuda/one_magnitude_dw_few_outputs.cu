@@ -9,7 +9,8 @@
 // column maxima (column_maxima.cu) also records its largest and smallest nonzero
 // magnitude; the kernel here returns at once unless they agree (and are finite), and
 // the general kernel, launched beside it, returns at once if they do. No host round
-// trip, and the launches are the same whatever dy holds.
+// trip, and the launches are the same whatever dy holds (why the device keeps this
+// choice: nn/cuda/weight_grad_choice.h).
 //
 // Here the kernel reads dy itself (SignsFromDy): each step's 32 rows x 16 outputs, two a
 // thread, whose signs it lays out in shared memory as the warps' tensor-core operand.

@@ -23,7 +23,7 @@ struct Distances {
   bool guards_intact = true;  // nothing outside the tensors changed
 };
 
-// The size from which adamw.cu gives a tensor a launch of its own; the tests put
+// The size from which optim/cuda/adamw.cu gives a tensor a launch of its own; the tests put
 // tensors on both sides of it.
 constexpr int64_t kLarge = int64_t{1} << 20;
 #ifdef SEQPAR_WITH_CUDA
