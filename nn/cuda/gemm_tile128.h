@@ -39,11 +39,11 @@ struct Gemm {
 // leaves any sum as it is (s + -0 is s for every s; s + +0 turns a -0 sum into +0).
 constexpr float kPastKA = -0.0f, kPastKB = 0.0f;
 
-// The large kernel's tile of C, and the depth of its K slices.
+// The 128 x 128 kernel's tile of C, and the depth of its K slices.
 constexpr int64_t kGemm128Tile = 128;
 constexpr int kGemm128Slice = 32;
 
-// Whether the large kernel can run `gemm` with these layouts: each operand's strides are
+// Whether the 128 x 128 kernel can run `gemm` with these layouts: each operand's strides are
 // what its layout says (along K: k_stride == 1, else row_stride == 1), and everything
 // it reads or writes as float4 is 16-byte aligned (k % 4 for operands along K, their
 // row count % 4 for operands along rows, n % 4 for C).

@@ -155,7 +155,7 @@ void check_on_device(const Tensor& tensor, const char* name, int device) {
 
 }  // namespace
 
-// The CUDA row of linear.cpp's table, by regime. Every kernel gives the reference's bits
+// The CUDA row of nn/linear.cpp's table, by regime. Every kernel gives the reference's bits
 // (nn/reference/linear.h): each keeps an output's chain in one register and walks k up.
 //
 //   product  regime                                kernel                        why

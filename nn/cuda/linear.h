@@ -1,7 +1,8 @@
 // The CUDA path of Linear: the launchers of its kernels (nn/cuda/linear.cu for y and
 // dx, nn/cuda/linear_row_sums.cu for dW and db), bitwise the reference's
-// (nn/reference/linear.h) in the numerics that nn/cpu/linear.h spells out. Included
-// only by CUDA code and the CUDA row of nn/linear.cpp's table.
+// (nn/reference/linear.h) in the numerics that nn/cpu/linear.h spells out. Declarations
+// only, so that any build can include it: the CUDA row of nn/linear.cpp's table calls
+// them, and the files of nn/cuda/ define them.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace seqpar::nn::detail {
 
 // What the CUDA row of nn/linear.cpp keeps from a forward for its backward, opaque to
 // the op: x's column maxima, found in the forward's pass over x, so that the exact dW
-// need not read x once more for them (linear.cu defines it).
+// need not read x once more for them (nn/cuda/linear.cu defines it).
 struct LinearBackendState;
 // The forward, keeping that state (the op asks for it when W takes a gradient).
 std::shared_ptr<LinearBackendState> linear_forward_cuda_keeping_state(const Tensor& x, const Tensor& weight,
@@ -28,8 +29,6 @@ std::shared_ptr<LinearBackendState> linear_forward_cuda_keeping_state(const Tens
 void linear_row_sums_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums, bool weight,
                           bool bias, const LinearBackendState* state);
 
-// dW's sums on the GPU (linear_row_sums.cu), into sums on the device, on the kernel that
-// choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h).
 // How the many-outputs one-magnitude dW (one_magnitude_dw_many_outputs.cu) cuts the rows: rows converted
 // and multiplied at a time, rows between folds of its int32 products into the digits,
 // and how many elements outside their windows a chunk lists before it scans for them
@@ -40,6 +39,8 @@ struct ManyOutputsChunks {
   int64_t rows_per_chunk = 0, rows_per_fold = 0, outside_capacity = 0;
 };
 
+// dW's sums on the GPU (nn/cuda/linear_row_sums.cu), into sums on the device, on the
+// kernel that choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h).
 // x_largest: x's column maxima if the caller has them, as column_maxima_cuda finds them
 // (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
 // kernel_taken: if not null, set to the path that ran (waits for the device).
@@ -91,8 +92,8 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const
                               int64_t* digits, int64_t stride, cuda::Stream stream, SignMatrix signs = {},
                               const ManyOutputsChunks& chunks = {});
 
-// The CUDA launchers (linear.cu). Arguments are checked and shaped by the dispatchers in
-// linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
+// The CUDA launchers (nn/cuda/linear.cu). Arguments are checked and shaped by the dispatchers in
+// nn/linear.cpp: x is [n, in] with unit column stride and row stride x.stride(0); weight
 // [out, in], bias [out], y / grad_y [n, out] contiguous. Outputs are written whole
 // (never accumulated into). y by the few-outputs kernel where it fits, else by a GEMM kernel;
 // dx by a GEMM kernel. With x_largest, the forward also leaves x's column maxima there,
@@ -103,7 +104,7 @@ void linear_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
                          const Tensor& y, unsigned int* x_largest = nullptr);
 void linear_grad_input_cuda(const Tensor& grad_y, const Tensor& weight, const Tensor& grad_x);
 // dx, dW and db (each where defined) of CUDA tensors, rounded from this rank's rows alone:
-// the CUDA row of linear.cpp's table, for the tests and benchmarks that reach the kernels
+// the CUDA row of nn/linear.cpp's table, for the tests and benchmarks that reach the kernels
 // directly.
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                           const Tensor& grad_x, const Tensor& grad_weight,

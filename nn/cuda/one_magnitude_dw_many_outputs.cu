@@ -1,5 +1,5 @@
 // dW = dyᵀ x when every dy has one magnitude (dy = s * f, s in {-1, 0, +1}: an L1 loss's
-// backward) and dy is wide, on the integer tensor cores through one int8 GEMM per chunk
+// backward) and dy has many outputs, on the integer tensor cores through one int8 GEMM per chunk
 // of rows.
 //
 // The few-outputs kernel (one_magnitude_dw_few_outputs.cu) writes x in fixed point in registers for

@@ -163,7 +163,7 @@ TEST_CASE("linear's products reach each GEMM kernel by shape, with the CPU's bit
 #ifdef SEQPAR_WITH_CUDA
 namespace {
 
-// The large kernel's products for contiguous x [rows, in], W [out, in], dy [rows, out]:
+// The 128 x 128 kernel's products for contiguous x [rows, in], W [out, in], dy [rows, out]:
 // y = x Wᵀ + b, and dx = dy W with W read down its columns.
 nn::detail::Gemm output_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const Tensor& y) {
@@ -175,7 +175,7 @@ nn::detail::Gemm grad_input_gemm(const Tensor& grad_y, const Tensor& weight, con
   return {rows, in, out, {grad_y.data(), out, 1}, {weight.data(), 1, in}, dx.data(), in, nullptr};
 }
 
-// y and dx through the large kernel, into poisoned outputs, against the CPU's bits.
+// y and dx through the 128 x 128 kernel, into poisoned outputs, against the CPU's bits.
 void check_gemm128(const Tensor& x, const Tensor& weight, const Tensor& bias,
                    const Tensor& grad_y, const Tensor& y_cpu, const Tensor& dx_cpu) {
   const Device gpu = x.device();

@@ -193,21 +193,21 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-// Wide dy (at least 64 outputs): the int8 GEMM path of nn/cuda/one_magnitude_dw_many_outputs.cu on the GPU.
-const std::vector<Case>& wide_cases() {
+// dy of many outputs (at least kManyOutputsMin): the int8 GEMM path of nn/cuda/one_magnitude_dw_many_outputs.cu on the GPU.
+const std::vector<Case>& many_outputs_cases() {
   static const float l1_scale = 1.0f / 192000.0f;
   static const std::vector<Case> all = {
-      {"wide: the int8 GEMM path", 2000, 96, 160, l1_scale, 0.01, 0, 0},
-      {"wide, odd edges", 1001, 37, 131, 0.25f, 0.1, -5, 5},
-      {"wide, many elements outside the window", 1500, 64, 128, l1_scale, 0.05, -70, 10},
-      {"wide, subnormal x", 700, 40, 129, 0.5f, 0.0, -160, -120},
-      {"wide, products below the grid (tiny f)", 600, 48, 130, 0x1p-140f, 0.1, -30, 0},
-      {"wide, subnormal f", 500, 33, 129, 0x1p-145f, 0.1, -10, 10},
-      {"wide, products near 2^129 (huge f)", 500, 48, 130, 0x1p100f, 0.1, 20, 28},
-      {"wide, infinities and NaNs in x", 700, 40, 140, l1_scale, 0.2, -3, 3, 0.002},
-      {"wide, every dy zero", 300, 40, 128, l1_scale, 1.0, -3, 3, 0.01},
-      {"wide, one row", 1, 50, 200, 3.0f, 0.0, -2, 2},
-      {"wide, the fewest outputs it takes", 900, 70, 64, 0.25f, 0.05, -25, 5},
+      {"many outputs: the int8 GEMM path", 2000, 96, 160, l1_scale, 0.01, 0, 0},
+      {"many outputs, odd edges", 1001, 37, 131, 0.25f, 0.1, -5, 5},
+      {"many outputs, many elements outside the window", 1500, 64, 128, l1_scale, 0.05, -70, 10},
+      {"many outputs, subnormal x", 700, 40, 129, 0.5f, 0.0, -160, -120},
+      {"many outputs, products below the grid (tiny f)", 600, 48, 130, 0x1p-140f, 0.1, -30, 0},
+      {"many outputs, subnormal f", 500, 33, 129, 0x1p-145f, 0.1, -10, 10},
+      {"many outputs, products near 2^129 (huge f)", 500, 48, 130, 0x1p100f, 0.1, 20, 28},
+      {"many outputs, infinities and NaNs in x", 700, 40, 140, l1_scale, 0.2, -3, 3, 0.002},
+      {"many outputs, every dy zero", 300, 40, 128, l1_scale, 1.0, -3, 3, 0.01},
+      {"many outputs, one row", 1, 50, 200, 3.0f, 0.0, -2, 2},
+      {"many outputs, the fewest outputs it takes", 900, 70, 64, 0.25f, 0.05, -25, 5},
   };
   return all;
 }
@@ -250,14 +250,14 @@ TEST_CASE("dW from a one-magnitude dy on the GPU gives the CPU's exact bits", "[
 
 TEST_CASE("dW from a many-outputs one-magnitude dy on the CPU: the fixed-point sums equal the binned sums",
           "[cpu]") {
-  for (const Case& c : wide_cases()) check_cpu(c);
+  for (const Case& c : many_outputs_cases()) check_cpu(c);
 }
 
 TEST_CASE("dW from a many-outputs one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits",
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  for (const Case& c : wide_cases()) check(c);
-  check(wide_cases()[1], 5);  // strided dy and x
+  for (const Case& c : many_outputs_cases()) check(c);
+  check(many_outputs_cases()[1], 5);  // strided dy and x
 }
 
 TEST_CASE("the many-outputs dW's bits do not depend on how its rows are cut into chunks and folds",
@@ -267,7 +267,7 @@ TEST_CASE("the many-outputs dW's bits do not depend on how its rows are cut into
   // Chunks of 128 to 640 rows (the last one partial), folded after every chunk, every
   // two or every three: each cut adds the same integers, so the same bits as the CPU.
   // x spans 2^35 in magnitude: many elements fall outside their columns' windows.
-  const Case c{"wide, cut into chunks", 1391, 45, 150, 1.0f / 3000.0f, 0.05, -30, 5};
+  const Case c{"many outputs, cut into chunks", 1391, 45, 150, 1.0f / 3000.0f, 0.05, -30, 5};
   const Inputs inputs = make_inputs(c, 0);
   const Tensor weight = Tensor::zeros({c.out, c.in});
   const nn::LinearGradients cpu = nn::linear_backward(inputs.dy, inputs.x, weight, false, true, false);
