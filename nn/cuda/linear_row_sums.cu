@@ -154,6 +154,52 @@ bool dy_has_one_magnitude(const unsigned int* words, int device) {
   return one_magnitude_of(host_words[0], ~host_words[1]).holds;
 }
 
+// What the passes over x and dy leave on the device for dW's kernels.
+struct WeightGradInputs {
+  const unsigned int* x_largest;   // x's column maxima
+  const unsigned int* dy_largest;  // dy's
+  const unsigned int* dy_words;    // dy's two one-magnitude words
+  SignMatrix signs;                // dy's signs, where the choice may take the many-outputs kernel
+};
+
+// Whether the pass over dy must lay out dy's signs: where `choice` may end on the
+// many-outputs kernel (it asks for dy's structure first only with many outputs).
+bool needs_sign_matrix(const WeightGradChoice& choice) {
+  return choice.launch == WeightGradLaunch::ReadDyStructure ||
+         choice.kernel == WeightGradKernel::OneMagnitudeManyOutputs;
+}
+
+// dW's sums, into the first out * in sums, on the kernel that `choice` names, after the
+// passes over x and dy (the host reads dy's words back first where the choice asks).
+// Returns the kernel that did the work; where the device chose, only with `tell` (a
+// wait for dy's words), else the one-magnitude candidate.
+WeightGradKernel enqueue_chosen_weight_sums(WeightGradChoice choice, const WeightGradShape& shape,
+                                            bool capturing, const ConstRows& grad_y, const ConstRows& x,
+                                            const WeightGradInputs& in, const ManyOutputsChunks& chunks,
+                                            exact::ExactSums& sums, cudaStream_t stream, bool tell) {
+  const int device = sums.device().index;
+  if (choice.launch == WeightGradLaunch::ReadDyStructure) {
+    const DyStructure dy = dy_has_one_magnitude(in.dy_words, device) ? DyStructure::OneMagnitude
+                                                                     : DyStructure::General;
+    choice = choose_weight_grad_kernel(shape, capturing, dy);
+  }
+  if (choice.launch == WeightGradLaunch::DeviceChooses) {
+    enqueue_weight_grad_sums(grad_y, x, {in.x_largest, in.dy_largest, in.dy_words}, sums.digits(), sums.count(),
+                             stream, in.signs, chunks);
+    if (!tell) return choice.kernel;
+    SEQPAR_CHECK(!capturing, "accumulate_linear_grads_cuda: which kernel ran cannot be "
+                 "read back inside a graph capture (kernel_taken must be null there)");
+    return dy_has_one_magnitude(in.dy_words, device) ? choice.kernel : WeightGradKernel::Binned;
+  }
+  if (choice.kernel == WeightGradKernel::OneMagnitudeManyOutputs) {
+    launch_one_magnitude_dw_many_outputs(grad_y, x, in.x_largest, in.dy_words, in.signs, sums.digits(),
+                                         sums.count(), stream, chunks);
+  } else {
+    enqueue_general_weight_sums(choice.kernel, grad_y, x, in.x_largest, in.dy_largest, sums, stream);
+  }
+  return choice.kernel;
+}
+
 }  // namespace
 
 void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
@@ -192,8 +238,6 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   const int device = sums.device().index;
   cuda::set_device(device);
   cudaStream_t stream = cuda::current_stream(device);
-  int64_t* const weight_digits = sums.digits();
-  int64_t* const bias_digits = sums.digits() + weight_count;
   const bool capturing = cuda::capturing(stream);
   const WeightGradShape shape{rows, in, out, x.row_stride, grad_y.row_stride};
   const bool dw = weight && in > 0;
@@ -208,38 +252,20 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   if (find_x) column_maxima_cuda(x, scratch.largest(), nullptr, stream);
   // dy in one pass for both sums: its maxima, its one-magnitude words, db's sign sums,
   // and, where dW may take the many-outputs path, its signs as bytes (a quarter of dy's size).
-  const bool many_outputs = dw && out >= kManyOutputsMin;
+  const bool lay_out_signs = dw && needs_sign_matrix(choice);
   const int64_t signs_ld = cuda::round_up(rows, kSignRowsMultiple);
-  DeviceBuffer<int8_t> sign_bytes(many_outputs ? cuda::round_up(out, 32) * signs_ld : 0, sums.device());
-  const SignMatrix signs{many_outputs ? sign_bytes.data() : nullptr, signs_ld};
+  DeviceBuffer<int8_t> sign_bytes(lay_out_signs ? cuda::round_up(out, 32) * signs_ld : 0, sums.device());
+  const SignMatrix signs{lay_out_signs ? sign_bytes.data() : nullptr, signs_ld};
   column_maxima_cuda(grad_y, dy_largest, words, stream, bias ? scratch.sign_sums() : nullptr, signs);
   if (dw) {
-    const unsigned int* x_maxima = find_x ? scratch.largest() : x_largest;
-    if (choice.launch == WeightGradLaunch::ReadDyStructure) {
-      const DyStructure dy = dy_has_one_magnitude(words, device) ? DyStructure::OneMagnitude
-                                                                 : DyStructure::General;
-      choice = choose_weight_grad_kernel(shape, capturing, dy);
-    }
-    WeightGradKernel taken = choice.kernel;
-    if (choice.launch == WeightGradLaunch::DeviceChooses) {
-      enqueue_weight_grad_sums(grad_y, x, {x_maxima, dy_largest, words}, weight_digits, sums.count(), stream,
-                               signs, chunks);
-      if (kernel_taken != nullptr) {
-        SEQPAR_CHECK(!capturing, "accumulate_linear_grads_cuda: which kernel ran cannot be "
-                     "read back inside a graph capture (kernel_taken must be null there)");
-        if (!dy_has_one_magnitude(words, device)) taken = WeightGradKernel::Binned;
-      }
-    } else if (choice.kernel == WeightGradKernel::OneMagnitudeManyOutputs) {
-      launch_one_magnitude_dw_many_outputs(grad_y, x, x_maxima, words, signs, weight_digits, sums.count(),
-                                           stream, chunks);
-    } else {
-      enqueue_general_weight_sums(choice.kernel, grad_y, x, x_maxima, dy_largest, sums, stream);
-    }
+    const WeightGradInputs inputs{find_x ? scratch.largest() : x_largest, dy_largest, words, signs};
+    const WeightGradKernel taken = enqueue_chosen_weight_sums(choice, shape, capturing, grad_y, x, inputs,
+                                                              chunks, sums, stream, kernel_taken != nullptr);
     if (kernel_taken != nullptr) *kernel_taken = taken;
   }
   if (bias) {
-    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), bias_digits, sums.count(),
-                        stream);
+    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), sums.digits() + weight_count,
+                        sums.count(), stream);
   }
 }
 
