@@ -23,13 +23,15 @@ using autograd::Variable;
 
 namespace {
 
-const nn::UlyssesBlockOptions kOptions = [] {
+nn::UlyssesBlockOptions block_options(bool causal) {
   nn::UlyssesBlockOptions options;
   options.model_dim = 16;
   options.heads = 4;  // 1, 2 or 4 heads a rank
   options.head_dim = 4;
+  options.causal = causal;
   return options;
-}();
+}
+const int64_t kModelDim = block_options(true).model_dim;
 const int64_t kSequence = 32;
 const int kSteps = 3;
 
@@ -37,8 +39,8 @@ const int kSteps = 3;
 struct Data {
   Tensor inputs, targets;
   explicit Data(int dp)
-      : inputs(Generator(71).randn({dp * kSequence, kOptions.model_dim})),
-        targets(Generator(72).randn({dp * kSequence, kOptions.model_dim})) {}
+      : inputs(Generator(71).randn({dp * kSequence, kModelDim})),
+        targets(Generator(72).randn({dp * kSequence, kModelDim})) {}
 };
 
 // What one rank saw: its output rows at the first step, and every parameter's values
@@ -67,7 +69,7 @@ Trace train(nn::UlyssesBlock& block, const Data& data, const std::vector<int>& s
             const std::function<void(exact::ExactSums&)>& add_across_ranks) {
   const std::vector<Variable> parameters = block.parameters();
   optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-2).weight_decay(0.01));
-  const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kSequence * kOptions.model_dim);
+  const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kSequence * kModelDim);
   Trace trace;
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
@@ -96,10 +98,10 @@ Trace train(nn::UlyssesBlock& block, const Data& data, const std::vector<int>& s
 }
 
 // One rank holding every sequence whole: the baseline.
-Trace train_baseline(int dp) {
+Trace train_baseline(int dp, bool causal) {
   const Data data(dp);
   Generator generator(7);
-  nn::UlyssesBlock block(kOptions, nn::single_rank_group(), generator);
+  nn::UlyssesBlock block(block_options(causal), nn::single_rank_group(), generator);
   std::vector<int> sequences;
   for (int b = 0; b < dp; ++b) sequences.push_back(b);
   return train(block, data, sequences, 0, kSequence, dp, [](exact::ExactSums&) {});
@@ -109,7 +111,7 @@ using GroupWrapper = std::function<std::shared_ptr<nn::SequenceGroup>(std::share
 
 // sp x dp thread ranks: rank (sp_rank, dp_rank) holds rows sp_rank * S/sp ... of
 // sequence dp_rank. `wrap` may put a test double around the sp group.
-std::vector<Trace> train_distributed(int sp, int dp, const GroupWrapper& wrap = nullptr) {
+std::vector<Trace> train_distributed(int sp, int dp, bool causal, const GroupWrapper& wrap = nullptr) {
   const Data data(dp);
   const dist::Mesh mesh(sp * dp, sp, dp);
   std::vector<Trace> traces(static_cast<size_t>(sp * dp));
@@ -118,7 +120,7 @@ std::vector<Trace> train_distributed(int sp, int dp, const GroupWrapper& wrap = 
     std::shared_ptr<nn::SequenceGroup> sequence_group = nn::sequence_group(groups.sp_group);
     if (wrap) sequence_group = wrap(sequence_group);
     Generator generator(7);
-    nn::UlyssesBlock block(kOptions, sequence_group, generator);
+    nn::UlyssesBlock block(block_options(causal), sequence_group, generator);
     const int64_t rows = kSequence / sp;
     traces[static_cast<size_t>(world->rank())] =
         train(block, data, {groups.coordinates.dp_rank}, groups.coordinates.sp_rank * rows, rows, dp,
@@ -129,10 +131,26 @@ std::vector<Trace> train_distributed(int sp, int dp, const GroupWrapper& wrap = 
 
 // The baseline's first-step output rows of rank (sp_rank, dp_rank).
 std::vector<float> baseline_rows(const Trace& baseline, int sp, int rank) {
-  const int64_t rows = kSequence / sp, width = kOptions.model_dim;
+  const int64_t rows = kSequence / sp, width = kModelDim;
   const int64_t first = (rank / sp) * kSequence + (rank % sp) * rows;
   return std::vector<float>(baseline.first_output.begin() + first * width,
                             baseline.first_output.begin() + (first + rows) * width);
+}
+
+// Every rank's first outputs are the baseline's rows of that rank, and its parameters
+// after every step the baseline's, bit for bit.
+void check_same_training(const Trace& baseline, const std::vector<Trace>& traces, int sp, int dp,
+                         bool causal) {
+  for (int rank = 0; rank < sp * dp; ++rank) {
+    INFO("sp " << sp << ", dp " << dp << ", rank " << rank << (causal ? ", causal" : ", not causal"));
+    const Trace& trace = traces[static_cast<size_t>(rank)];
+    CHECK(test::same_bits(trace.first_output, baseline_rows(baseline, sp, rank)));
+    for (int step = 0; step < kSteps; ++step) {
+      INFO("after step " << step + 1);
+      CHECK(test::same_bits(trace.parameters_after_step[static_cast<size_t>(step)],
+                            baseline.parameters_after_step[static_cast<size_t>(step)]));
+    }
+  }
 }
 
 // A wrong layout: the real exchange, then this rank's first two chunks swapped (as if
@@ -159,30 +177,35 @@ class SwappedChunks final : public nn::SequenceGroup {
 
 TEST_CASE("the Ulysses block over sp {1, 2, 4} x dp {1, 2} trains as one rank, bit for bit",
           "[dist][cpu]") {
-  for (int dp : {1, 2}) {
-    const Trace baseline = train_baseline(dp);
-    for (int sp : {1, 2, 4}) {
-      const std::vector<Trace> traces = train_distributed(sp, dp);
-      for (int rank = 0; rank < sp * dp; ++rank) {
-        INFO("sp " << sp << ", dp " << dp << ", rank " << rank);
-        const Trace& trace = traces[static_cast<size_t>(rank)];
-        CHECK(test::same_bits(trace.first_output, baseline_rows(baseline, sp, rank)));
-        for (int step = 0; step < kSteps; ++step) {
-          INFO("after step " << step + 1);
-          CHECK(test::same_bits(trace.parameters_after_step[static_cast<size_t>(step)],
-                                baseline.parameters_after_step[static_cast<size_t>(step)]));
-        }
+  for (const bool causal : {true, false}) {
+    for (int dp : {1, 2}) {
+      const Trace baseline = train_baseline(dp, causal);
+      for (int sp : {1, 2, 4}) {
+        check_same_training(baseline, train_distributed(sp, dp, causal), sp, dp, causal);
       }
     }
+  }
+}
+
+// RoPE's positions are the tokens' global indices, not 0..rows-1 on every shard.
+TEST_CASE("the block's positions are global: rank r's rows start at r * rows", "[dist][cpu]") {
+  std::vector<std::vector<int64_t>> positions(4);
+  dist::run_local_world(4, [&](std::shared_ptr<dist::ProcessGroup> world) {
+    Generator generator(7);
+    const nn::UlyssesBlock block(block_options(true), nn::sequence_group(world), generator);
+    positions[static_cast<size_t>(world->rank())] = block.positions(3);
+  });
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    CHECK(positions[static_cast<size_t>(rank)] == std::vector<int64_t>{3 * rank, 3 * rank + 1, 3 * rank + 2});
   }
 }
 
 // The same comparison must fail when the exchange files chunks under the wrong ranks.
 TEST_CASE("a wrong all-to-all layout breaks the equality the exactness test checks",
           "[dist][cpu]") {
-  const Trace baseline = train_baseline(1);
+  const Trace baseline = train_baseline(1, true);
   for (int sp : {2, 4}) {
-    const std::vector<Trace> traces = train_distributed(sp, 1, [](std::shared_ptr<nn::SequenceGroup> group) {
+    const std::vector<Trace> traces = train_distributed(sp, 1, true, [](std::shared_ptr<nn::SequenceGroup> group) {
       return std::make_shared<SwappedChunks>(std::move(group));
     });
     bool outputs_differ = false, parameters_differ = false;
