@@ -34,7 +34,11 @@ std::vector<int64_t> range(int64_t first, int64_t count) {
 TEST_CASE("rope: the table's cos and sin are correctly rounded at pos · θ", "[rope]") {
   test::MpfrFloat mpfr;
   std::vector<int64_t> positions = range(0, 1024);  // the Ulysses scenario's
-  for (const int64_t p : {int64_t{-7}, int64_t{4095}, int64_t{65537}, int64_t{1} << 20, (int64_t{1} << 29) - 3}) {
+  // Large ones; at 2127657 and 59297659 (cos) and 5428171 and 46204913 (sin), with θ_0 = 1,
+  // the double value cannot decide the rounding: the long double one does.
+  for (const int64_t p : {int64_t{-7}, int64_t{4095}, int64_t{65537}, int64_t{1} << 20,
+                          (int64_t{1} << 29) - 3, int64_t{2127657}, int64_t{59297659},
+                          int64_t{5428171}, int64_t{46204913}}) {
     positions.push_back(p);
   }
   for (const int64_t dim : {16, 64, 6}) {
