@@ -4,7 +4,8 @@
 // op (nn/attention.h) takes its exponentials from here.
 //
 // Correct rounding makes the definition independent of this code: any correctly
-// rounded binary32 exp gives these bits. This one evaluates e^x in double-double:
+// rounded binary32 exp gives these bits. This one evaluates e^x in double, and where
+// that cannot decide the rounding (correctly_rounded_exp below), in double-double:
 //
 //   N  = nearest integer to x · 64/ln2      (fma(x, 64/ln2, 1.5·2^52) - 1.5·2^52)
 //   r  = x - N · ln2/64                     (ln2/64 = C1 + C2, C1 of 39 bits, so
@@ -20,16 +21,18 @@
 // spare bits makes the two roundings one correct rounding of y_hi + y_lo
 // (Boldo-Melquiond). So the float is e^x correctly rounded unless e^x lies within
 // 2^-64 (relative) of a midpoint between two floats; the exhaustive test over all 2^32
-// floats (tests/core/exp_test.cpp, [.exhaustive]) finds no such input: the bound is
-// 0.5 ulp, every finite input.
+// floats (tests/core/exp_test.cpp, [.exhaustive]) finds no such input, through the
+// function and through the double-double path alone: the bound is 0.5 ulp, every input.
 //
 // Edges: NaN gives NaN; x > 89 gives +inf and x < -104 gives +0 (e^x there is beyond
 // float's range or below half the smallest subnormal); in between, overflow to +inf
 // and underflow into subnormals and 0 are the correct rounding's.
 //
-// Every operation is written out (std::fma where a multiply-add is fused; the library
-// is built with -ffp-contract=off and nvcc must not fuse the rest), so the host and a
-// CUDA device also agree on every intermediate, not only on the result.
+// Every operation is written out: std::fma where a multiply-add is fused, and
+// rounded_product (__dmul_rn on a device, which nvcc never fuses into a later add) for
+// every product that feeds an addition; the host's code is built with
+// -ffp-contract=off. So the host and a CUDA device agree on every intermediate, and the
+// error-free transformations stay error-free.
 #pragma once
 
 #include <cmath>
@@ -134,6 +137,15 @@ constexpr double kLn2Over64High = 0x1.62e42fefa4000p-7;   // 39 significant bits
 constexpr double kLn2Over64Low = -0x1.8432a1b0e2634p-49;  // ln2/64 - high, to 2^-102
 constexpr double kRoundingShifter = 0x1.8p52;             // 1.5 · 2^52
 
+// a · b rounded once, never fused with an add that uses it.
+SEQPAR_HOST_DEVICE double rounded_product(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // 2^k for -1022 <= k <= 1023, from its bits.
 SEQPAR_HOST_DEVICE double power_of_two(int k) {
   const uint64_t bits = static_cast<uint64_t>(k + 1023) << 52;
@@ -153,19 +165,18 @@ SEQPAR_HOST_DEVICE double round_to_odd(double hi, double lo) {
   return value;
 }
 
-}  // namespace exp_detail
+// N: the nearest integer to x · 64/ln2, so that x ≈ N · ln2/64.
+SEQPAR_HOST_DEVICE double nearest_ln2_sixty_fourths(double x) {
+  return std::fma(x, kSixtyFourOverLn2, kRoundingShifter) - kRoundingShifter;
+}
 
-// e^x correctly rounded to binary32 (see above): error at most 0.5 ulp.
-SEQPAR_HOST_DEVICE float correctly_rounded_exp(float x) {
-  using namespace exp_detail;
-  if (x != x) return x;
-  if (x > 89.0f) return INFINITY;
-  if (x < -104.0f) return 0.0f;
+// The double-double evaluation described above, for -104 <= x <= 89.
+SEQPAR_HOST_DEVICE float double_double_exp(float x) {
   const double xd = x;
-  // N, and r = x - N ln2/64 as rh + rl (|N| < 2^14, so N·C1 and x - N·C1 are exact).
-  const double n = std::fma(xd, kSixtyFourOverLn2, kRoundingShifter) - kRoundingShifter;
+  // N, and r1 = x - N·C1, exact (|N| < 2^14, C1 of 39 bits).
+  const double n = nearest_ln2_sixty_fourths(xd);
   const double r1 = std::fma(-n, kLn2Over64High, xd);
-  const double p = n * kLn2Over64Low;
+  const double p = rounded_product(n, kLn2Over64Low);
   const double p_error = std::fma(n, kLn2Over64Low, -p);
   const double rh = r1 - p;  // a two-sum: rh + rh_error = r1 - p exactly
   const double r1_part = rh + p;
@@ -178,13 +189,12 @@ SEQPAR_HOST_DEVICE float correctly_rounded_exp(float x) {
   series = std::fma(series, rh, 1.0 / 24);
   series = std::fma(series, rh, 1.0 / 6);
   series = std::fma(series, rh, 0.5);
-  const double q = (rh * rh) * series;
+  const double q = rounded_product(rh * rh, series);
   // T (1 + rh + rl + q) = T_hi + T_hi rh + [T_hi (rl + q) + T_lo (1 + rh)].
   const int ni = static_cast<int>(n);
   const int j = ni & 63;
-  const int k = (ni - j) / 64;
   const DoubleDouble t = exp2_sixty_fourths(j);
-  const double a = t.hi * rh;
+  const double a = rounded_product(t.hi, rh);
   const double a_error = std::fma(t.hi, rh, -a);
   const double b = std::fma(t.hi, rl + q, a_error + std::fma(t.lo, rh, t.lo));
   const double s = t.hi + a;  // |t.hi| >= |a|: the two-sum's error is exact
@@ -192,8 +202,44 @@ SEQPAR_HOST_DEVICE float correctly_rounded_exp(float x) {
   const double low = s_error + b;
   const double y_hi = s + low;
   const double y_lo = (s - y_hi) + low;
-  const double scale = power_of_two(k);  // k in [-151, 129]: exact scaling
+  const double scale = power_of_two((ni - j) / 64);  // 2^k, k in [-151, 129]: exact scaling
   return static_cast<float>(round_to_odd(y_hi * scale, y_lo * scale));
+}
+
+}  // namespace exp_detail
+
+// e^x correctly rounded to binary32 (see above): error at most 0.5 ulp.
+//
+// A first evaluation in plain double (relative error below 2^-51: the table's hi, the
+// series' roundings, the last fma) settles almost every input: when y (1 - 2^-49) and
+// y (1 + 2^-49) round to the same float, so does e^x, which lies between them. Only
+// the others (about one input in 2^24) take the double-double evaluation. Either way
+// the result is the correctly rounded e^x, so the path taken changes no bit.
+SEQPAR_HOST_DEVICE float correctly_rounded_exp(float x) {
+  using namespace exp_detail;
+  if (x != x) return x;
+  if (x > 89.0f) return INFINITY;
+  if (x < -104.0f) return 0.0f;
+  const double xd = x;
+  // N, and r1 = x - N·C1, exact (|N| < 2^14, C1 of 39 bits).
+  const double n = nearest_ln2_sixty_fourths(xd);
+  const double r1 = std::fma(-n, kLn2Over64High, xd);
+  const double r = std::fma(-n, kLn2Over64Low, r1);
+  double series = 1.0 / 5040;
+  series = std::fma(series, r, 1.0 / 720);
+  series = std::fma(series, r, 1.0 / 120);
+  series = std::fma(series, r, 1.0 / 24);
+  series = std::fma(series, r, 1.0 / 6);
+  series = std::fma(series, r, 0.5);
+  series = std::fma(series, r, 1.0);
+  const int ni = static_cast<int>(n);
+  const int j = ni & 63;
+  const double t = exp2_sixty_fourths(j).hi;
+  const double y = std::fma(t, series * r, t) * power_of_two((ni - j) / 64);
+  const float below = static_cast<float>(y * (1.0 - 0x1p-49));
+  const float above = static_cast<float>(y * (1.0 + 0x1p-49));
+  if (below == above) return below;
+  return double_double_exp(x);
 }
 
 }  // namespace seqpar

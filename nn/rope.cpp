@@ -1,6 +1,7 @@
 #include "nn/rope.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "autograd/node.h"
@@ -11,6 +12,38 @@
 namespace seqpar::nn {
 
 using autograd::Variable;
+
+namespace {
+
+// f(x) correctly rounded to float, from libm. An approximation y with relative error
+// below `error` decides the rounding when y (1 - margin) and y (1 + margin) round to
+// the same float (margin >= 4 error: the true value lies between them). The double
+// functions (glibc: within 1 ulp, 2^-52) decide all but about one value in 2^26 with
+// margin 2^-50; the rest go to the long double ones (x87's 64 bits: within 2 ulps,
+// 2^-62) with margin 2^-60; a value neither decides is an error, not a guess.
+template <typename Real>
+bool round_if_decided(Real approximation, Real margin, float* rounded) {
+  const Real spread = std::fabs(approximation) * margin;
+  const float below = static_cast<float>(approximation - spread);
+  const float above = static_cast<float>(approximation + spread);
+  *rounded = below;
+  return below == above;
+}
+
+template <typename Function>
+float correctly_rounded(const Function& function, const char* what, double x) {
+  float rounded;
+  if (round_if_decided<double>(function(x), 0x1p-50, &rounded)) return rounded;
+  static_assert(std::numeric_limits<long double>::digits >= 64,
+                "RopeTable: the second evaluation needs a long double of 64 bits or more");
+  if (round_if_decided<long double>(function(static_cast<long double>(x)), 0x1p-60L, &rounded)) {
+    return rounded;
+  }
+  SEQPAR_FAIL("RopeTable: cannot decide the float rounding of ", what, " at ", x,
+              " from libm's double and long double values");
+}
+
+}  // namespace
 
 // positions up to 2^29 in magnitude: pos · θ (θ a float, 24 bits) is then exact in a
 // double, so the angle is the stated product, not a rounding of it.
@@ -24,17 +57,18 @@ RopeTable::RopeTable(const std::vector<int64_t>& positions, int64_t head_dim, fl
                base);
   const int64_t tokens = static_cast<int64_t>(positions.size()), half = head_dim / 2;
   std::vector<float> inverse_frequency(half), cos_values(tokens * half), sin_values(tokens * half);
-  for (int64_t m = 0; m < half; ++m) {  // θ_m = base^(-2m/D), rounded to float once
+  for (int64_t m = 0; m < half; ++m) {  // θ_m = base^(-2m/D), correctly rounded to float
     const double exponent = -static_cast<double>(2 * m) / static_cast<double>(head_dim);
-    inverse_frequency[m] = static_cast<float>(std::pow(static_cast<double>(base), exponent));
+    inverse_frequency[m] = correctly_rounded(
+        [base](auto e) { return std::pow(static_cast<decltype(e)>(base), e); }, "base^e", exponent);
   }
   for (int64_t t = 0; t < tokens; ++t) {
     SEQPAR_CHECK(positions[t] >= -kMaxRopePosition && positions[t] <= kMaxRopePosition,
                  "RopeTable: position ", positions[t], " of token ", t, " is beyond +-2^29");
     for (int64_t m = 0; m < half; ++m) {
       const double angle = static_cast<double>(positions[t]) * inverse_frequency[m];  // exact
-      cos_values[t * half + m] = static_cast<float>(std::cos(angle));
-      sin_values[t * half + m] = static_cast<float>(std::sin(angle));
+      cos_values[t * half + m] = correctly_rounded([](auto a) { return std::cos(a); }, "cos", angle);
+      sin_values[t * half + m] = correctly_rounded([](auto a) { return std::sin(a); }, "sin", angle);
     }
   }
   // Built on the host, then copied: every device rotates by these bits.
