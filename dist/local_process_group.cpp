@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "dist/all_to_all.h"
 #include "dist/local_reduce.h"
 #include "dist/local_rendezvous.h"
 #include "dist/packed_digits.h"
@@ -182,6 +183,24 @@ void LocalProcessGroup::all_gather(Tensor& output, const Tensor& input) {
   const Outcome outcome = rendezvous_->meet(
       rank_, mine, [&](const std::vector<Contribution>& all) { return gather_in_rank_order(what, all); });
   output.copy_(outcome.tensor);
+}
+
+// The last rank to arrive gathers every input (a copy, in rank order); each rank then
+// copies out the chunks meant for it. Nothing reads a rank's own input after the
+// meeting, so output may be the input itself.
+void LocalProcessGroup::all_to_all(Tensor& output, const Tensor& input) {
+  const std::string what = "all_to_all on group " + name();
+  check_all_to_all_arguments(what, output, input, size());
+  Contribution mine{"all_to_all"};
+  mine.tensor = &input;
+  const Outcome outcome = rendezvous_->meet(
+      rank_, mine, [&](const std::vector<Contribution>& all) { return gather_in_rank_order(what, all); });
+  const int64_t rows = input.size(0);
+  const int64_t chunk = rows / size();
+  for (int source = 0; source < size(); ++source) {
+    output.narrow(0, source * chunk, chunk)
+        .copy_(outcome.tensor.narrow(0, source * rows + rank_ * chunk, chunk));
+  }
 }
 
 void LocalProcessGroup::broadcast(Tensor& tensor, int root) {

@@ -61,6 +61,7 @@ class LocalProcessGroup final : public ProcessGroup {
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
 
   void all_gather(Tensor& output, const Tensor& input) override;
+  void all_to_all(Tensor& output, const Tensor& input) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,

@@ -11,6 +11,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "dist/all_to_all.h"
 #include "core/nvtx.h"
 #include "dist/nccl_check.h"
 
@@ -281,6 +282,37 @@ void NcclProcessGroup::all_gather(Tensor& output, const Tensor& input) {
     return ncclAllGather(send.data(), receive.data(), count, ncclFloat32, communicator_, stream);
   });
   if (!output.is_contiguous()) output.copy_(receive);
+}
+
+void NcclProcessGroup::all_to_all(Tensor& output, const Tensor& input) {
+  check_tensor("all_to_all", input);
+  check_tensor("all_to_all", output);
+  check_all_to_all_arguments("all_to_all on group " + name_, output, input, size());
+  if (input.numel() == 0) return;  // every rank has the same shape, so every rank skips
+  const Tensor send = input.contiguous();
+  // NCCL must not receive into the buffer it sends from.
+  Tensor receive = output.is_contiguous() && output.storage() != send.storage()
+                       ? output
+                       : Tensor::empty(output.shape(), output.device());
+  const size_t chunk = static_cast<size_t>(send.numel() / size());
+  run_collective("all_to_all", [&](cudaStream_t stream) {
+    // The pattern of nccl-tests' alltoall. The group is closed whatever happens inside
+    // it; the first failure is the one reported (a non-blocking communicator may answer
+    // ncclInProgress, which launch_and_settle waits out).
+    auto failed = [](ncclResult_t state) { return state != ncclSuccess && state != ncclInProgress; };
+    ncclResult_t state = ncclGroupStart();
+    if (failed(state)) return state;
+    for (int peer = 0; peer < size() && !failed(state); ++peer) {
+      const size_t at = static_cast<size_t>(peer) * chunk;
+      state = ncclSend(send.data() + at, chunk, ncclFloat32, peer, communicator_, stream);
+      if (!failed(state)) {
+        state = ncclRecv(receive.data() + at, chunk, ncclFloat32, peer, communicator_, stream);
+      }
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return failed(state) ? state : ended;
+  });
+  if (receive.data() != output.data()) output.copy_(receive);
 }
 
 void NcclProcessGroup::broadcast(Tensor& tensor, int root) {

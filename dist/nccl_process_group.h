@@ -97,6 +97,9 @@ class NcclProcessGroup final : public ProcessGroup {
   // aborting the group like a blocking call. Not while `stream` is being captured.
   void synchronize(cudaStream_t stream);
   void all_gather(Tensor& output, const Tensor& input) override;
+  // One ncclSend and one ncclRecv per peer between ncclGroupStart and ncclGroupEnd:
+  // NCCL has no all-to-all call of its own.
+  void all_to_all(Tensor& output, const Tensor& input) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,

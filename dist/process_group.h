@@ -58,6 +58,10 @@ class ProcessGroup {
   void all_reduce_sums_plain(exact::ExactSums& sums);
   // output is [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r.
   virtual void all_gather(Tensor& output, const Tensor& input) = 0;
+  // Equal-split all-to-all (dist/all_to_all.h): input and output are [size() * n, ...];
+  // chunk j of the input goes to rank j, and rank i's chunk for this rank lands in chunk
+  // i of the output. Bytes move unchanged. Uneven splits are not supported.
+  virtual void all_to_all(Tensor& output, const Tensor& input) = 0;
   // In place: every rank ends with rank `root`'s tensor (root is a group rank).
   virtual void broadcast(Tensor& tensor, int root = 0) = 0;
   virtual void barrier() = 0;

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/device.h"
+#include "tests/dist/all_to_all_cases.h"
 #include "tests/dist/collective_cases.h"
 
 using namespace seqpar;
@@ -32,6 +33,13 @@ TEST_CASE("local all_gather and broadcast on one GPU", "[dist][cuda]") {
   for (int world_size : {1, 2, 5, 8}) {
     test::check_all_gather(world_size, Device::cuda(0));
     test::check_broadcast(world_size, world_size - 1, Device::cuda(0));
+  }
+}
+
+TEST_CASE("local all_to_all on one GPU equals the model of its permutation", "[dist][cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (int world_size : {1, 2, 4, 8}) {
+    test::check_all_to_all(world_size, {static_cast<int64_t>(world_size) * 3, 5}, Device::cuda(0));
   }
 }
 

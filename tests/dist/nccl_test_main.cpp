@@ -1,8 +1,9 @@
 // seqpar_nccl_test: the NCCL process group across real processes, one per GPU.
 //
 //   seqpar_nccl_test --nproc 2                  every collective (the exact sums'
-//                                               packed and stream-ordered ones too),
-//                                               sub-groups, the same bits on every rank
+//                                               packed and stream-ordered ones too,
+//                                               the all-to-all), sub-groups, the same
+//                                               bits on every rank
 //   seqpar_nccl_test --nproc 2 --die-rank 1     rank 1 vanishes before a collective;
 //                                               the others must fail within the timeout
 //   seqpar_nccl_test --nproc 2 --die-rank 1 --enqueued
@@ -30,6 +31,7 @@
 #include "dist/launcher.h"
 #include "dist/mesh.h"
 #include "dist/nccl_process_group.h"
+#include "tests/dist/all_to_all_model.h"
 #include "tests/dist/digit_cases.h"
 #include "tests/dist/dist_test_util.h"
 
@@ -108,6 +110,19 @@ void check_gather_broadcast_barrier(dist::NcclProcessGroup& world, const std::ve
                 "broadcast from root " + std::to_string(root));
   world.barrier();
   checks.expect(true, "barrier returned");
+}
+
+// all_to_all against the model of its permutation, then back again (its own inverse).
+void check_all_to_all(dist::NcclProcessGroup& world, Checks& checks) {
+  const auto inputs = test::rank_inputs(world.size(), {6 * static_cast<int64_t>(world.size()), 41}, 1100);
+  const Tensor mine = inputs[static_cast<size_t>(world.rank())].to(world.device());
+  Tensor exchanged = Tensor::full(mine.shape(), -1.0f, world.device());
+  world.all_to_all(exchanged, mine);
+  checks.expect(test::same_bits(exchanged.to_vector(), test::all_to_all_model(inputs, world.rank())),
+                "all_to_all: chunk i is rank i's chunk for this rank");
+  world.all_to_all(exchanged, exchanged);  // in place: NCCL receives into a buffer of its own
+  checks.expect(test::same_bits(exchanged.to_vector(), mine.to_vector()),
+                "all_to_all twice gives the input back");
 }
 
 // enqueue(): a caller's NCCL calls, stream-ordered: two tensors' all-reduces in one
@@ -322,6 +337,7 @@ int main(int argc, char** argv) {
     Checks checks;
     check_reductions(*world, inputs, checks);
     check_gather_broadcast_barrier(*world, inputs, checks);
+    check_all_to_all(*world, checks);
     check_enqueued(*world, inputs, checks);
     check_packed_sums(*world, checks);
     check_enqueued_sums(*world, inputs, checks);

@@ -1,0 +1,14 @@
+// Attention's plain reference: the loops that define its bits (nn/attention.h states
+// the numerics, docs/numerics.md explains them; nn/attention.cpp has the dispatch).
+#pragma once
+
+#include "nn/attention.h"
+
+namespace seqpar::nn::reference {
+
+// q, k, v (and grad_out) contiguous [S, H, D] on the host, checked by the caller.
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const AttentionForward& forward, bool causal);
+
+}  // namespace seqpar::nn::reference

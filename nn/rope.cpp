@@ -1,0 +1,146 @@
+#include "nn/rope.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "nn/reference/rope.h"
+
+namespace seqpar::nn {
+
+using autograd::Variable;
+
+namespace {
+
+// f(x) correctly rounded to float, from libm. An approximation y with relative error
+// below `error` decides the rounding when y (1 - margin) and y (1 + margin) round to
+// the same float (margin >= 4 error: the true value lies between them). The double
+// functions (glibc: within 1 ulp, 2^-52) decide all but about one value in 2^26 with
+// margin 2^-50; the rest go to the long double ones (x87's 64 bits: within 2 ulps,
+// 2^-62) with margin 2^-60; a value neither decides is an error, not a guess.
+template <typename Real>
+bool round_if_decided(Real approximation, Real margin, float* rounded) {
+  const Real spread = std::fabs(approximation) * margin;
+  const float below = static_cast<float>(approximation - spread);
+  const float above = static_cast<float>(approximation + spread);
+  *rounded = below;
+  return below == above;
+}
+
+template <typename Function>
+float correctly_rounded(const Function& function, const char* what, double x) {
+  float rounded;
+  if (round_if_decided<double>(function(x), 0x1p-50, &rounded)) return rounded;
+  static_assert(std::numeric_limits<long double>::digits >= 64,
+                "RopeTable: the second evaluation needs a long double of 64 bits or more");
+  if (round_if_decided<long double>(function(static_cast<long double>(x)), 0x1p-60L, &rounded)) {
+    return rounded;
+  }
+  SEQPAR_FAIL("RopeTable: cannot decide the float rounding of ", what, " at ", x,
+              " from libm's double and long double values");
+}
+
+}  // namespace
+
+// positions up to 2^29 in magnitude: pos · θ (θ a float, 24 bits) is then exact in a
+// double, so the angle is the stated product, not a rounding of it.
+constexpr int64_t kMaxRopePosition = int64_t{1} << 29;
+
+RopeTable::RopeTable(const std::vector<int64_t>& positions, int64_t head_dim, float base,
+                     Device device) {
+  SEQPAR_CHECK(head_dim >= 2 && head_dim % 2 == 0,
+               "RopeTable: the head dim must be even and positive, got ", head_dim);
+  SEQPAR_CHECK(std::isfinite(base) && base > 1.0f, "RopeTable: base must be finite and above 1, got ",
+               base);
+  const int64_t tokens = static_cast<int64_t>(positions.size()), half = head_dim / 2;
+  std::vector<float> inverse_frequency(half), cos_values(tokens * half), sin_values(tokens * half);
+  for (int64_t m = 0; m < half; ++m) {  // θ_m = base^(-2m/D), correctly rounded to float
+    const double exponent = -static_cast<double>(2 * m) / static_cast<double>(head_dim);
+    inverse_frequency[m] = correctly_rounded(
+        [base](auto e) { return std::pow(static_cast<decltype(e)>(base), e); }, "base^e", exponent);
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    SEQPAR_CHECK(positions[t] >= -kMaxRopePosition && positions[t] <= kMaxRopePosition,
+                 "RopeTable: position ", positions[t], " of token ", t, " is beyond +-2^29");
+    for (int64_t m = 0; m < half; ++m) {
+      const double angle = static_cast<double>(positions[t]) * inverse_frequency[m];  // exact
+      cos_values[t * half + m] = correctly_rounded([](auto a) { return std::cos(a); }, "cos", angle);
+      sin_values[t * half + m] = correctly_rounded([](auto a) { return std::sin(a); }, "sin", angle);
+    }
+  }
+  // Built on the host, then copied: every device rotates by these bits.
+  const Device host = device.is_reference() ? device : Device::cpu();
+  cos_ = Tensor::from_data({tokens, half}, cos_values, host).to(device);
+  sin_ = Tensor::from_data({tokens, half}, sin_values, host).to(device);
+}
+
+namespace {
+
+void check_rope(const char* op, const Tensor& x, const RopeTable& table) {
+  SEQPAR_CHECK(x.defined(), op, ": x must be defined");
+  SEQPAR_CHECK(x.dim() == 3, op, ": x must be [S, H, D] (tokens, heads, head dim), got shape ",
+               x.shape());
+  SEQPAR_CHECK(x.size(0) == table.tokens() && x.size(2) == table.head_dim(), op, ": x of shape ",
+               x.shape(), " needs a table of ", x.size(0), " positions and head dim ", x.size(2),
+               "; the table has ", table.tokens(), " positions and head dim ", table.head_dim());
+  SEQPAR_CHECK(x.device() == table.device(), op, ": x is on ", x.device(),
+               " but the table is on ", table.device());
+}
+
+// ---------------------------------------------------------------- dispatch
+//
+//   reference, cpu  nn/reference/rope.cpp's loops: four products an element pair, one
+//                   pass over x; a faster path would save little beside attention.
+//   cuda            refuses: no kernel has been verified on a GPU yet.
+Tensor rotate(const char* op, const Tensor& x, const RopeTable& table, bool transposed) {
+  check_rope(op, x, table);
+  switch (x.device().type) {
+    case DeviceType::Reference:
+    case DeviceType::CPU:
+      return reference::rope_rotate(x.contiguous(), table.cos(), table.sin(), transposed);
+    case DeviceType::CUDA:
+      break;
+  }
+  SEQPAR_FAIL("RoPE on CUDA: not available in this build yet (no kernel of it has been verified "
+              "on a GPU); run it on the cpu or reference device");
+}
+
+struct RopeBackward : autograd::Node {
+  explicit RopeBackward(RopeTable table) : table(std::move(table)) {}
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    return {rope_backward(grad_output, table)};
+  }
+  std::string name() const override { return "RopeBackward"; }
+  RopeTable table;
+};
+
+}  // namespace
+
+Tensor rope_forward(const Tensor& x, const RopeTable& table) {
+  return rotate("rope", x, table, false);
+}
+
+Tensor rope_backward(const Tensor& grad_out, const RopeTable& table) {
+  return rotate("rope_backward", grad_out, table, true);
+}
+
+Variable rope(const Variable& x, const RopeTable& table) {
+  SEQPAR_CHECK(x.defined(), "rope: x must be defined");
+  Tensor out = rope_forward(x.data(), table);
+  if (!autograd::any_requires_grad({&x})) return Variable(std::move(out));
+  auto node = std::make_shared<RopeBackward>(table);
+  node->add_input(x);
+  return Variable::from_op(std::move(out), std::move(node));
+}
+
+Variable rope(const Variable& x, const std::vector<int64_t>& positions, float base) {
+  SEQPAR_CHECK(x.defined(), "rope: x must be defined");
+  SEQPAR_CHECK(x.data().dim() == 3, "rope: x must be [S, H, D] (tokens, heads, head dim), got shape ",
+               x.shape());
+  return rope(x, RopeTable(positions, x.shape()[2], base, x.device()));
+}
+
+}  // namespace seqpar::nn

@@ -1,0 +1,63 @@
+// UlyssesBlock: the smallest model that trains through Ulysses attention, built from
+// the public API alone (nn::Linear, nn::rope, nn::UlyssesAttention, autograd::reshape):
+//
+//   x [S/P, d_model]                    this rank's rows of a sequence of S tokens
+//   q, k, v = Linear(x)                 [S/P, H * D] each, reshaped to [S/P, H, D]
+//   q, k    = rope(q / k, positions)    at global positions sp_rank * S/P + i
+//   a       = UlyssesAttention(q, k, v) [S/P, H * D]  (two all-to-alls inside)
+//   y       = Linear(a)                 [S/P, d_model]
+//
+// Everything outside attention stays sequence-sharded, as in DeepSpeed-Ulysses: the
+// projections see only this rank's rows, so their weight gradients are sums over rows
+// that other ranks hold too. Summed exactly over the ranks (nn/exact_gradients.h, and an
+// exact all-reduce over sp x dp) they give one-rank training's gradients bit for bit;
+// summed in float per rank they would not (DeepSpeed #6868's ground).
+//
+// Parameters, in order: query, key, value, output (each a Linear's weight and bias),
+// drawn from the generator in that order: the same seed gives every rank, and a
+// one-rank baseline, the same initial model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/generator.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "nn/sequence_group.h"
+#include "nn/ulysses_attention.h"
+
+namespace seqpar::nn {
+
+struct UlyssesBlockOptions {
+  int64_t model_dim = 128;  // d_model: x's and y's columns
+  int64_t heads = 8;        // H, a multiple of the group's size
+  int64_t head_dim = 16;    // D, even (RoPE rotates pairs)
+  bool causal = true;
+  float rope_base = 10000.0f;
+};
+
+class UlyssesBlock : public Module {
+ public:
+  UlyssesBlock(const UlyssesBlockOptions& options, std::shared_ptr<SequenceGroup> group,
+               Generator& generator, Device device = Device::cpu());
+
+  // x: this rank's rows [S/P, d_model] of the sequence (rank r holds rows r * S/P ...).
+  // Collective over the group, in forward and in backward.
+  autograd::Variable forward(const autograd::Variable& x) const;
+
+  // The global positions of this rank's `rows` tokens: rank * rows + i. A shard-local
+  // 0..rows-1 would give every shard the first shard's positions (Megatron-DeepSpeed #392).
+  std::vector<int64_t> positions(int64_t rows) const;
+
+  const UlyssesBlockOptions& options() const { return options_; }
+
+ private:
+  UlyssesBlockOptions options_;
+  std::shared_ptr<Linear> query_, key_, value_, output_;
+  std::shared_ptr<UlyssesAttention> attention_;
+};
+
+}  // namespace seqpar::nn
