@@ -216,8 +216,10 @@ check "plot -" 2 "--plot -: the picture is not written to standard output" -- "$
 check "dump ''" 2 "--dump: the path is empty" -- "${small[@]}" --dump ''
 check "json ''" 2 "--json: the path is empty" -- "${small[@]}" --json ''
 check "dump d and plot d" 2 "--plot d and --dump d overlap" -- "${small[@]}" --dump d --plot d
-check "plot in the dump's files" 2 "overlap" -- "${small[@]}" --dump "$fixtures/empty-dir" \
-  --plot "$fixtures/empty-dir/inputs.safetensors"
+# (--json: --plot now refuses any name but .svg before it could reach the dump's files)
+check "json in the dump's files" 2 "overlap" -- "${small[@]}" --dump "$fixtures/empty-dir" \
+  --json "$fixtures/empty-dir/inputs.safetensors"
+check "plot not SVG" 2 "--plot out.png: the drift picture is written as SVG only" -- --plot out.png
 # ---- errors that lacked the file name, or came after the run
 check "YAML list as a key" 2 "list-key.yaml line 2: a key under ds_config is not a name" -- \
   --config "$fixtures/list-key.yaml"
