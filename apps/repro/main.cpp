@@ -46,7 +46,7 @@ struct Where {
 };
 
 Where choose_placement(const Options& options, const ReproConfig& config,
-                           const std::optional<dist::LaunchEnvironment>& launched) {
+                       const std::optional<dist::LaunchEnvironment>& launched) {
   const int64_t world = config.world_size();
   const int gpus = cuda_device_count();
   const std::string ranks = std::to_string(world) + (world == 1 ? " rank" : " ranks");
