@@ -122,21 +122,45 @@ FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
   return rule;
 }
 
-ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& reference,
+ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& baseline,
                           const Settings& settings) {
   ScaleFigure figure;
-  const double reference_norm = norm_of(reference);
-  figure.ratio = reference_norm > 0 ? norm_of(gradient) / reference_norm : std::nan("");
+  const double baseline_norm = norm_of(baseline), norm = norm_of(gradient);
+  if (baseline_norm == 0 || norm == 0) {
+    // No ratio through a zero: the side that is all zeros is named instead.
+    figure.zero = norm == baseline_norm ? "both gradients" : norm == 0 ? "the ranks' gradient" : "the baseline's gradient";
+    figure.ratio = figure.relative_error = figure.direction_error = std::nan("");
+    for (size_t i = 0; i < baseline.size(); ++i) figure.unlike_reference += bitwise_equal(gradient[i], baseline[i]) ? 0 : 1;
+    return figure;
+  }
+  figure.ratio = norm / baseline_norm;
   if (settings.sp > 0) figure.cause = dist::name_scale(figure.ratio, settings.sp, std::max(settings.dp, 1));
   double apart = 0, off_direction = 0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    apart += std::pow(double(gradient[i]) - reference[i], 2);
-    off_direction += std::pow(double(gradient[i]) / figure.ratio - reference[i], 2);
-    if (!bitwise_equal(gradient[i], reference[i])) ++figure.unlike_reference;
+  for (size_t i = 0; i < baseline.size(); ++i) {
+    apart += std::pow(double(gradient[i]) - baseline[i], 2);
+    off_direction += std::pow(double(gradient[i]) / figure.ratio - baseline[i], 2);
+    if (!bitwise_equal(gradient[i], baseline[i])) ++figure.unlike_reference;
   }
-  figure.relative_error = std::sqrt(apart) / reference_norm;
-  figure.direction_error = std::sqrt(off_direction) / reference_norm;
+  figure.relative_error = std::sqrt(apart) / baseline_norm;
+  figure.direction_error = std::sqrt(off_direction) / baseline_norm;
   return figure;
+}
+
+ParameterDistance parameter_distance(const std::vector<float>& parameters, const std::vector<float>& baseline,
+                                     const std::optional<double>& lr) {
+  ParameterDistance distance;
+  distance.elements = int64_t(baseline.size());
+  distance.bitwise = std::memcmp(parameters.data(), baseline.data(), baseline.size() * sizeof(float)) == 0;
+  for (size_t i = 0; i < baseline.size(); ++i) {
+    const double apart = std::abs(double(parameters[i]) - baseline[i]);
+    const double ulp = std::abs(std::nextafter(baseline[i], INFINITY) - baseline[i]);
+    const double tolerance = repro::kRoundingUlps * ulp + (lr ? 0.01 * *lr : 0);
+    distance.max_difference = std::max(distance.max_difference, apart);
+    distance.beyond_tolerance += apart > tolerance ? 1 : 0;
+    distance.beyond_two_lr += lr && apart > 2.5 * *lr ? 1 : 0;
+  }
+  if (lr) distance.max_in_lr = distance.max_difference / *lr;
+  return distance;
 }
 
 namespace {
@@ -170,7 +194,7 @@ NormFigures norm_figures(const RunFiles& run, const Settings& settings,
     for (size_t r = 0; r < gradients.size(); ++r) {
       norms.own_gradient_norms = norms.own_gradient_norms && close(norms.clip_norms[r], norms.gradient_norms[r]);
     }
-    norms.to_gradient = norms.clip_norms[0] / norms.gradient_norms[0];
+    norms.to_gradient = norms.gradient_norms[0] > 0 ? norms.clip_norms[0] / norms.gradient_norms[0] : std::nan("");
     norms.to_gradient_cause = dist::name_scale(norms.to_gradient, sp, dp);
   }
   if (!run.ranks[0].local_gradients.empty()) {
@@ -179,12 +203,12 @@ NormFigures norm_figures(const RunFiles& run, const Settings& settings,
     norms.mean_of_local_norms = sum / double(run.ranks.size());
     norms.mean_of_partials = run.ranks.size() > 1 && close(norms.clip_norms[0], *norms.mean_of_local_norms);
   }
-  if (run.reference && !run.reference->gradients.empty()) {
+  if (run.baseline && !run.baseline->gradients.empty()) {
     std::vector<std::string> names;
     for (const std::string& name : run.parameter_names) names.push_back("grad." + name);
-    norms.reference_norm = norm_of(run.reference->gradients.flat(names));
-  } else if (run.reference && run.reference->clip_norm) {
-    norms.reference_norm = *run.reference->clip_norm;
+    norms.reference_norm = norm_of(run.baseline->gradients.flat(names));
+  } else if (run.baseline && run.baseline->clip_norm) {
+    norms.reference_norm = *run.baseline->clip_norm;
   }
   if (norms.reference_norm && *norms.reference_norm > 0) {
     norms.to_reference = norms.clip_norms[0] / *norms.reference_norm;
@@ -200,17 +224,18 @@ int64_t count_non_finite(const RunFiles& run) {
       for (float value : tensor.values) count += std::isfinite(value) ? 0 : 1;
     }
   };
-  for (const RankState& rank : run.ranks) {
-    for (const TensorSet* set : {&rank.parameters, &rank.gradients, &rank.local_gradients, &rank.exp_avg, &rank.exp_avg_sq}) add(*set);
-    if (rank.clip_norm && !std::isfinite(*rank.clip_norm)) ++count;
-  }
-  if (run.reference) {
-    add(run.reference->parameters);
-    add(run.reference->gradients);
-  }
+  const auto add_state = [&](const RankState& state) {
+    for (const TensorSet* set : {&state.parameters, &state.gradients, &state.local_gradients, &state.exp_avg,
+                                 &state.exp_avg_sq}) {
+      add(*set);
+    }
+    if (state.clip_norm && !std::isfinite(*state.clip_norm)) ++count;
+  };
+  for (const RankState& rank : run.ranks) add_state(rank);
+  if (run.baseline) add_state(*run.baseline);
+  if (run.initial) add(*run.initial);
   return count;
 }
-
 
 // Each rank's gradient: as saved, else recovered from a first step's moments (m / (1-b1)).
 struct RankGradients {
@@ -248,26 +273,81 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
   return gradients;
 }
 
-// Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
-// mean, and the mean of their local gradients), against the one-rank reference.
-void compare_with_reference(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
-                            const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
-  const std::vector<float> reference = run.reference->parameters.flat(run.parameter_names);
-  diagnosis.equals_reference = std::memcmp(reference.data(), parameters.data(), reference.size() * sizeof(float)) == 0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    diagnosis.max_difference_from_reference =
-        std::max(diagnosis.max_difference_from_reference, std::abs(double(parameters[i]) - reference[i]));
+// The clipping coefficient a side's moments carry (they hold the gradient after
+// clipping, torch's min(1, max / (norm + 1e-6))), when its clip norm and the threshold
+// are known; 1 without clipping.
+std::optional<double> clip_coefficient(const RankState& state, const Settings& settings) {
+  if (settings.clipping && *settings.clipping == 0) return 1.0;
+  if (!settings.clipping || !state.clip_norm) return std::nullopt;
+  return std::min(1.0, *settings.clipping / (double(*state.clip_norm) + 1e-6));
+}
+
+// What the ranks and the baseline both hold that carries the gradient, as [ranks...,
+// baseline]: grad.* on both sides (a first step's moments standing in for either), else
+// exp_avg on both, with clipping taken out where the clip norms allow.
+struct Compared {
+  std::vector<std::vector<float>> ranks;
+  std::vector<float> baseline;
+  std::string from;
+};
+
+std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings& settings,
+                                             const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
+  const RankState& base = *run.baseline;
+  const auto moments = [&](const RankState& state) { return state.exp_avg.flat(prefixed("exp_avg.", run.parameter_names)); };
+  const bool base_first_step = !base.exp_avg.empty() && !base.exp_avg_sq.empty() && settings.beta1 && settings.beta2 &&
+      moments_of_first_step(moments(base), base.exp_avg_sq.flat(prefixed("exp_avg_sq.", run.parameter_names)),
+                            *settings.beta1, *settings.beta2);
+  if (!gradients.empty() && (!base.gradients.empty() || base_first_step)) {
+    Compared compared{gradients, {}, diagnosis.gradients_from};
+    if (!base.gradients.empty()) {
+      compared.baseline = base.gradients.flat(prefixed("grad.", run.parameter_names));
+    } else {
+      for (float m : moments(base)) compared.baseline.push_back(float(m / (1 - *settings.beta1)));
+      compared.from += " against the baseline's exp_avg / (1 - beta1)";
+    }
+    return compared;
   }
-  if (run.reference->gradients.empty() || gradients.empty()) return;
-  const auto reference_gradient = run.reference->gradients.flat(prefixed("grad.", run.parameter_names));
-  if (diagnosis.gradients->bitwise) diagnosis.scale = scale_against(gradients[0], reference_gradient, settings);
-  else diagnosis.mean_scale = scale_against(mean_of(gradients), reference_gradient, settings);
-  if (run.ranks[0].local_gradients.empty()) return;
+  if (run.ranks[0].exp_avg.empty() || base.exp_avg.empty()) return std::nullopt;
+  // exp_avg on both sides: (1 - b1) g after one step, a weighted sum of the steps'
+  // gradients later; its ratio is the gradient's scale either way if the scale was steady.
+  Compared compared{{}, moments(base), "exp_avg"};
+  for (const RankState& rank : run.ranks) compared.ranks.push_back(moments(rank));
+  const std::optional<double> rank_clip = clip_coefficient(run.ranks[0], settings), base_clip = clip_coefficient(base, settings);
+  if (rank_clip && base_clip) {
+    for (auto& values : compared.ranks) {
+      for (float& value : values) value = float(value / *rank_clip);
+    }
+    for (float& value : compared.baseline) value = float(value / *base_clip);
+    if (*rank_clip < 1 || *base_clip < 1) compared.from += " with clipping taken out (by the clip norms)";
+  } else {
+    diagnosis.notes.push_back("the moments hold the gradient after clipping; without clip_norm on the ranks and the "
+                              "baseline and the threshold (--gradient-clipping), clipping that engaged can hide or "
+                              "change a scale between them");
+  }
+  return compared;
+}
+
+// Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
+// mean, and the mean of their local gradients), against the baseline.
+void compare_with_baseline(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
+                           const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
+  diagnosis.baseline_distance =
+      parameter_distance(parameters, run.baseline->parameters.flat(run.parameter_names), settings.lr);
+  const std::optional<Compared> compared = comparable_gradients(run, settings, gradients, diagnosis);
+  if (!compared) return;
+  const bool agree = compare_ranks(compared->ranks, run.ranks[0].parameters, run.parameter_names).bitwise;
+  auto& target = agree ? diagnosis.scale : diagnosis.mean_scale;
+  target = scale_against(agree ? compared->ranks[0] : mean_of(compared->ranks), compared->baseline, settings);
+  target->from = compared->from;
+  if (run.ranks[0].local_gradients.empty() || run.baseline->gradients.empty()) return;
   std::vector<std::vector<float>> local;
   for (const RankState& rank : run.ranks) {
     local.push_back(rank.local_gradients.flat(prefixed("local_grad.", run.parameter_names)));
   }
-  diagnosis.local_scale = scale_against(mean_of(local), reference_gradient, settings);
+  diagnosis.local_scale =
+      scale_against(mean_of(local), run.baseline->gradients.flat(prefixed("grad.", run.parameter_names)), settings);
+  diagnosis.local_scale->from = "local_grad.*";
 }
 
 }  // namespace
@@ -288,12 +368,13 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   }
   diagnosis.moments_are_first_step = saved.moments_are_first_step;
   diagnosis.gradients_from = saved.from;
-  if (run.reference) compare_with_reference(run, settings, parameters[0], gradients, diagnosis);
+  if (run.baseline) compare_with_baseline(run, settings, parameters[0], gradients, diagnosis);
   if (run.ranks[0].clip_norm) diagnosis.norms = norm_figures(run, settings, gradients);
   if (run.ranks.size() > 1) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
   }
   decide(diagnosis);
+  gather_evidence(diagnosis, run, settings);
   return diagnosis;
 }
 
