@@ -282,48 +282,68 @@ std::optional<double> clip_coefficient(const RankState& state, const Settings& s
   return std::min(1.0, *settings.clipping / (double(*state.clip_norm) + 1e-6));
 }
 
-// What the ranks and the baseline both hold that carries the gradient, as [ranks...,
-// baseline]: grad.* on both sides (a first step's moments standing in for either), else
-// exp_avg on both, with clipping taken out where the clip norms allow.
+// What the ranks and the baseline both hold that carries the gradient: grad.* on both
+// sides, else exp_avg on both, else one side's grad.* against the other's first-step
+// exp_avg / (1 - b1). The moments hold the gradient after clipping: it is taken out by
+// the side's clip norm where that and the threshold are known, and said otherwise.
 struct Compared {
-  std::vector<std::vector<float>> ranks;
+  std::vector<std::vector<float>> ranks;  // [rank][element]
   std::vector<float> baseline;
   std::string from;
 };
 
-std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings& settings,
-                                             const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
+// One side's gradient carrier: grad.* as saved, or exp_avg with clipping taken out
+// (divided by (1 - b1) too when `as_gradient`, to stand beside a grad.*).
+struct Carrier {
+  const RankState& state;
+  bool moments;  // exp_avg, else grad.*
+};
+
+std::vector<float> carried(const Carrier& side, const RunFiles& run, const Settings& settings, bool as_gradient,
+                           bool& clipping_unknown) {
+  if (!side.moments) return side.state.gradients.flat(prefixed("grad.", run.parameter_names));
+  std::vector<float> values = side.state.exp_avg.flat(prefixed("exp_avg.", run.parameter_names));
+  const std::optional<double> clip = clip_coefficient(side.state, settings);
+  clipping_unknown = clipping_unknown || !clip;
+  const double divisor = clip.value_or(1) * (as_gradient ? 1 - *settings.beta1 : 1);
+  for (float& value : values) value = float(value / divisor);
+  return values;
+}
+
+bool first_step_moments(const RankState& state, const RunFiles& run, const Settings& settings) {
+  return !state.exp_avg.empty() && !state.exp_avg_sq.empty() && settings.beta1 && settings.beta2 &&
+         moments_of_first_step(state.exp_avg.flat(prefixed("exp_avg.", run.parameter_names)),
+                               state.exp_avg_sq.flat(prefixed("exp_avg_sq.", run.parameter_names)),
+                               *settings.beta1, *settings.beta2);
+}
+
+std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
   const RankState& base = *run.baseline;
-  const auto moments = [&](const RankState& state) { return state.exp_avg.flat(prefixed("exp_avg.", run.parameter_names)); };
-  const bool base_first_step = !base.exp_avg.empty() && !base.exp_avg_sq.empty() && settings.beta1 && settings.beta2 &&
-      moments_of_first_step(moments(base), base.exp_avg_sq.flat(prefixed("exp_avg_sq.", run.parameter_names)),
-                            *settings.beta1, *settings.beta2);
-  if (!gradients.empty() && (!base.gradients.empty() || base_first_step)) {
-    Compared compared{gradients, {}, diagnosis.gradients_from};
-    if (!base.gradients.empty()) {
-      compared.baseline = base.gradients.flat(prefixed("grad.", run.parameter_names));
-    } else {
-      for (float m : moments(base)) compared.baseline.push_back(float(m / (1 - *settings.beta1)));
-      compared.from += " against the baseline's exp_avg / (1 - beta1)";
-    }
-    return compared;
+  const RankState& rank0 = run.ranks[0];
+  const bool ranks_grad = !rank0.gradients.empty(), base_grad = !base.gradients.empty();
+  bool ranks_moments = !ranks_grad && !rank0.exp_avg.empty(), base_moments = !base_grad && !base.exp_avg.empty();
+  if (ranks_grad && !base_grad && !first_step_moments(base, run, settings)) base_moments = false;
+  if (base_grad && !ranks_grad && !first_step_moments(rank0, run, settings)) ranks_moments = false;
+  if ((!ranks_grad && !ranks_moments) || (!base_grad && !base_moments)) return std::nullopt;
+  const bool mixed = ranks_moments != base_moments;  // moments beside a grad.*: as a gradient
+  bool clipping_unknown = false;
+  Compared compared;
+  for (const RankState& rank : run.ranks) {
+    compared.ranks.push_back(carried({rank, ranks_moments}, run, settings, mixed, clipping_unknown));
   }
-  if (run.ranks[0].exp_avg.empty() || base.exp_avg.empty()) return std::nullopt;
-  // exp_avg on both sides: (1 - b1) g after one step, a weighted sum of the steps'
-  // gradients later; its ratio is the gradient's scale either way if the scale was steady.
-  Compared compared{{}, moments(base), "exp_avg"};
-  for (const RankState& rank : run.ranks) compared.ranks.push_back(moments(rank));
-  const std::optional<double> rank_clip = clip_coefficient(run.ranks[0], settings), base_clip = clip_coefficient(base, settings);
-  if (rank_clip && base_clip) {
-    for (auto& values : compared.ranks) {
-      for (float& value : values) value = float(value / *rank_clip);
-    }
-    for (float& value : compared.baseline) value = float(value / *base_clip);
-    if (*rank_clip < 1 || *base_clip < 1) compared.from += " with clipping taken out (by the clip norms)";
-  } else {
-    diagnosis.notes.push_back("the moments hold the gradient after clipping; without clip_norm on the ranks and the "
-                              "baseline and the threshold (--gradient-clipping), clipping that engaged can hide or "
+  compared.baseline = carried({base, base_moments}, run, settings, mixed, clipping_unknown);
+  const auto name = [](bool moments) { return moments ? std::string("exp_avg") : std::string("grad.*"); };
+  compared.from = name(ranks_moments) + (mixed ? " against the baseline's " + name(base_moments) : "");
+  if (clipping_unknown) {
+    diagnosis.notes.push_back("the moments hold the gradient after clipping; without clip_norm (on the ranks and the "
+                              "baseline) and the threshold (--gradient-clipping), clipping that engaged can hide or "
                               "change a scale between them");
+  } else if (ranks_moments || base_moments) {
+    compared.from += " (clipping taken out by the clip norms)";
+  }
+  if (ranks_moments && base_moments && !(diagnosis.moments_are_first_step.value_or(false))) {
+    diagnosis.notes.push_back("the moments compared are not known to be a first step's: past it, exp_avg mixes "
+                              "the steps' gradients, and its ratio is the gradient's scale only if that was steady");
   }
   return compared;
 }
@@ -331,10 +351,10 @@ std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings
 // Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
 // mean, and the mean of their local gradients), against the baseline.
 void compare_with_baseline(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
-                           const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
+                           Diagnosis& diagnosis) {
   diagnosis.baseline_distance =
       parameter_distance(parameters, run.baseline->parameters.flat(run.parameter_names), settings.lr);
-  const std::optional<Compared> compared = comparable_gradients(run, settings, gradients, diagnosis);
+  const std::optional<Compared> compared = comparable_gradients(run, settings, diagnosis);
   if (!compared) return;
   const bool agree = compare_ranks(compared->ranks, run.ranks[0].parameters, run.parameter_names).bitwise;
   auto& target = agree ? diagnosis.scale : diagnosis.mean_scale;
@@ -368,7 +388,7 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   }
   diagnosis.moments_are_first_step = saved.moments_are_first_step;
   diagnosis.gradients_from = saved.from;
-  if (run.baseline) compare_with_baseline(run, settings, parameters[0], gradients, diagnosis);
+  if (run.baseline) compare_with_baseline(run, settings, parameters[0], diagnosis);
   if (run.ranks[0].clip_norm) diagnosis.norms = norm_figures(run, settings, gradients);
   if (run.ranks.size() > 1) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
