@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "apps/diagnose/printable.h"
 #include "core/error.h"
@@ -60,24 +61,44 @@ void refuse_torch_save(const std::string& path, const std::string& bytes) {
                      "for k, v in torch.load('", path, "').items()}, '", path, ".safetensors')\"");
 }
 
-// The header as JSON; a name given twice is refused (nlohmann would keep the last).
+// The first top-level key given twice in a header, "" when none: nlohmann's DOM keeps
+// the last silently, so the keys are read once more through its SAX interface (its
+// callback parser would cost a scan of the object per key).
+struct TopLevelKeys : nlohmann::json_sax<json> {
+  int depth = 0;
+  std::unordered_set<std::string> seen;
+  std::string twice;
+
+  bool key(string_t& name) override {
+    if (depth == 1 && !seen.insert(name).second && twice.empty()) twice = name;
+    return true;
+  }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+// The header as JSON; a name given twice is refused, as the safetensors library does.
 json parse_header(const std::string& path, const std::string& text) {
   json header;
-  std::map<std::string, int> seen;
-  std::string twice;
-  const json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && ++seen[parsed.get<std::string>()] == 2 && twice.empty()) {
-      twice = parsed.get<std::string>();
-    }
-    return true;
-  };
   try {
-    header = json::parse(text, callback);
+    header = json::parse(text);
   } catch (const json::exception& error) {
     SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
   }
   SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
-  SEQPAR_INPUT_CHECK(twice.empty(), path, ": the header names '", printable(twice),
+  TopLevelKeys keys;
+  json::sax_parse(text, &keys);
+  SEQPAR_INPUT_CHECK(keys.twice.empty(), path, ": the header names '", printable(keys.twice),
                      "' twice (the safetensors library refuses such a file)");
   return header;
 }
