@@ -28,7 +28,8 @@ those files can show:
 
   parameters only       no reduction: the 2 lr signature still shows it; the sum and the
                         average: PARAMETERS CLOSE, GRADIENT NOT CHECKED (after Adam's first
-                        step a steady x sp is nearly invisible in the parameters)
+                        step a steady x sp is nearly invisible in the parameters); the sum
+                        with clip_norm saved: the clip norm shows x sp
   parameters, moments   the scale from exp_avg: the sum x sp (4) once the clip norms take
                         the clipping out (without them a scale, unnamed, and a note), the
                         average 1
@@ -221,6 +222,10 @@ def less_saved():
             ("verdict", lambda r: r["verdict"] == close),
             ("gradient scale not checked", lambda r: not_checked(r, "gradient scale")),
             ("no gradient scale", lambda r: r["gradient_scale"] is None)]),
+        "sum-params-clip": (files("sum", "pclip", "pclip"), [
+            ("verdict", lambda r: r["verdict"] == "CONSISTENT, WRONG CLIP NORM"),
+            ("x sp in the clip norm", lambda r: r["clip_norm"]["to_reference_cause"] == "x sp (4)"),
+            ("with-mpu scenario", lambda r: "--policy with-mpu" in scenarios_of(r))]),
         "sum-moments": (files("sum", "params", "params", "adam", optimizer=True), [
             ("verdict", lambda r: r["verdict"] == "CONSISTENT, WRONG GRADIENT SCALE"),
             ("from exp_avg", lambda r: r["gradient_scale"]["from"].startswith("exp_avg")),

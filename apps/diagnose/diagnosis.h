@@ -145,6 +145,15 @@ ParameterDistance parameter_distance(const std::vector<float>& parameters, const
                                      const std::optional<double>& lr);
 // The mesh groups that match `groups` (ranks with equal copies), in words.
 std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, int dp);
+// Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
+// mean, and the mean of their local gradients), against the baseline (baseline.cpp).
+void compare_with_baseline(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
+                           Diagnosis& diagnosis);
+// Shared by figures.cpp and baseline.cpp: "grad." + each name; the elementwise mean
+// over ranks; whether Adam's moments are a first step's.
+std::vector<std::string> prefixed(const std::string& prefix, const std::vector<std::string>& names);
+std::vector<float> mean_of(const std::vector<std::vector<float>>& values);
+bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2);
 // The verdict, the causes and the notes, from the figures already in `diagnosis`.
 void decide(Diagnosis& diagnosis);
 // The evidence lines, from the figures and what the files held (evidence.cpp).

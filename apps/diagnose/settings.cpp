@@ -120,6 +120,27 @@ int mesh_size(const json& config, const std::string& key, const std::string& pat
   return int(value.get<int64_t>());
 }
 
+// sp and dp not given: from the number of rank files. Fails when sp x dp cannot be
+// the number of files (one rank's files alone are accepted).
+void mesh_from_files(Settings& settings, int ranks) {
+  if (settings.sp == 0 && settings.dp == 0) {
+    settings.sp = ranks;
+    settings.dp = 1;
+    if (ranks > 1) settings.sources.push_back("assumed sp " + std::to_string(ranks) + " x dp 1 (one rank file each; --sp and --dp say otherwise)");
+  } else if (settings.sp == 0) {
+    SEQPAR_INPUT_CHECK(ranks % settings.dp == 0 || ranks == 1, "dp ", settings.dp, ": ", ranks,
+                       " rank file(s) are not a multiple of it (missing ranks?)");
+    settings.sp = ranks == 1 ? 1 : ranks / settings.dp;
+  } else if (settings.dp == 0) {
+    SEQPAR_INPUT_CHECK(ranks % settings.sp == 0 || ranks == 1, "sp ", settings.sp, ": ", ranks,
+                       " rank file(s) are not a multiple of it (missing ranks?)");
+    settings.dp = ranks == 1 ? 1 : ranks / settings.sp;
+  }
+  const int64_t mesh = int64_t(settings.sp) * int64_t(settings.dp);
+  SEQPAR_INPUT_CHECK(ranks == 1 || mesh == ranks, "sp ", settings.sp, " x dp ", settings.dp, " = ", mesh,
+                     " ranks, but --ranks names ", ranks, " file(s) (missing ranks, or give --sp and --dp)");
+}
+
 }  // namespace
 
 DeepSpeedSettings read_ds_config(const std::string& text, const std::string& path) {
@@ -200,23 +221,7 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   if (!given.empty()) settings.sources.push_back("from the command line: " + given);
   SEQPAR_INPUT_CHECK(!lr_is_auto || flags.lr, "--ds-config ", flags.ds_config, ": optimizer.params.lr is \"auto\" "
                      "(the Hugging Face Trainer fills it in): give the value with --lr");
-  const int ranks = int(run.ranks.size());
-  if (settings.sp == 0 && settings.dp == 0) {
-    settings.sp = ranks;
-    settings.dp = 1;
-    if (ranks > 1) settings.sources.push_back("assumed sp " + std::to_string(ranks) + " x dp 1 (one rank file each; --sp and --dp say otherwise)");
-  } else if (settings.sp == 0) {
-    SEQPAR_INPUT_CHECK(ranks % settings.dp == 0 || ranks == 1, "dp ", settings.dp, ": ", ranks,
-                       " rank file(s) are not a multiple of it (missing ranks?)");
-    settings.sp = ranks == 1 ? 1 : ranks / settings.dp;
-  } else if (settings.dp == 0) {
-    SEQPAR_INPUT_CHECK(ranks % settings.sp == 0 || ranks == 1, "sp ", settings.sp, ": ", ranks,
-                       " rank file(s) are not a multiple of it (missing ranks?)");
-    settings.dp = ranks == 1 ? 1 : ranks / settings.sp;
-  }
-  const int64_t mesh = int64_t(settings.sp) * int64_t(settings.dp);
-  SEQPAR_INPUT_CHECK(ranks == 1 || mesh == ranks, "sp ", settings.sp, " x dp ", settings.dp, " = ", mesh,
-                     " ranks, but --ranks names ", ranks, " file(s) (missing ranks, or give --sp and --dp)");
+  mesh_from_files(settings, int(run.ranks.size()));
   return settings;
 }
 

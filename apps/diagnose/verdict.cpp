@@ -181,6 +181,33 @@ void decide_by_parameters(Diagnosis& diagnosis, const std::string& agree, bool s
   }
 }
 
+// The ranks agree and the gradient (if saved) is right, but the clip norm is not the
+// baseline's. Without a gradient, a named factor of the clip norm is the gradient's.
+void decide_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
+  const ScaleFigure* scale = diagnosis.scale ? &*diagnosis.scale : nullptr;
+  const NormFigures* norms = &*diagnosis.norms;
+  if (norms->to_reference_cause.empty() && !norms->mean_of_local_norms) {
+    diagnosis.notes.push_back("the clip norm's factor is none of the usual ones; save each rank's gradient "
+                              "before the reduction as local_grad.NAME to test for the mean of partial norms");
+  }
+  diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
+  diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
+                           ", but clipping used a norm " + number(*norms->to_reference) + "x the one-rank norm" +
+                           (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
+  if (!scale && !norms->to_reference_cause.empty() && !norms->mean_of_partials &&
+      norms->to_gradient_cause.find("sqrt") == std::string::npos) {
+    // No gradient saved: the clip norm is the gradient's norm, so its factor is the
+    // gradient's, as far as the norm can tell.
+    ScaleFigure by_norm;
+    by_norm.ratio = *norms->to_reference;
+    by_norm.cause = norms->to_reference_cause;
+    Cause cause = scale_cause(by_norm);
+    cause.evidence = "the clip norm (the gradient's norm) is " + number(by_norm.ratio) + "x the baseline's (" +
+                     by_norm.cause + "); no gradient was saved to check its direction";
+    diagnosis.causes.push_back(cause);
+  }
+}
+
 void decide_against_baseline(Diagnosis& diagnosis) {
   const ScaleFigure* scale = diagnosis.scale ? &*diagnosis.scale : nullptr;
   const NormFigures* norms = diagnosis.norms ? &*diagnosis.norms : nullptr;
@@ -214,26 +241,7 @@ void decide_against_baseline(Diagnosis& diagnosis) {
                              "elsewhere: " + number(scale->direction_error) + " relative error with the scale taken out.";
     add_direction_causes(diagnosis, scale->direction_error);
   } else if (clip_off) {
-    if (norms->to_reference_cause.empty() && !norms->mean_of_local_norms) {
-      diagnosis.notes.push_back("the clip norm's factor is none of the usual ones; save each rank's gradient "
-                                "before the reduction as local_grad.NAME to test for the mean of partial norms");
-    }
-    diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
-    diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
-                             ", but clipping used a norm " + number(*norms->to_reference) + "x the one-rank norm" +
-                             (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
-    if (!scale && !norms->to_reference_cause.empty() && !norms->mean_of_partials &&
-        norms->to_gradient_cause.find("sqrt") == std::string::npos) {
-      // No gradient saved: the clip norm is the gradient's norm, so its factor is the
-      // gradient's, as far as the norm can tell.
-      ScaleFigure by_norm;
-      by_norm.ratio = *norms->to_reference;
-      by_norm.cause = norms->to_reference_cause;
-      Cause cause = scale_cause(by_norm);
-      cause.evidence = "the clip norm (the gradient's norm) is " + number(by_norm.ratio) + "x the baseline's (" +
-                       by_norm.cause + "); no gradient was saved to check its direction";
-      diagnosis.causes.push_back(cause);
-    }
+    decide_clip_norm(diagnosis, agree);
   } else {
     decide_by_parameters(diagnosis, agree, scale_checked && !(scale && scale->zero == "both gradients"));
   }
