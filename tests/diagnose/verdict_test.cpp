@@ -210,3 +210,35 @@ TEST_CASE("diagnose: the evidence lines are in the JSON as in the text", "[diagn
   }
   CHECK_THAT(text.str(), Catch::Contains("parameters against one-rank training: not checked - give the baseline's"));
 }
+
+TEST_CASE("diagnose: moments past the first step give a steady scale, and say so", "[diagnose]") {
+  Generator generator(53);
+  const std::vector<float> theta = generator.uniform({128}, -0.05f, 0.05f).to_vector();
+  const std::vector<float> g1 = generator.randn({128}).to_vector(), g2 = generator.randn({128}).to_vector();
+  // Two steps' moments, m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2, with every
+  // gradient x `scale` (the parameters are the first step's: only the moments matter here).
+  const auto two_steps = [&](float scale) {
+    Step step = adam_first_step(theta, g1);
+    for (size_t i = 0; i < g1.size(); ++i) {
+      const float a = scale * g1[i], b = scale * g2[i];
+      step.m[i] = kB1 * ((1 - kB1) * a) + (1 - kB1) * b;
+      step.v[i] = kB2 * ((1 - kB2) * a * a) + (1 - kB2) * b * b;
+    }
+    return step;
+  };
+  Run run;
+  for (int rank = 0; rank < 2; ++rank) {
+    run.lists.ranks.push_back(run.save("m_rank" + std::to_string(rank) + ".safetensors", two_steps(2), g1, "pm"));
+  }
+  run.lists.baseline.push_back(run.save("baseline.safetensors", two_steps(1), g1, "pm"));
+  const Diagnosis diagnosis = diagnose::diagnose(read_run_files(run.lists), adam_settings(2));
+  REQUIRE(diagnosis.moments_are_first_step);
+  CHECK_FALSE(*diagnosis.moments_are_first_step);
+  REQUIRE(diagnosis.scale);
+  CHECK(diagnosis.scale->ratio == Approx(2).epsilon(1e-6));
+  CHECK(diagnosis.scale->cause == "x sp (2)");
+  CHECK(diagnosis.verdict == "CONSISTENT, WRONG GRADIENT SCALE");
+  bool said = false;
+  for (const std::string& note : diagnosis.notes) said = said || note.find("only if that was steady") != std::string::npos;
+  CHECK(said);
+}
