@@ -21,6 +21,18 @@ reference. Then seqpar-diagnose reads each run's files and must give:
 
 and, for the run with no reduction read from parameters and moments only (no
 gradients), the gradients recovered from exp_avg with the same verdict.
+
+The user's three runs (no reduction, the sum, the average) are read again with less
+saved, on the ranks and in the baseline alike, and the verdict must say only what
+those files can show:
+
+  parameters only       no reduction: the 2 lr signature still shows it; the sum and the
+                        average: PARAMETERS CLOSE, GRADIENT NOT CHECKED (after Adam's first
+                        step a steady x sp is nearly invisible in the parameters); the sum
+                        with clip_norm saved: the clip norm shows x sp
+  parameters, moments   the scale from exp_avg: the sum x sp (4) once the clip norms take
+                        the clipping out (without them a scale, unnamed, and a note), the
+                        average 1
 Exit status 1 when any check fails, 77 when PyTorch is not installed.
 """
 import json
@@ -141,6 +153,9 @@ def rank_main(rank, work, rows):
         save_file(tensors, os.path.join(folder, f"model_rank{rank}.safetensors"))
         save_file(grads, os.path.join(folder, f"grads_rank{rank}.safetensors"))
         save_file(moments, os.path.join(folder, f"adam_rank{rank}.safetensors"))
+        parameters = {n: tensors[n] for n in ("weight", "bias")}
+        save_file(parameters, os.path.join(folder, f"params_rank{rank}.safetensors"))
+        save_file({**parameters, "clip_norm": tensors["clip_norm"]}, os.path.join(folder, f"pclip_rank{rank}.safetensors"))
     dist.destroy_process_group()
 
 
@@ -148,18 +163,25 @@ def save_reference(work, rows, shift):
     model, x = model_and_data(rows)
     initial = {"weight": model.weight.detach().clone(), "bias": model.bias.detach().clone()}
     local, used, clip_norm, optimizer = step(model, loss_of(model, x, shift), norm)
-    tensors, grads, _ = tensors_of(model, local, used, clip_norm, optimizer)
+    tensors, grads, moments = tensors_of(model, local, used, clip_norm, optimizer)
     tensors.update({"grad." + n: g for n, g in grads.items()})
     name = "reference_shifted" if shift else "reference"
     save_file(tensors, os.path.join(work, name + ".safetensors"))
+    parameters = {n: tensors[n] for n in ("weight", "bias")}
+    save_file(parameters, os.path.join(work, name + "_params.safetensors"))
+    save_file({**parameters, "clip_norm": tensors["clip_norm"]}, os.path.join(work, name + "_pclip.safetensors"))
+    save_file(moments, os.path.join(work, name + "_adam.safetensors"))
     save_file(initial, os.path.join(work, "initial.safetensors"))
 
 
 def diagnose(program, work, policy, *extra):
+    """extra may name its own --ranks FILE and --baseline FILES (the defaults: the whole
+    model files and the whole reference, under --reference, the baseline's old name)."""
     folder = os.path.join(work, policy)
     reference = "reference_shifted" if policy == "shard-local-shift" else "reference"
-    command = [program, "--ranks", os.path.join(folder, "model_rank*.safetensors"),
-               "--reference", os.path.join(work, reference + ".safetensors"),
+    ranks = [] if "--ranks" in extra else ["--ranks", os.path.join(folder, "model_rank*.safetensors")]
+    baseline = [] if "--baseline" in extra else ["--reference", os.path.join(work, reference + ".safetensors")]
+    command = [program, *ranks, *baseline,
                "--initial", os.path.join(work, "initial.safetensors"),
                "--ds-config", os.path.join(os.path.dirname(__file__), "..", "configs", "ds_config.json"),
                "--json", os.path.join(folder, "diagnosis.json"), *extra]
@@ -174,10 +196,61 @@ def scenarios_of(result):
     return " | ".join(cause["scenario"] for cause in result["causes"])
 
 
-def expectations():
-    """policy -> (extra arguments, [(what, predicate on the JSON)])."""
-    grads = lambda policy: ["--grads", f"{{work}}/{policy}/grads_rank*.safetensors"]
+def not_checked(result, check):
+    return any(line["check"] == check and not line["checked"] for line in result["evidence"])
+
+
+def less_saved():
+    """The user's three runs with parameters only, and with parameters and moments."""
+    def files(policy, ranks, *baseline, optimizer=False):
+        extra = ["--ranks", f"{{work}}/{policy}/{ranks}_rank*.safetensors"]
+        for name in baseline:
+            extra += ["--baseline", f"{{work}}/reference_{name}.safetensors"]
+        return extra + (["--optimizer", f"{{work}}/{policy}/adam_rank*.safetensors"] if optimizer else [])
+    close = "PARAMETERS CLOSE, GRADIENT NOT CHECKED"
     return {
+        "none-params": (files("none", "params", "params"), [
+            ("verdict", lambda r: r["verdict"] == "BROKEN: RANKS DIVERGE"),
+            ("2 lr signature", lambda r: r["two_lr_signature"] is True),
+            ("group-of-one cause", lambda r: "--policy deepspeed-0.16" in scenarios_of(r)),
+            ("gradient scale not checked", lambda r: not_checked(r, "gradient scale"))]),
+        "none-moments-only": (files("none", "params", "params", "adam", optimizer=True), [
+            ("verdict", lambda r: r["verdict"] == "BROKEN: RANKS DIVERGE"),
+            ("the ranks' moments average to the baseline's",
+             lambda r: r["mean_gradient_scale"]["cause"] == "" and abs(r["mean_gradient_scale"]["ratio"] - 1) < 1e-3)]),
+        "sum-params": (files("sum", "params", "params"), [
+            ("verdict", lambda r: r["verdict"] == close),
+            ("gradient scale not checked", lambda r: not_checked(r, "gradient scale")),
+            ("no gradient scale", lambda r: r["gradient_scale"] is None)]),
+        "sum-params-clip": (files("sum", "pclip", "pclip"), [
+            ("verdict", lambda r: r["verdict"] == "CONSISTENT, WRONG CLIP NORM"),
+            ("x sp in the clip norm", lambda r: r["clip_norm"]["to_reference_cause"] == "x sp (4)"),
+            ("with-mpu scenario", lambda r: "--policy with-mpu" in scenarios_of(r))]),
+        "sum-moments": (files("sum", "params", "params", "adam", optimizer=True), [
+            ("verdict", lambda r: r["verdict"] == "CONSISTENT, WRONG GRADIENT SCALE"),
+            ("from exp_avg", lambda r: r["gradient_scale"]["from"].startswith("exp_avg")),
+            ("the clipping named", lambda r: any("after clipping" in note for note in r["notes"]))]),
+        "sum-moments-clip": (files("sum", "pclip", "pclip", "adam", optimizer=True), [
+            ("verdict", lambda r: r["verdict"] == "CONSISTENT, WRONG GRADIENT SCALE"),
+            ("x sp from exp_avg", lambda r: r["gradient_scale"]["cause"] == "x sp (4)"
+             and r["gradient_scale"]["from"].startswith("exp_avg")),
+            ("with-mpu scenario", lambda r: "--policy with-mpu" in scenarios_of(r))]),
+        "average-params": (files("average", "params", "params"), [
+            ("verdict", lambda r: r["verdict"] == close),
+            ("gradient scale not checked", lambda r: not_checked(r, "gradient scale"))]),
+        "average-moments": (files("average", "params", "params", "adam", optimizer=True), [
+            ("verdict", lambda r: r["verdict"] in ("CONSISTENT, NOT EXACT", "IDENTICAL TO ONE-RANK TRAINING")),
+            ("scale 1 from exp_avg", lambda r: r["gradient_scale"]["from"].startswith("exp_avg")
+             and r["gradient_scale"]["cause"] == "" and abs(r["gradient_scale"]["ratio"] - 1) < 1e-5),
+            ("no cause", lambda r: r["causes"] == [])]),
+    }
+
+
+def expectations():
+    """case -> (extra arguments, [(what, predicate on the JSON)]); the case's policy is
+    its name up to the first '-' that ends a policy's name."""
+    grads = lambda policy: ["--grads", f"{{work}}/{policy}/grads_rank*.safetensors"]
+    return {**less_saved(),
         "none": (grads("none"), [
             ("verdict", lambda r: r["verdict"] == "BROKEN: RANKS DIVERGE"),
             ("2 lr signature", lambda r: r["two_lr_signature"] is True),
@@ -224,7 +297,7 @@ def main():
     save_reference(work, rows, shift=True)
     failures = 0
     for case, (extra, checks) in expectations().items():
-        policy = case.split("-moments")[0]
+        policy = next(p for p in sorted(POLICIES, key=len, reverse=True) if case == p or case.startswith(p + "-"))
         result, text = diagnose(program, work, policy, *[a.format(work=work) for a in extra])
         for what, check in checks:
             ok = check(result)

@@ -6,6 +6,8 @@
 // "BROKEN: RANKS DIVERGE", "CONSISTENT, WRONG GRADIENT SCALE", "CONSISTENT, NOT EXACT",
 // "IDENTICAL TO ONE-RANK TRAINING"), so the diagnosis of seqpar-repro's own dumps can be
 // checked against its verdicts; the others say what only a user's files can show.
+// "Consistent" and "one-rank training" are said only of what was compared: each verdict
+// comes with its evidence lines, what was checked and what could not be.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,10 @@ struct FirstStepRule {
 };
 
 struct ScaleFigure {
+  std::string from;          // what was compared: "grad.*", "exp_avg", ...
+  // "" or which side is all zeros ("the ranks' gradient", "the baseline's gradient",
+  // "both gradients"): then no ratio is formed and the figures below are NaN.
+  std::string zero;
   double ratio = 0;          // ||g|| / ||g_ref||
   std::string cause;         // dist::name_scale's name, "" for 1 or none
   double direction_error = 0;  // ||g / ratio - g_ref|| / ||g_ref||
@@ -85,6 +91,26 @@ struct Cause {
   std::string scenario;  // the seqpar-repro command that reproduces it
 };
 
+// One thing the verdict rests on: what was checked and what it showed, or why it could
+// not be checked with the files given and what to save to check it.
+struct EvidenceLine {
+  std::string check;  // "gradient scale"
+  bool checked = false;
+  std::string text;   // the finding, or "save grad.* or exp_avg"
+};
+
+// Rank 0's parameters against the baseline's, element by element, with a tolerance
+// derived from the numbers: kRoundingUlps units in the last place of the baseline's
+// value, plus 1% of lr when the lr is known (Adam's first step moves a parameter by
+// about lr, so a distance near lr is a step taken differently, not rounding).
+struct ParameterDistance {
+  bool bitwise = false;
+  double max_difference = 0;
+  std::optional<double> max_in_lr;  // max_difference / lr
+  int64_t beyond_tolerance = 0, elements = 0;
+  int64_t beyond_two_lr = 0;        // more than 2.5 lr apart: more than a step can explain
+};
+
 struct Diagnosis {
   int ranks = 0;
   int64_t non_finite = 0;
@@ -98,12 +124,12 @@ struct Diagnosis {
   std::optional<ScaleFigure> mean_scale;   // the mean of the ranks' gradients (they differ)
   std::optional<ScaleFigure> local_scale;  // the mean of the ranks' local gradients
   std::optional<NormFigures> norms;
-  std::optional<bool> equals_reference;  // rank 0's parameters bitwise the reference's
-  double max_difference_from_reference = 0;
+  std::optional<ParameterDistance> baseline_distance;  // with --baseline
   std::string layout;  // which group layout explains the ranks' groups
   std::string verdict, verdict_text;
   std::vector<Cause> causes;
-  std::vector<std::string> notes;  // what could not be checked, and why
+  std::vector<EvidenceLine> evidence;  // what the verdict rests on, in order
+  std::vector<std::string> notes;      // about the files and settings
 };
 
 Diagnosis diagnose(const RunFiles& run, const Settings& settings);
@@ -113,12 +139,25 @@ Agreement compare_ranks(const std::vector<std::vector<float>>& values, const Ten
                         const std::vector<std::string>& names);
 FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
                                const std::vector<std::vector<float>>& gradients);
-ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& reference,
+ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& baseline,
                           const Settings& settings);
+ParameterDistance parameter_distance(const std::vector<float>& parameters, const std::vector<float>& baseline,
+                                     const std::optional<double>& lr);
 // The mesh groups that match `groups` (ranks with equal copies), in words.
 std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, int dp);
+// Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
+// mean, and the mean of their local gradients), against the baseline (baseline.cpp).
+void compare_with_baseline(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
+                           Diagnosis& diagnosis);
+// Shared by figures.cpp and baseline.cpp: "grad." + each name; the elementwise mean
+// over ranks; whether Adam's moments are a first step's.
+std::vector<std::string> prefixed(const std::string& prefix, const std::vector<std::string>& names);
+std::vector<float> mean_of(const std::vector<std::vector<float>>& values);
+bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2);
 // The verdict, the causes and the notes, from the figures already in `diagnosis`.
 void decide(Diagnosis& diagnosis);
+// The evidence lines, from the figures and what the files held (evidence.cpp).
+void gather_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings);
 
 // A figure as the report prints it: four significant digits (%.4g).
 std::string number(double value);

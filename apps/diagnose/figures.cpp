@@ -23,6 +23,8 @@ double first_step_direction(float gradient, double eps) {
   return double(gradient) / (std::abs(double(gradient)) + eps);
 }
 
+}  // namespace
+
 // Adam's moments after one step are m = (1-b1) g and v = (1-b2) g^2, so
 // v = (1-b2)/(1-b1)^2 m^2 element by element; later steps mix in older gradients.
 bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2) {
@@ -34,7 +36,6 @@ bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>
   return true;
 }
 
-}  // namespace
 
 Agreement compare_ranks(const std::vector<std::vector<float>>& values, const TensorSet& layout,
                         const std::vector<std::string>& names) {
@@ -122,24 +123,29 @@ FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
   return rule;
 }
 
-ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& reference,
+ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& baseline,
                           const Settings& settings) {
   ScaleFigure figure;
-  const double reference_norm = norm_of(reference);
-  figure.ratio = reference_norm > 0 ? norm_of(gradient) / reference_norm : std::nan("");
+  const double baseline_norm = norm_of(baseline), norm = norm_of(gradient);
+  if (baseline_norm == 0 || norm == 0) {
+    // No ratio through a zero: the side that is all zeros is named instead.
+    figure.zero = norm == baseline_norm ? "both gradients" : norm == 0 ? "the ranks' gradient" : "the baseline's gradient";
+    figure.ratio = figure.relative_error = figure.direction_error = std::nan("");
+    for (size_t i = 0; i < baseline.size(); ++i) figure.unlike_reference += bitwise_equal(gradient[i], baseline[i]) ? 0 : 1;
+    return figure;
+  }
+  figure.ratio = norm / baseline_norm;
   if (settings.sp > 0) figure.cause = dist::name_scale(figure.ratio, settings.sp, std::max(settings.dp, 1));
   double apart = 0, off_direction = 0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    apart += std::pow(double(gradient[i]) - reference[i], 2);
-    off_direction += std::pow(double(gradient[i]) / figure.ratio - reference[i], 2);
-    if (!bitwise_equal(gradient[i], reference[i])) ++figure.unlike_reference;
+  for (size_t i = 0; i < baseline.size(); ++i) {
+    apart += std::pow(double(gradient[i]) - baseline[i], 2);
+    off_direction += std::pow(double(gradient[i]) / figure.ratio - baseline[i], 2);
+    if (!bitwise_equal(gradient[i], baseline[i])) ++figure.unlike_reference;
   }
-  figure.relative_error = std::sqrt(apart) / reference_norm;
-  figure.direction_error = std::sqrt(off_direction) / reference_norm;
+  figure.relative_error = std::sqrt(apart) / baseline_norm;
+  figure.direction_error = std::sqrt(off_direction) / baseline_norm;
   return figure;
 }
-
-namespace {
 
 std::vector<float> mean_of(const std::vector<std::vector<float>>& values) {
   std::vector<double> sum(values[0].size(), 0);
@@ -157,6 +163,8 @@ std::vector<std::string> prefixed(const std::string& prefix, const std::vector<s
   return result;
 }
 
+namespace {
+
 NormFigures norm_figures(const RunFiles& run, const Settings& settings,
                          const std::vector<std::vector<float>>& gradients) {
   NormFigures norms;
@@ -170,7 +178,7 @@ NormFigures norm_figures(const RunFiles& run, const Settings& settings,
     for (size_t r = 0; r < gradients.size(); ++r) {
       norms.own_gradient_norms = norms.own_gradient_norms && close(norms.clip_norms[r], norms.gradient_norms[r]);
     }
-    norms.to_gradient = norms.clip_norms[0] / norms.gradient_norms[0];
+    norms.to_gradient = norms.gradient_norms[0] > 0 ? norms.clip_norms[0] / norms.gradient_norms[0] : std::nan("");
     norms.to_gradient_cause = dist::name_scale(norms.to_gradient, sp, dp);
   }
   if (!run.ranks[0].local_gradients.empty()) {
@@ -179,12 +187,12 @@ NormFigures norm_figures(const RunFiles& run, const Settings& settings,
     norms.mean_of_local_norms = sum / double(run.ranks.size());
     norms.mean_of_partials = run.ranks.size() > 1 && close(norms.clip_norms[0], *norms.mean_of_local_norms);
   }
-  if (run.reference && !run.reference->gradients.empty()) {
+  if (run.baseline && !run.baseline->gradients.empty()) {
     std::vector<std::string> names;
     for (const std::string& name : run.parameter_names) names.push_back("grad." + name);
-    norms.reference_norm = norm_of(run.reference->gradients.flat(names));
-  } else if (run.reference && run.reference->clip_norm) {
-    norms.reference_norm = *run.reference->clip_norm;
+    norms.reference_norm = norm_of(run.baseline->gradients.flat(names));
+  } else if (run.baseline && run.baseline->clip_norm) {
+    norms.reference_norm = *run.baseline->clip_norm;
   }
   if (norms.reference_norm && *norms.reference_norm > 0) {
     norms.to_reference = norms.clip_norms[0] / *norms.reference_norm;
@@ -200,17 +208,18 @@ int64_t count_non_finite(const RunFiles& run) {
       for (float value : tensor.values) count += std::isfinite(value) ? 0 : 1;
     }
   };
-  for (const RankState& rank : run.ranks) {
-    for (const TensorSet* set : {&rank.parameters, &rank.gradients, &rank.local_gradients, &rank.exp_avg, &rank.exp_avg_sq}) add(*set);
-    if (rank.clip_norm && !std::isfinite(*rank.clip_norm)) ++count;
-  }
-  if (run.reference) {
-    add(run.reference->parameters);
-    add(run.reference->gradients);
-  }
+  const auto add_state = [&](const RankState& state) {
+    for (const TensorSet* set : {&state.parameters, &state.gradients, &state.local_gradients, &state.exp_avg,
+                                 &state.exp_avg_sq}) {
+      add(*set);
+    }
+    if (state.clip_norm && !std::isfinite(*state.clip_norm)) ++count;
+  };
+  for (const RankState& rank : run.ranks) add_state(rank);
+  if (run.baseline) add_state(*run.baseline);
+  if (run.initial) add(*run.initial);
   return count;
 }
-
 
 // Each rank's gradient: as saved, else recovered from a first step's moments (m / (1-b1)).
 struct RankGradients {
@@ -248,28 +257,6 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
   return gradients;
 }
 
-// Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
-// mean, and the mean of their local gradients), against the one-rank reference.
-void compare_with_reference(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
-                            const std::vector<std::vector<float>>& gradients, Diagnosis& diagnosis) {
-  const std::vector<float> reference = run.reference->parameters.flat(run.parameter_names);
-  diagnosis.equals_reference = std::memcmp(reference.data(), parameters.data(), reference.size() * sizeof(float)) == 0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    diagnosis.max_difference_from_reference =
-        std::max(diagnosis.max_difference_from_reference, std::abs(double(parameters[i]) - reference[i]));
-  }
-  if (run.reference->gradients.empty() || gradients.empty()) return;
-  const auto reference_gradient = run.reference->gradients.flat(prefixed("grad.", run.parameter_names));
-  if (diagnosis.gradients->bitwise) diagnosis.scale = scale_against(gradients[0], reference_gradient, settings);
-  else diagnosis.mean_scale = scale_against(mean_of(gradients), reference_gradient, settings);
-  if (run.ranks[0].local_gradients.empty()) return;
-  std::vector<std::vector<float>> local;
-  for (const RankState& rank : run.ranks) {
-    local.push_back(rank.local_gradients.flat(prefixed("local_grad.", run.parameter_names)));
-  }
-  diagnosis.local_scale = scale_against(mean_of(local), reference_gradient, settings);
-}
-
 }  // namespace
 
 Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
@@ -288,12 +275,13 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   }
   diagnosis.moments_are_first_step = saved.moments_are_first_step;
   diagnosis.gradients_from = saved.from;
-  if (run.reference) compare_with_reference(run, settings, parameters[0], gradients, diagnosis);
+  if (run.baseline) compare_with_baseline(run, settings, parameters[0], diagnosis);
   if (run.ranks[0].clip_norm) diagnosis.norms = norm_figures(run, settings, gradients);
   if (run.ranks.size() > 1) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
   }
   decide(diagnosis);
+  gather_evidence(diagnosis, run, settings);
   return diagnosis;
 }
 

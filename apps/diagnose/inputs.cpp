@@ -5,17 +5,21 @@
 #include <algorithm>
 #include <cctype>
 
+#include "apps/diagnose/printable.h"
 #include "core/error.h"
 
 namespace seqpar::diagnose {
 
 namespace {
 
+int64_t comparisons = 0;
+
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
 
 std::vector<std::string> expand(const std::string& option, const std::string& pattern) {
+  SEQPAR_INPUT_CHECK(!pattern.empty(), option, ": an empty file name");
   if (pattern.find_first_of("*?[") == std::string::npos) return {pattern};
   glob_t matches{};
   const int status = ::glob(pattern.c_str(), 0, nullptr, &matches);
@@ -25,9 +29,24 @@ std::vector<std::string> expand(const std::string& option, const std::string& pa
   return files;
 }
 
-// The last number in the file's name: model_rank12.safetensors -> 12; -1 when none.
-long rank_in_name(const std::string& path) {
-  const std::string name = path.substr(path.find_last_of('/') + 1);
+// The number right after "rank" (and any of _ - .) in `name`, its last such; -1 when none.
+long number_after_rank(const std::string& name) {
+  long found = -1;
+  for (size_t at = 0; at + 4 <= name.size(); ++at) {
+    std::string word = name.substr(at, 4);
+    for (char& c : word) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (word != "rank") continue;
+    size_t begin = at + 4;
+    while (begin < name.size() && (name[begin] == '_' || name[begin] == '-' || name[begin] == '.')) ++begin;
+    size_t end = begin;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end > begin && end - begin <= 6) found = std::stol(name.substr(begin, end - begin));
+  }
+  return found;
+}
+
+// The last number in `name`: model_12.safetensors -> 12; -1 when none.
+long last_number(const std::string& name) {
   size_t end = name.size();
   while (end > 0 && !std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
   size_t begin = end;
@@ -36,16 +55,23 @@ long rank_in_name(const std::string& path) {
   return std::stol(name.substr(begin, end - begin));
 }
 
+// The optimizer's step count, in any of the ways a flattened state names it.
+bool is_step_count(const std::string& name) {
+  const std::string tail = ".step";
+  return name == "step" || starts_with(name, "step.") ||
+         (name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0);
+}
+
 // Where a tensor of a rank's file goes. `grads_file`: names without a known prefix are
 // gradients; `optimizer_file`: only the moments are allowed.
 void sort_into(RankState& state, StoredTensor tensor, const std::string& path, bool grads_file,
                bool optimizer_file) {
   const std::string name = tensor.name;
-  std::vector<StoredTensor>* target = nullptr;
-  if (starts_with(name, "exp_avg_sq.")) target = &state.exp_avg_sq.tensors;
-  else if (starts_with(name, "exp_avg.")) target = &state.exp_avg.tensors;
-  else if (starts_with(name, "local_grad.")) target = &state.local_gradients.tensors;
-  else if (starts_with(name, "grad.")) target = &state.gradients.tensors;
+  TensorSet* target = nullptr;
+  if (starts_with(name, "exp_avg_sq.")) target = &state.exp_avg_sq;
+  else if (starts_with(name, "exp_avg.")) target = &state.exp_avg;
+  else if (starts_with(name, "local_grad.")) target = &state.local_gradients;
+  else if (starts_with(name, "grad.")) target = &state.gradients;
   SEQPAR_INPUT_CHECK(target || !optimizer_file, path, ": tensor '", name,
                      "' is not named exp_avg.NAME or exp_avg_sq.NAME (an --optimizer file)");
   if (!target && name == "clip_norm") {
@@ -56,20 +82,23 @@ void sort_into(RankState& state, StoredTensor tensor, const std::string& path, b
     return;
   }
   if (!target && grads_file) tensor.name = "grad." + name;
-  if (!target) target = grads_file ? &state.gradients.tensors : &state.parameters.tensors;
-  for (const std::vector<StoredTensor>* set :
-       {&state.parameters.tensors, &state.gradients.tensors, &state.local_gradients.tensors,
-        &state.exp_avg.tensors, &state.exp_avg_sq.tensors}) {
-    for (const StoredTensor& held : *set) {
-      SEQPAR_INPUT_CHECK(held.name != tensor.name, path, ": tensor '", tensor.name,
-                         "' is also in another of this rank's files");
-    }
+  if (!target) target = grads_file ? &state.gradients : &state.parameters;
+  // The file and the name as stored, of each tensor so far: a second copy is named.
+  const auto [held, added] = state.origin.emplace(tensor.name, path + '\0' + name);
+  if (!added) {
+    const size_t cut = held->second.find('\0');
+    const std::string held_file = held->second.substr(0, cut), held_name = held->second.substr(cut + 1);
+    SEQPAR_INPUT_CHECK(held_file != path, path, ": holds both '", held_name, "' and '", name,
+                       "', one gradient twice (a --grads file may leave out 'grad.'): keep one");
+    SEQPAR_INPUT_FAIL("tensor '", tensor.name, "' is in both ", held_file, " and ", path, " (one rank's files)");
   }
-  target->push_back(std::move(tensor));
+  target->add(std::move(tensor));
 }
 
-void read_into(RankState& state, const std::string& path, bool grads_file, bool optimizer_file) {
-  StoredFile file = read_safetensors(path);
+void read_into(RankState& state, const std::string& path, bool grads_file, bool optimizer_file,
+               std::vector<std::string>& skipped) {
+  StoredFile file = read_safetensors(path, is_step_count);
+  for (const std::string& name : file.skipped) skipped.push_back(name + " (" + path + ")");
   if (state.files.empty()) state.metadata = file.metadata;
   state.files.push_back(path);
   for (StoredTensor& tensor : file.tensors) sort_into(state, std::move(tensor), path, grads_file, optimizer_file);
@@ -105,8 +134,11 @@ void check_complete(const TensorSet& set, const TensorSet& parameters, const std
 // Every rank holds the same kinds of tensors as rank 0, under the same names and shapes.
 void check_ranks_alike(const RunFiles& run) {
   const RankState& first = run.ranks[0];
+  SEQPAR_INPUT_CHECK(!first.origin.empty() || first.clip_norm, first.files[0], ": holds no tensors",
+                     run.skipped.empty() ? "" : " (only the optimizer's step count)");
   SEQPAR_INPUT_CHECK(!first.parameters.empty(), first.files[0], ": no parameters (only ",
-                     first.gradients.empty() ? "optimizer state" : "gradients", ")");
+                     first.gradients.empty() ? "optimizer state" : "gradients",
+                     "): give the parameters' file with --ranks, the others with --grads or --optimizer");
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const RankState& state = run.ranks[rank];
     const std::string who = "rank " + std::to_string(rank) + " (" + state.files[0] + ")";
@@ -132,11 +164,37 @@ void check_ranks_alike(const RunFiles& run) {
 
 }  // namespace
 
+int64_t name_comparisons() { return comparisons; }
+
+bool CountedNameEqual::operator()(const std::string& a, const std::string& b) const {
+  ++comparisons;
+  return a == b;
+}
+
+void TensorSet::add(StoredTensor tensor) {
+  const auto [where, added] = index.emplace(tensor.name, tensors.size());
+  SEQPAR_CHECK(added, "tensor '", printable(tensor.name), "' added twice");
+  tensors.push_back(std::move(tensor));
+}
+
 const StoredTensor* TensorSet::find(const std::string& name) const {
-  for (const StoredTensor& tensor : tensors) {
-    if (tensor.name == name) return &tensor;
+  const auto found = index.find(name);
+  return found == index.end() ? nullptr : &tensors[found->second];
+}
+
+long rank_in_path(const std::string& path) {
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= path.size();) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    if (end > start) parts.push_back(path.substr(start, end - start));
+    start = end + 1;
   }
-  return nullptr;
+  if (parts.empty()) return -1;
+  for (size_t i = parts.size(); i-- > 0;) {
+    const long rank = number_after_rank(parts[i]);
+    if (rank >= 0) return rank;
+  }
+  return last_number(parts.back());
 }
 
 std::vector<float> TensorSet::flat(const std::vector<std::string>& names) const {
@@ -149,22 +207,29 @@ std::vector<float> TensorSet::flat(const std::vector<std::string>& names) const 
   return values;
 }
 
-std::vector<std::string> files_by_rank(const std::string& option, const std::vector<std::string>& patterns) {
+std::vector<std::string> files_by_rank(const std::string& option, const std::vector<std::string>& patterns,
+                                       std::vector<std::string>* notes) {
   std::vector<std::string> expanded;
   for (const std::string& pattern : patterns) {
     for (std::string& file : expand(option, pattern)) expanded.push_back(std::move(file));
   }
-  if (expanded.size() == 1) return expanded;  // one rank's file: rank 0, whatever its name
-  std::map<long, std::string> by_rank;
-  {
-    for (const std::string& file : expanded) {
-      const long rank = rank_in_name(file);
-      SEQPAR_INPUT_CHECK(rank >= 0, option, " ", file,
-                         ": no rank number in the file's name (name them like model_rank0.safetensors)");
-      const auto [where, added] = by_rank.emplace(rank, file);
-      SEQPAR_INPUT_CHECK(added || where->second == file, option, ": two files for rank ", rank, ": ",
-                         where->second, " and ", file);
+  if (expanded.size() == 1) {  // one rank's file: the only rank, whatever its name
+    const long rank = rank_in_path(expanded[0]);
+    if (rank > 0 && notes) {
+      notes->push_back(option + " " + expanded[0] + " is the only file, and its name says rank " +
+                       std::to_string(rank) + ": ranks 0 to " + std::to_string(rank - 1) +
+                       " were not given (a glob that matched too little?), so the ranks cannot be compared");
     }
+    return expanded;
+  }
+  std::map<long, std::string> by_rank;
+  for (const std::string& file : expanded) {
+    const long rank = rank_in_path(file);
+    SEQPAR_INPUT_CHECK(rank >= 0, option, " ", file,
+                       ": no rank number in the file's name or folder (name them like model_rank0.safetensors)");
+    const auto [where, added] = by_rank.emplace(rank, file);
+    SEQPAR_INPUT_CHECK(added || where->second == file, option, ": two files for rank ", rank, ": ",
+                       where->second, " and ", file);
   }
   std::vector<std::string> files;
   for (const auto& [rank, file] : by_rank) {
@@ -178,18 +243,55 @@ std::vector<std::string> files_by_rank(const std::string& option, const std::vec
   return files;
 }
 
+std::vector<std::pair<std::string, std::string>> input_files(const FileLists& lists) {
+  std::vector<std::pair<std::string, std::string>> files;
+  const auto add = [&](const char* option, const std::vector<std::string>& patterns) {
+    for (const std::string& pattern : patterns) {
+      if (pattern.empty()) continue;
+      for (std::string& file : expand(option, pattern)) files.emplace_back(option, std::move(file));
+    }
+  };
+  add("--ranks", lists.ranks);
+  add("--grads", lists.grads);
+  add("--optimizer", lists.optimizer);
+  add("--baseline", lists.baseline);
+  if (!lists.initial.empty()) files.emplace_back("--initial", lists.initial);
+  return files;
+}
+
+namespace {
+
+// The baseline's files merged, each kind it holds complete against rank 0's parameters.
+RankState read_baseline(const std::vector<std::string>& files, const TensorSet& parameters,
+                        std::vector<std::string>& skipped) {
+  RankState baseline;
+  for (const std::string& file : files) read_into(baseline, file, false, false, skipped);
+  const std::string who = "--baseline " + files[0];
+  check_complete(baseline.parameters, parameters, "", who, "parameter");
+  if (!baseline.gradients.empty()) check_complete(baseline.gradients, parameters, "grad.", who, "gradient");
+  if (!baseline.exp_avg.empty()) check_complete(baseline.exp_avg, parameters, "exp_avg.", who, "first moment");
+  if (!baseline.exp_avg_sq.empty()) {
+    check_complete(baseline.exp_avg_sq, parameters, "exp_avg_sq.", who, "second moment");
+  }
+  return baseline;
+}
+
+}  // namespace
+
 RunFiles read_run_files(const FileLists& lists) {
   SEQPAR_INPUT_CHECK(!lists.ranks.empty(), "--ranks: name every rank's file (--ranks 'model_rank*.safetensors')");
   RunFiles run;
-  const std::vector<std::string> rank_files = files_by_rank("--ranks", lists.ranks);
+  const std::vector<std::string> rank_files = files_by_rank("--ranks", lists.ranks, &run.notes);
   run.ranks.resize(rank_files.size());
-  for (size_t rank = 0; rank < rank_files.size(); ++rank) read_into(run.ranks[rank], rank_files[rank], false, false);
+  for (size_t rank = 0; rank < rank_files.size(); ++rank) {
+    read_into(run.ranks[rank], rank_files[rank], false, false, run.skipped);
+  }
   const auto add_files = [&](const char* option, const std::vector<std::string>& patterns, bool grads) {
     if (patterns.empty()) return;
     const std::vector<std::string> files = files_by_rank(option, patterns);
     SEQPAR_INPUT_CHECK(files.size() == rank_files.size(), option, ": files for ", files.size(),
                        " ranks, but --ranks has ", rank_files.size());
-    for (size_t rank = 0; rank < files.size(); ++rank) read_into(run.ranks[rank], files[rank], grads, !grads);
+    for (size_t rank = 0; rank < files.size(); ++rank) read_into(run.ranks[rank], files[rank], grads, !grads, run.skipped);
   };
   add_files("--grads", lists.grads, true);
   add_files("--optimizer", lists.optimizer, false);
@@ -197,19 +299,12 @@ RunFiles read_run_files(const FileLists& lists) {
   for (const StoredTensor& tensor : run.ranks[0].parameters.tensors) run.parameter_names.push_back(tensor.name);
 
   const TensorSet& parameters = run.ranks[0].parameters;
-  if (!lists.reference.empty()) {
-    RankState reference;
-    for (const std::string& file : lists.reference) read_into(reference, file, false, false);
-    const std::string who = "--reference " + lists.reference[0];
-    check_complete(reference.parameters, parameters, "", who, "parameter");
-    if (!reference.gradients.empty()) check_complete(reference.gradients, parameters, "grad.", who, "gradient");
-    run.reference = std::move(reference);
-  }
+  if (!lists.baseline.empty()) run.baseline = read_baseline(lists.baseline, parameters, run.skipped);
   if (!lists.initial.empty()) {
-    StoredFile file = read_safetensors(lists.initial);
+    StoredFile file = read_safetensors(lists.initial, is_step_count);
     TensorSet initial;
     for (StoredTensor& tensor : file.tensors) {
-      if (parameters.find(tensor.name)) initial.tensors.push_back(std::move(tensor));
+      if (parameters.find(tensor.name)) initial.add(std::move(tensor));
       else run.set_aside.push_back(tensor.name + " (" + lists.initial + ")");
     }
     check_complete(initial, parameters, "", "--initial " + lists.initial, "parameter");

@@ -4,8 +4,12 @@
 // Reading order: inputs.h (what is read and how it is checked), diagnosis.h (the
 // figures and verdicts), figures.cpp, verdict.cpp (which pitfall the figures point
 // to), report.cpp.
-#include <iostream>
+#include <sys/stat.h>
 
+#include <iostream>
+#include <sstream>
+
+#include "apps/diagnose/printable.h"
 #include "apps/diagnose/report.h"
 #include "apps/diagnose/settings.h"
 #include "apps/common/command_line.h"
@@ -18,7 +22,7 @@ namespace {
 
 const char* const kUsage =
     "usage: seqpar-diagnose --ranks FILES [--grads FILES] [--optimizer FILES]\n"
-    "                       [--reference FILE]... [--initial FILE]\n"
+    "                       [--baseline FILE]... [--initial FILE]\n"
     "                       [--ds-config FILE] [--lr LR] [--betas B1,B2] [--eps EPS]\n"
     "                       [--weight-decay WD] [--gradient-clipping MAX] [--sp N]\n"
     "                       [--dp N] [--json FILE|-]\n"
@@ -29,9 +33,10 @@ const char* const kUsage =
     "in a file's name is its rank) and says whether the ranks agree, and if not, which of\n"
     "the known pitfalls the numbers show, with its fix and the seqpar-repro scenario that\n"
     "reproduces it. Names: PARAM (after the step), grad.PARAM, local_grad.PARAM,\n"
-    "exp_avg.PARAM, exp_avg_sq.PARAM, clip_norm. --reference: one process on the whole\n"
-    "batch. --initial: the parameters before the first step. Exit status 0 whatever the\n"
-    "verdict, 2 for bad input. See apps/diagnose/README.md.\n";
+    "exp_avg.PARAM, exp_avg_sq.PARAM, clip_norm. --baseline: the one-rank training, one\n"
+    "process on the whole batch (--reference is its old name). --initial: the parameters\n"
+    "before the first step. Exit status 0 whatever the verdict, 2 for bad input. See\n"
+    "apps/diagnose/README.md.\n";
 
 struct Options {
   FileLists files;
@@ -55,7 +60,37 @@ double positive(const std::string& option, const std::string& text) {
   return value;
 }
 
+// The options that take files: a second file after one of them is a glob the shell
+// expanded, which the parser would call an unexpected argument.
+void refuse_unquoted_glob(const std::vector<std::string>& arguments) {
+  for (size_t i = 0; i + 2 < arguments.size(); ++i) {
+    const std::string& option = arguments[i];
+    const bool takes_files = option == "--ranks" || option == "--grads" || option == "--optimizer" ||
+                             option == "--baseline" || option == "--reference";
+    if (!takes_files || arguments[i + 2].empty() || arguments[i + 2][0] == '-') continue;
+    SEQPAR_INPUT_FAIL(option, " ", arguments[i + 1], " ", arguments[i + 2],
+                      ": several files after one ", option, ", as the shell expands an unquoted glob: "
+                      "quote the glob (", option, " 'model_rank*.safetensors') or repeat ", option, " per file");
+  }
+}
+
+// An output never names an input: --json onto any file read (the same file through
+// any link) is refused before any work.
+void refuse_output_onto_input(const std::string& output, const FileLists& files, const std::string& ds_config) {
+  struct stat out {};
+  if (output.empty() || output == "-" || ::stat(output.c_str(), &out) != 0) return;
+  std::vector<std::pair<std::string, std::string>> inputs = input_files(files);
+  if (!ds_config.empty()) inputs.emplace_back("--ds-config", ds_config);
+  for (const auto& [option, path] : inputs) {
+    struct stat in {};
+    if (::stat(path.c_str(), &in) != 0) continue;
+    SEQPAR_INPUT_CHECK(in.st_dev != out.st_dev || in.st_ino != out.st_ino, "--json ", output, ": is the ",
+                       option, " file ", path, "; the report would overwrite it: name another file");
+  }
+}
+
 Options parse_options(const std::vector<std::string>& arguments) {
+  refuse_unquoted_glob(arguments);
   Options o;
   const auto list = [](const char* name, std::vector<std::string>& target) {
     return CommandLineOption{{name}, true, [&target](const std::string& v) { target.push_back(v); }};
@@ -67,7 +102,8 @@ Options parse_options(const std::vector<std::string>& arguments) {
       {{"--help", "-h"}, false, [&](const std::string&) { o.help = true; }},
       {{"--version"}, false, [&](const std::string&) { o.version = true; }},
       list("--ranks", o.files.ranks), list("--grads", o.files.grads), list("--optimizer", o.files.optimizer),
-      list("--reference", o.files.reference), text("--initial", o.files.initial),
+      // --reference: the baseline's old name, still accepted.
+      list("--baseline", o.files.baseline), list("--reference", o.files.baseline), text("--initial", o.files.initial),
       text("--ds-config", o.settings.ds_config), text("--json", o.json_path),
       {{"--lr"}, true, [&](const std::string& v) { o.settings.lr = positive("--lr", v); }},
       {{"--eps"}, true, [&](const std::string& v) { o.settings.eps = positive("--eps", v); }},
@@ -97,11 +133,14 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!options.json_path.empty() && options.json_path != "-") check_output_path("--json", options.json_path);
+  refuse_output_onto_input(options.json_path, options.files, options.settings.ds_config);
   const RunFiles run = read_run_files(options.files);
   const Settings settings = resolve_settings(options.settings, run);
   const Diagnosis diagnosis = diagnose(run, settings);
   std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
-  print_diagnosis(out, run, settings, diagnosis);
+  std::ostringstream report;
+  print_diagnosis(report, run, settings, diagnosis);
+  out << printable_lines(report.str());
   if (options.json_path == "-") {
     std::cout << diagnosis_json(run, settings, diagnosis);
   } else if (!options.json_path.empty()) {
@@ -123,10 +162,11 @@ int main(int argc, char** argv) {
     }
     return status;
   } catch (const seqpar::InputError& error) {
-    std::cerr << "seqpar-diagnose: " << error.what() << '\n';
+    // One line, whatever a name in it holds; long enough for a few paths and names.
+    std::cerr << "seqpar-diagnose: " << seqpar::diagnose::printable(error.what(), 2000) << '\n';
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "seqpar-diagnose: " << error.what() << '\n';
+    std::cerr << "seqpar-diagnose: " << seqpar::diagnose::printable(error.what(), 2000) << '\n';
     return 1;
   }
 }

@@ -93,7 +93,11 @@ void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
 }
 
 void print_scale(std::ostream& out, const char* what, const ScaleFigure& scale) {
-  out << "  " << what << ": " << number(scale.ratio) << "x the one-rank gradient's norm"
+  if (!scale.zero.empty()) {
+    out << "  " << what << " (" << scale.from << "): " << scale.zero << " all zeros; no ratio formed\n";
+    return;
+  }
+  out << "  " << what << " (" << scale.from << "): " << number(scale.ratio) << "x the one-rank gradient's norm"
       << (scale.cause.empty() ? "" : " (" + scale.cause + ")") << "; relative error " << number(scale.relative_error)
       << ", " << number(scale.direction_error) << " with the scale taken out; " << scale.unlike_reference
       << " elements not bitwise equal\n";
@@ -113,7 +117,9 @@ void print_norms(std::ostream& out, const NormFigures& norms, const std::optiona
     out << ")";
   }
   out << '\n';
-  if (!norms.gradient_norms.empty()) {
+  if (!norms.gradient_norms.empty() && norms.gradient_norms[0] == 0) {
+    out << "    rank 0's gradient is all zeros: the clip norm is not compared with it\n";
+  } else if (!norms.gradient_norms.empty()) {
     out << "    " << number(norms.to_gradient) << "x the norm of rank 0's gradient ("
         << number(norms.gradient_norms[0]) << ")" << (norms.to_gradient_cause.empty() ? "" : " " + norms.to_gradient_cause)
         << (norms.own_gradient_norms ? "; each rank's is its own gradient's norm" : "") << '\n';
@@ -128,6 +134,14 @@ void print_norms(std::ostream& out, const NormFigures& norms, const std::optiona
   }
 }
 
+// The optimizer's step counts skipped, the first few by name.
+std::string skipped_text(const std::vector<std::string>& skipped) {
+  std::string text = "skipped " + std::to_string(skipped.size()) +
+                     " optimizer step count(s), not per-parameter tensors: ";
+  for (size_t i = 0; i < skipped.size() && i < 3; ++i) text += (i ? ", " : "") + skipped[i];
+  return text + (skipped.size() > 3 ? ", ..." : "");
+}
+
 }  // namespace
 
 void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& settings, const Diagnosis& diagnosis) {
@@ -135,7 +149,7 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   if (settings.sp > 0) out << ", sp " << settings.sp << " x dp " << std::max(settings.dp, 1);
   if (settings.lr) out << ", lr " << number(*settings.lr);
   out << '\n';
-  for (const std::string& source : settings.sources) out << "  settings: " << source << '\n';
+  for (const std::string& source : settings.sources) out << wrapped("  settings: ", source);
   out << "\nWhat the files show\n";
   print_agreement(out, "parameters", diagnosis.parameters, "");
   if (diagnosis.gradients) print_agreement(out, ("gradients (" + diagnosis.gradients_from + ")").c_str(), *diagnosis.gradients, "grad.");
@@ -145,23 +159,30 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
         : "past the first step (exp_avg_sq is not (1-b2)/(1-b1)^2 exp_avg^2): the 2 lr rule does not apply") << '\n';
   }
   if (diagnosis.first_step && !diagnosis.parameters.bitwise) print_first_step(out, *diagnosis.first_step, *settings.lr);
-  if (diagnosis.equals_reference) {
-    out << "  against the one-rank reference: rank 0's parameters "
-        << (*diagnosis.equals_reference ? "are bitwise equal" : "differ by up to " + number(diagnosis.max_difference_from_reference)) << '\n';
+  if (diagnosis.baseline_distance) {
+    const ParameterDistance& d = *diagnosis.baseline_distance;
+    out << "  against the baseline (one-rank training): rank 0's parameters "
+        << (d.bitwise ? "are bitwise equal" : "differ by up to " + number(d.max_difference)) << '\n';
   }
   if (diagnosis.scale) print_scale(out, "gradient scale", *diagnosis.scale);
   if (diagnosis.mean_scale) print_scale(out, "the ranks' gradients, averaged", *diagnosis.mean_scale);
   if (diagnosis.local_scale) print_scale(out, "the ranks' local gradients, averaged", *diagnosis.local_scale);
   if (diagnosis.norms) print_norms(out, *diagnosis.norms, settings.clipping);
   if (!diagnosis.layout.empty()) out << wrapped("  layout: ", diagnosis.layout);
+  out << "\nWhat the verdict rests on\n";
+  for (const EvidenceLine& line : diagnosis.evidence) {
+    out << wrapped("  " + line.check + ": ", (line.checked ? "" : "not checked - ") + line.text);
+  }
   out << "\nVerdict: " << diagnosis.verdict << '\n' << wrapped("  ", diagnosis.verdict_text);
   for (const Cause& cause : diagnosis.causes) {
     out << '\n' << wrapped("Likely cause: ", cause.pitfall) << wrapped("  evidence:   ", cause.evidence)
         << wrapped("  fix:        ", cause.fix) << "  reproduce:  " << cause.scenario << '\n';
   }
-  if (!diagnosis.notes.empty() || !run.set_aside.empty()) out << '\n';
+  if (!diagnosis.notes.empty() || !run.set_aside.empty() || !run.skipped.empty() || !run.notes.empty()) out << '\n';
+  for (const std::string& note : run.notes) out << wrapped("Note: ", note);
   for (const std::string& note : diagnosis.notes) out << wrapped("Note: ", note);
   for (const std::string& aside : run.set_aside) out << "Note: not a parameter, not used: " << aside << '\n';
+  if (!run.skipped.empty()) out << wrapped("Note: ", skipped_text(run.skipped));
 }
 
 std::string number(double value) {
@@ -170,12 +191,26 @@ std::string number(double value) {
   return text;
 }
 
+namespace {
+
+nlohmann::json baseline_distance(const std::optional<ParameterDistance>& d) {
+  using nlohmann::json;
+  if (!d) return nullptr;
+  return {{"bitwise", d->bitwise}, {"max_difference", d->max_difference},
+          {"max_in_lr", d->max_in_lr ? json(*d->max_in_lr) : json(nullptr)},
+          {"beyond_tolerance", d->beyond_tolerance}, {"beyond_two_and_a_half_lr", d->beyond_two_lr},
+          {"elements", d->elements}};
+}
+
+}  // namespace
+
 std::string diagnosis_json(const RunFiles& run, const Settings& settings, const Diagnosis& diagnosis) {
   using nlohmann::json;
   const auto finite = [](double value) { return std::isfinite(value) ? json(value) : json(nullptr); };
   const auto scale = [&](const std::optional<ScaleFigure>& figure) {
     if (!figure) return json(nullptr);
-    return json{{"ratio", finite(figure->ratio)}, {"cause", figure->cause},
+    return json{{"ratio", finite(figure->ratio)}, {"cause", figure->cause}, {"from", figure->from},
+                {"zero", figure->zero.empty() ? json(nullptr) : json(figure->zero)},
                 {"relative_error", finite(figure->relative_error)},
                 {"direction_error", finite(figure->direction_error)}, {"unlike_reference", figure->unlike_reference}};
   };
@@ -192,11 +227,13 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
               {"rank_groups", diagnosis.parameters.groups},
               {"gradients_agree", diagnosis.gradients ? json(diagnosis.gradients->bitwise) : json(nullptr)},
               {"two_lr_signature", diagnosis.first_step ? json(diagnosis.first_step->two_lr_signature) : json(nullptr)},
-              {"equals_reference", diagnosis.equals_reference ? json(*diagnosis.equals_reference) : json(nullptr)},
+              {"equals_reference", diagnosis.baseline_distance ? json(diagnosis.baseline_distance->bitwise) : json(nullptr)},
+              {"baseline_distance", baseline_distance(diagnosis.baseline_distance)},
               {"gradient_scale", scale(diagnosis.scale)},
               {"mean_gradient_scale", scale(diagnosis.mean_scale)},
               {"local_gradient_scale", scale(diagnosis.local_scale)},
               {"layout", diagnosis.layout},
+              {"settings", settings.sources},
               {"notes", diagnosis.notes}};
   if (diagnosis.norms) {
     const NormFigures& n = *diagnosis.norms;
@@ -208,13 +245,19 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
   } else {
     out["clip_norm"] = nullptr;
   }
+  out["evidence"] = json::array();
+  for (const EvidenceLine& line : diagnosis.evidence) {
+    out["evidence"].push_back({{"check", line.check}, {"checked", line.checked}, {"text", line.text}});
+  }
+  out["file_notes"] = run.notes;
+  out["skipped"] = run.skipped;
   out["causes"] = json::array();
   for (const Cause& cause : diagnosis.causes) {
     out["causes"].push_back({{"pitfall", cause.pitfall}, {"evidence", cause.evidence}, {"fix", cause.fix},
                              {"scenario", cause.scenario}});
   }
-  (void)run;
-  return out.dump(2) + "\n";
+  // Names from the files may hold bytes that are not UTF-8: they come out as U+FFFD.
+  return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace seqpar::diagnose

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
+#include "apps/diagnose/printable.h"
 #include "core/error.h"
 
 namespace seqpar::diagnose {
@@ -29,7 +31,7 @@ uint64_t little_endian_u64(const unsigned char* bytes) {
 int dtype_bytes(const std::string& path, const std::string& name, const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
-  SEQPAR_INPUT_FAIL(path, ": tensor '", name, "' is ", dtype,
+  SEQPAR_INPUT_FAIL(path, ": tensor '", printable(name), "' is ", printable(dtype),
                     "; seqpar-diagnose reads F32, F16 and BF16 (convert it to float32 before saving)");
 }
 
@@ -48,6 +50,44 @@ std::string whole_file(const std::string& path) {
   return bytes;
 }
 
+// A torch.save file is a zip archive ("PK\3\4"), or before PyTorch 1.6 a pickle
+// (protocol 2: 0x80 0x02): its first bytes as a header length are absurd.
+void refuse_torch_save(const std::string& path, const std::string& bytes) {
+  const bool zip = bytes.compare(0, 4, "PK\x03\x04") == 0;
+  const bool pickle = bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] >= 2 && bytes[1] <= 5;
+  SEQPAR_INPUT_CHECK(!zip && !pickle, path, ": a torch.save file (", zip ? "a zip archive" : "a pickle",
+                     "), not safetensors; save it as safetensors with: python3 -c \"import torch; "
+                     "from safetensors.torch import save_file; save_file({k: v.float().contiguous() "
+                     "for k, v in torch.load('", path, "').items()}, '", path, ".safetensors')\"");
+}
+
+// The first top-level key given twice in a header, "" when none: nlohmann's DOM keeps
+// the last silently, so the keys are read once more through its SAX interface (its
+// callback parser would cost a scan of the object per key).
+struct TopLevelKeys : nlohmann::json_sax<json> {
+  int depth = 0;
+  std::unordered_set<std::string> seen;
+  std::string twice;
+
+  bool key(string_t& name) override {
+    if (depth == 1 && !seen.insert(name).second && twice.empty()) twice = name;
+    return true;
+  }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+// The header as JSON; a name given twice is refused, as the safetensors library does.
 json parse_header(const std::string& path, const std::string& text) {
   json header;
   try {
@@ -56,6 +96,10 @@ json parse_header(const std::string& path, const std::string& text) {
     SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
   }
   SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
+  TopLevelKeys keys;
+  json::sax_parse(text, &keys);
+  SEQPAR_INPUT_CHECK(keys.twice.empty(), path, ": the header names '", printable(keys.twice),
+                     "' twice (the safetensors library refuses such a file)");
   return header;
 }
 
@@ -72,13 +116,15 @@ std::vector<int64_t> shape_of(const std::string& path, const std::string& name, 
 }
 
 // Decodes one header entry and its bytes of `data`.
-StoredTensor read_tensor(const std::string& path, const std::string& name, const json& entry,
-                         const std::string& data, std::pair<uint64_t, uint64_t>& range) {
+// `decode`: false for a skipped tensor, whose dtype is not checked.
+StoredTensor read_tensor(const std::string& path, const std::string& full_name, const json& entry,
+                         const std::string& data, std::pair<uint64_t, uint64_t>& range, bool decode) {
+  const std::string name = printable(full_name);  // for the errors
   SEQPAR_INPUT_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
                          entry.contains("data_offsets") && entry.at("dtype").is_string(),
                      path, ": tensor '", name, "' lacks dtype, shape or data_offsets");
-  StoredTensor tensor{name, entry.at("dtype").get<std::string>(), shape_of(path, name, entry), {}};
-  const int bytes = dtype_bytes(path, name, tensor.dtype);
+  StoredTensor tensor{full_name, entry.at("dtype").get<std::string>(), shape_of(path, name, entry), {}};
+  const int bytes = decode ? dtype_bytes(path, name, tensor.dtype) : 0;
   const json& offsets = entry.at("data_offsets");
   SEQPAR_INPUT_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
                          offsets[1].is_number_unsigned(),
@@ -90,12 +136,13 @@ StoredTensor read_tensor(const std::string& path, const std::string& name, const
                        name, "': shape ", shape_text(tensor.shape), " is too large");
     count *= uint64_t(dim);
   }
-  SEQPAR_INPUT_CHECK(range.first <= range.second && range.second - range.first == count * bytes, path,
+  SEQPAR_INPUT_CHECK(range.first <= range.second && (!decode || range.second - range.first == count * bytes), path,
                      ": tensor '", name, "': data_offsets [", range.first, ", ", range.second,
-                     "] do not hold shape ", shape_text(tensor.shape), " of ", tensor.dtype);
+                     "] do not hold shape ", shape_text(tensor.shape), " of ", printable(tensor.dtype));
   SEQPAR_INPUT_CHECK(range.second <= data.size(), path, ": truncated: tensor '", name,
                      "' ends at byte ", range.second, " of the data, but the file holds ",
                      data.size(), " bytes of data");
+  if (!decode) return tensor;
   tensor.values.resize(count);
   const char* source = data.data() + range.first;
   for (uint64_t i = 0; i < count; ++i) {
@@ -141,8 +188,31 @@ float float_from_bfloat16(uint16_t bits) {
   return value;
 }
 
-StoredFile read_safetensors(const std::string& path) {
+namespace {
+
+// The tensors' byte ranges, in order, must tile [0, data_bytes): no overlap, no gap, no
+// bytes after the last (the safetensors library refuses the same files).
+void check_tiling(const std::string& path, std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>>& ranges,
+                  const std::vector<StoredTensor>& tensors, uint64_t data_bytes) {
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto [begin, end] = ranges[i].first;
+    SEQPAR_INPUT_CHECK(begin >= covered || i == 0, path, ": tensors '", printable(tensors[ranges[i - 1].second].name),
+                       "' and '", printable(tensors[ranges[i].second].name), "' overlap in the data");
+    SEQPAR_INPUT_CHECK(begin == covered, path, ": data bytes ", covered, " to ", begin,
+                       " belong to no tensor (the safetensors library refuses such a file)");
+    covered = end;
+  }
+  SEQPAR_INPUT_CHECK(covered == data_bytes, path, ": data bytes ", covered, " to ", data_bytes,
+                     " after the last tensor belong to no tensor (the safetensors library refuses such a file)");
+}
+
+}  // namespace
+
+StoredFile read_safetensors(const std::string& path, bool (*skip)(const std::string& name)) {
   const std::string bytes = whole_file(path);
+  refuse_torch_save(path, bytes);
   SEQPAR_INPUT_CHECK(bytes.size() >= 8, path, ": truncated: ", bytes.size(),
                      " bytes, not even the 8-byte header length (is it a safetensors file?)");
   const uint64_t length = little_endian_u64(reinterpret_cast<const unsigned char*>(bytes.data()));
@@ -153,30 +223,28 @@ StoredFile read_safetensors(const std::string& path) {
                      " bytes, but the file holds ", bytes.size() - 8, " after the length");
   const json header = parse_header(path, bytes.substr(8, length));
   const std::string data = bytes.substr(8 + length);
-  StoredFile file{path, {}, {}};
+  StoredFile file{path, {}, {}, {}};
+  std::vector<StoredTensor> tensors;  // decoded and skipped, for the tiling check
   std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       SEQPAR_INPUT_CHECK(entry.is_object(), path, ": __metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
-        SEQPAR_INPUT_CHECK(value.is_string(), path, ": __metadata__ '", key, "' is not a string");
+        SEQPAR_INPUT_CHECK(value.is_string(), path, ": __metadata__ '", printable(key), "' is not a string");
         file.metadata[key] = value.get<std::string>();
       }
       continue;
     }
     std::pair<uint64_t, uint64_t> range;
-    file.tensors.push_back(read_tensor(path, name, entry, data, range));
-    ranges.push_back({range, file.tensors.size() - 1});
+    tensors.push_back(read_tensor(path, name, entry, data, range, !(skip && skip(name))));
+    ranges.push_back({range, tensors.size() - 1});
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    SEQPAR_INPUT_CHECK(ranges[i].first.first >= ranges[i - 1].first.second, path, ": tensors '",
-                       file.tensors[ranges[i - 1].second].name, "' and '",
-                       file.tensors[ranges[i].second].name, "' overlap in the data");
+  check_tiling(path, ranges, tensors, data.size());
+  for (const auto& range : ranges) {
+    StoredTensor& tensor = tensors[range.second];
+    if (skip && skip(tensor.name)) file.skipped.push_back(std::move(tensor.name));
+    else file.tensors.push_back(std::move(tensor));
   }
-  std::vector<StoredTensor> ordered;
-  for (const auto& range : ranges) ordered.push_back(std::move(file.tensors[range.second]));
-  file.tensors = std::move(ordered);
   return file;
 }
 

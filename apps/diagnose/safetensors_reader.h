@@ -10,9 +10,11 @@
 // differences or hide them.
 //
 // Everything wrong with a file is a seqpar::InputError of one line naming the file and
-// what is wrong: missing, not a regular file, shorter than its header says, a header
-// larger than kMaxHeaderBytes or not JSON, a tensor whose bytes lie outside the data or
-// do not match its shape.
+// what is wrong: missing, not a regular file, a torch.save file (with the line that
+// saves it as safetensors), shorter than its header says, a header larger than
+// kMaxHeaderBytes or not JSON, a name given twice, a tensor whose bytes lie outside the
+// data or do not match its shape, data bytes that no tensor covers. As the safetensors
+// library does, the tensors' bytes must tile the data exactly.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +38,13 @@ struct StoredTensor {
 struct StoredFile {
   std::string path;
   std::vector<StoredTensor> tensors;  // in the order of their data in the file
+  std::vector<std::string> skipped;   // the names `skip` chose, not decoded
   std::map<std::string, std::string> metadata;
 };
 
-StoredFile read_safetensors(const std::string& path);
+// `skip`: names whose tensors are left out undecoded (their dtype is not checked, their
+// bytes still must lie in the data).
+StoredFile read_safetensors(const std::string& path, bool (*skip)(const std::string& name) = nullptr);
 
 // Exact widenings of the two 16-bit formats.
 float float_from_half(uint16_t bits);

@@ -1,12 +1,21 @@
 #include "apps/diagnose/settings.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "apps/repro/config.h"
-#include "apps/repro/config_input.h"
 #include "core/error.h"
 
 namespace seqpar::diagnose {
 
 namespace {
+
+using nlohmann::json;
 
 void take(const repro::ReproConfig& config, Settings& settings) {
   settings.lr = config.adamw.lr();
@@ -19,21 +28,175 @@ void take(const repro::ReproConfig& config, Settings& settings) {
   settings.dp = int(config.data_parallel_size);
 }
 
+// Edit distance, for the typo check on a few short keys.
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Reads one key of `object` into `target`: a number, "auto" (the flag is recorded), or
+// absent (`fallback`, when given, with `defaulted` noting it).
+struct KeyReader {
+  const std::string& path;
+  DeepSpeedSettings& out;
+  std::vector<std::string> defaulted;
+
+  void number(const json& object, const std::string& key, const std::string& shown, const char* flag,
+              std::optional<double>& target, std::optional<double> fallback) {
+    if (!object.contains(key)) {
+      target = fallback;
+      if (fallback) defaulted.push_back(shown + " " + format(*fallback));
+      return;
+    }
+    const json& value = object.at(key);
+    if (value.is_string() && value.get<std::string>() == "auto") {
+      if (shown == "optimizer.params.lr") out.lr_is_auto = true;
+      else out.settings.sources.push_back(shown + " is \"auto\" in " + path + ": unknown unless " + flag + " gives it");
+      return;
+    }
+    SEQPAR_INPUT_CHECK(value.is_number(), "--ds-config ", path, ": ", shown, " is ", value.dump(), ", not a number");
+    target = value.get<double>();
+  }
+
+  static std::string format(double value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  }
+};
+
+void read_optimizer(const json& config, const std::string& path, KeyReader& keys, Settings& s) {
+  if (!config.contains("optimizer")) {
+    s.sources.push_back(path + " has no optimizer section (the client's optimizer): lr, betas, eps and "
+                        "weight decay are unknown unless given (--lr, --betas, --eps, --weight-decay)");
+    return;
+  }
+  const json& optimizer = config.at("optimizer");
+  SEQPAR_INPUT_CHECK(optimizer.is_object(), "--ds-config ", path, ": optimizer is not an object");
+  std::string type = optimizer.value("type", std::string("Adam"));
+  std::string lower = type;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const bool adam = lower == "adam" || lower == "adamw" || lower == "fusedadam";
+  const json params = optimizer.value("params", json::object());
+  SEQPAR_INPUT_CHECK(params.is_object(), "--ds-config ", path, ": optimizer.params is not an object");
+  const auto maybe = [&](double value) { return adam ? std::optional<double>(value) : std::nullopt; };
+  keys.number(params, "lr", "optimizer.params.lr", "--lr", s.lr, maybe(1e-3));
+  keys.number(params, "eps", "optimizer.params.eps", "--eps", s.eps, maybe(1e-8));
+  keys.number(params, "weight_decay", "optimizer.params.weight_decay", "--weight-decay", s.weight_decay, maybe(0));
+  if (params.contains("betas") && params.at("betas") == "auto") {
+    s.sources.push_back("optimizer.params.betas is \"auto\" in " + path + ": unknown unless --betas gives them");
+  } else if (params.contains("betas")) {
+    const json& betas = params.at("betas");
+    SEQPAR_INPUT_CHECK(betas.is_array() && betas.size() == 2 && betas[0].is_number() && betas[1].is_number(),
+                       "--ds-config ", path, ": optimizer.params.betas is ", betas.dump(), ", not [b1, b2]");
+    s.beta1 = betas[0].get<double>();
+    s.beta2 = betas[1].get<double>();
+  } else if (adam) {
+    s.beta1 = 0.9;
+    s.beta2 = 0.999;
+    keys.defaulted.push_back("betas 0.9, 0.999");
+  }
+  if (!adam) {
+    s.sources.push_back("optimizer " + type + " in " + path + ": the first-step rule and the moments' checks "
+                        "assume Adam, so they are not applied unless --betas is given");
+  }
+}
+
+int mesh_size(const json& config, const std::string& key, const std::string& path) {
+  if (!config.contains(key) || config.at(key) == "auto") return 0;
+  const json& value = config.at(key);
+  SEQPAR_INPUT_CHECK(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= (1 << 16),
+                     "--ds-config ", path, ": ", key, " is ", value.dump(), ", not a size from 1 to 65536");
+  return int(value.get<int64_t>());
+}
+
+// sp and dp not given: from the number of rank files. Fails when sp x dp cannot be
+// the number of files (one rank's files alone are accepted).
+void mesh_from_files(Settings& settings, int ranks) {
+  if (settings.sp == 0 && settings.dp == 0) {
+    settings.sp = ranks;
+    settings.dp = 1;
+    if (ranks > 1) settings.sources.push_back("assumed sp " + std::to_string(ranks) + " x dp 1 (one rank file each; --sp and --dp say otherwise)");
+  } else if (settings.sp == 0) {
+    SEQPAR_INPUT_CHECK(ranks % settings.dp == 0 || ranks == 1, "dp ", settings.dp, ": ", ranks,
+                       " rank file(s) are not a multiple of it (missing ranks?)");
+    settings.sp = ranks == 1 ? 1 : ranks / settings.dp;
+  } else if (settings.dp == 0) {
+    SEQPAR_INPUT_CHECK(ranks % settings.sp == 0 || ranks == 1, "sp ", settings.sp, ": ", ranks,
+                       " rank file(s) are not a multiple of it (missing ranks?)");
+    settings.dp = ranks == 1 ? 1 : ranks / settings.sp;
+  }
+  const int64_t mesh = int64_t(settings.sp) * int64_t(settings.dp);
+  SEQPAR_INPUT_CHECK(ranks == 1 || mesh == ranks, "sp ", settings.sp, " x dp ", settings.dp, " = ", mesh,
+                     " ranks, but --ranks names ", ranks, " file(s) (missing ranks, or give --sp and --dp)");
+}
+
 }  // namespace
+
+DeepSpeedSettings read_ds_config(const std::string& text, const std::string& path) {
+  json config;
+  try {
+    config = json::parse(text);
+  } catch (const json::exception& error) {
+    SEQPAR_INPUT_FAIL("--ds-config ", path, ": not JSON (", error.what(), ")");
+  }
+  SEQPAR_INPUT_CHECK(config.is_object(), "--ds-config ", path, ": not a JSON object");
+  const std::vector<std::string> read_keys = {"optimizer", "gradient_clipping", "sequence_parallel_size",
+                                              "data_parallel_size"};
+  for (const auto& item : config.items()) {
+    for (const std::string& known : read_keys) {
+      const size_t apart = distance(item.key(), known);
+      SEQPAR_INPUT_CHECK(apart == 0 || apart > 2, "--ds-config ", path, ": key '", item.key(),
+                         "': did you mean '", known, "'?");
+    }
+  }
+  DeepSpeedSettings out;
+  Settings& s = out.settings;
+  KeyReader keys{path, out, {}};
+  read_optimizer(config, path, keys, s);
+  keys.number(config, "gradient_clipping", "gradient_clipping", "--gradient-clipping", s.clipping, 0.0);
+  s.sp = mesh_size(config, "sequence_parallel_size", path);
+  s.dp = mesh_size(config, "data_parallel_size", path);
+  std::string line = "optimizer and mesh from " + path;
+  if (!keys.defaulted.empty()) {
+    line += "; left out, so DeepSpeed's defaults:";
+    for (size_t i = 0; i < keys.defaulted.size(); ++i) line += (i ? ", " : " ") + keys.defaulted[i];
+  }
+  s.sources.insert(s.sources.begin(), line);
+  if (config.contains("scheduler")) {
+    s.sources.push_back("a scheduler in " + path + " sets each step's lr: optimizer.params.lr is used unless "
+                        "--lr gives the lr of the step saved");
+  }
+  return out;
+}
 
 Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   Settings settings;
+  bool lr_is_auto = false;
   const auto metadata = run.ranks[0].metadata.find("config");
   if (!flags.ds_config.empty()) {
-    try {
+    std::ifstream file(flags.ds_config, std::ios::binary);
+    SEQPAR_INPUT_CHECK(file.is_open(), "--ds-config ", flags.ds_config, ": cannot read: ", std::strerror(errno));
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    if (repro::config_format_for(flags.ds_config, text) == repro::ConfigFormat::Json) {
+      DeepSpeedSettings read = read_ds_config(text, flags.ds_config);
+      settings = std::move(read.settings);
+      lr_is_auto = read.lr_is_auto;
+    } else {
       take(repro::load_config(flags.ds_config), settings);
-    } catch (const InputError& error) {
-      // seqpar-repro refuses what it cannot reproduce (half precision, schedulers, ...),
-      // which the diagnosis does not need: the flags carry the few numbers it does.
-      SEQPAR_INPUT_FAIL("--ds-config: ", error.what(), " (or give --lr, --betas, --sp and --dp instead)");
+      settings.sources.push_back("optimizer and mesh from " + flags.ds_config +
+                                 " (a seqpar config: keys left out take the bug report's values)");
     }
-    settings.sources.push_back("optimizer and mesh from " + flags.ds_config +
-                               " (as seqpar-repro reads it: keys left out take the bug report's values)");
   } else if (metadata != run.ranks[0].metadata.end() && run.ranks[0].metadata.count("producer") &&
              run.ranks[0].metadata.at("producer") == "seqpar-repro") {
     take(repro::parse_config(metadata->second, {}, run.ranks[0].files[0] + " (metadata)"), settings);
@@ -56,27 +219,9 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   if (flags.sp) given += (given.empty() ? "" : ", ") + std::string("sp");
   if (flags.dp) given += (given.empty() ? "" : ", ") + std::string("dp");
   if (!given.empty()) settings.sources.push_back("from the command line: " + given);
-  const int ranks = int(run.ranks.size());
-  if (settings.sp == 0 && settings.dp == 0) {
-    settings.sp = ranks;
-    settings.dp = 1;
-    if (ranks > 1) settings.sources.push_back("assumed sp " + std::to_string(ranks) + " x dp 1 (one rank file each; --sp and --dp say otherwise)");
-  } else if (settings.sp == 0) {
-    SEQPAR_INPUT_CHECK(ranks % settings.dp == 0 || ranks == 1, "dp ", settings.dp, ": ", ranks,
-                       " rank file(s) are not a multiple of it (missing ranks?)");
-    if (ranks == 1) settings.sp = 1;
-    if (ranks > 1) settings.sp = ranks / settings.dp;
-  } else if (settings.dp == 0) {
-    SEQPAR_INPUT_CHECK(ranks % settings.sp == 0 || ranks == 1, "sp ", settings.sp, ": ", ranks,
-                       " rank file(s) are not a multiple of it (missing ranks?)");
-    settings.dp = ranks == 1 ? 1 : ranks / settings.sp;
-  }
-  SEQPAR_INPUT_CHECK(ranks == 1 || settings.sp * settings.dp == ranks, "sp ", settings.sp, " x dp ", settings.dp,
-                     " = ", settings.sp * settings.dp, " ranks, but --ranks names ", ranks,
-                     " file(s) (missing ranks, or give --sp and --dp)");
-  if (!settings.lr) {
-    settings.sources.push_back("no lr (--lr or --ds-config): the 2 lr signature is not checked");
-  }
+  SEQPAR_INPUT_CHECK(!lr_is_auto || flags.lr, "--ds-config ", flags.ds_config, ": optimizer.params.lr is \"auto\" "
+                     "(the Hugging Face Trainer fills it in): give the value with --lr");
+  mesh_from_files(settings, int(run.ranks.size()));
   return settings;
 }
 

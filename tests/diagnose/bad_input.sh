@@ -19,8 +19,29 @@ mkfifo "$fx/fifo_rank0.safetensors"
 mkdir "$fx/dir_rank0.safetensors"
 printf '{"sequence_paralel_size": 4}\n' > "$fx/typo.json"
 printf '{"sequence_parallel_size": 4, "fp16": {"enabled": true}}\n' > "$fx/fp16.json"
+# A Hugging Face Trainer's DeepSpeed config: bf16, a scheduler, ZeRO with offload, and
+# "auto" on keys the diagnosis does not read.
+cat > "$fx/hf.json" <<'JSON'
+{"bf16": {"enabled": "auto"}, "fp16": {"enabled": false},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+               "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                       "offload_param": {"device": "cpu"}, "stage3_gather_16bit_weights_on_model_save": true},
+ "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+ "train_micro_batch_size_per_gpu": "auto", "steps_per_print": 2000, "wall_clock_breakdown": false}
+JSON
+sed 's/"lr": 1e-4/"lr": "auto"/' "$fx/hf.json" > "$fx/hf_auto_lr.json"
+printf '{"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}\n' > "$fx/plain.json"
+ln -s "$fx/good_rank1.safetensors" "$fx/link_to_rank1.json"
+ln -s "$fx/noname.safetensors" "$fx/linked_rank0.safetensors"
 passed=0
 failed=0
+
+# The fixtures' bytes (regular files only: the FIFO would block): no case may change them.
+inputs_digest() {
+  find "$fx" -type f -print0 | sort -z | xargs -0 cat | md5sum
+}
 
 # check NAME STATUS EXPECTED -- ARGUMENTS...
 check() {
@@ -29,9 +50,13 @@ check() {
   local dir="$work/case"
   rm -rf "$dir" && mkdir -p "$dir"
   local status
+  local before
+  before=$(inputs_digest)
   (cd "$dir" && exec timeout -s KILL 60 "$program" --json out.json "$@" > "$work/stdout" 2> "$work/stderr")
   status=$?
   local problems=()
+  [ "$(inputs_digest)" = "$before" ] || problems+=("an input file changed")
+  grep -q $'\x1b' "$work/stdout" "$work/stderr" && problems+=("a raw ESC reached the terminal")
   [ "$status" -eq "$expected_status" ] || problems+=("exit status $status, expected $expected_status")
   if [ "$expected_status" -ne 0 ]; then
     [ "$(wc -l < "$work/stderr")" -eq 1 ] || problems+=("$(wc -l < "$work/stderr") lines on stderr, expected one")
@@ -80,11 +105,11 @@ check "mismatched names" 2 "no parameter 'bias', which rank 0 has" -- --ranks "$
 check "mismatched shapes" 2 "'weight' has shape [3, 4], rank 0's parameter 'weight' [4, 3]" -- \
   --ranks "$fx/shapes_rank*.safetensors"
 check "mismatched dtypes" 2 "'weight' is BF16, rank 0's parameter 'weight' F32" -- --ranks "$fx/dtypes_rank*.safetensors"
-check "reference of another shape" 2 "--reference" -- --ranks "$fx/good_rank*.safetensors" \
+check "baseline of another shape (--reference, the old name)" 2 "--baseline" -- --ranks "$fx/good_rank*.safetensors" \
   --reference "$fx/reference_shapes.safetensors"
 check "a clip_norm of two values" 2 "clip_norm has shape [2]" -- --ranks "$fx/clip_rank0.safetensors"
 # ---- broken files
-check "a file without tensors" 2 "no parameters" -- --ranks "$fx/empty_rank0.safetensors"
+check "a header of {}" 2 "holds no tensors" -- --ranks "$fx/empty_rank0.safetensors"
 check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16 and BF16" -- \
   --ranks "$fx/int_rank0.safetensors"
 check "a truncated file" 2 "truncated: tensor 'bias' ends at byte 64" -- --ranks "$fx/truncated_rank0.safetensors"
@@ -119,8 +144,58 @@ for flag in --help --version; do
     failed=$((failed + 1)); echo "FAIL  $flag"
   fi
 done
-check "a ds_config seqpar-repro refuses" 2 "(or give --lr, --betas, --sp and --dp instead)" -- \
+check "fp16 in a ds_config is not read" 0 '"verdict": "RANKS AGREE"' -- \
   --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/fp16.json"
+# ---- the configs users have: bf16, a scheduler, ZeRO offload, "auto"; DeepSpeed's defaults
+check "a Hugging Face ds_config (bf16, scheduler, auto)" 0 '"verdict": "RANKS AGREE"' -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/hf.json"
+check "\"auto\" on the lr asks for --lr" 2 'optimizer.params.lr is "auto" (the Hugging Face Trainer fills it in): give the value with --lr' -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/hf_auto_lr.json"
+check "\"auto\" on the lr, with --lr" 0 'gradient_clipping is \"auto\"' -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/hf_auto_lr.json" --lr 1e-4
+check "a plain ds_config: no sp, no clipping, 2 files" 0 '"sequence_parallel_size": 2' -- \
+  --ranks "$fx/two_rank*.safetensors" --ds-config "$fx/plain.json"
+check "DeepSpeed's default clipping (0)" 0 "gradient_clipping 0" -- \
+  --ranks "$fx/two_rank*.safetensors" --ds-config "$fx/plain.json"
+# ---- an output never names an input
+check "--json onto a rank file" 2 "is the --ranks file" -- --ranks "$fx/good_rank*.safetensors" \
+  --json "$fx/good_rank0.safetensors"
+check "--json onto a link to a rank file" 2 "is a symbolic link" -- --ranks "$fx/good_rank*.safetensors" \
+  --json "$fx/link_to_rank1.json"
+check "--json onto a file a rank's link points to" 2 "is the --ranks file $fx/linked_rank0.safetensors" -- \
+  --ranks "$fx/linked_rank*.safetensors" --json "$fx/noname.safetensors"
+check "--json onto the ds_config" 2 "is the --ds-config file" -- --ranks "$fx/good_rank*.safetensors" \
+  --ds-config "$fx/plain.json" --json "$fx/plain.json"
+check "--json onto the baseline" 2 "is the --baseline file" -- --ranks "$fx/good_rank*.safetensors" \
+  --baseline "$fx/noname.safetensors" --json "$fx/noname.safetensors"
+# ---- the files users have
+check "a torch.save file" 2 "a torch.save file (a zip archive), not safetensors; save it as safetensors with: python3 -c" -- \
+  --ranks "$fx/torch_rank0.pt"
+check "an old torch.save file" 2 "a torch.save file (a pickle)" -- --ranks "$fx/pickle_rank0.pt"
+check "an unquoted glob" 2 "quote the glob" -- --ranks "$fx/good_rank0.safetensors" "$fx/good_rank1.safetensors"
+check "rank before step: model_rank1_step100 is rank 1" 0 '"ranks": 2' -- --ranks "$fx/model_rank*_step100.safetensors"
+check "the rank in the folder: rank1/model.safetensors" 0 '"ranks": 2' -- --ranks "$fx/rank*/model.safetensors"
+check "a glob that found only rank 3" 0 "its name says rank 3: ranks 0 to 2 were not given" -- \
+  --ranks "$fx/only_rank*.safetensors"
+check "ranks that start at 1" 2 "rank 0 is missing (files for ranks 1, 2)" -- --ranks "$fx/late_rank*.safetensors"
+check "an optimizer state with its step" 0 'weight.step' -- --ranks "$fx/two_rank*.safetensors" \
+  --optimizer "$fx/adam_rank*.safetensors"
+# ---- the format, as strict as the safetensors library
+check "a name twice in a header" 2 "the header names 'weight' twice" -- --ranks "$fx/twice_rank0.safetensors"
+check "bytes after the last tensor" 2 "data bytes 64 to 72 after the last tensor belong to no tensor" -- \
+  --ranks "$fx/tail_rank0.safetensors"
+check "bytes between tensors" 2 "data bytes 48 to 64 belong to no tensor" -- --ranks "$fx/hole_rank0.safetensors"
+# ---- names and paths printed escaped, errors on one line
+check "ESC and a newline in a tensor name" 2 "tensor 'w\\x1b[31mred\\x0aline' is I64" -- --ranks "$fx/esc_rank0.safetensors"
+check "ESC and BEL in a name in the report" 0 '"verdict": "BROKEN: RANKS DIVERGE"' -- \
+  --ranks "$fx/escnames_rank*.safetensors"
+check "invalid UTF-8 in a path" 2 "\\xff_rank0.safetensors: cannot read" -- --ranks "$fx/"$'\xff'"_rank0.safetensors"
+# ---- the four messages
+check "--ranks ''" 2 "--ranks: an empty file name" -- --ranks ''
+check "--sp 65536 --dp 65536" 2 "sp 65536 x dp 65536 = 4294967296 ranks" -- --ranks "$fx/good_rank*.safetensors" \
+  --sp 65536 --dp 65536
+check "a --grads file with w and grad.w" 2 "holds both 'weight' and 'grad.weight', one gradient twice" -- \
+  --ranks "$fx/good_rank0.safetensors" --grads "$fx/both_grads_rank0.safetensors"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

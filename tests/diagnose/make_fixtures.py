@@ -21,8 +21,9 @@ def encode(values, dtype):
     return struct.pack(f"<{len(values)}q", *[int(v) for v in values])  # I64
 
 
-def write(path, tensors, header_length=None, cut=0, extra_header=None):
-    """tensors: [(name, dtype, shape, values)]."""
+def write(path, tensors, header_length=None, cut=0, extra_header=None, header_text=None, tail=b""):
+    """tensors: [(name, dtype, shape, values)]; header_text replaces the JSON written (a
+    name twice); tail is appended after the data (bytes no tensor covers)."""
     header, blobs, offset = {}, [], 0
     for name, dtype, shape, values in tensors:
         data = encode(values, dtype)
@@ -30,9 +31,9 @@ def write(path, tensors, header_length=None, cut=0, extra_header=None):
         offset += len(data)
         blobs.append(data)
     header.update(extra_header or {})
-    text = json.dumps(header).encode()
+    text = header_text.encode() if header_text is not None else json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
-    body = (header_length if header_length is not None else len(text)).to_bytes(8, "little") + text + b"".join(blobs)
+    body = (header_length if header_length is not None else len(text)).to_bytes(8, "little") + text + b"".join(blobs) + tail
     with open(path, "wb") as f:
         f.write(body[:len(body) - cut])
 
@@ -80,6 +81,40 @@ def main():
     write(at("empty_rank0.safetensors"), [])
     write(at("noname.safetensors"), model(1))
     write(at("noname-too.safetensors"), model(1))
+    more_fixtures(at)
+
+
+def more_fixtures(at):
+    """The files users have, and the format's strictness."""
+    for rank in range(2):
+        write(at(f"model_rank{rank}_step100.safetensors"), model(1))  # rank 0 and 1, not 100
+        os.makedirs(at(f"rank{rank}"), exist_ok=True)
+        write(at(f"rank{rank}/model.safetensors"), model(1))
+        write(at(f"two_rank{rank}.safetensors"), model(1))
+        write(at(f"late_rank{rank + 1}.safetensors"), model(1))  # ranks 1 and 2
+        # an --optimizer file from a flattened optimizer state: the step count rides along
+        write(at(f"adam_rank{rank}.safetensors"), [("exp_avg.weight", "F32", [4, 3], [0.25] * 12),
+                                                   ("exp_avg.bias", "F32", [4], [0.25] * 4),
+                                                   ("exp_avg_sq.weight", "F32", [4, 3], [1e-4] * 12),
+                                                   ("exp_avg_sq.bias", "F32", [4], [1e-4] * 4),
+                                                   ("step", "F32", [], [1.0]), ("weight.step", "I64", [1], [1])])
+    write(at("only_rank3.safetensors"), model(1))
+    with open(at("torch_rank0.pt"), "wb") as f:  # what torch.save writes: a zip archive
+        f.write(b"PK\x03\x04" + bytes(60))
+    with open(at("pickle_rank0.pt"), "wb") as f:  # before PyTorch 1.6: a pickle
+        f.write(b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19." + bytes(40))
+    weight = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+    write(at("twice_rank0.safetensors"), [("weight", "F32", [1], [1.0])],
+          header_text='{"weight": %s, "weight": %s}' % (weight, weight))
+    write(at("tail_rank0.safetensors"), model(1), tail=b"\0" * 8)  # 8 bytes after the last tensor
+    write(at("hole_rank0.safetensors"), [("weight", "F32", [4, 3], [0.5] * 12)],
+          extra_header={"bias": {"dtype": "F32", "shape": [4], "data_offsets": [64, 80]}}, tail=b"\0" * 32)
+    write(at("both_grads_rank0.safetensors"), [("weight", "F32", [4, 3], [0.5] * 12), ("bias", "F32", [4], [0.5] * 4),
+                                               ("grad.weight", "F32", [4, 3], [0.5] * 12)])
+    # names that would drive a terminal or split a line
+    write(at("esc_rank0.safetensors"), [("w\x1b[31mred\nline", "I64", [1], [1])])
+    for rank in range(2):
+        write(at(f"escnames_rank{rank}.safetensors"), [("w\x1b]0;title\x07", "F32", [2], [0.5, 0.25 * rank])])
 
 
 if __name__ == "__main__":
