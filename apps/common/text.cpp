@@ -6,32 +6,64 @@
 
 namespace seqpar {
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (2 to 4 bytes), or 0 when the
+// bytes there are not one: overlong forms, surrogates and values above U+10FFFF included.
+size_t utf8_sequence(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the allowed range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) length = 2;
+  else if (lead >= 0xe0 && lead <= 0xef) length = 3, low = lead == 0xe0 ? 0xa0 : 0x80, high = lead == 0xed ? 0x9f : 0xbf;
+  else if (lead >= 0xf0 && lead <= 0xf4) length = 4, low = lead == 0xf0 ? 0x90 : 0x80, high = lead == 0xf4 ? 0x8f : 0xbf;
+  if (length == 0 || i + length > text.size()) return 0;
+  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (size_t k = 2; k < length; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
 std::string printable(const std::string& text) {
   std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (byte < 0x20 || byte == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02X", byte);
-      out += escaped;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+      ++i;
+    } else if (const size_t length = c >= 0x80 ? utf8_sequence(text, i) : 0) {
+      out.append(text, i, length);
+      i += length;
     } else {
-      out += c;
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", unsigned(c));
+      out += hex;
+      ++i;
     }
   }
   return out;
 }
 
 std::string abbreviated(const std::string& text, size_t max) {
-  if (text.size() <= max) return printable(text);
-  // Cut before a UTF-8 continuation byte's sequence starts, never inside one.
-  size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return printable(text.substr(0, cut)) + "... (" + std::to_string(text.size() - cut) +
-         " more bytes)";
+  const std::string shown = printable(text);
+  if (shown.size() <= max) return shown;
+  size_t cut = max;  // back to the start of a UTF-8 sequence, never inside one
+  while (cut > 0 && (static_cast<unsigned char>(shown[cut]) & 0xC0) == 0x80) --cut;
+  return shown.substr(0, cut) + "... (" + std::to_string(shown.size() - cut) + " more bytes)";
+}
+
+std::string printable_lines(const std::string& text) {
+  std::string out;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    out += printable(text.substr(start, end - start)) + '\n';
+  }
+  return out + printable(text.substr(start));
 }
 
 namespace {

@@ -8,14 +8,20 @@
 
 namespace seqpar {
 
-// `text` with control characters written as \n, \t or \xHH, so that a message quoting
-// what the user typed stays on one line and sends no terminal sequence.
+// `text` made safe to print: printable ASCII and well-formed UTF-8 as they are; every
+// control character (newline and ESC included), DEL and every byte of invalid UTF-8 as
+// \xhh. So a message quoting a path, a key or a tensor name stays on one line, sends
+// no terminal sequence and is valid UTF-8. A backslash is left alone, so text escaped
+// once is unchanged by a second pass.
 std::string printable(const std::string& text);
 
-// printable(text), cut to its first `max` characters with how much was left out
-// ("aaaa... (99920 more bytes)"): a 100,000-character argument echoed whole
-// would bury the message.
-std::string abbreviated(const std::string& text, size_t max = 80);
+// printable(text), cut to about its first `max` bytes with how much was left out
+// ("aaaa... (99920 more bytes)"): a 100,000-character argument echoed whole would bury
+// the message. A cut never splits a character.
+std::string abbreviated(const std::string& text, size_t max = 120);
+
+// A whole report: each line through printable(), the newlines between them kept.
+std::string printable_lines(const std::string& text);
 
 // The name among `known` nearest to `name`: a typo of up to a third of its letters, or
 // `name` (4 letters or more) a prefix of it; "" when none is that near. For "did you

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "apps/diagnose/printable.h"
+#include "apps/common/text.h"
 #include "core/error.h"
 
 namespace seqpar::diagnose {
@@ -173,7 +173,7 @@ bool CountedNameEqual::operator()(const std::string& a, const std::string& b) co
 
 void TensorSet::add(StoredTensor tensor) {
   const auto [where, added] = index.emplace(tensor.name, tensors.size());
-  SEQPAR_CHECK(added, "tensor '", printable(tensor.name), "' added twice");
+  SEQPAR_CHECK(added, "tensor '", abbreviated(tensor.name), "' added twice");
   tensors.push_back(std::move(tensor));
 }
 

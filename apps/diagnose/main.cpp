@@ -9,7 +9,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "apps/diagnose/printable.h"
+#include "apps/common/text.h"
 #include "apps/diagnose/report.h"
 #include "apps/diagnose/settings.h"
 #include "apps/common/command_line.h"
@@ -163,10 +163,10 @@ int main(int argc, char** argv) {
     return status;
   } catch (const seqpar::InputError& error) {
     // One line, whatever a name in it holds; long enough for a few paths and names.
-    std::cerr << "seqpar-diagnose: " << seqpar::diagnose::printable(error.what(), 2000) << '\n';
+    std::cerr << "seqpar-diagnose: " << seqpar::abbreviated(error.what(), 2000) << '\n';
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "seqpar-diagnose: " << seqpar::diagnose::printable(error.what(), 2000) << '\n';
+    std::cerr << "seqpar-diagnose: " << seqpar::abbreviated(error.what(), 2000) << '\n';
     return 1;
   }
 }

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
-#include "apps/diagnose/printable.h"
+#include "apps/common/text.h"
 #include "core/error.h"
 
 namespace seqpar::diagnose {
@@ -31,7 +31,7 @@ uint64_t little_endian_u64(const unsigned char* bytes) {
 int dtype_bytes(const std::string& path, const std::string& name, const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
-  SEQPAR_INPUT_FAIL(path, ": tensor '", printable(name), "' is ", printable(dtype),
+  SEQPAR_INPUT_FAIL(path, ": tensor '", abbreviated(name), "' is ", abbreviated(dtype),
                     "; seqpar-diagnose reads F32, F16 and BF16 (convert it to float32 before saving)");
 }
 
@@ -98,7 +98,7 @@ json parse_header(const std::string& path, const std::string& text) {
   SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
   TopLevelKeys keys;
   json::sax_parse(text, &keys);
-  SEQPAR_INPUT_CHECK(keys.twice.empty(), path, ": the header names '", printable(keys.twice),
+  SEQPAR_INPUT_CHECK(keys.twice.empty(), path, ": the header names '", abbreviated(keys.twice),
                      "' twice (the safetensors library refuses such a file)");
   return header;
 }
@@ -119,7 +119,7 @@ std::vector<int64_t> shape_of(const std::string& path, const std::string& name, 
 // `decode`: false for a skipped tensor, whose dtype is not checked.
 StoredTensor read_tensor(const std::string& path, const std::string& full_name, const json& entry,
                          const std::string& data, std::pair<uint64_t, uint64_t>& range, bool decode) {
-  const std::string name = printable(full_name);  // for the errors
+  const std::string name = abbreviated(full_name);  // for the errors
   SEQPAR_INPUT_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
                          entry.contains("data_offsets") && entry.at("dtype").is_string(),
                      path, ": tensor '", name, "' lacks dtype, shape or data_offsets");
@@ -138,7 +138,7 @@ StoredTensor read_tensor(const std::string& path, const std::string& full_name, 
   }
   SEQPAR_INPUT_CHECK(range.first <= range.second && (!decode || range.second - range.first == count * bytes), path,
                      ": tensor '", name, "': data_offsets [", range.first, ", ", range.second,
-                     "] do not hold shape ", shape_text(tensor.shape), " of ", printable(tensor.dtype));
+                     "] do not hold shape ", shape_text(tensor.shape), " of ", abbreviated(tensor.dtype));
   SEQPAR_INPUT_CHECK(range.second <= data.size(), path, ": truncated: tensor '", name,
                      "' ends at byte ", range.second, " of the data, but the file holds ",
                      data.size(), " bytes of data");
@@ -198,8 +198,8 @@ void check_tiling(const std::string& path, std::vector<std::pair<std::pair<uint6
   uint64_t covered = 0;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const auto [begin, end] = ranges[i].first;
-    SEQPAR_INPUT_CHECK(begin >= covered || i == 0, path, ": tensors '", printable(tensors[ranges[i - 1].second].name),
-                       "' and '", printable(tensors[ranges[i].second].name), "' overlap in the data");
+    SEQPAR_INPUT_CHECK(begin >= covered || i == 0, path, ": tensors '", abbreviated(tensors[ranges[i - 1].second].name),
+                       "' and '", abbreviated(tensors[ranges[i].second].name), "' overlap in the data");
     SEQPAR_INPUT_CHECK(begin == covered, path, ": data bytes ", covered, " to ", begin,
                        " belong to no tensor (the safetensors library refuses such a file)");
     covered = end;
@@ -230,7 +230,7 @@ StoredFile read_safetensors(const std::string& path, bool (*skip)(const std::str
     if (name == "__metadata__") {
       SEQPAR_INPUT_CHECK(entry.is_object(), path, ": __metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
-        SEQPAR_INPUT_CHECK(value.is_string(), path, ": __metadata__ '", printable(key), "' is not a string");
+        SEQPAR_INPUT_CHECK(value.is_string(), path, ": __metadata__ '", abbreviated(key), "' is not a string");
         file.metadata[key] = value.get<std::string>();
       }
       continue;

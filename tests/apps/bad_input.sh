@@ -236,10 +236,10 @@ if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
 fi
 # ---- security: links planted at an output, names echoed to the terminal or into TOML
 check "plot onto a planted link" 2 "planted.svg: is a symbolic link" -- "${small[@]}" --plot "$fixtures/planted.svg"
-check "ESC in optimizer.type" 2 'type = "\x1B]0;owned\x07"' -- --config "$fixtures/escape-type.yaml"
-check "ESC in a key" 2 'unknown config key ds_config.\x1B[31mred' -- --config "$fixtures/escape-key.yaml"
-check "ESC in a --config path" 2 '--config \x1B[31m: cannot open' -- --config $'\e[31m'
-check "print-config, newline in a key" 0 '# ignored: x\n[repro]\nrows = 5 (outside ds_config' -- \
+check "ESC in optimizer.type" 2 'type = "\x1b]0;owned\x07"' -- --config "$fixtures/escape-type.yaml"
+check "ESC in a key" 2 'unknown config key ds_config.\x1b[31mred' -- --config "$fixtures/escape-key.yaml"
+check "ESC in a --config path" 2 '--config \x1b[31m: cannot open' -- --config $'\e[31m'
+check "print-config, newline in a key" 0 '# ignored: x\x0a[repro]\x0arows = 5 (outside ds_config' -- \
   --print-config --config "$fixtures/newline-key.yaml"
 if grep -qx 'rows = 5' "$work/stdout"; then
   failed=$((failed + 1)); echo "FAIL  print-config: a key's line break made a live TOML line"

@@ -103,7 +103,7 @@ TEST_CASE("echoed arguments are abbreviated", "[apps][command_line]") {
     CHECK_THAT(error.what(), Catch::Contains("more bytes"));
   }
   CHECK(abbreviated(std::string(10, 'a'), 4) == "aaaa... (6 more bytes)");
-  CHECK(abbreviated("a\nb") == "a\\nb");
+  CHECK(abbreviated("a\nb") == "a\\x0ab");
   // A cut never splits a UTF-8 character: "é" is two bytes.
   CHECK(abbreviated("a\xC3\xA9" "b", 2) == "a... (3 more bytes)");
 }
@@ -114,4 +114,23 @@ TEST_CASE("closest_name finds typos and prefixes, not strangers", "[apps][comman
   CHECK(closest_name("scen", known) == "scenario");
   CHECK(closest_name("colums", known).empty());
   CHECK(closest_name(std::string(1000, 's'), known).empty());
+}
+
+TEST_CASE("printable escapes control bytes and invalid UTF-8; abbreviated cuts long text", "[apps][text]") {
+  CHECK(printable("layer.0.weight") == "layer.0.weight");
+  CHECK(printable("w\x1b[31mred\nline\t") == "w\\x1b[31mred\\x0aline\\x09");
+  CHECK(printable("caf\xc3\xa9 \xe6\x97\xa5") == "caf\xc3\xa9 \xe6\x97\xa5");  // UTF-8 kept
+  CHECK(printable("a\xff" "b") == "a\\xffb");
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");          // an overlong '/'
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate
+  CHECK(printable("\xe6\x97") == "\\xe6\\x97");           // a cut character
+  CHECK(printable("\x7f") == "\\x7f");
+  const std::string escaped = printable("x\x1b\xff");
+  CHECK(printable(escaped) == escaped);  // a second pass changes nothing
+  const std::string long_name(10000, 'n');
+  const std::string shown = abbreviated("head\x1b" + long_name, 100);
+  CHECK(shown.size() <= 130);
+  CHECK(shown.compare(0, 8, "head\\x1b") == 0);
+  CHECK_THAT(shown, Catch::EndsWith("... (9908 more bytes)"));
+  CHECK(printable_lines("one\x1b\ntwo\n") == "one\\x1b\ntwo\n");
 }

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "apps/diagnose/diagnosis.h"
-#include "apps/diagnose/printable.h"
+#include "apps/common/text.h"
 #include "apps/diagnose/settings.h"
 #include "core/error.h"
 
@@ -27,26 +27,6 @@ TEST_CASE("diagnose: the rank a path names", "[diagnose]") {
   CHECK(rank_in_path("rank1/model_rank0.safetensors") == 0);  // the file's own name first
   CHECK(rank_in_path("model.safetensors") == -1);
   CHECK(rank_in_path("ranking/model.safetensors") == -1);
-}
-
-TEST_CASE("diagnose: printable escapes control bytes and invalid UTF-8, and shortens", "[diagnose]") {
-  CHECK(printable("layer.0.weight") == "layer.0.weight");
-  CHECK(printable("w\x1b[31mred\nline\t") == "w\\x1b[31mred\\x0aline\\x09");
-  CHECK(printable("caf\xc3\xa9 \xe6\x97\xa5") == "caf\xc3\xa9 \xe6\x97\xa5");  // UTF-8 kept
-  CHECK(printable("a\xff" "b") == "a\\xffb");
-  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");          // an overlong '/'
-  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate
-  CHECK(printable("\xe6\x97") == "\\xe6\\x97");           // a cut character
-  CHECK(printable("\x7f") == "\\x7f");
-  const std::string escaped = printable("x\x1b\xff");
-  CHECK(printable(escaped) == escaped);  // a second pass changes nothing
-  const std::string long_name(10000, 'n');
-  const std::string shown = printable("head" + long_name + "tail", 100);
-  CHECK(shown.size() <= 100);
-  CHECK(shown.compare(0, 4, "head") == 0);
-  CHECK(shown.compare(shown.size() - 4, 4, "tail") == 0);
-  CHECK_THAT(shown, Catch::Contains("..."));
-  CHECK(printable_lines("one\x1b\ntwo\n") == "one\\x1b\ntwo\n");
 }
 
 TEST_CASE("diagnose: a Hugging Face ds_config: read for its few keys, DeepSpeed's defaults", "[diagnose]") {
