@@ -2,8 +2,8 @@
 //
 //   #include <seqpar/seqpar.h>
 //
-// Tensors and devices, autograd, the modules and the L1 loss, AdamW and clipping, and the
-// process groups. What it leaves out is still installed and included by its own path:
+// Tensors and devices, autograd, the modules (Linear, attention, RoPE, the Ulysses layer)
+// and the L1 loss, AdamW and clipping, and the process groups. What it leaves out is still installed and included by its own path:
 // the exact-sum arithmetic (core/exact_*.h) and nn's kernels. (The command line, output
 // files, safetensors writing and signal cleanup of seqpar's own programs are theirs, in
 // apps/common.) The CUDA-only headers come in only when this copy of seqpar was built
@@ -29,17 +29,23 @@
 #include <seqpar/autograd/variable.h>
 
 // nn: modules, Linear, the L1 loss, dropout, gradients exact across ranks.
+#include <seqpar/nn/attention.h>
 #include <seqpar/nn/dropout.h>
 #include <seqpar/nn/exact_gradients.h>
 #include <seqpar/nn/l1_loss.h>
 #include <seqpar/nn/linear.h>
 #include <seqpar/nn/module.h>
+#include <seqpar/nn/rope.h>
+#include <seqpar/nn/sequence_group.h>
+#include <seqpar/nn/ulysses_attention.h>
+#include <seqpar/nn/ulysses_block.h>
 
 // optim: AdamW and gradient-norm clipping.
 #include <seqpar/optim/adamw.h>
 #include <seqpar/optim/clip.h>
 
 // dist: process groups (threads, NCCL), the sp x dp mesh, launchers, consistency checks.
+#include <seqpar/dist/all_to_all.h>
 #include <seqpar/dist/consistency.h>
 #include <seqpar/dist/environment.h>
 #include <seqpar/dist/launcher.h>
