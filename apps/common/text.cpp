@@ -66,8 +66,6 @@ std::string printable_lines(const std::string& text) {
   return out + printable(text.substr(start));
 }
 
-namespace {
-
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -83,7 +81,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-}  // namespace
 
 std::string closest_name(const std::string& name, const std::vector<std::string>& known) {
   // A name far longer than any known one is no typo of it (and would cost its length

@@ -23,6 +23,10 @@ std::string abbreviated(const std::string& text, size_t max = 120);
 // A whole report: each line through printable(), the newlines between them kept.
 std::string printable_lines(const std::string& text);
 
+// The number of single-letter insertions, deletions and substitutions that turn `a`
+// into `b` (Levenshtein's distance).
+size_t edit_distance(const std::string& a, const std::string& b);
+
 // The name among `known` nearest to `name`: a typo of up to a third of its letters, or
 // `name` (4 letters or more) a prefix of it; "" when none is that near. For "did you
 // mean ...?".

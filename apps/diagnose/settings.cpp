@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/common/text.h"
 #include "apps/repro/config.h"
 #include "core/error.h"
 
@@ -26,22 +27,6 @@ void take(const repro::ReproConfig& config, Settings& settings) {
   settings.clipping = config.gradient_clipping;
   settings.sp = int(config.sequence_parallel_size);
   settings.dp = int(config.data_parallel_size);
-}
-
-// Edit distance, for the typo check on a few short keys.
-size_t distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 // Reads one key of `object` into `target`: a number, "auto" (the flag is recorded), or
@@ -155,7 +140,7 @@ DeepSpeedSettings read_ds_config(const std::string& text, const std::string& pat
                                               "data_parallel_size"};
   for (const auto& item : config.items()) {
     for (const std::string& known : read_keys) {
-      const size_t apart = distance(item.key(), known);
+      const size_t apart = edit_distance(item.key(), known);
       SEQPAR_INPUT_CHECK(apart == 0 || apart > 2, "--ds-config ", path, ": key '", item.key(),
                          "': did you mean '", known, "'?");
     }
