@@ -1,6 +1,7 @@
 #include "dist/environment.h"
 
 #include <cstdlib>
+#include <optional>
 
 #include "core/error.h"
 
@@ -26,12 +27,35 @@ constexpr LauncherVariables kLaunchers[] = {
     {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 };
 
+// A value as an error message quotes it: its first 40 characters at most.
+std::string shortened(const std::string& text) {
+  return text.size() <= 40 ? text : text.substr(0, 40) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
 // Digits only: "4", not " 4", "4x", "-1" or "".
 int parse_count(const std::string& name, const std::string& text) {
   const bool digits = !text.empty() && text.size() <= 9 &&
                       text.find_first_not_of("0123456789") == std::string::npos;
-  SEQPAR_INPUT_CHECK(digits, "environment: ", name, "='", text, "' is not a non-negative integer");
+  SEQPAR_INPUT_CHECK(digits, "environment: ", name, "='", shortened(text),
+                     "' is not a non-negative integer");
   return std::stoi(text);
+}
+
+// The launcher's variables that are set, each checked on its own (and the rank against
+// the size when both are there), whole set or not: a malformed value is a mistake even
+// where the set is incomplete, and is named rather than ignored.
+void check_present_values(const EnvironmentLookup& lookup, const LauncherVariables& names) {
+  std::optional<int> rank, size;
+  if (const auto text = lookup(names.rank)) rank = parse_count(names.rank, *text);
+  if (const auto text = lookup(names.size)) size = parse_count(names.size, *text);
+  if (const auto text = lookup(names.local_rank)) parse_count(names.local_rank, *text);
+  if (names.local_size) {
+    if (const auto text = lookup(names.local_size)) parse_count(names.local_size, *text);
+  }
+  SEQPAR_INPUT_CHECK(!size || *size >= 1, "environment: ", names.size, "=", *size,
+                     ": a world needs at least one rank");
+  SEQPAR_INPUT_CHECK(!rank || !size || *rank < *size, "environment: ", names.rank, "=", *rank,
+                     " is not below ", names.size, "=", *size);
 }
 
 LaunchEnvironment read_ranks(const EnvironmentLookup& lookup, const LauncherVariables& names) {
@@ -39,6 +63,7 @@ LaunchEnvironment read_ranks(const EnvironmentLookup& lookup, const LauncherVari
   env.launcher = names.launcher;
   // seqpar's own launcher (dist/launcher.h) sets torchrun's variables and says so.
   if (env.launcher == "torchrun" && lookup(kSeqparLauncherVariable)) env.launcher = "seqpar --nproc";
+  env.variables = std::string(names.rank) + ", " + names.size + ", " + names.local_rank;
   env.rank = parse_count(names.rank, *lookup(names.rank));
   env.world_size = parse_count(names.size, *lookup(names.size));
   env.local_rank = parse_count(names.local_rank, *lookup(names.local_rank));
@@ -99,6 +124,7 @@ bool is_complete(const EnvironmentLookup& lookup, const LauncherVariables& names
 }  // namespace
 
 std::optional<LaunchEnvironment> parse_launch_environment(const EnvironmentLookup& lookup) {
+  for (const LauncherVariables& names : kLaunchers) check_present_values(lookup, names);
   for (const LauncherVariables& names : kLaunchers) {
     if (!is_complete(lookup, names)) continue;
     LaunchEnvironment env = read_ranks(lookup, names);
@@ -117,12 +143,33 @@ std::optional<LaunchEnvironment> parse_launch_environment(
   });
 }
 
+std::string ignored_launch_variables(const EnvironmentLookup& lookup) {
+  if (parse_launch_environment(lookup)) return "";
+  std::string set;
+  for (const LauncherVariables& names : kLaunchers) {
+    for (const char* name : {names.rank, names.size, names.local_rank}) {
+      if (lookup(name)) set += (set.empty() ? "" : ", ") + std::string(name);
+    }
+  }
+  return set;
+}
+
+namespace {
+
+std::optional<std::string> process_variable(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+}  // namespace
+
 std::optional<LaunchEnvironment> launch_environment_from_process() {
-  return parse_launch_environment([](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  });
+  return parse_launch_environment(process_variable);
+}
+
+std::string ignored_launch_variables_from_process() {
+  return ignored_launch_variables(process_variable);
 }
 
 }  // namespace seqpar::dist

@@ -31,6 +31,7 @@ struct LaunchEnvironment {
   // dist/launcher.h, which also sets kSeqparLauncherVariable), "mpirun", "slurm" or
   // "mpich".
   std::string launcher;
+  std::string variables;  // the rank variables read: "RANK, WORLD_SIZE, LOCAL_RANK"
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;         // this rank's GPU on its node
@@ -45,13 +46,20 @@ struct LaunchEnvironment {
 using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
 // nullopt when no launcher's whole set is present (a plain single-process run).
-// Throws seqpar::InputError naming the variable for a malformed set: a value that is
-// not a number, a rank outside the world, a port outside 1..65535.
+// Throws seqpar::InputError naming the variable for a malformed value: one that is not
+// a number, a rank outside the world, a world of 0, a port outside 1..65535, whether or
+// not the set it belongs to is whole.
 std::optional<LaunchEnvironment> parse_launch_environment(const EnvironmentLookup& lookup);
 std::optional<LaunchEnvironment> parse_launch_environment(
     const std::map<std::string, std::string>& variables);
 
 // The same, from this process's real environment.
 std::optional<LaunchEnvironment> launch_environment_from_process();
+
+// The launchers' rank variables that are set although they make no whole set
+// ("SLURM_PROCID, SLURM_NTASKS" in an sbatch shell), so a program can say it ignores
+// them; "" when there are none, or the set is whole.
+std::string ignored_launch_variables(const EnvironmentLookup& lookup);
+std::string ignored_launch_variables_from_process();
 
 }  // namespace seqpar::dist

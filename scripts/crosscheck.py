@@ -175,19 +175,19 @@ def check_json(path, config, reference_history, histories):
 
     ds, repro = config["ds_config"], config["repro"]
     steps, sp, dp = repro["steps"], ds["sequence_parallel_size"], ds["data_parallel_size"]
-    expect(report.get("schema") == "seqpar-repro/3", f"schema {report.get('schema')!r}")
+    expect(report.get("schema") == "seqpar-repro/4", f"schema {report.get('schema')!r}")
     for key, value in [("steps", steps), ("sequence_parallel_size", sp),
                        ("data_parallel_size", dp), ("world_size", sp * dp),
                        ("rows", repro["rows"])]:
         expect(report.get(key) == value, f"{key} is {report.get(key)!r}, the dump says {value}")
     expect(len(report.get("initial_parameter_fingerprints", [])) == sp * dp,
            "one initial fingerprint per rank")
-    reference = report.get("reference", {})
+    baseline = report.get("baseline", {})
     for name, series in [("losses", "losses"), ("gradient_norms", "norms")]:
-        got = reference.get(name, [])
-        if expect(len(got) == steps, f"reference.{name} has {len(got)} entries for {steps} steps"):
+        got = baseline.get(name, [])
+        if expect(len(got) == steps, f"baseline.{name} has {len(got)} entries for {steps} steps"):
             for step, (a, b) in enumerate(zip(got, reference_history[series])):
-                expect(close(a, b[0], 1e-5), f"reference.{name}[{step}] {a} vs PyTorch {b[0]}")
+                expect(close(a, b[0], 1e-5), f"baseline.{name}[{step}] {a} vs PyTorch {b[0]}")
 
     for policy in report.get("policies", []):
         name = policy.get("name")
@@ -206,8 +206,8 @@ def check_json(path, config, reference_history, histories):
             expect(entry.get("step") == step + 1, f"{where}: numbered {entry.get('step')!r}")
             for key in ["loss_per_rank", "local_gradient_norm_per_rank", "used_gradient_norm_per_rank"]:
                 expect(len(entry.get(key, [])) == sp * dp, f"{where}: {key} has one entry per rank")
-            expect(close(entry["reference_loss"], reference_history["losses"][step][0], 1e-5),
-                   f"{where}: reference_loss")
+            expect(close(entry["baseline_loss"], reference_history["losses"][step][0], 1e-5),
+                   f"{where}: baseline_loss")
             differ = entry.get("differing_parameters", -1) > 0
             if history == "not dumped":
                 continue

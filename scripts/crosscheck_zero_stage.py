@@ -139,7 +139,7 @@ def free_port():
 def main(path):
     with open(path) as f:
         spec = json.load(f)
-    if spec.get("schema") != "seqpar-repro-zero-stage/1":
+    if spec.get("schema") != "seqpar-repro-zero-stage/2":
         sys.exit(f"{path}: not a zero-stage JSON (schema {spec.get('schema')!r})")
     world = spec["sequence_parallel_size"] * spec["data_parallel_size"]
     with tempfile.TemporaryDirectory() as scratch:

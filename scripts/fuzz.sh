@@ -35,7 +35,8 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
          apps/repro/config_input.cpp apps/repro/config_limits.cpp apps/repro/config_text.cpp
          apps/repro/validate.cpp apps/repro/options.cpp
-         apps/repro/policy_list.cpp apps/repro/scenario_list.cpp core/command_line.cpp core/error.cpp)
+         apps/repro/policy_list.cpp apps/repro/scenario_list.cpp apps/common/command_line.cpp apps/common/text.cpp
+         core/error.cpp)
 # <seqpar/config.h> of a CPU-only build, which the headers include.
 cmake -DSEQPAR_GENERATED_INCLUDE_DIR="$PWD/$out/include" -P cmake/headers.cmake
 # The scenarios' compiled-in defaults, generated as the CMake build generates them.

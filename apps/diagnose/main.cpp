@@ -8,9 +8,9 @@
 
 #include "apps/diagnose/report.h"
 #include "apps/diagnose/settings.h"
-#include "core/command_line.h"
+#include "apps/common/command_line.h"
 #include "core/error.h"
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 #include "seqpar/version.h"
 
 namespace seqpar::diagnose {

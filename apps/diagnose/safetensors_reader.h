@@ -1,7 +1,7 @@
 // Reads the safetensors files a user saved (safetensors.torch.save_file, or the few
 // lines of Python in the README that write the same format): an 8-byte little-endian
 // header length, a JSON header naming each tensor's dtype, shape and byte range, then
-// the data. core/safetensors.h writes the format; this is its reader, for the
+// the data. apps/common/safetensors.h writes the format; this is its reader, for the
 // diagnosis only.
 //
 // Float32 is read as it is; float16 and bfloat16 are widened to float32, which holds

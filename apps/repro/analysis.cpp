@@ -16,12 +16,12 @@ bool bitwise_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float))
 
 // ||a - b|| / ||b||, accumulated in double.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double difference = 0, reference = 0;
+  double difference = 0, baseline = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     difference += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    reference += double(b[i]) * b[i];
+    baseline += double(b[i]) * b[i];
   }
-  return reference > 0 ? std::sqrt(difference / reference) : std::sqrt(difference);
+  return baseline > 0 ? std::sqrt(difference / baseline) : std::sqrt(difference);
 }
 
 int64_t count_non_finite(const std::vector<float>& values) {
@@ -58,11 +58,11 @@ double ulps_between(float a, float b) {
   return std::abs(double(a) - double(b)) / ulp;
 }
 
-StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& reference, double lr) {
+StepFigures figures_of_step(const StepRecord& record, const BaselineStep& baseline, double lr) {
   StepFigures figures;
-  figures.parameter_count = static_cast<int64_t>(reference.parameters.size());
+  figures.parameter_count = static_cast<int64_t>(baseline.parameters.size());
   const std::vector<std::vector<float>>& parameters = record.parameters;
-  const std::vector<float>& expected = reference.parameters;
+  const std::vector<float>& expected = baseline.parameters;
   for (size_t i = 0; i < expected.size(); ++i) {
     float low = parameters[0][i], high = parameters[0][i];
     bool all_equal = true;
@@ -72,36 +72,36 @@ StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& refer
       high = std::max(high, value);
       all_equal = all_equal && bitwise_equal(value, parameters[0][i]);
       if (rank > 0) figures.histogram.add(value, parameters[0][i], lr);
-      figures.max_difference_from_reference =
-          std::max(figures.max_difference_from_reference, std::abs(value - expected[i]));
-      figures.max_ulps_from_reference =
-          std::max(figures.max_ulps_from_reference, ulps_between(value, expected[i]));
+      figures.max_difference_from_baseline =
+          std::max(figures.max_difference_from_baseline, std::abs(value - expected[i]));
+      figures.max_ulps_from_baseline =
+          std::max(figures.max_ulps_from_baseline, ulps_between(value, expected[i]));
     }
     figures.max_cross_rank_difference = std::max(figures.max_cross_rank_difference, high - low);
     if (!all_equal) ++figures.differing_parameters;
-    if (!bitwise_equal(parameters[0][i], expected[i])) ++figures.parameters_unlike_reference;
+    if (!bitwise_equal(parameters[0][i], expected[i])) ++figures.parameters_unlike_baseline;
     if (ulps_between(parameters[0][i], expected[i]) > kRoundingUlps) {
       ++figures.parameters_beyond_rounding;
     }
   }
   figures.gradient_relative_error =
-      relative_error(record.gradients[0], reference.gradients);
+      relative_error(record.gradients[0], baseline.gradients);
   for (size_t i = 0; i < expected.size(); ++i) {
-    if (!bitwise_equal(record.gradients[0][i], reference.gradients[i])) {
-      ++figures.gradients_unlike_reference;
+    if (!bitwise_equal(record.gradients[0][i], baseline.gradients[i])) {
+      ++figures.gradients_unlike_baseline;
     }
   }
   figures.losses = record.losses;
   figures.local_norms = record.local_norms;
   figures.used_norms = record.used_norms;
-  figures.reference_loss = reference.loss;
-  figures.reference_norm = reference.norm;
+  figures.baseline_loss = baseline.loss;
+  figures.baseline_norm = baseline.norm;
   for (const auto& rank_values : record.parameters) figures.non_finite_values += count_non_finite(rank_values);
   for (const auto& rank_values : record.gradients) figures.non_finite_values += count_non_finite(rank_values);
-  figures.non_finite_values += count_non_finite(reference.parameters) +
-                               count_non_finite(reference.gradients) + count_non_finite(record.losses) +
+  figures.non_finite_values += count_non_finite(baseline.parameters) +
+                               count_non_finite(baseline.gradients) + count_non_finite(record.losses) +
                                count_non_finite(record.used_norms) +
-                               count_non_finite({reference.loss, reference.norm});
+                               count_non_finite({baseline.loss, baseline.norm});
   return figures;
 }
 
@@ -165,10 +165,10 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
         double(worst->differing_parameters));
   } else if (std::abs(figures.gradient_scale - 1) > 1e-3) {
     figures.verdict = Verdict::WrongGradientScale;
-    figures.broken_condition = "the gradient norm off the reference's";
+    figures.broken_condition = "the gradient norm off the baseline's";
     figures.first_broken_step = first_step_where([](const StepFigures& step) {
-      return step.reference_norm > 0 &&
-             std::abs(double(step.used_norms[0]) / step.reference_norm - 1) > 1e-3;
+      return step.baseline_norm > 0 &&
+             std::abs(double(step.used_norms[0]) / step.baseline_norm - 1) > 1e-3;
     });
     const std::string cause = dist::name_scale(figures.gradient_scale, sp, dp);
     figures.verdict_text = format(
@@ -177,13 +177,13 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
     figures.verdict_text += format(
         ". Adam is nearly blind to a steady scale (max %.3g from one-rank training here); "
         "clipping is not: it acts as if its threshold were %.3gx the configured one.",
-        last.max_difference_from_reference, 1 / figures.gradient_scale);
+        last.max_difference_from_baseline, 1 / figures.gradient_scale);
   } else {
     // Anything short of the same bits is a difference: with exact row sums, summing the
     // rows of several ranks is the same arithmetic as summing them on one.
     figures.broken_condition = "parameters or gradients unlike one-rank training";
     figures.first_broken_step = first_step_where([](const StepFigures& step) {
-      return step.parameters_unlike_reference > 0 || step.gradients_unlike_reference > 0;
+      return step.parameters_unlike_baseline > 0 || step.gradients_unlike_baseline > 0;
     });
     if (figures.first_broken_step == 0) {
       figures.verdict = Verdict::Identical;
@@ -198,7 +198,7 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
           "the ranks agree bitwise, but from step %.0f on they differ from one-rank training: "
           "%.0f parameters differ (by up to %.3g), ",
           double(first_apart - figures.steps.data() + 1),
-          double(first_apart->parameters_unlike_reference), last.max_difference_from_reference);
+          double(first_apart->parameters_unlike_baseline), last.max_difference_from_baseline);
       figures.verdict_text += format("the gradient by %.3g (relative).", gradient_error);
     }
   }

@@ -23,8 +23,8 @@ struct StepRecord {
   std::vector<float> losses, local_norms, used_norms;  // [rank]
 };
 
-// The one-rank reference's state after one step.
-struct ReferenceStep {
+// The one-rank baseline's state after one step.
+struct BaselineStep {
   const std::vector<float>& parameters;  // [element]
   const std::vector<float>& gradients;   // [element]
   float loss = 0, norm = 0;
@@ -55,19 +55,19 @@ struct StepFigures {
   int64_t differing_parameters = 0;     // elements not bitwise equal on every rank
   int64_t parameter_count = 0;
   LrHistogram histogram;
-  float max_difference_from_reference = 0;  // max over ranks and elements
-  double max_ulps_from_reference = 0;       // the same in units in the last place
-  // Rank 0's parameters more than kRoundingUlps from the reference's (for the policies
+  float max_difference_from_baseline = 0;  // max over ranks and elements
+  double max_ulps_from_baseline = 0;       // the same in units in the last place
+  // Rank 0's parameters more than kRoundingUlps from the baseline's (for the policies
   // that compute another gradient, where only a tolerance can say how far they are).
   int64_t parameters_beyond_rounding = 0;
-  // Rank 0's parameters and gradients not bitwise equal to the reference's.
-  int64_t parameters_unlike_reference = 0;
-  int64_t gradients_unlike_reference = 0;
+  // Rank 0's parameters and gradients not bitwise equal to the baseline's.
+  int64_t parameters_unlike_baseline = 0;
+  int64_t gradients_unlike_baseline = 0;
   // ||g - g_reference|| / ||g_reference|| for the gradient the optimizer used (rank 0).
   double gradient_relative_error = 0;
   std::vector<float> losses, local_norms, used_norms;  // [rank]
-  float reference_loss = 0, reference_norm = 0;
-  // Parameters, gradients, losses and norms (every rank's and the reference's) that are
+  float baseline_loss = 0, baseline_norm = 0;
+  // Parameters, gradients, losses and norms (every rank's and the baseline's) that are
   // inf or NaN: the run overflowed, and no comparison of its numbers means anything.
   int64_t non_finite_values = 0;
 };
@@ -86,7 +86,7 @@ struct PolicyFigures {
   std::string skipped;
   std::vector<StepFigures> steps;  // [step - 1]
   SignAgreement first_step_signs;
-  double gradient_scale = 1;  // rank 0's synchronized gradient norm / the reference's, step 1
+  double gradient_scale = 1;  // rank 0's synchronized gradient norm / the baseline's, step 1
   double seconds_per_step = 0;           // the step itself, from a barrier (every rank)
   double analysis_seconds_per_step = 0;  // gathering its state on rank 0 and the figures
   Verdict verdict = Verdict::Skipped;
@@ -99,13 +99,13 @@ struct PolicyFigures {
 
 // Within this many units in the last place, two float32 results "agree to rounding".
 constexpr double kRoundingUlps = 16;
-// A gradient within this normwise relative error of the reference's is the same
+// A gradient within this normwise relative error of the baseline's is the same
 // gradient summed in another order (float32 sums of 10^4 terms differ by ~1e-7).
 constexpr double kGradientRounding = 1e-5;
 
 // One step's figures: every rank's state against the others and rank 0's against the
 // reference's state after the same step.
-StepFigures figures_of_step(const StepRecord& record, const ReferenceStep& reference, double lr);
+StepFigures figures_of_step(const StepRecord& record, const BaselineStep& reference, double lr);
 
 // Step 1's gradient signs against the parameter differences they produced.
 SignAgreement signs_of_first_step(const StepRecord& record, double lr);

@@ -45,7 +45,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   const int64_t global_count = config.data_parallel_size * rows * out;
   const Device device = x.device();
   ScenarioPlan plan;
-  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
     const int64_t all = x.size(0);
     context.backward(nn::l1_loss(model.forward(rows_of(x, 0, all)), target_of(x, 0, all, out),
                                  nn::Reduction::sum_divided_by(global_count)));

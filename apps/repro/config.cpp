@@ -27,7 +27,7 @@ using Reader = std::function<void(const toml::node&, const std::string& key, Rep
 std::string describe(const toml::node& node) {
   std::ostringstream out;
   if (node.is_string()) {
-    out << '"' << printable(node.value<std::string>().value_or("")) << '"';
+    out << '"' << abbreviated(node.value<std::string>().value_or("")) << '"';
   } else if (node.is_array() || node.is_table()) {
     out << (node.is_array() ? "an array" : "a table");
   } else {
@@ -239,7 +239,20 @@ void read_unmodelled_key(const toml::node& node, const std::string& key, Reading
     case detail::KeyTreatment::Unknown:
       break;
   }
-  SEQPAR_INPUT_FAIL("unknown config key ", printable(key), " (known keys: see configs/issue6868.toml)");
+  // A typo is looked for among the keys of the same table ("repro.setps": repro.steps).
+  const size_t dot = key.rfind('.');
+  const std::string table = key.substr(0, dot + 1);
+  std::vector<std::string> known;
+  for (const auto& entry : schema()) {
+    if (entry.first.rfind(table, 0) == 0 && entry.first.find('.', table.size()) == std::string::npos) {
+      known.push_back(entry.first.substr(table.size()));
+    }
+  }
+  const std::string last = closest_name(key.substr(dot + 1), known);
+  const std::string near = last.empty() ? "" : table + last;
+  SEQPAR_INPUT_FAIL("unknown config key ", abbreviated(key),
+                    near.empty() ? "" : "; did you mean " + near + "?",
+                    " (seqpar-repro --print-config shows every key)");
 }
 
 // ---------------------------------------------------------------- overrides
@@ -382,7 +395,7 @@ ReproConfig read_config(const std::string& text, const std::vector<std::string>&
   toml::table table = read_document(text, source_name, format, notes);
   SEQPAR_INPUT_CHECK(!users_file || has_settings(table) || !notes.empty(), "config ",
                      source_name, " holds no settings: leave out --config to run the built-in "
-                     "scenario, or start from configs/issue6868.toml");
+                     "scenario, or start from what seqpar-repro --print-config prints");
   for (const std::string& assignment : overrides) apply_override(table, assignment);
 
   const ScenarioConfig& scenario = defaults_for(table);
@@ -396,15 +409,27 @@ ReproConfig read_config(const std::string& text, const std::vector<std::string>&
   refuse_null_settings(notes, reading);
   config.ignored.insert(config.ignored.end(), notes.begin(), notes.end());
   read_table(table, "", reading);
+  // Every refusal at once: a value the checks of validate() refuse (ZeRO-3 outside its
+  // scenario, say) is named beside the keys refused while reading, not on the next run.
+  try {
+    validate(config);
+  } catch (const InputError& error) {
+    reading.refusals.emplace_back(error.what());
+  }
   throw_refusals(reading.refusals, source_name);
   keep_last_note_per_key(config.ignored);
-  validate(config);
   return config;
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------- public
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const auto& entry : schema()) keys.push_back(entry.first);
+  return keys;
+}
 
 ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
                          const std::string& source_name, ConfigFormat format) {

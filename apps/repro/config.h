@@ -87,6 +87,9 @@ std::string shortest_float_text(double value);
 // Checks that the values describe a scenario that can run; errors name key and value.
 void validate(const ReproConfig& config);
 
+// Every key the scenarios read, dotted ("ds_config.optimizer.params.lr"), sorted.
+std::vector<std::string> config_keys();
+
 // The configuration as TOML text (what --print-config shows; round-trips).
 std::string to_toml(const ReproConfig& config);
 

@@ -144,12 +144,18 @@ std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string&
 
 // ---------------------------------------------------------------- JSON
 
-// Refuses a key given twice in one object (DeepSpeed does; the parser keeps the last).
-class DuplicateKeyCheck {
+// nlohmann's parse callback, which sees every container open (with its depth) and
+// every key: it refuses nesting beyond kMaxConfigDepth before the parser goes deeper,
+// and a key given twice in one object (DeepSpeed does; the parser keeps the last).
+class JsonChecks {
  public:
-  explicit DuplicateKeyCheck(const std::string& source) : source_(source) {}
-  bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+  explicit JsonChecks(const std::string& source) : source_(source) {}
+  bool operator()(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start || event == Event::array_start) {
+      SEQPAR_INPUT_CHECK(depth < kMaxConfigDepth, "config ", source_,
+                         ": nested deeper than the limit of ", kMaxConfigDepth, " levels");
+    }
     if (event == Event::object_start) objects_.emplace_back();
     if (event == Event::object_end && !objects_.empty()) objects_.pop_back();
     if (event == Event::key && !objects_.empty()) {
@@ -296,10 +302,9 @@ toml::table read_yaml_document(const std::string& text, const std::string& sourc
 toml::table read_json_document(const std::string& text, const std::string& source,
                                std::vector<ConfigNote>& ignored) {
   check_text_encoding(text, source);  // a NUL byte, which the parser takes for the end
-  check_json_structure(text, source);
   nlohmann::json document;
   try {
-    document = nlohmann::json::parse(text, DuplicateKeyCheck(source));
+    document = nlohmann::json::parse(text, JsonChecks(source));
   } catch (const nlohmann::json::exception& error) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     const std::string what = error.what();

@@ -213,24 +213,24 @@ Unsafe first_unsafe_text(const std::string& text, size_t start) {
 std::string read_config_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   FileDescriptor file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  SEQPAR_INPUT_CHECK(file.fd >= 0, "--config ", path, ": cannot open: ", std::strerror(errno));
+  SEQPAR_INPUT_CHECK(file.fd >= 0, "--config ", abbreviated(path), ": cannot open: ", std::strerror(errno));
   struct stat status {};
-  SEQPAR_INPUT_CHECK(::fstat(file.fd, &status) == 0, "--config ", path, ": cannot stat: ",
+  SEQPAR_INPUT_CHECK(::fstat(file.fd, &status) == 0, "--config ", abbreviated(path), ": cannot stat: ",
                      std::strerror(errno));
-  SEQPAR_INPUT_CHECK(S_ISREG(status.st_mode), "--config ", path, ": ", file_kind(status.st_mode),
+  SEQPAR_INPUT_CHECK(S_ISREG(status.st_mode), "--config ", abbreviated(path), ": ", file_kind(status.st_mode),
                      ", not a regular file");
-  SEQPAR_INPUT_CHECK(status.st_size <= static_cast<off_t>(kMaxConfigBytes), "--config ", path,
+  SEQPAR_INPUT_CHECK(status.st_size <= static_cast<off_t>(kMaxConfigBytes), "--config ", abbreviated(path),
                      ": ", status.st_size, " bytes, more than the limit of ", kMaxConfigBytes);
   std::string text;
   char buffer[16384];
   for (;;) {
     const ssize_t count = ::read(file.fd, buffer, sizeof buffer);
     if (count < 0 && errno == EINTR) continue;
-    SEQPAR_INPUT_CHECK(count >= 0, "--config ", path, ": cannot read: ", std::strerror(errno));
+    SEQPAR_INPUT_CHECK(count >= 0, "--config ", abbreviated(path), ": cannot read: ", std::strerror(errno));
     if (count == 0) break;
     text.append(buffer, static_cast<size_t>(count));
     // A file that grows while it is read is still held to the limit.
-    SEQPAR_INPUT_CHECK(text.size() <= kMaxConfigBytes, "--config ", path,
+    SEQPAR_INPUT_CHECK(text.size() <= kMaxConfigBytes, "--config ", abbreviated(path),
                        ": more than the limit of ", kMaxConfigBytes, " bytes");
   }
   return text;
@@ -293,25 +293,6 @@ void check_config_text(const std::string& text, const std::string& source_name) 
   SEQPAR_INPUT_FAIL("config ", source_name, " line ", position.line, " column ", position.column,
                     ": non-ASCII character ", name,
                     " outside a string or comment (TOML allows only ASCII there)");
-}
-
-std::string printable(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (byte < 0x20 || byte == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02X", byte);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::vector<std::string> split_override_key(const std::string& key) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/text.h"
+
 namespace seqpar::repro {
 
 // The largest config file read; the scenario's file is under 1 KiB.
@@ -33,9 +35,5 @@ void check_config_text(const std::string& text, const std::string& source_name);
 // bare (letters, digits, _ and -) or quoted ('...' or "..." without escapes), separated
 // by dots with optional spaces around them; no part may be empty.
 std::vector<std::string> split_override_key(const std::string& key);
-
-// `text` with control characters written as \n, \t or \xHH, so that a message quoting
-// what the user typed stays on one line.
-std::string printable(const std::string& text);
 
 }  // namespace seqpar::repro

@@ -1,9 +1,9 @@
-// What a YAML or JSON config may take, and the scanners that hold it to that without
-// trusting the parsers: a config is read into at most kMaxConfigValues values of at
-// most kMaxConfigTextBytes of text (aliases count once per use, so a "billion laughs"
-// file stops at the limit instead of expanding), nested at most kMaxConfigDepth deep
-// (an alias that contains itself is infinitely deep), with numbers of at most
-// kMaxNumberCharacters characters. Every refusal names the file, the line and the limit.
+// What a YAML or JSON config may take: a config is read into at most kMaxConfigValues
+// values of at most kMaxConfigTextBytes of text (aliases count once per use, so a
+// "billion laughs" file stops at the limit instead of expanding), nested at most
+// kMaxConfigDepth deep (an alias that contains itself is infinitely deep; JSON's depth
+// is refused by nlohmann's parse callback as it opens each level), with YAML numbers of
+// at most kMaxNumberCharacters characters. Every refusal names the file and the limit.
 #pragma once
 
 #include <cstddef>
@@ -21,17 +21,12 @@ constexpr size_t kMaxNumberCharacters = 100;    // a double needs 25 at most
 
 // A YAML plain (unquoted) scalar typed as OmegaConf types it: YAML 1.1's booleans,
 // integers and nulls, and a float that also takes exponents without a dot (`1e-4`).
-// Returns null for a YAML null. Matched by hand in one pass: std::regex recursed once
-// per character and overflowed the stack on a 100,000-digit number. A number longer
-// than kMaxNumberCharacters is refused (InputError naming `where`, "config F line L").
+// Returns null for a YAML null. A number longer than kMaxNumberCharacters is refused
+// (InputError naming `where`, "config F line L"), before any pattern sees it.
 std::unique_ptr<toml::node> typed_plain_scalar(const std::string& text, const std::string& where);
 
 // The same classification, for a scalar tagged !!int, !!float, !!bool or !!null:
 // whether its text is of that kind.
 bool plain_scalar_is(const std::string& text, const char* kind);
-
-// JSON text scanned (outside strings) for nesting beyond kMaxConfigDepth and numbers
-// beyond kMaxNumberCharacters, before the parser builds anything.
-void check_json_structure(const std::string& text, const std::string& source);
 
 }  // namespace seqpar::repro::detail

@@ -9,7 +9,7 @@
 
 #include "apps/repro/report.h"
 #include "core/error.h"
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 
 namespace seqpar::repro {
 
@@ -89,7 +89,7 @@ void draw_series(std::ostringstream& svg, const Axes& axes, const PolicyFigures&
 void draw_policy(std::ostringstream& svg, const Axes& axes, const PolicyFigures& figures,
                  size_t index) {
   draw_series(svg, axes, figures, index, &StepFigures::max_cross_rank_difference, false);
-  draw_series(svg, axes, figures, index, &StepFigures::max_difference_from_reference, true);
+  draw_series(svg, axes, figures, index, &StepFigures::max_difference_from_baseline, true);
   const double legend_y = kTop + 20.0 * double(index);
   svg << "<rect x='" << kWidth - kRight + 40 << "' y='" << legend_y - 9
       << "' width='12' height='12' fill='" << kColors[index % 4] << "'/><text x='"
@@ -110,7 +110,7 @@ void draw_key(std::ostringstream& svg, size_t policies) {
 
 }  // namespace
 
-void write_drift_svg(const std::string& path, const RunResults& results) {
+std::string drift_svg(const RunResults& results) {
   std::vector<const PolicyFigures*> figures;
   for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
   // The axis ends above the largest finite difference, and never beyond float32's range:
@@ -118,7 +118,7 @@ void write_drift_svg(const std::string& path, const RunResults& results) {
   double largest = 2 * results.config.adamw.lr();
   for (const PolicyFigures* policy : figures) {
     for (const StepFigures& step : policy->steps) {
-      for (const float difference : {step.max_cross_rank_difference, step.max_difference_from_reference}) {
+      for (const float difference : {step.max_cross_rank_difference, step.max_difference_from_baseline}) {
         if (std::isfinite(difference)) largest = std::max<double>(largest, difference);
       }
     }
@@ -133,10 +133,10 @@ void write_drift_svg(const std::string& path, const RunResults& results) {
   for (size_t i = 0; i < figures.size(); ++i) draw_policy(svg, axes, *figures[i], i);
   draw_key(svg, figures.size());
   svg << "</svg>\n";
-  write_output_file(path, svg.str());
+  return svg.str();
 }
 
-void write_drift_csv(const std::string& path, const RunResults& results) {
+std::string drift_csv(const RunResults& results) {
   std::ostringstream csv;
   csv << "policy,step,max_difference_across_ranks,max_difference_from_one_rank\n";
   csv.precision(9);  // a float's every digit
@@ -144,10 +144,10 @@ void write_drift_csv(const std::string& path, const RunResults& results) {
     for (size_t step = 0; step < run.figures.steps.size(); ++step) {
       const StepFigures& figures = run.figures.steps[step];
       csv << run.figures.policy->name << ',' << step + 1 << ',' << figures.max_cross_rank_difference
-          << ',' << figures.max_difference_from_reference << '\n';
+          << ',' << figures.max_difference_from_baseline << '\n';
     }
   }
-  write_output_file(path, csv.str());
+  return csv.str();
 }
 
 }  // namespace seqpar::repro

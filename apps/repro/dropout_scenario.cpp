@@ -50,7 +50,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   const auto offset_at = [=](int64_t step) { return offsets.at(step); };
 
   ScenarioPlan plan;
-  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
     const int64_t all = x.size(0);
     const Variable y = nn::dropout(model.forward(rows_of(x, 0, all)), p, seed, offset_at(context.step()), 0);
     context.backward(nn::l1_loss(y, target_of(x, 0, all, out), nn::Reduction::sum_divided_by(global_count)));

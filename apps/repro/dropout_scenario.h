@@ -9,7 +9,7 @@
 // (nn/dropout.h: position = offset + global row x columns + column) gives each shard
 // exactly its rows of the one-rank mask.
 //
-// The one-rank reference applies dropout (p = repro.dropout) over all dp x rows rows,
+// The one-rank baseline applies dropout (p = repro.dropout) over all dp x rows rows,
 // row g of the global batch reading words offset + g x out + c of repro.seed's stream,
 // with offset starting after the data's draws (RankData::random_offset) and advancing
 // by one whole mask per step, the same on every rank.

@@ -12,8 +12,8 @@
 
 #include "apps/repro/config_input.h"
 #include "core/error.h"
-#include "core/output_file.h"
-#include "core/signal_cleanup.h"
+#include "apps/common/output_file.h"
+#include "apps/common/signal_cleanup.h"
 
 namespace seqpar::repro {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 
 namespace seqpar::repro {
 

@@ -2,26 +2,25 @@
 //
 // Reading order: policy.h (the three ways to combine gradients), policy_step.cpp
 // (where the combining happens), scenario.cpp (what every rank runs), analysis.cpp
-// (how each step's figures and the verdicts are derived), then this file (where the ranks run).
+// (how each step's figures and the verdicts are derived), pipeline.h (what every
+// scenario is to this file), then this file (where the ranks run, and the one path of a
+// run: check, run, print, write).
 #include <malloc.h>
 
 #include <chrono>
 #include <iostream>
 #include <optional>
 
-#include "apps/repro/analysis.h"
 #include "apps/repro/config_input.h"
 #include "apps/repro/options.h"
 #include "apps/repro/output_paths.h"
-#include "apps/repro/pitfall.h"
-#include "apps/repro/report.h"
+#include "apps/repro/pipeline.h"
 #include "apps/repro/scenario.h"
 #include "apps/repro/scenario_list.h"
-#include "apps/repro/zero_stage.h"
 #include "apps/repro/validate.h"
 #include "core/error.h"
-#include "core/output_file.h"
-#include "core/signal_cleanup.h"
+#include "apps/common/output_file.h"
+#include "apps/common/signal_cleanup.h"
 #include "dist/environment.h"
 #include "dist/launcher.h"
 #include "dist/local_process_group.h"
@@ -41,18 +40,24 @@ constexpr bool kNcclBuilt = false;
 
 // Where the ranks run.
 enum class Backend { LocalThreads, Nccl, LaunchNccl };
-struct Placement {
+struct Where {
   Backend backend;
-  Device device;
-  std::string description;
+  Placement placement;
 };
 
-Placement choose_placement(const Options& options, const ReproConfig& config,
-                           const std::optional<dist::LaunchEnvironment>& launched) {
+Where choose_placement(const Options& options, const ReproConfig& config,
+                       const std::optional<dist::LaunchEnvironment>& launched) {
   const int64_t world = config.world_size();
   const int gpus = cuda_device_count();
   const std::string ranks = std::to_string(world) + (world == 1 ? " rank" : " ranks");
   if (launched) {
+    const std::string started = "started by a launcher (" + launched->launcher + ": " +
+                                launched->variables + " set)";
+    SEQPAR_INPUT_CHECK(kNcclBuilt, started, ", but this seqpar was built without NCCL: unset "
+                       "them, or run every rank in this process with --backend local");
+    SEQPAR_INPUT_CHECK(launched->local_rank < gpus, started, " as local rank ",
+                       launched->local_rank, ", one GPU each, but this machine has ", gpus,
+                       " GPU(s): unset them, or run every rank in this process with --backend local");
     SEQPAR_INPUT_CHECK(options.backend.value_or("nccl") == "nccl" && options.device.value_or("cuda") == "cuda",
                  "this process was started by a launcher (", launched->launcher,
                  "), which means one process per GPU over NCCL; --backend local and --device cpu "
@@ -60,8 +65,8 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
     SEQPAR_INPUT_CHECK(launched->world_size == world, "launched with a world of ", launched->world_size,
                  " processes, but the scenario needs sp ", config.sequence_parallel_size, " x dp ",
                  config.data_parallel_size, " = ", world, " ranks");
-    return {Backend::Nccl, Device::cuda(launched->local_rank),
-            ranks + ", one process per GPU over NCCL (started by " + launched->launcher + ")"};
+    return {Backend::Nccl, {Device::cuda(launched->local_rank),
+            ranks + ", one process per GPU over NCCL (started by " + launched->launcher + ")"}};
   }
   const bool nccl_built = kNcclBuilt;
   const bool want_nccl = options.backend == std::string("nccl") ||
@@ -70,17 +75,17 @@ Placement choose_placement(const Options& options, const ReproConfig& config,
     SEQPAR_INPUT_CHECK(nccl_built, "--backend nccl: this seqpar was built without NCCL");
     SEQPAR_INPUT_CHECK(gpus >= world, "--backend nccl needs one GPU per rank: ", world,
                  " ranks, but this machine has ", gpus, " GPU(s); use --backend local");
-    return {Backend::LaunchNccl, Device::cuda(0), ranks + ", one process per GPU over NCCL"};
+    return {Backend::LaunchNccl, {Device::cuda(0), ranks + ", one process per GPU over NCCL"}};
   }
   if (options.device == std::string("reference")) {
-    return {Backend::LocalThreads, Device::reference(),
-            ranks + " as threads on the CPU, each op the plain reference loops (local group)"};
+    return {Backend::LocalThreads, {Device::reference(),
+            ranks + " as threads on the CPU, each op the plain reference loops (local group)"}};
   }
   const bool on_gpu = options.device ? *options.device == "cuda" : gpus > 0;
   SEQPAR_INPUT_CHECK(!on_gpu || gpus > 0, "--device cuda: this machine has no CUDA device");
-  return {Backend::LocalThreads, on_gpu ? Device::cuda(0) : Device::cpu(),
+  return {Backend::LocalThreads, {on_gpu ? Device::cuda(0) : Device::cpu(),
           ranks + " as threads of one process" + (on_gpu ? " sharing cuda:0" : " on the CPU") +
-              " (local process group)"};
+              " (local process group)"}};
 }
 
 // DeepSpeed's launcher passes --local_rank=N beside LOCAL_RANK; the two must agree.
@@ -98,43 +103,18 @@ void check_local_rank(const Options& options,
 ReproConfig read_config(const Options& options) {
   if (options.config_path.empty()) return parse_config("", options.overrides, "built-in defaults");
   const std::string text = read_config_file(options.config_path);
-  return parse_users_config(text, options.overrides, options.config_path,
+  return parse_users_config(text, options.overrides, abbreviated(options.config_path),
                             config_format_for(options.config_path, text));
 }
 
-// The drift picture shows how the ranks drift over steps: one step is a point, no picture.
-bool writes_plot(const Options& options, const ReproConfig& config) {
-  return !options.plot_path.empty() && config.steps > 1 && config.scenario == "issue-6868";
-}
-
-// The CSV beside the picture: drift.svg's is drift.csv. A path not ending in .svg (a
-// device such as /dev/stdout) gets none.
-std::optional<std::string> drift_csv_path(const std::string& plot_path) {
-  const std::string svg = ".svg";
-  if (plot_path.size() <= svg.size() ||
-      plot_path.compare(plot_path.size() - svg.size(), svg.size(), svg) != 0) {
-    return std::nullopt;
-  }
-  return plot_path.substr(0, plot_path.size() - svg.size()) + ".csv";
-}
-
-// --policy and --plot belong to issue-6868's report; other scenarios refuse them by name
-// rather than ignore them.
-void check_output_options(const Options& options, const ReproConfig& config) {
-  if (config.scenario == "issue-6868") return;
-  SEQPAR_INPUT_CHECK(options.policy == "all", "--policy: scenario ", config.scenario,
-                     " runs its own variants, not the policies; leave --policy out");
-  SEQPAR_INPUT_CHECK(!options.plot_given || options.plot_path.empty(), "--plot: scenario ",
-                     config.scenario, " draws no drift picture; leave --plot out");
+Request request_of(const Options& options) {
+  return {options.policy, !options.dump_directory.empty(), options.plot_path, options.plot_given};
 }
 
 // Everything the run will need from its surroundings, checked before its work starts:
 // the outputs can be written and the scenario fits in memory.
 void check_before_running(const Options& options, const ReproConfig& config) {
   check_output_paths(options);
-  if (writes_plot(options, config)) {  // the picture's series, beside it
-    if (const auto csv = drift_csv_path(options.plot_path)) check_output_path("--plot", *csv);
-  }
   if (const auto available = available_memory_bytes()) check_memory(config, *available);
 }
 
@@ -143,39 +123,37 @@ std::chrono::milliseconds collective_timeout(const Options& options, const Repro
   return std::chrono::milliseconds(static_cast<int64_t>(*options.timeout_seconds * 1000));
 }
 
-RunResults run_rank(const std::shared_ptr<dist::ProcessGroup>& world, const ReproConfig& config,
-                    const std::vector<const Policy*>& policies, const Placement& placement,
-                    Device device, Progress* progress) {
-  return run_scenario(rank_groups(world, config), config, policies, device,
-                      placement.description, progress);
+// `text` into the file at `path` whole (apps/common/output_file.h), or to standard output for "-".
+void write_text_or_stdout(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::cout << text << std::flush;
+    return;
+  }
+  write_output_file(path, text);
 }
 
 // The report, then the files: the dump first, since a failed dump removes itself and
 // then nothing else is written. Each file appears whole or not at all. With --json -
 // the JSON owns stdout, so the report goes to stderr.
-void report(const RunResults& results, const Options& options) {
+void present(const Results& results, const Options& options, const ReproConfig& config) {
   std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
-  print_report(out, results);
-  out << '\n';
+  out << results.text;
+  const std::string dump = printable(options.dump_directory);
   if (!options.dump_directory.empty()) {
-    write_dump(options.dump_directory, results, options.overwrite);
-    out << "safetensors dump: " << printable(options.dump_directory)
-        << " (check it with scripts/crosscheck.py " << printable(options.dump_directory) << ")\n";
-  }
-  if (writes_plot(options, results.config)) {
-    out.flush();  // the picture may go to /dev/stdout, after the report
-    write_drift_svg(options.plot_path, results);
-    const auto csv = drift_csv_path(options.plot_path);
-    if (csv) write_drift_csv(*csv, results);
-    out << "drift picture: " << printable(options.plot_path)
-        << (csv ? " (its series: " + printable(*csv) + ")" : "")
+    write_dump_directory(options.dump_directory, options.overwrite, results.dump,
+                         dump_metadata(config));
+    out << "safetensors dump: " << dump
+        << (results.dump_checker.empty() ? "" : " (check it with " + results.dump_checker + " " + dump + ")")
         << '\n';
-  } else if (options.plot_given && !options.plot_path.empty()) {
-    out << "drift picture: none for a single step (--steps 2 or more draws one)\n";
   }
+  out.flush();  // a file may go to /dev/stdout, after the report
+  for (const TextFile& file : results.files) write_output_file(file.path, file.text);
+  out << results.files_text;
   if (!options.json_path.empty()) {
     out.flush();
-    write_json(options.json_path, results);
+    // Text from a user's config is not always UTF-8: replaced, never a failed write.
+    write_text_or_stdout(options.json_path,
+                         results.json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
   }
 }
@@ -183,33 +161,28 @@ void report(const RunResults& results, const Options& options) {
 // Runs `body(world, progress)` on every rank where the placement puts them (NCCL
 // processes started by a launcher, or threads of this process) and returns world rank
 // 0's result (nothing on the other ranks).
-template <typename Results, typename Body>
-std::optional<Results> run_world(const Placement& placement,
+template <typename Body>
+std::optional<Results> run_world(Backend backend,
                                  const std::optional<dist::LaunchEnvironment>& launched,
                                  const ReproConfig& config, std::chrono::milliseconds timeout,
                                  bool quiet, const Body& body) {
-  if (placement.backend == Backend::Nccl) {
+  if (backend == Backend::Nccl) {
 #ifdef SEQPAR_WITH_NCCL
     dist::NcclOptions nccl_options;
     nccl_options.timeout = timeout;
     const auto world = dist::NcclProcessGroup::create_world(*launched, nccl_options);
-    Results results;
-    {
-      const auto progress = world->rank() == 0 ? Progress::on_stderr(quiet) : nullptr;
-      results = body(world, progress.get());
-    }
-    if (world->rank() != 0) return std::nullopt;
-    return results;
+    const auto progress = world->rank() == 0 ? Progress::on_stderr(quiet) : nullptr;
+    return body(world, progress.get());
 #else
     (void)launched;
-    SEQPAR_FAIL("started by a launcher, but this seqpar was built without NCCL");
+    SEQPAR_FAIL("unreachable: choose_placement refuses a launch without NCCL");
 #endif
   }
-  Results results;
+  std::optional<Results> results;
   const auto progress = Progress::on_stderr(quiet);
   dist::run_local_world(static_cast<int>(config.world_size()),
                         [&](std::shared_ptr<dist::ProcessGroup> world) {
-                          Results mine = body(world, progress.get());
+                          std::optional<Results> mine = body(world, progress.get());
                           if (world->rank() == 0) results = std::move(mine);
                         },
                         dist::LocalOptions{timeout});
@@ -235,83 +208,47 @@ int run(int argc, char** argv) {
     for (const ConfigNote& note : config.ignored) {
       std::cout << "# ignored: " << printable(note.key) << " (" << printable(note.reason) << ")\n";
     }
+    // The keys a config may set, those left out above included (DeepSpeed's other keys
+    // are accepted as ignored, or refused, by name).
+    std::cout << "# every key seqpar-repro reads:\n";
+    for (const std::string& key : config_keys()) std::cout << "#   " << key << '\n';
     return 0;
   }
   if (options.list_scenarios) {
     std::cout << scenario_list_text();
     return 0;
   }
-  check_output_options(options, config);
-  std::vector<const Policy*> policies;
-  for (const Policy& policy : all_policies()) {
-    if (options.policy == "all" || policy_named(options.policy).name == policy.name) {
-      policies.push_back(&policy);
-    }
-  }
+  const Scenario& scenario = scenario_named(config.scenario);
+  const Request request = request_of(options);
+  scenario.check(config, request);
   // --backend local runs every rank in this process, whatever a launcher's variables
   // (an sbatch shell's, say) claim.
   const auto launched = options.backend == std::string("local")
                             ? std::nullopt
                             : dist::launch_environment_from_process();
+  if (!launched && options.backend != std::string("local")) {
+    const std::string ignored = dist::ignored_launch_variables_from_process();
+    if (!ignored.empty()) {
+      std::cerr << "seqpar-repro: note: " << abbreviated(ignored)
+                << " set, but not a launcher's whole set (its rank, world size and local rank, "
+                   "and MASTER_ADDR and MASTER_PORT or NCCL_COMM_ID): ignored, the ranks run here\n";
+    }
+  }
   check_local_rank(options, launched);
-  const Placement placement = choose_placement(options, config, launched);
-  if (placement.backend != Backend::LaunchNccl) check_before_running(options, config);
-  const std::chrono::milliseconds timeout = collective_timeout(options, config);
-
-  if (placement.backend == Backend::LaunchNccl) {
+  const Where where = choose_placement(options, config, launched);
+  if (where.backend == Backend::LaunchNccl) {
     dist::LaunchOptions launch;
     launch.nproc = static_cast<int>(config.world_size());
     launch.arguments.assign(argv, argv + argc);
     return dist::launch_ranks(launch);
   }
-  if (config.scenario == "zero-stage") {
-    SEQPAR_INPUT_CHECK(options.dump_directory.empty(), "--dump: the zero-stage scenario writes no dump");
-    check_zero_stage_config(config);
-    const auto results = run_world<ZeroStageResults>(
-        placement, launched, config, timeout, options.quiet,
-        [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress*) {
-          return run_zero_stage(rank_groups(world, config), config, placement.device,
-                                placement.description);
-        });
-    if (!results) return 0;
-    std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
-    print_zero_stage(out, *results);
-    if (!options.json_path.empty()) {
-      out.flush();
-      write_zero_stage_json(options.json_path, *results);
-      if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
-    }
-    return 0;
-  }
-  if (const PitfallScenario* scenario = pitfall_scenario_named(config.scenario)) {
-    scenario->check(config);
-    const bool dump = !options.dump_directory.empty();
-    const auto results = run_world<PitfallResults>(
-        placement, launched, config, timeout, options.quiet,
-        [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {
-          return run_pitfall(*scenario, rank_groups(world, config), config, placement.device,
-                             placement.description, dump, progress);
-        });
-    if (!results) return 0;
-    std::ostream& out = options.json_path == "-" ? std::cerr : std::cout;
-    print_pitfall(out, *results);
-    if (dump) {
-      write_dump_files(options.dump_directory, results->dump, config, options.overwrite);
-      out << "\nsafetensors dump: " << printable(options.dump_directory) << '\n';
-    }
-    if (!options.json_path.empty()) {
-      out.flush();
-      write_pitfall_json(options.json_path, *results);
-      if (options.json_path != "-") out << "figures (JSON): " << printable(options.json_path) << '\n';
-    }
-    return 0;
-  }
-  const auto results = run_world<RunResults>(
-      placement, launched, config, timeout, options.quiet,
+  check_before_running(options, config);
+  const auto results = run_world(
+      where.backend, launched, config, collective_timeout(options, config), options.quiet,
       [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {
-        return run_rank(world, config, policies, placement, placement.device, progress);
+        return scenario.run(rank_groups(world, config), config, request, where.placement, progress);
       });
-  if (results) report(*results, options);
+  if (results) present(*results, options, config);
   return 0;
 }
 
@@ -341,10 +278,10 @@ int main(int argc, char** argv) {
     return status;
   } catch (const seqpar::InputError& error) {
     // Messages quote what the user gave (paths, keys): escaped, so one line, no ESC.
-    std::cerr << "seqpar-repro: " << seqpar::repro::printable(error.what()) << '\n';
+    std::cerr << "seqpar-repro: " << seqpar::printable(error.what()) << '\n';
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "seqpar-repro: " << seqpar::repro::printable(error.what()) << '\n';
+    std::cerr << "seqpar-repro: " << seqpar::printable(error.what()) << '\n';
     return 1;
   }
 }

@@ -88,7 +88,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
 
   ScenarioPlan plan;
   // One rank: every replica's rows at once, the mean over every valid row.
-  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
     const int64_t all = x.size(0);
     context.backward(nn::l1_loss(model.forward(rows_of(x, 0, all)), target_of(x, 0, all, out),
                                  nn::Reduction::mean(), mask));

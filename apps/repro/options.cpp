@@ -5,7 +5,7 @@
 #include "apps/repro/config_input.h"
 #include "apps/repro/policy.h"
 #include "apps/repro/scenario_list.h"
-#include "core/command_line.h"
+#include "apps/common/command_line.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
@@ -19,7 +19,7 @@ std::string one_of(const std::string& option, const std::string& value,
   }
   std::string list;
   for (const std::string& name : allowed) list += (list.empty() ? "" : " or ") + name;
-  SEQPAR_INPUT_FAIL("option ", option, " '", printable(value), "': expected ", list);
+  SEQPAR_INPUT_FAIL("option ", option, " '", abbreviated(value), "': expected ", list);
 }
 
 // Seconds, a number from 1 to a week: a collective that waits longer is a hang.
@@ -32,15 +32,20 @@ double parse_timeout(const std::string& text) {
     used = 0;
   }
   SEQPAR_INPUT_CHECK(used > 0 && used == text.size() && seconds >= 1 && seconds <= kMaxTimeoutSeconds,
-                     "--timeout ", printable(text), ": expected seconds from 1 to ",
+                     "--timeout ", abbreviated(text), ": expected seconds from 1 to ",
                      kMaxTimeoutSeconds);
   return seconds;
 }
 
-CommandLineOption text_option(std::vector<std::string> names, std::string& target,
-                              std::string value_name, std::string help) {
-  return CommandLineOption{std::move(names), true, [&target](const std::string& v) { target = v; },
-                           std::move(value_name), std::move(help)};
+// --plot's picture is SVG: a name with another extension (out.png) would get SVG under
+// a name that says otherwise, so it is refused. A name without one (/dev/stdout) is taken.
+void check_plot_extension(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  const bool has_extension = dot != std::string::npos && dot > 0 &&
+                             (slash == std::string::npos || dot > slash + 1);
+  SEQPAR_INPUT_CHECK(!has_extension || path.compare(dot, std::string::npos, ".svg") == 0, "--plot ",
+                     abbreviated(path), ": the drift picture is written as SVG only; name a .svg file");
 }
 
 // An empty --dump or --json would silently mean none (--plot '' is documented as none).
@@ -71,10 +76,19 @@ std::vector<CommandLineOption> option_table(Options& options) {
        "Run scenario NAME with its defaults: exactly what --config configs/NAME.toml runs "
        "(--list-scenarios names them). Default: issue-6868, the bug report's."},
       flag({"--list-scenarios"}, options.list_scenarios, "List the scenarios and exit."),
-      text_option({"--config"}, options.config_path, "FILE",
-                  "Read the scenario from FILE: seqpar's TOML, the report's YAML (ds_config: ...) "
-                  "or a DeepSpeed JSON config. Keys it leaves out take the scenario's values, "
-                  "which the report lists. Default: none (the built-in scenario)."),
+      {{"--config", "--config-file", "--deepspeed_config"}, true,
+       [&](const std::string& v) {
+         // One file: a second would silently win over the first.
+         SEQPAR_INPUT_CHECK(options.config_path.empty(), "--config ", abbreviated(v),
+                            ": a config was already given (", abbreviated(options.config_path),
+                            "); give one");
+         options.config_path = v;
+       },
+       "FILE",
+       "Read the scenario from FILE: seqpar's TOML, the report's YAML (ds_config: ...) "
+       "or a DeepSpeed JSON config. Keys it leaves out take the scenario's values, "
+       "which the report lists. --config-file is the report's script's name for it, "
+       "--deepspeed_config DeepSpeed's. Default: none (the built-in scenario)."},
       {{"--set"}, true, [&](const std::string& v) { options.overrides.push_back(v); },
        "KEY=VALUE",
        "Set one config key, after --config: --set repro.rows=4000, --set "
@@ -111,7 +125,7 @@ std::vector<CommandLineOption> option_table(Options& options) {
        "Default: none (seqpar-repro starts them itself when it picks nccl)."},
       {{"--dump"}, true,
        [&](const std::string& v) { options.dump_directory = nonempty("--dump", v); }, "DIR",
-       "Write every rank's parameters, the inputs and the one-rank reference as safetensors "
+       "Write every rank's parameters, the inputs and the one-rank baseline as safetensors "
        "into DIR (new or empty, or with --overwrite an earlier dump). Default: none."},
       flag({"--overwrite"}, options.overwrite, "Let --dump replace an earlier dump in DIR."),
       {{"--json"}, true,
@@ -120,6 +134,7 @@ std::vector<CommandLineOption> option_table(Options& options) {
        "Default: none."},
       {{"--plot"}, true,
        [&](const std::string& v) {
+         check_plot_extension(v);
          options.plot_path = v;
          options.plot_given = true;
        },
@@ -139,6 +154,9 @@ std::vector<CommandLineOption> option_table(Options& options) {
          options.local_rank = static_cast<int>(parse_integer_option("--local_rank", v, 0, 1 << 20));
        },
        "N", "Passed by DeepSpeed's launcher; must agree with LOCAL_RANK."},
+      flag({"--deepspeed"}, options.deepspeed,
+           "Passed by DeepSpeed's launcher (the report's script takes it); the runs are "
+           "DeepSpeed's already, so it changes nothing."),
       flag({"--version"}, options.version, "Print the version and exit."),
       flag({"-h", "--help"}, options.help, "Print this help and exit."),
   };

@@ -25,6 +25,7 @@ struct Options {
   bool help = false;
   bool version = false;
   std::optional<int> local_rank;       // --local_rank, as DeepSpeed's launcher passes it
+  bool deepspeed = false;              // --deepspeed, as DeepSpeed's launcher passes it
 };
 
 // Errors (seqpar::InputError) name the offending argument. (--nproc is taken by the

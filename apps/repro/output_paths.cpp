@@ -8,7 +8,7 @@
 #include "apps/repro/config_input.h"
 #include "apps/repro/dump_directory.h"
 #include "core/error.h"
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 
 namespace seqpar::repro {
 

@@ -7,12 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <ostream>
+#include <sstream>
 
 #include "apps/repro/report.h"
 #include "core/elementwise.h"
 #include "core/error.h"
-#include "core/output_file.h"
 #include "dist/consistency.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -91,7 +92,7 @@ Tensor gradient_norm(const Parameters& parameters) { return optim::grad_norm(par
 TrainedRun train_variant(const Variant& variant, const ReproConfig& config, const RankData& data,
                          Device device, const RankGroups* groups, Progress* progress) {
   SEQPAR_CHECK(groups != nullptr || (!variant.reduce && !variant.clip_norm && !variant.exact),
-               "train_variant: the reference runs on one rank and combines nothing");
+               "train_variant: the baseline runs on one rank and combines nothing");
   auto model = make_model(config, data, device);
   const Parameters parameters = model->parameters();
   optim::AdamW optimizer(parameters, config.adamw);
@@ -144,18 +145,18 @@ PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& gr
   const bool is_root = groups.world->rank() == 0;
   if (!is_root) progress = nullptr;
   PitfallResults results;
-  TrainedRun reference;
+  TrainedRun baseline;
   if (is_root) {
-    reference = train_variant(Variant{"one rank", plan.reference, {}, {}, false}, config, data, device,
+    baseline = train_variant(Variant{"one rank", plan.baseline, {}, {}, false}, config, data, device,
                               nullptr, progress);
-    results.reference_norm = reference.first_norm;
+    results.baseline_norm = baseline.first_norm;
     if (keep_dump) {
       NamedTensors inputs = {{"x", data.inputs.to(Device::cpu())},
                              {"weight", data.initial_weight.to(Device::cpu())},
                              {"bias", data.initial_bias.to(Device::cpu())}};
       for (const auto& [name, tensor] : plan.dump_tensors) inputs.push_back({name, tensor.to(Device::cpu())});
       results.dump.push_back({"inputs.safetensors", std::move(inputs)});
-      results.dump.push_back({"reference.safetensors", run_tensors(reference, config)});
+      results.dump.push_back({"reference.safetensors", run_tensors(baseline, config)});
     }
   }
   for (size_t i = 0; i < plan.variants.size(); ++i) {
@@ -169,27 +170,27 @@ PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& gr
     VariantFigures figures;
     figures.name = variant.name;
     figures.exact = variant.exact;
-    const double reference_norm = reference.first_norm;
-    const auto scale = [&](double value) { return reference_norm > 0 ? value / reference_norm : 1.0; };
+    const double baseline_norm = baseline.first_norm;
+    const auto scale = [&](double value) { return baseline_norm > 0 ? value / baseline_norm : 1.0; };
     figures.gradient_scale = scale(run.first_norm);
     figures.cause = dist::name_scale(figures.gradient_scale, static_cast<int>(groups.sp),
                                      static_cast<int>(groups.dp));
     std::vector<float> difference(run.first_gradient.size());
     for (size_t e = 0; e < difference.size(); ++e) {
-      difference[e] = static_cast<float>(double(run.first_gradient[e]) - double(reference.first_gradient[e]));
+      difference[e] = static_cast<float>(double(run.first_gradient[e]) - double(baseline.first_gradient[e]));
     }
     figures.gradient_error = scale(norm_of(difference));
     figures.clip_norm_scale = scale(run.first_clip_norm);
     figures.clip_cause = dist::name_scale(figures.clip_norm_scale, static_cast<int>(groups.sp),
                                           static_cast<int>(groups.dp));
     figures.ranks_agree = consistency.consistent;
-    figures.equals_reference =
-        std::memcmp(run.final_parameters.data(), reference.final_parameters.data(),
+    figures.equals_baseline =
+        std::memcmp(run.final_parameters.data(), baseline.final_parameters.data(),
                     run.final_parameters.size() * sizeof(float)) == 0;
     for (size_t e = 0; e < run.final_parameters.size(); ++e) {
       figures.max_difference =
           std::max(figures.max_difference,
-                   std::fabs(double(run.final_parameters[e]) - double(reference.final_parameters[e])));
+                   std::fabs(double(run.final_parameters[e]) - double(baseline.final_parameters[e])));
     }
     figures.seconds_per_step = run.seconds / static_cast<double>(config.steps);
     results.variants.push_back(figures);
@@ -226,7 +227,7 @@ void print_pitfall(std::ostream& out, const PitfallResults& results) {
       << "\n\n";
   print_run_header(out, c, results.placement, results.mesh_layout);
   for (const std::string& note : results.notes) out << "  " << note << '\n';
-  out << "  one-rank reference: gradient norm " << number_text(results.reference_norm)
+  out << "  one-rank baseline: gradient norm " << number_text(results.baseline_norm)
       << " at step 1\n\n";
   // Each column as wide as its widest cell, so the table stays within the report's width.
   std::vector<std::vector<std::string>> rows = {
@@ -236,7 +237,7 @@ void print_pitfall(std::ostream& out, const PitfallResults& results) {
                     number_text(f.gradient_error),
                     number_text(f.clip_norm_scale) + (f.clip_cause.empty() ? "" : " " + f.clip_cause),
                     f.ranks_agree ? "agree" : "DIFFER",
-                    f.equals_reference ? "bitwise equal" : "max |diff| " + number_text(f.max_difference)});
+                    f.equals_baseline ? "bitwise equal" : "max |diff| " + number_text(f.max_difference)});
   }
   std::vector<size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows) {
@@ -254,7 +255,7 @@ void print_pitfall(std::ostream& out, const PitfallResults& results) {
          "  after: rank 0's parameters against one-rank training's.\n";
   bool exact_ok = true;
   for (const VariantFigures& f : results.variants) {
-    if (f.exact) exact_ok = exact_ok && f.equals_reference && f.ranks_agree;
+    if (f.exact) exact_ok = exact_ok && f.equals_baseline && f.ranks_agree;
   }
   out << (exact_ok ? "  exact: every rank's and micro-batch's rows added exactly before one rounding\n"
                      "  (docs/numerics.md); one-rank training, bit for bit.\n"
@@ -267,7 +268,7 @@ void print_pitfall(std::ostream& out, const PitfallResults& results) {
   out << '\n';
 }
 
-void write_pitfall_json(const std::string& path, const PitfallResults& results) {
+nlohmann::json pitfall_json(const PitfallResults& results) {
   const ReproConfig& c = results.config;
   nlohmann::json variants = nlohmann::json::array();
   for (const VariantFigures& f : results.variants) {
@@ -279,35 +280,71 @@ void write_pitfall_json(const std::string& path, const PitfallResults& results) 
                         {"clip_norm_scale", f.clip_norm_scale},
                         {"clip_cause", f.clip_cause},
                         {"ranks_agree", f.ranks_agree},
-                        {"equals_reference", f.equals_reference},
-                        {"max_difference_from_reference", f.max_difference},
+                        {"equals_baseline", f.equals_baseline},
+                        {"max_difference_from_baseline", f.max_difference},
                         {"seconds_per_step", f.seconds_per_step}});
   }
-  const nlohmann::json root = {{"schema", "seqpar-repro-pitfall/1"},
-                               {"scenario", results.scenario},
-                               {"sequence_parallel_size", c.sequence_parallel_size},
-                               {"data_parallel_size", c.data_parallel_size},
-                               {"gradient_accumulation_steps", c.gradient_accumulation_steps},
-                               {"gradient_clipping", c.gradient_clipping},
-                               {"rows", c.rows},
-                               {"in_features", c.in_features},
-                               {"out_features", c.out_features},
-                               {"steps", c.steps},
-                               {"seed", c.seed},
-                               {"placement", results.placement},
-                               {"reference_gradient_norm", results.reference_norm},
-                               {"notes", results.notes},
-                               {"variants", variants}};
-  write_text_or_stdout(path, root.dump(2) + "\n");
+  return {{"schema", "seqpar-repro-pitfall/2"},
+          {"scenario", results.scenario},
+          {"sequence_parallel_size", c.sequence_parallel_size},
+          {"data_parallel_size", c.data_parallel_size},
+          {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+          {"gradient_clipping", c.gradient_clipping},
+          {"rows", c.rows},
+          {"in_features", c.in_features},
+          {"out_features", c.out_features},
+          {"steps", c.steps},
+          {"seed", c.seed},
+          {"placement", results.placement},
+          {"baseline_gradient_norm", results.baseline_norm},
+          {"notes", results.notes},
+          {"variants", variants}};
 }
 
-void write_text_or_stdout(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return;
+namespace {
+
+// A kit scenario as the pipeline runs it.
+class KitScenario : public Scenario {
+ public:
+  explicit KitScenario(const PitfallScenario& scenario) : scenario_(scenario) {}
+
+  void check(const ReproConfig& config, const Request& request) const override {
+    check_takes_no_policy_or_plot(scenario_.name, request);
+    scenario_.check(config);
   }
-  write_output_file(path, text);
+
+  std::optional<Results> run(const RankGroups& groups, const ReproConfig& config,
+                             const Request& request, const Placement& placement,
+                             Progress* progress) const override {
+    auto results = std::make_shared<const PitfallResults>(run_pitfall(
+        scenario_, groups, config, placement.device, placement.description, request.dump, progress));
+    if (groups.world->rank() != 0) return std::nullopt;
+    Results out;
+    std::ostringstream text;
+    print_pitfall(text, *results);
+    out.text = text.str() + "\n";
+    out.json = pitfall_json(*results);
+    for (const auto& [name, tensors] : results->dump) {
+      out.dump.push_back({name, [results, &tensors = tensors] { return tensors; }});
+    }
+    return out;
+  }
+
+ private:
+  const PitfallScenario& scenario_;
+};
+
+}  // namespace
+
+void check_takes_no_policy_or_plot(const std::string& scenario, const Request& request) {
+  SEQPAR_INPUT_CHECK(request.policy == "all", "--policy: scenario ", scenario,
+                     " runs its own variants, not the policies; leave --policy out");
+  SEQPAR_INPUT_CHECK(!request.plot_given || request.plot_path.empty(), "--plot: scenario ",
+                     scenario, " draws no drift picture; leave --plot out");
+}
+
+std::unique_ptr<Scenario> kit_scenario(const PitfallScenario& scenario) {
+  return std::make_unique<KitScenario>(scenario);
 }
 
 }  // namespace seqpar::repro

@@ -1,19 +1,19 @@
 // The kit seqpar-repro's pitfall scenarios are built from (shifted-targets,
 // clipping-norms, ...; zero-stage trains with it too).
 //
-// A scenario is a one-rank reference and a list of variants. A variant is one way a
+// A scenario is a one-rank baseline and a list of variants. A variant is one way a
 // sequence-parallel job computes its gradient: the loss each rank takes on its rows
 // (and micro-batches), how the ranks' gradients are combined, and the norm it clips
-// with. The kit trains the reference and every variant from the same initial state on
-// the same data, then measures each variant against the reference:
+// with. The kit trains the baseline and every variant from the same initial state on
+// the same data, then measures each variant against the baseline:
 //
 //   gradient scale   ||g|| / ||g_ref|| at step 1 (rank 0's combined gradient), named
 //                    when it is a known mistake's factor (sp, 1/sp, sqrt(sp), ...)
 //   gradient error   ||g - g_ref|| / ||g_ref|| at step 1: a scale shows here too, and
 //                    so does a gradient of the right size that weighs rows wrongly
-//   clip norm scale  the norm the step clipped with / the reference's
+//   clip norm scale  the norm the step clipped with / the baseline's
 //   ranks agree      every rank's parameters bitwise equal after the last step
-//   vs one rank      rank 0's parameters after the last step against the reference's:
+//   vs one rank      rank 0's parameters after the last step against the baseline's:
 //                    bitwise equal, or the largest difference
 //
 // A variant marked `exact` keeps the exact row sums of its backward passes
@@ -22,6 +22,8 @@
 // the one-rank gradient bit for bit, and the kit checks that it does.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -29,13 +31,14 @@
 #include <vector>
 
 #include "apps/repro/config.h"
+#include "apps/repro/pipeline.h"
 #include "apps/repro/policy_step.h"
 #include "apps/repro/progress.h"
 #include "apps/repro/scenario.h"
 #include "autograd/variable.h"
 #include "core/device.h"
 #include "nn/exact_gradients.h"
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 #include "nn/linear.h"
 
 namespace seqpar::repro {
@@ -63,7 +66,7 @@ using Parameters = std::vector<autograd::Variable>;
 
 struct Variant {
   std::string name;  // a row of the report: "shard-local shift"
-  // Forward, loss and backward on this rank (all rows for the reference).
+  // Forward, loss and backward on this rank (all rows for the baseline).
   StepFunction backward;
   // Combines the ranks' gradients; empty: nothing more to combine (exact variants: their
   // exact row sums are added across ranks by train_variant).
@@ -75,7 +78,7 @@ struct Variant {
 
 // One scenario's plan for this rank (the same on every rank but for the data it cuts).
 struct ScenarioPlan {
-  StepFunction reference;         // one rank, all rows, no combining
+  StepFunction baseline;          // one rank, all rows, no combining
   std::vector<Variant> variants;  // in the report's order
   std::vector<std::string> notes;  // facts of the data, printed above the table
   NamedTensors dump_tensors;       // scenario inputs beside x, W and b in --dump
@@ -90,8 +93,6 @@ struct PitfallScenario {
   std::function<ScenarioPlan(const ReproConfig&, const RankData&, const RankGroups&)> plan;
 };
 
-// The scenarios run by the kit, by --scenario name (nullptr for another name).
-const PitfallScenario* pitfall_scenario_named(const std::string& name);
 
 struct VariantFigures {
   std::string name;
@@ -102,7 +103,7 @@ struct VariantFigures {
   double clip_norm_scale = 0;
   std::string clip_cause;
   bool ranks_agree = true;
-  bool equals_reference = false;  // final parameters, bitwise
+  bool equals_baseline = false;  // final parameters, bitwise
   double max_difference = 0;      // final parameters
   double seconds_per_step = 0;
 };
@@ -111,7 +112,7 @@ struct PitfallResults {
   std::string scenario, title, why;
   ReproConfig config;
   std::string placement, mesh_layout;
-  double reference_norm = 0;  // the one-rank gradient norm at step 1
+  double baseline_norm = 0;  // the one-rank gradient norm at step 1
   std::vector<std::string> notes;
   std::vector<VariantFigures> variants;
   // With a dump asked for: inputs.safetensors (x, weight, bias and the plan's tensors),
@@ -130,12 +131,12 @@ struct TrainedRun {
 };
 
 // Trains a fresh model from `data`'s initial state with `variant` for config.steps
-// steps (zero_grad, backward, reduce, clip, AdamW); groups == nullptr: the reference,
+// steps (zero_grad, backward, reduce, clip, AdamW); groups == nullptr: the baseline,
 // on this rank alone.
 TrainedRun train_variant(const Variant& variant, const ReproConfig& config, const RankData& data,
                          Device device, const RankGroups* groups, Progress* progress = nullptr);
 
-// Runs `scenario` on every rank (the same arguments everywhere): the reference on world
+// Runs `scenario` on every rank (the same arguments everywhere): the baseline on world
 // rank 0, every variant on every rank. Returns the figures on world rank 0, an empty
 // result elsewhere. With `keep_dump`, also the tensors of a --dump. World rank 0 tells
 // `progress`, when given, which variant and step it is at.
@@ -147,10 +148,14 @@ PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& gr
 void print_run_header(std::ostream& out, const ReproConfig& config, const std::string& placement,
                       const std::string& mesh_layout);
 void print_pitfall(std::ostream& out, const PitfallResults& results);
-// Schema seqpar-repro-pitfall/1; "-" writes to standard output.
-void write_pitfall_json(const std::string& path, const PitfallResults& results);
-// `text` into the file at `path` whole (core/output_file.h), or to standard output for "-".
-void write_text_or_stdout(const std::string& path, const std::string& text);
+// The figures as --json's document (schema seqpar-repro-pitfall/2).
+nlohmann::json pitfall_json(const PitfallResults& results);
+
+// The pipeline's Scenario for one of the kit's scenarios (pipeline.h).
+std::unique_ptr<Scenario> kit_scenario(const PitfallScenario& scenario);
+
+// Refuses --policy and --plot, which only issue-6868 takes, naming `scenario`.
+void check_takes_no_policy_or_plot(const std::string& scenario, const Request& request);
 
 // Helpers the scenarios share.
 // Rows [first, first + count) of x as a Variable, and its first `out` columns, the

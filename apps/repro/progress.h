@@ -1,5 +1,5 @@
 // Progress of a long run on stderr: a run that has gone on for more than two seconds
-// says what it is doing (drawing the data, the reference's or a policy's step k of N,
+// says what it is doing (drawing the data, the baseline's or a policy's step k of N,
 // with the steps' rate and the time left of that part) and for how long. On a
 // terminal one line is rewritten in place every second and erased at the end; into a
 // file or pipe it prints a few lines, at intervals that double (10 s, 20 s, 40 s, ...).

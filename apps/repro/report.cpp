@@ -129,11 +129,11 @@ void print_scenario(std::ostream& out, const RunResults& results) {
   out << "  initial     " << wrap_text("parameters' fingerprint per rank:" + prints, 14, kReportWidth)
       << (identical ? "\n              identical on every rank: same seed, same calls, same numbers\n"
                     : "\n              NOT identical: the seeding is broken\n");
-  const ReferenceRun& reference = results.reference;
-  out << printf_string("\none-rank reference (all %lld rows): mean loss %.6f, gradient norm "
+  const BaselineRun& baseline = results.baseline;
+  out << printf_string("\none-rank baseline (all %lld rows): mean loss %.6f, gradient norm "
                        "%.6f, %.2f ms/step\n",
-                       (long long)(c.rows * c.data_parallel_size), reference.losses.front(),
-                       reference.norms.front(), 1e3 * reference.seconds / double(c.steps));
+                       (long long)(c.rows * c.data_parallel_size), baseline.losses.front(),
+                       baseline.norms.front(), 1e3 * baseline.seconds / double(c.steps));
 }
 
 // "0.8287" when every rank used the same norm, else "0.9168 to 0.9233".
@@ -154,9 +154,9 @@ void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
     out << printf_string("  %4lld  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %8.2g  %s (%.4f)\n",
                          (long long)step, s.max_cross_rank_difference,
                          s.max_cross_rank_difference / lr, (long long)s.differing_parameters,
-                         (long long)s.parameter_count, s.max_difference_from_reference,
+                         (long long)s.parameter_count, s.max_difference_from_baseline,
                          s.gradient_relative_error, norm_range(s.used_norms).c_str(),
-                         s.reference_norm);
+                         s.baseline_norm);
   }
   const int64_t left_out = steps - static_cast<int64_t>(shown.size());
   if (left_out > 0) {

@@ -10,7 +10,7 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/scenario.h"
 #include "apps/repro/dump_directory.h"
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 
 namespace seqpar::repro {
 
@@ -32,29 +32,14 @@ void print_report(std::ostream& out, const RunResults& results);
 // The steps (1-based, ascending) print_report shows out of `steps`, plus `also` (0: none).
 std::vector<int64_t> steps_to_show(int64_t steps, int64_t also = 0);
 
-// The schema is documented in apps/repro/README.md ("JSON output").
-void write_json(const std::string& path, const RunResults& results);
-
 // Cross-rank drift (the largest parameter difference between ranks) against the step,
 // one line per policy, on a log scale; bitwise-identical ranks sit on the floor line.
-// The distance of rank 0 from one-rank training, dashed, beside it.
-void write_drift_svg(const std::string& path, const RunResults& results);
+// The distance of rank 0 from one-rank training, dashed, beside it. An SVG document.
+std::string drift_svg(const RunResults& results);
 
 // The picture's series as CSV: policy,step,max_difference_across_ranks,
 // max_difference_from_one_rank (a line per policy and step).
-void write_drift_csv(const std::string& path, const RunResults& results);
-
-// DIR/inputs.safetensors, DIR/<policy>/rank<R>.safetensors, DIR/reference.safetensors
-// and DIR/seqpar-dump.manifest, written as apps/repro/dump_directory.h says: DIR new,
-// empty, or (with `overwrite`) an earlier dump, of which only the files its manifest
-// names are replaced; a dump that fails leaves the earlier one as it was.
-void write_dump(const std::string& directory, const RunResults& results, bool overwrite);
-
-// A flat dump: DIR/<name> for each named file, the same way. The config is every
-// file's metadata.
-void write_dump_files(const std::string& directory,
-                      const std::vector<std::pair<std::string, NamedTensors>>& files,
-                      const ReproConfig& config, bool overwrite);
+std::string drift_csv(const RunResults& results);
 
 // The flat [weight..., bias...] vector as the tensors `prefix`weight and `prefix`bias.
 NamedTensors unflatten(const std::vector<float>& flat, const ReproConfig& config,

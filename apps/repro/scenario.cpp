@@ -70,10 +70,10 @@ Variable forward_loss(const nn::Linear& model, const Variable& x, const Variable
   return nn::l1_loss(model.forward(x), target, reduction);
 }
 
-// The one-rank reference on world rank 0: its own model and optimizer, all rows.
-class ReferenceTrainer {
+// The one-rank baseline on world rank 0: its own model and optimizer, all rows.
+class BaselineTrainer {
  public:
-  ReferenceTrainer(const ReproConfig& config, const RankData& data, Device device)
+  BaselineTrainer(const ReproConfig& config, const RankData& data, Device device)
       : model_(make_model(config, data, device)),
         parameters_(model_->parameters()),
         optimizer_(parameters_, config.adamw),
@@ -83,8 +83,8 @@ class ReferenceTrainer {
 
   // One step; appends its loss and norm to `run` and leaves the state after the step in
   // run.parameters and run.gradients (overwriting the previous step's).
-  void step(ReferenceRun& run) {
-    SEQPAR_NVTX_RANGE("one-rank reference step");
+  void step(BaselineRun& run) {
+    SEQPAR_NVTX_RANGE("one-rank baseline step");
     const auto start = Clock::now();
     model_->zero_grad();
     const Variable loss = forward_loss(*model_, x_, target_, nn::Reduction::mean());
@@ -235,10 +235,10 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
   results.mesh_layout = groups.mesh_layout;
   results.initial_parameters =
       gather(world, flatten({data.initial_weight, data.initial_bias}, device));
-  std::unique_ptr<ReferenceTrainer> reference;
+  std::unique_ptr<BaselineTrainer> baseline;
   if (is_root) {
     results.inputs = data.inputs.to(Device::cpu());
-    reference = std::make_unique<ReferenceTrainer>(config, data, device);
+    baseline = std::make_unique<BaselineTrainer>(config, data, device);
   }
   // Set up in the policies' order on every rank, so their collectives (the initial
   // broadcast, then each step's) are called in the same order everywhere. A skipped
@@ -246,8 +246,8 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
   // The per-step series are sized once: growing them step by step would leave freed
   // blocks between the short-lived snapshots, and the heap would grow with the steps.
   if (is_root) {
-    results.reference.losses.reserve(size_t(config.steps));
-    results.reference.norms.reserve(size_t(config.steps));
+    results.baseline.losses.reserve(size_t(config.steps));
+    results.baseline.norms.reserve(size_t(config.steps));
   }
   std::vector<std::unique_ptr<PolicyTrainer>> trainers;
   std::vector<double> seconds(policies.size(), 0), analysis_seconds(policies.size(), 0);
@@ -262,12 +262,12 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
     results.policies.push_back(std::move(run));
   }
 
-  // Lockstep: the other ranks wait for rank 0's reference step at the first policy's
+  // Lockstep: the other ranks wait for rank 0's baseline step at the first policy's
   // barrier, and for its analysis of a policy's step at the next barrier, so no wait is
   // longer than about one step, however many steps there are.
   for (int64_t step = 0; step < config.steps; ++step) {
-    if (progress) progress->set_step("one-rank reference", step, config.steps);
-    if (is_root) reference->step(results.reference);
+    if (progress) progress->set_step("one-rank baseline", step, config.steps);
+    if (is_root) baseline->step(results.baseline);
     for (size_t i = 0; i < policies.size(); ++i) {
       if (trainers[i] == nullptr) continue;
       if (progress) progress->set_step("policy " + policies[i]->name, step, config.steps);
@@ -275,9 +275,9 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
       if (!is_root) continue;
       const auto start = Clock::now();
       PolicyFigures& figures = results.policies[i].figures;
-      const ReferenceStep expected{results.reference.parameters, results.reference.gradients,
-                                   results.reference.losses.back(),
-                                   results.reference.norms.back()};
+      const BaselineStep expected{results.baseline.parameters, results.baseline.gradients,
+                                   results.baseline.losses.back(),
+                                   results.baseline.norms.back()};
       figures.steps.push_back(figures_of_step(record, expected, lr));
       if (step == 0) {
         figures.first_step_signs = signs_of_first_step(record, lr);

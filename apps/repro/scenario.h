@@ -1,6 +1,6 @@
-// One run of the scenario on one rank: draw the data, then train the one-rank reference
+// One run of the scenario on one rank: draw the data, then train the one-rank baseline
 // (world rank 0) and every policy (each its own model and optimizer, from the same
-// initial state) in lockstep: per step, the reference takes its step, then each policy
+// initial state) in lockstep: per step, the baseline takes its step, then each policy
 // in turn on every rank, gathering every rank's parameters, gradients and norms on world
 // rank 0, which turns them into that step's figures at once and drops them. Memory
 // does not grow with the number of steps (but for a few scalars per step), and no
@@ -29,14 +29,14 @@
 namespace seqpar::repro {
 
 // One policy's run as world rank 0 keeps it: the per-step figures (computed when each
-// step ends, against the reference's state after the same step) and the final state.
+// step ends, against the baseline's state after the same step) and the final state.
 struct PolicyRun {
   PolicyFigures figures;  // policy, skipped, steps, first-step signs and scale, verdict
   StepRecord last;        // every rank's parameters and gradients after the last step
 };
 
-// The one-rank reference: one rank on all replicas' rows, mean loss.
-struct ReferenceRun {
+// The one-rank baseline: one rank on all replicas' rows, mean loss.
+struct BaselineRun {
   std::vector<float> parameters, gradients;  // [element], after the last step
   std::vector<float> losses, norms;          // [step]
   double seconds = 0;                        // wall time of its steps
@@ -48,7 +48,7 @@ struct RunResults {
   std::string mesh_layout;
   std::vector<std::vector<float>> initial_parameters;  // [rank][element]
   Tensor inputs;                                       // x, [dp * rows, in], host
-  ReferenceRun reference;
+  BaselineRun baseline;
   std::vector<PolicyRun> policies;
 };
 

@@ -30,7 +30,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   // One rank: every replica's rows but its last have a target.
   const int64_t global_targets = dp * (rows - 1) * out;
   ScenarioPlan plan;
-  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
     const Variable y = model.forward(Variable(x));
     Variable loss;
     for (int64_t d = 0; d < dp; ++d) {

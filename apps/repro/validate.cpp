@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "apps/common/text.h"
 #include "apps/repro/scenario_list.h"
 #include "core/error.h"
 
@@ -156,7 +157,7 @@ void validate(const ReproConfig& c) {
                      "reduction)");
   check_train_batch_size(c);
   SEQPAR_INPUT_CHECK(c.optimizer_type == "AdamW", "config key ds_config.optimizer.type = \"",
-                     c.optimizer_type, "\": only \"AdamW\" is supported");
+                     abbreviated(c.optimizer_type), "\": only \"AdamW\" is supported");
   const ScenarioSizes sizes = checked_sizes(c);
   SEQPAR_INPUT_CHECK(sizes.world_size <= kMaxWorldSize,
                      "config: the world size ds_config.sequence_parallel_size x "
@@ -191,7 +192,7 @@ uint64_t estimated_memory_bytes(const ReproConfig& c) {
       unsigned_sum({u(sizes.input_values), unsigned_product(u(c.rows), u(c.in_features)),
                     unsigned_product(unsigned_product(u(sizes.input_rows), u(c.out_features)), 4),
                     unsigned_product(u(sizes.parameters), 3 * 8)});
-  // Rank 0: a host copy of the inputs, the reference model, and each policy's last
+  // Rank 0: a host copy of the inputs, the baseline model, and each policy's last
   // step gathered from every rank (parameters and gradients) twice over.
   const uint64_t root_values = unsigned_sum(
       {u(sizes.input_values), unsigned_product(u(sizes.parameters), 8),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <ostream>
+#include <sstream>
 
 #include "apps/repro/pitfall.h"
 #include "autograd/node.h"
@@ -90,7 +91,7 @@ ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, co
   ScenarioPlan plan;
   const Tensor x = data.inputs;
   const int64_t out = config.out_features;
-  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
     context.backward(nn::l1_loss(model.forward(Variable(x)), target_of(x, 0, x.size(0), out),
                                  nn::Reduction::mean()));
   };
@@ -160,7 +161,7 @@ ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& con
   results.config = config;
   results.placement = placement;
   results.mesh_layout = groups.mesh_layout;
-  results.reference_norm = run.reference_norm;
+  results.baseline_norm = run.baseline_norm;
   const std::vector<ZeroStageVariant> variants = zero_stage_variants(config);
   for (size_t i = 0; i < variants.size(); ++i) {
     const VariantFigures& f = run.variants[i];
@@ -169,8 +170,8 @@ ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& con
     figures.scale = f.gradient_scale;
     figures.cause = f.cause;
     figures.ranks_agree = f.ranks_agree;
-    figures.equals_reference = f.equals_reference;
-    figures.max_difference_from_reference = f.max_difference;
+    figures.equals_baseline = f.equals_baseline;
+    figures.max_difference_from_baseline = f.max_difference;
     figures.seconds_per_step = f.seconds_per_step;
     results.variants.push_back(figures);
   }
@@ -188,7 +189,7 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
     out << "; ds_config.zero_optimization.stage = " << c.zero_stage << " selects " <<
         (c.zero_stage == 3 ? "ZeRO-3's" : "ZeRO 0-2's");
   }
-  out << "\n  one-rank reference: gradient norm " << number_text(results.reference_norm)
+  out << "\n  one-rank baseline: gradient norm " << number_text(results.baseline_norm)
       << " at step 1\n\n";
   out << "  gradient at step 1 / the one-rank gradient (norms; named where it is a mistake's factor):\n";
   // The reductions that ran, in the table's column order.
@@ -231,12 +232,12 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
   for (const ZeroStageFigures& f : results.variants) {
     all_agree = all_agree && f.ranks_agree;
     if (f.cause.empty() && !f.variant.exact) {
-      worst_correct = std::max(worst_correct, f.max_difference_from_reference);
+      worst_correct = std::max(worst_correct, f.max_difference_from_baseline);
     }
   }
   if (exact != nullptr) {
     out << "  global row count, exact sums " << number_text(exact->scale)
-        << (exact->equals_reference ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
+        << (exact->equals_baseline ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
         << "\n                               (rows summed exactly over sp x dp inside backward)\n";
   }
   out << "\n  after " << c.steps << " step(s): the ranks' parameters "
@@ -251,21 +252,21 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
          "  1/sp under ZeRO-3's average.\n";
 }
 
-void write_zero_stage_json(const std::string& path, const ZeroStageResults& results) {
+nlohmann::json zero_stage_json(const ZeroStageResults& results) {
   const ReproConfig& c = results.config;
   nlohmann::json variants = nlohmann::json::array();
   for (const ZeroStageFigures& f : results.variants) {
     variants.push_back({{"loss", loss_convention_name(f.variant.loss)},
                         {"reduction", f.variant.exact ? "exact sums"
                                                       : gradient_reduction_name(f.variant.reduction)},
-                        {"equals_reference", f.equals_reference},
+                        {"equals_baseline", f.equals_baseline},
                         {"gradient_scale", f.scale},
                         {"cause", f.cause},
                         {"ranks_agree", f.ranks_agree},
-                        {"max_difference_from_reference", f.max_difference_from_reference},
+                        {"max_difference_from_baseline", f.max_difference_from_baseline},
                         {"seconds_per_step", f.seconds_per_step}});
   }
-  const nlohmann::json root = {{"schema", "seqpar-repro-zero-stage/1"},
+  return {{"schema", "seqpar-repro-zero-stage/2"},
                                {"sequence_parallel_size", c.sequence_parallel_size},
                                {"data_parallel_size", c.data_parallel_size},
                                {"rows", c.rows},
@@ -273,9 +274,36 @@ void write_zero_stage_json(const std::string& path, const ZeroStageResults& resu
                                {"out_features", c.out_features},
                                {"steps", c.steps},
                                {"placement", results.placement},
-                               {"reference_gradient_norm", results.reference_norm},
+                               {"baseline_gradient_norm", results.baseline_norm},
                                {"variants", variants}};
-  write_text_or_stdout(path, root.dump(2) + "\n");
+}
+
+namespace {
+
+class ZeroStageScenario : public Scenario {
+ public:
+  void check(const ReproConfig& config, const Request& request) const override {
+    check_takes_no_policy_or_plot("zero-stage", request);
+    SEQPAR_INPUT_CHECK(!request.dump, "--dump: the zero-stage scenario writes no dump");
+    check_zero_stage_config(config);
+  }
+
+  std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request&,
+                             const Placement& placement, Progress*) const override {
+    const ZeroStageResults results =
+        run_zero_stage(groups, config, placement.device, placement.description);
+    if (groups.world->rank() != 0) return std::nullopt;
+    std::ostringstream text;
+    print_zero_stage(text, results);
+    return Results{text.str() + "\n", zero_stage_json(results), {}, "", {}, ""};
+  }
+};
+
+}  // namespace
+
+const Scenario& zero_stage_scenario() {
+  static const ZeroStageScenario scenario;
+  return scenario;
 }
 
 }  // namespace seqpar::repro

@@ -13,8 +13,10 @@
 // Each pairing gives a gradient 1, sp or 1/sp times the one-rank gradient; the table
 // comes out of the runs (the first step's gradient norm against the one-rank
 // reference's), not out of the code, and each factor is named (dist::name_scale).
-// Every variant starts from the same initial parameters as the one-rank reference.
+// Every variant starts from the same initial parameters as the one-rank baseline.
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <iosfwd>
@@ -40,18 +42,18 @@ struct ZeroStageVariant {
 
 struct ZeroStageFigures {
   ZeroStageVariant variant;
-  double scale = 0;               // rank 0's first reduced gradient norm / the reference's
+  double scale = 0;               // rank 0's first reduced gradient norm / the baseline's
   std::string cause;              // the scale named ("x sp (4)"), "" when it is 1
   bool ranks_agree = true;        // every rank's parameters bitwise equal after the last step
-  bool equals_reference = false;  // rank 0's parameters bitwise the reference's after the last step
-  double max_difference_from_reference = 0;  // rank 0's parameters after the last step
+  bool equals_baseline = false;  // rank 0's parameters bitwise the baseline's after the last step
+  double max_difference_from_baseline = 0;  // rank 0's parameters after the last step
   double seconds_per_step = 0;
 };
 
 struct ZeroStageResults {
   ReproConfig config;
   std::string placement, mesh_layout;
-  double reference_norm = 0;  // the one-rank gradient norm at step 1
+  double baseline_norm = 0;  // the one-rank gradient norm at step 1
   std::vector<ZeroStageFigures> variants;
 };
 
@@ -71,6 +73,7 @@ ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& con
                                 const std::string& placement);
 
 void print_zero_stage(std::ostream& out, const ZeroStageResults& results);
-void write_zero_stage_json(const std::string& path, const ZeroStageResults& results);
+// The figures as --json's document (schema seqpar-repro-zero-stage/2).
+nlohmann::json zero_stage_json(const ZeroStageResults& results);
 
 }  // namespace seqpar::repro

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/command_line.h"
+#include "apps/common/command_line.h"
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -25,7 +25,7 @@
 namespace seqpar::bench {
 
 // Every bench program parses its arguments with this (after dist::maybe_launch has
-// taken --nproc), through the parser all seqpar programs share (core/command_line.h):
+// taken --nproc), through the parser all seqpar programs share (apps/common/command_line.h):
 // --help prints `usage` to stdout and returns 0, --version likewise; an unknown option,
 // a missing or malformed value is one line on stderr and returns 2. Returns -1 when the
 // program should go on.

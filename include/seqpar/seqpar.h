@@ -4,23 +4,22 @@
 //
 // Tensors and devices, autograd, the modules and the L1 loss, AdamW and clipping, and the
 // process groups. What it leaves out is still installed and included by its own path:
-// the exact-sum arithmetic (core/exact_*.h), the command-line and output-file helpers of
-// seqpar's own programs (core/command_line.h, core/output_file.h,
-// core/signal_cleanup.h), and nn's kernels. The CUDA-only headers come in only when this
-// copy of seqpar was built with CUDA (NCCL's with NCCL), as <seqpar/config.h> says.
+// the exact-sum arithmetic (core/exact_*.h) and nn's kernels. (The command line, output
+// files, safetensors writing and signal cleanup of seqpar's own programs are theirs, in
+// apps/common.) The CUDA-only headers come in only when this copy of seqpar was built
+// with CUDA (NCCL's with NCCL), as <seqpar/config.h> says.
 #pragma once
 
 #include <seqpar/config.h>
 #include <seqpar/version.h>
 
-// core: float32 tensors on a device, their arithmetic, random numbers, files.
+// core: float32 tensors on a device, their arithmetic, random numbers.
 #include <seqpar/core/copy.h>
 #include <seqpar/core/cuda_runtime.h>
 #include <seqpar/core/device.h>
 #include <seqpar/core/elementwise.h>
 #include <seqpar/core/error.h>
 #include <seqpar/core/generator.h>
-#include <seqpar/core/safetensors.h>
 #include <seqpar/core/tensor.h>
 
 // autograd: Variables, the ops that record a graph, the backward engine.

@@ -172,5 +172,68 @@ else
   failures=$((failures + 1))
 fi
 
+# The bug report's own launch line (deepspeed train_sp.py --config-file=config.yaml
+# --deepspeed), and DeepSpeed's --deepspeed_config FILE; one config file at most.
+expect 0 "summary" $small --config-file="$source_dir/configs/issue6868.yaml" --deepspeed
+expect 0 "summary" $small --deepspeed_config "$source_dir/configs/ds_config.json"
+expect 2 "a config was already given" --config-file=a.yaml --deepspeed_config b.json
+# A value never comes from the next option (argparse's "expected one argument").
+expect 2 "option --json needs a value, got the option '-q'" $small --json -q
+[ ! -e ./-q ] || { echo "FAIL: --json -q wrote a file named -q"; rm -f ./-q; failures=$((failures + 1)); }
+expect 2 "option --config needs a value, got the option '-q'" --config -q
+expect 0 "figures (JSON)" $small --json=-q.json --set repro.steps=1
+rm -f ./-q.json
+# --plot writes SVG only: another extension is refused, not given SVG under its name.
+expect 2 "--plot out.png: the drift picture is written as SVG only" --plot out.png
+# A config key's typo gets a did-you-mean; the program itself lists the keys.
+expect 2 "unknown config key repro.setps; did you mean repro.steps?" --set repro.setps=3
+expect 2 "did you mean ds_config.gradient_clipping?" --set ds_config.gradient_cliping=1
+expect 0 "#   ds_config.zero_optimization.stage" --print-config
+# Every refusal of a config at once: ZeRO-3 beside bf16, a scheduler and offload.
+cat > "$work/many.json" <<'JSON'
+{"bf16": {"enabled": true}, "scheduler": {"type": "WarmupLR"},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+JSON
+expect 2 "stage = 3" --config "$work/many.json"
+for refused in bf16 scheduler offload_optimizer; do
+  grep -qF "$refused" "$work/err" || { echo "FAIL: $refused not refused with ZeRO-3"; failures=$((failures + 1)); }
+done
+# A launch on a machine without a GPU per rank (or without NCCL): one line, exit 2,
+# naming the variables and --backend local; never an internal "seqpar error at".
+for launch in "RANK=0 WORLD_SIZE=4 LOCAL_RANK=0" "SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0"; do
+  env $launch MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$repro" --device cpu -q > "$work/out" 2> "$work/err"
+  if [ $? -eq 2 ] && [ "$(wc -l < "$work/err")" -eq 1 ] && grep -q -- "--backend local" "$work/err" &&
+     grep -q "${launch%%=*}" "$work/err" && ! grep -q "seqpar error at" "$work/err"; then
+    echo "ok:   $launch without a GPU per rank: one line naming the variables, exit 2"
+  else
+    echo "FAIL: $launch without GPUs"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1))
+  fi
+done
+# A malformed launcher value is refused, named, even in an incomplete set; an incomplete
+# set that is ignored is named in one line.
+for bad in "RANK=0 WORLD_SIZE=0 LOCAL_RANK=0:WORLD_SIZE=0" "PMI_RANK=abc PMI_SIZE=4:PMI_RANK='abc'" \
+           "PMI_SIZE=0:PMI_SIZE=0"; do
+  env ${bad%%:*} "$repro" $small > "$work/out" 2> "$work/err"
+  [ $? -eq 2 ] && [ "$(wc -l < "$work/err")" -eq 1 ] && grep -qF "${bad#*:}" "$work/err" &&
+    echo "ok:   ${bad%%:*}: refused, named" ||
+    { echo "FAIL: ${bad%%:*}"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1)); }
+done
+for lone in PMI_RANK OMPI_COMM_WORLD_RANK; do
+  env $lone=0 "$repro" $small > "$work/out" 2> "$work/err"
+  [ $? -eq 0 ] && [ "$(wc -l < "$work/err")" -eq 1 ] && grep -q "$lone set, but not a launcher's whole set" "$work/err" &&
+    echo "ok:   a lone $lone is named as ignored" ||
+    { echo "FAIL: lone $lone"; sed 's/^/  | /' "$work/err" | head -n 3; failures=$((failures + 1)); }
+done
+# Echoed values are abbreviated: a 100,000-character argument is not sent back whole.
+long=$(printf 'x%.0s' $(seq 1 100000))
+for option in --scenario --config; do
+  "$repro" $option "$long" > "$work/out" 2> "$work/err"
+  [ $? -eq 2 ] && [ "$(wc -c < "$work/err")" -lt 1000 ] && echo "ok:   $option of 100,000 characters: abbreviated" ||
+    { echo "FAIL: $option echoed whole ($(wc -c < "$work/err") bytes)"; failures=$((failures + 1)); }
+done
+"$repro" --set "ds_config.optimizer.type=$long" > "$work/out" 2> "$work/err"
+[ $? -eq 2 ] && [ "$(wc -c < "$work/err")" -lt 1000 ] && echo "ok:   a config value of 100,000 characters: abbreviated" ||
+  { echo "FAIL: a config value echoed whole ($(wc -c < "$work/err") bytes)"; failures=$((failures + 1)); }
+
 [ "$failures" -eq 0 ] && echo "all command-line checks passed" || echo "$failures failed"
 [ "$failures" -eq 0 ]

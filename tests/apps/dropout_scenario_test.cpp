@@ -52,7 +52,7 @@ TEST_CASE("dropout: the same offset on every rank trains elsewhere, the global r
     const VariantFigures& same = named.at("same seed and offset on every rank");
     CHECK(same.gradient_error > 1e-2);
     CHECK(same.gradient_scale == Approx(1).epsilon(0.2));
-    CHECK_FALSE(same.equals_reference);
+    CHECK_FALSE(same.equals_baseline);
     CHECK(same.max_difference > 1e-5);
     const VariantFigures& global = named.at("mask keyed by global row");
     CHECK(global.gradient_error < 1e-6);
@@ -60,7 +60,7 @@ TEST_CASE("dropout: the same offset on every rank trains elsewhere, the global r
     CHECK(global.max_difference < 1e-6);
     const VariantFigures& exact = named.at("global row, exact sums");
     CHECK(exact.exact);
-    CHECK(exact.equals_reference);
+    CHECK(exact.equals_baseline);
     CHECK(exact.gradient_error == 0);
     CHECK(exact.max_difference == 0);
   }
@@ -145,7 +145,7 @@ TEST_CASE("dropout scenario on a GPU: the exact variant equals one-rank training
   for (const auto& [sp, dp] : {std::pair<int64_t, int64_t>{4, 1}, {2, 2}}) {
     const PitfallResults results = run_on_threads(small(sp, dp), Device::cuda(0));
     const auto named = by_name(results);
-    CHECK(named.at("global row, exact sums").equals_reference);
+    CHECK(named.at("global row, exact sums").equals_baseline);
     CHECK(named.at("mask keyed by global row").gradient_error < 1e-6);
     CHECK(named.at("same seed and offset on every rank").gradient_error > 1e-2);
     for (const VariantFigures& f : results.variants) CHECK(f.ranks_agree);

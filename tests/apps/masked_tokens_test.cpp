@@ -139,8 +139,8 @@ void check_scenario(const ReproConfig& config) {
   const VariantFigures& per_rank = named.at("per-rank count, averaged");
   CHECK(per_batch.gradient_error > 0.05);
   CHECK(per_rank.gradient_error > 0.01);
-  CHECK_FALSE(per_batch.equals_reference);
-  CHECK_FALSE(per_rank.equals_reference);
+  CHECK_FALSE(per_batch.equals_baseline);
+  CHECK_FALSE(per_rank.equals_baseline);
   CHECK(per_batch.max_difference > 1e-5);
   // The global count: right up to float rounding; exact: one-rank training bitwise.
   const VariantFigures& global = named.at("global count (num_items_in_batch)");
@@ -149,7 +149,7 @@ void check_scenario(const ReproConfig& config) {
   CHECK(global.max_difference < 1e-6);
   const VariantFigures& exact = named.at("global count, exact sums");
   CHECK(exact.exact);
-  CHECK(exact.equals_reference);
+  CHECK(exact.equals_baseline);
   CHECK(exact.gradient_error == 0);
   CHECK(exact.max_difference == 0);
 
@@ -219,7 +219,7 @@ TEST_CASE("masked-tokens with one micro-batch: the ranks' uneven counts alone br
   CHECK(named.at("per-micro-batch mean, averaged").gradient_error ==
         named.at("per-rank count, averaged").gradient_error);
   CHECK(named.at("per-rank count, averaged").gradient_error > 0.01);
-  CHECK(named.at("global count, exact sums").equals_reference);
+  CHECK(named.at("global count, exact sums").equals_baseline);
 }
 
 TEST_CASE("masked-tokens: the mask is deterministic, uneven over the ranks, never empty in a part",
@@ -284,7 +284,7 @@ TEST_CASE("masked-tokens on a GPU: the exact variant equals one-rank training bi
   for (const ReproConfig& config : {small(4, 1), small(2, 2)}) {
     const PitfallResults results = run_on_threads(config, Device::cuda(0));
     const auto named = by_name(results);
-    CHECK(named.at("global count, exact sums").equals_reference);
+    CHECK(named.at("global count, exact sums").equals_baseline);
     CHECK(named.at("global count, exact sums").gradient_error == 0);
     for (const VariantFigures& f : results.variants) CHECK(f.ranks_agree);
     // The GPU's dump holds the CPU's numbers: the same mask and the same bits.

@@ -39,7 +39,7 @@ void check_exact_and_agreement(const PitfallResults& results) {
     INFO(results.scenario << ": " << f.name);
     CHECK(f.ranks_agree);
     if (f.exact) {
-      CHECK(f.equals_reference);
+      CHECK(f.equals_baseline);
       CHECK(f.gradient_error == 0);
       CHECK(f.max_difference == 0);
     }
@@ -58,7 +58,7 @@ TEST_CASE("shifted-targets: a shard-local shift loses targets, pre-shifting is e
     // One of about 200 targets per shard boundary: far above rounding.
     CHECK(named.at("shard-local shift, mean, averaged").gradient_error > 1e-3);
     CHECK(named.at("shard-local shift, global count").gradient_error > 1e-3);
-    CHECK_FALSE(named.at("shard-local shift, global count").equals_reference);
+    CHECK_FALSE(named.at("shard-local shift, global count").equals_baseline);
     const VariantFigures& pre = named.at("pre-shifted, global count");
     CHECK(pre.gradient_error < 1e-6);
     CHECK(pre.gradient_scale == Approx(1).epsilon(1e-6));
@@ -115,7 +115,7 @@ ScenarioPlan micro_batch_plan(const ReproConfig& config, const RankData& data, c
   const int64_t out = config.out_features;
   const int64_t global_count = config.data_parallel_size * config.rows * out;
   ScenarioPlan plan;
-  plan.reference = [=](const nn::Linear& model, StepContext& context) {
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
     context.backward(nn::l1_loss(model.forward(rows_of(x, 0, x.size(0))), target_of(x, 0, x.size(0), out),
                                  nn::Reduction::sum_divided_by(global_count)));
   };
@@ -154,11 +154,11 @@ TEST_CASE("pitfall kit: exact micro-batches over uneven shards equal one rank bi
     INFO("sp " << sp << " dp " << dp);
     const PitfallResults results = run_on_threads(kMicroBatches, small(sp, dp, 301));
     const auto named = by_name(results);
-    CHECK(named.at("exact").equals_reference);
+    CHECK(named.at("exact").equals_baseline);
     CHECK(named.at("exact").gradient_error == 0);
     CHECK(named.at("plain").gradient_error < 1e-6);
     // The kit's verdict can fail: a wrongly normalized exact run is sp x dp-ish off.
-    CHECK_FALSE(named.at("exact, local count").equals_reference);
+    CHECK_FALSE(named.at("exact, local count").equals_baseline);
     CHECK(named.at("exact, local count").gradient_scale > 1.5);
     for (const VariantFigures& f : results.variants) CHECK(f.ranks_agree);
   }
@@ -189,6 +189,6 @@ TEST_CASE("pitfall scenarios on a GPU: the exact variants equal one-rank trainin
     check_exact_and_agreement(results);
   }
   const auto micro_batches = by_name(run_on_threads(kMicroBatches, small(2, 2, 301), Device::cuda(0)));
-  CHECK(micro_batches.at("exact").equals_reference);
-  CHECK_FALSE(micro_batches.at("exact, local count").equals_reference);
+  CHECK(micro_batches.at("exact").equals_baseline);
+  CHECK_FALSE(micro_batches.at("exact, local count").equals_baseline);
 }

@@ -50,8 +50,8 @@ void check_consistent_and_exact(const std::vector<PolicyFigures>& figures) {
   for (const StepFigures& step : exact.steps) {
     // Exact row sums: the same bits as one rank on all rows, at every step.
     CHECK(step.differing_parameters == 0);
-    CHECK(step.parameters_unlike_reference == 0);
-    CHECK(step.gradients_unlike_reference == 0);
+    CHECK(step.parameters_unlike_baseline == 0);
+    CHECK(step.gradients_unlike_baseline == 0);
   }
   CHECK(exact.verdict == Verdict::Identical);
   const PolicyFigures& with_mpu = figures_of(figures, PolicyKind::WithMpu);
@@ -103,7 +103,7 @@ TEST_CASE("exact equals one-rank training: uneven rows, sp 3 x dp 2, steps, acti
   config.seed = 777;
   RunResults results;
   const auto figures = run_on_threads(config, &results);
-  CHECK(results.reference.norms.front() > 0.05);
+  CHECK(results.baseline.norms.front() > 0.05);
   check_consistent_and_exact(figures);
   CHECK(figures_of(figures, PolicyKind::DeepSpeed016).verdict == Verdict::RanksDiverge);
   // sp times too large before clipping; clipping (active for both) restores the scale,
@@ -124,7 +124,7 @@ TEST_CASE("with-mpu's sp-times gradient changes what clipping does", "[repro]") 
   RunResults results;
   run_on_threads(config, &results);
   // A threshold twice the true norm: exact does not clip, with-mpu (4x) clips to 2x.
-  config.gradient_clipping = 2 * results.reference.norms.front();
+  config.gradient_clipping = 2 * results.baseline.norms.front();
   const auto figures = run_on_threads(config);
   CHECK(figures_of(figures, PolicyKind::Exact).steps.front().gradient_relative_error <=
         kGradientRounding);
@@ -154,8 +154,8 @@ TEST_CASE("single rank: every policy is one-rank training", "[repro]") {
   config.steps = 2;
   const auto figures = run_on_threads(config);
   for (const PolicyFigures& policy : figures) {  // one rank: nothing to combine, same bits
-    CHECK(policy.steps.back().parameters_unlike_reference == 0);
-    CHECK(policy.steps.back().gradients_unlike_reference == 0);
+    CHECK(policy.steps.back().parameters_unlike_baseline == 0);
+    CHECK(policy.steps.back().gradients_unlike_baseline == 0);
   }
 }
 
@@ -167,8 +167,8 @@ TEST_CASE("long runs: figures per step, the final state kept, a short report", "
   config.steps = 300;
   RunResults results;
   const auto figures = run_on_threads(config, &results);
-  CHECK(results.reference.losses.size() == 300);
-  CHECK(results.reference.parameters.size() == size_t(parameter_count(config)));
+  CHECK(results.baseline.losses.size() == 300);
+  CHECK(results.baseline.parameters.size() == size_t(parameter_count(config)));
   for (const PolicyRun& run : results.policies) {
     CHECK(run.figures.steps.size() == 300);
     CHECK(run.last.parameters.size() == size_t(config.world_size()));
@@ -179,10 +179,10 @@ TEST_CASE("long runs: figures per step, the final state kept, a short report", "
   CHECK(figures_of(figures, PolicyKind::WithMpu).verdict == Verdict::WrongGradientScale);
   check_consistent_and_exact(figures);
   CHECK(figures_of(figures, PolicyKind::Exact).first_broken_step == 0);
-  // The exact policy's final state is the reference's, bit for bit.
+  // The exact policy's final state is the baseline's, bit for bit.
   const PolicyRun& exact = results.policies[size_t(PolicyKind::Exact)];
   REQUIRE(exact.figures.policy->kind == PolicyKind::Exact);
-  CHECK(exact.last.parameters[0] == results.reference.parameters);
+  CHECK(exact.last.parameters[0] == results.baseline.parameters);
 
   std::ostringstream report;
   print_report(report, results);
@@ -213,7 +213,7 @@ TEST_CASE("no verdict from values that are not finite", "[repro]") {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> reference_parameters = {1, 2}, reference_gradients = {0.5f, 0.5f};
-  const ReferenceStep reference{reference_parameters, reference_gradients, 1, 1};
+  const BaselineStep reference{reference_parameters, reference_gradients, 1, 1};
   // Every rank holds NaN alike: bitwise "agreement" that must not read as a verdict.
   StepRecord record{{{nan, 2}, {nan, 2}}, {{0.5f, 0.5f}, {0.5f, 0.5f}}, {1, 1}, {1, 1}, {1, 1}};
   PolicyFigures figures;
@@ -247,12 +247,7 @@ TEST_CASE("the drift picture ends for infinite and NaN differences", "[repro]") 
     run.figures.steps.push_back(step);
   }
   results.policies.push_back(run);
-  const std::string path = "/tmp/seqpar_drift_test.svg";
-  write_drift_svg(path, results);  // used to loop forever drawing grid lines up to inf
-  std::ifstream file(path);
-  std::stringstream svg;
-  svg << file.rdbuf();
-  CHECK_THAT(svg.str(), Catch::EndsWith("</svg>\n"));
-  CHECK_THAT(svg.str(), !Catch::Contains("inf") && !Catch::Contains("nan"));
-  std::remove(path.c_str());
+  const std::string svg = drift_svg(results);  // used to loop forever drawing grid lines up to inf
+  CHECK_THAT(svg, Catch::EndsWith("</svg>\n"));
+  CHECK_THAT(svg, !Catch::Contains("inf") && !Catch::Contains("nan"));
 }

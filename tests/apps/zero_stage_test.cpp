@@ -71,12 +71,12 @@ TEST_CASE("zero-stage: each loss convention's factor under ZeRO 0-2 and ZeRO-3, 
     INFO(loss_convention_name(f.variant.loss) << " / " << gradient_reduction_name(f.variant.reduction));
     CHECK(f.ranks_agree);
     if (f.variant.exact) {
-      CHECK(f.equals_reference);
-      CHECK(f.max_difference_from_reference == 0);
+      CHECK(f.equals_baseline);
+      CHECK(f.max_difference_from_baseline == 0);
     }
     if (f.cause.empty()) {
       CHECK(f.scale == Approx(1.0).epsilon(1e-5));
-      CHECK(f.max_difference_from_reference < 1e-6);  // the same training, up to rounding
+      CHECK(f.max_difference_from_baseline < 1e-6);  // the same training, up to rounding
     }
   }
   std::ostringstream report;
@@ -94,7 +94,7 @@ TEST_CASE("zero-stage: with dp 2 replicas a global-count loss is 1/dp under ZeRO
   CHECK(named.at("all-gather, slice backward / ZeRO 0-2") == "");
   for (const ZeroStageFigures& f : results.variants) {
     CHECK(f.ranks_agree);
-    if (f.variant.exact) CHECK(f.equals_reference);
+    if (f.variant.exact) CHECK(f.equals_baseline);
   }
 }
 
@@ -111,7 +111,7 @@ TEST_CASE("zero-stage: ds_config.zero_optimization.stage selects the reduction",
     CHECK(named.at("local mean / " + reduction) == (stage == 3 ? "" : "x sp (4)"));
     CHECK(named.at("global row count / " + reduction) == (stage == 3 ? "x 1/sp (0.25)" : ""));
     CHECK(results.variants.back().variant.exact);
-    CHECK(results.variants.back().equals_reference);
+    CHECK(results.variants.back().equals_baseline);
     std::ostringstream report;
     print_zero_stage(report, results);
     CHECK(report.str().find("ds_config.zero_optimization.stage = " + std::to_string(stage)) != std::string::npos);

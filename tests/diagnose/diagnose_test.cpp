@@ -13,7 +13,7 @@
 #include "apps/diagnose/diagnosis.h"
 #include "apps/diagnose/safetensors_reader.h"
 #include "core/generator.h"
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 
 using namespace seqpar;
 using namespace seqpar::diagnose;

@@ -12,7 +12,7 @@
 // file, and its errors are reported the same way. A symbolic link is refused (except
 // the system's, under /dev and /proc): following it would let whoever planted it pick
 // the file overwritten. Destroyed without commit() (an error on the way), or ended by
-// SIGINT/SIGTERM (core/signal_cleanup.h), the temporary is removed.
+// SIGINT/SIGTERM (apps/common/signal_cleanup.h), the temporary is removed.
 //
 // Errors are seqpar::Error with the path and the system's reason ("No space left on
 // device").
@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/signal_cleanup.h"
+#include "apps/common/signal_cleanup.h"
 
 namespace seqpar {
 

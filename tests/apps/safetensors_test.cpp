@@ -8,7 +8,7 @@
 #include <iterator>
 
 #include "core/generator.h"
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 
 using namespace seqpar;
 

@@ -1,4 +1,4 @@
-#include "core/signal_cleanup.h"
+#include "apps/common/signal_cleanup.h"
 
 #include <fcntl.h>
 #include <pthread.h>

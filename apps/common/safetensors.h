@@ -6,7 +6,7 @@
 //             "data_offsets": [begin, end]}, ...}, padded with spaces to 8 bytes
 //   the data  each tensor's float32 values, row-major, little-endian, back to back
 //
-// The file appears atomically (core/output_file.h): it is written under a unique
+// The file appears atomically (apps/common/output_file.h): it is written under a unique
 // temporary name in the same folder, fsynced and renamed into place, so a reader never
 // sees half a file, and a failed write leaves nothing behind. With read_back the file
 // is read again and compared with what was written before it is put in place.
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 #include "core/tensor.h"
 
 namespace seqpar {

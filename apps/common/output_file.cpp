@@ -1,4 +1,4 @@
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

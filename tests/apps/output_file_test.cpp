@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 
 using namespace seqpar;
 

@@ -1,11 +1,11 @@
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 
 #include <cstdint>
 #include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
-#include "core/output_file.h"
+#include "apps/common/output_file.h"
 
 namespace seqpar {
 

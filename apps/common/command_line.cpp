@@ -1,10 +1,12 @@
-#include "core/command_line.h"
+#include "apps/common/command_line.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <algorithm>
 
+#include "apps/common/text.h"
 #include "core/error.h"
 
 namespace seqpar {
@@ -21,33 +23,22 @@ const CommandLineOption* find_option(const std::vector<CommandLineOption>& optio
   return nullptr;
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
+// "-1", "-0.5", "-1e-3": a value, not an option (argparse's rule, seqpar's programs having
+// no option that looks like a number).
+bool is_negative_number(const std::string& text) {
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  return text.size() > 1 && text[0] == '-' && (std::isdigit(static_cast<unsigned char>(text[1])) || text[1] == '.') &&
+         end == text.c_str() + text.size();
 }
 
-// "; did you mean --steps?" for the known name nearest to `name` (a typo of up to a
-// third of its letters, or `name` a prefix of it), else "".
+// "; did you mean --steps?" for the known name nearest to `name`, else "".
 std::string suggestion(const std::vector<CommandLineOption>& options, const std::string& name) {
-  std::string best;
-  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
+  std::vector<std::string> names;
   for (const CommandLineOption& option : options) {
-    for (const std::string& alias : option.names) {
-      const bool prefix = name.size() >= 4 && alias.rfind(name, 0) == 0;
-      const size_t distance = prefix ? 1 : edit_distance(name, alias);
-      if (distance < best_distance) best = alias, best_distance = distance;
-    }
+    names.insert(names.end(), option.names.begin(), option.names.end());
   }
+  const std::string best = closest_name(name, names);
   return best.empty() ? "" : "; did you mean " + best + "?";
 }
 
@@ -56,24 +47,32 @@ void parse_arguments(const std::vector<std::string>& arguments,
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& argument = arguments[i];
     if (argument == "--") {
-      SEQPAR_INPUT_CHECK(i + 1 == arguments.size(), "unexpected argument '", arguments[i + 1],
+      SEQPAR_INPUT_CHECK(i + 1 == arguments.size(), "unexpected argument '", abbreviated(arguments[i + 1]),
                          "' after --: this program takes only options");
       return;
     }
     SEQPAR_INPUT_CHECK(argument.size() > 1 && argument[0] == '-',
-                       "unexpected argument '", argument, "': this program takes only options");
+                       "unexpected argument '", abbreviated(argument), "': this program takes only options");
     const size_t equals = argument.rfind("--", 0) == 0 ? argument.find('=') : std::string::npos;
     const std::string name = argument.substr(0, equals);
     const CommandLineOption* option = find_option(options, name);
-    SEQPAR_INPUT_CHECK(option != nullptr, "unknown option '", name, "'", suggestion(options, name));
+    SEQPAR_INPUT_CHECK(option != nullptr, "unknown option '", abbreviated(name), "'",
+                       suggestion(options, name));
     if (!option->takes_value) {
       SEQPAR_INPUT_CHECK(equals == std::string::npos, "option ", name, " takes no value, got '",
-                         argument, "'");
+                         abbreviated(argument), "'");
       option->set("");
     } else if (equals != std::string::npos) {
       option->set(argument.substr(equals + 1));
     } else {
       SEQPAR_INPUT_CHECK(i + 1 < arguments.size(), "option ", name, " needs a value");
+      // A value never comes from the next option (`--json -q` is not a file named -q),
+      // as argparse has it; a value that starts with '-' is written --json=-q. A lone
+      // "-" (standard output) and a negative number are values.
+      const std::string& next = arguments[i + 1];
+      SEQPAR_INPUT_CHECK(next.size() < 2 || next[0] != '-' || is_negative_number(next), "option ", name,
+                         " needs a value, got the option '", abbreviated(next),
+                         "' (a value that starts with '-' is written ", name, "=VALUE)");
       option->set(arguments[++i]);
     }
   }
@@ -133,7 +132,7 @@ int64_t parse_integer_option(const std::string& option, const std::string& text,
   const long long value = std::strtoll(text.c_str(), &end, 10);
   const bool whole = !text.empty() && end == text.c_str() + text.size() && errno == 0 &&
                      text.find_first_of(" \t") == std::string::npos;
-  SEQPAR_INPUT_CHECK(whole, "option ", option, " '", text, "' is not an integer");
+  SEQPAR_INPUT_CHECK(whole, "option ", option, " '", abbreviated(text), "' is not an integer");
   SEQPAR_INPUT_CHECK(value >= minimum && value <= maximum, "option ", option, " ", value,
                      " is out of range [", minimum, ", ", maximum, "]");
   return value;
@@ -145,7 +144,7 @@ double parse_number_option(const std::string& option, const std::string& text) {
   const double value = std::strtod(text.c_str(), &end);
   const bool whole = !text.empty() && end == text.c_str() + text.size() && errno == 0 &&
                      std::isfinite(value) && text.find_first_of(" \t") == std::string::npos;
-  SEQPAR_INPUT_CHECK(whole, "option ", option, " '", text, "' is not a finite number");
+  SEQPAR_INPUT_CHECK(whole, "option ", option, " '", abbreviated(text), "' is not a finite number");
   return value;
 }
 
