@@ -67,6 +67,7 @@ const Scenario& scenario_named(const std::string& name);
 // The scenarios with a file of their own (the kit's are made by pitfall.h's kit_scenario).
 const Scenario& issue6868_scenario();
 const Scenario& zero_stage_scenario();
+const Scenario& ulysses_scenario();  // ulysses.cpp
 
 // The metadata of every dump file: the configuration as TOML and the producer.
 std::map<std::string, std::string> dump_metadata(const ReproConfig& config);
