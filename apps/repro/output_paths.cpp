@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "apps/repro/config_input.h"
-#include "apps/repro/dump_directory.h"
+#include "apps/common/dump_directory.h"
 #include "core/error.h"
 #include "apps/common/output_file.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "apps/repro/config.h"
-#include "apps/repro/dump_directory.h"
+#include "apps/common/dump_directory.h"
 #include "apps/repro/policy_step.h"
 #include "apps/repro/progress.h"
 #include "core/device.h"

@@ -9,7 +9,7 @@
 
 #include "apps/repro/analysis.h"
 #include "apps/repro/scenario.h"
-#include "apps/repro/dump_directory.h"
+#include "apps/common/dump_directory.h"
 #include "apps/common/safetensors.h"
 
 namespace seqpar::repro {

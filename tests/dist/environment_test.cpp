@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "dist/environment.h"
 
+#include <optional>
+
 using namespace seqpar;
 using Catch::Matchers::Contains;
 using Variables = std::map<std::string, std::string>;
@@ -147,4 +149,33 @@ TEST_CASE("environment: malformed values are named", "[dist]") {
   variables = torchrun("0");
   variables["MASTER_PORT"] = "70000";
   CHECK_THROWS_WITH(dist::parse_launch_environment(variables), Contains("MASTER_PORT=70000"));
+}
+
+TEST_CASE("environment: a malformed value is refused even where the set is incomplete", "[dist]") {
+  CHECK_THROWS_WITH(dist::parse_launch_environment(
+                        Variables{{"RANK", "0"}, {"WORLD_SIZE", "0"}, {"LOCAL_RANK", "0"}}),
+                    Contains("WORLD_SIZE=0: a world needs at least one rank"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"PMI_RANK", "abc"}, {"PMI_SIZE", "4"}}),
+                    Contains("PMI_RANK='abc' is not a non-negative integer"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"PMI_SIZE", "0"}}), Contains("PMI_SIZE=0"));
+  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}),
+                    Contains("SLURM_PROCID=4 is not below SLURM_NTASKS=4"));
+  // A long value is quoted shortened.
+  CHECK_THROWS_WITH(dist::parse_launch_environment(Variables{{"RANK", std::string(5000, '7')}}),
+                    Contains("(5000 characters)") && !Contains(std::string(100, '7')));
+}
+
+TEST_CASE("environment: an ignored incomplete set is named; a whole set or none is not", "[dist]") {
+  const auto ignored = [](const Variables& variables) {
+    return dist::ignored_launch_variables([&](const std::string& name) -> std::optional<std::string> {
+      const auto found = variables.find(name);
+      if (found == variables.end()) return std::nullopt;
+      return found->second;
+    });
+  };
+  CHECK(ignored({{"PMI_RANK", "0"}}) == "PMI_RANK");
+  CHECK(ignored({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}}) == "SLURM_PROCID, SLURM_NTASKS");
+  CHECK(ignored(torchrun("1")).empty());
+  CHECK(ignored({}).empty());
+  CHECK(dist::parse_launch_environment(torchrun("1"))->variables == "RANK, WORLD_SIZE, LOCAL_RANK");
 }

@@ -1,4 +1,4 @@
-#include "apps/repro/dump_directory.h"
+#include "apps/common/dump_directory.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,12 +10,12 @@
 #include <cstring>
 #include <set>
 
-#include "apps/repro/config_input.h"
+#include "apps/common/text.h"
 #include "core/error.h"
 #include "apps/common/output_file.h"
 #include "apps/common/signal_cleanup.h"
 
-namespace seqpar::repro {
+namespace seqpar {
 
 namespace {
 
@@ -350,4 +350,4 @@ void write_dump_directory(const std::string& directory, bool overwrite,
   }
 }
 
-}  // namespace seqpar::repro
+}  // namespace seqpar

@@ -21,7 +21,7 @@
 
 #include "apps/common/safetensors.h"
 
-namespace seqpar::repro {
+namespace seqpar {
 
 inline constexpr const char* kDumpManifest = "seqpar-dump.manifest";
 
@@ -44,4 +44,4 @@ void write_dump_directory(const std::string& directory, bool overwrite,
 // and '-', none empty or starting with '.', and not the manifest itself.
 bool is_dump_file_name(const std::string& name);
 
-}  // namespace seqpar::repro
+}  // namespace seqpar
