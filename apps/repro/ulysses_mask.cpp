@@ -1,5 +1,6 @@
 #include "apps/repro/ulysses_mask.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -25,17 +26,19 @@ double dot(const float* a, const float* b, int64_t dim) {
   return sum;
 }
 
-// The softmax row P_i. (over visible keys) of head h, in double.
+// The softmax row P_i. (over visible keys) of head h, in double; each score once.
 std::vector<double> probabilities(const Sizes& s, const float* q, const float* k, int64_t h, int64_t i,
                                   double scale) {
   std::vector<double> p(static_cast<size_t>(s.tokens), 0.0);
   double max = -INFINITY, sum = 0;
   for (int64_t j = 0; j < s.tokens; ++j) {
-    if (s.visible(i, j)) max = std::fmax(max, scale * dot(q + s.at(i, h), k + s.at(j, h), s.dim));
+    if (!s.visible(i, j)) continue;
+    p[size_t(j)] = scale * dot(q + s.at(i, h), k + s.at(j, h), s.dim);
+    max = std::fmax(max, p[size_t(j)]);
   }
   for (int64_t j = 0; j < s.tokens; ++j) {
     if (!s.visible(i, j)) continue;
-    p[size_t(j)] = std::exp(scale * dot(q + s.at(i, h), k + s.at(j, h), s.dim) - max);
+    p[size_t(j)] = std::exp(p[size_t(j)] - max);
     sum += p[size_t(j)];
   }
   for (double& value : p) value /= sum;
@@ -45,14 +48,16 @@ std::vector<double> probabilities(const Sizes& s, const float* q, const float* k
 Tensor forward(const Sizes& s, const Tensor& q, const Tensor& k, const Tensor& v) {
   const double scale = nn::attention_scale(s.dim);
   std::vector<float> out(static_cast<size_t>(s.tokens * s.heads * s.dim));
+  std::vector<double> row(static_cast<size_t>(s.dim));
   for (int64_t h = 0; h < s.heads; ++h) {
     for (int64_t i = 0; i < s.tokens; ++i) {
       const std::vector<double> p = probabilities(s, q.data(), k.data(), h, i, scale);
-      for (int64_t d = 0; d < s.dim; ++d) {
-        double sum = 0;
-        for (int64_t j = 0; j < s.tokens; ++j) sum += p[size_t(j)] * v.data()[s.at(j, h) + d];
-        out[size_t(s.at(i, h) + d)] = static_cast<float>(sum);
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int64_t j = 0; j < s.tokens; ++j) {
+        if (p[size_t(j)] == 0) continue;
+        for (int64_t d = 0; d < s.dim; ++d) row[size_t(d)] += p[size_t(j)] * v.data()[s.at(j, h) + d];
       }
+      for (int64_t d = 0; d < s.dim; ++d) out[size_t(s.at(i, h) + d)] = static_cast<float>(row[size_t(d)]);
     }
   }
   return Tensor::from_data(q.shape(), std::move(out));

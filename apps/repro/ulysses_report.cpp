@@ -110,6 +110,14 @@ void print_mistake_detail(std::ostream& out, const UlyssesFigures& f, const Ulys
   }
 }
 
+// The layer's message without the check's location and condition (kept in the JSON).
+std::string refusal_text(const UlyssesResults& r) {
+  if (r.uneven_heads_case.empty()) return "(sp 1: every H divides)";
+  if (r.uneven_heads_message.empty()) return "NOT refused: a bug";
+  const size_t start = r.uneven_heads_message.find("UlyssesAttention:");
+  return start == std::string::npos ? r.uneven_heads_message : r.uneven_heads_message.substr(start);
+}
+
 }  // namespace
 
 void decide_ulysses(UlyssesResults& results) {
@@ -132,13 +140,13 @@ std::string ulysses_text(const UlyssesResults& r) {
         << "      loss step 1 " << number_text(f.trace.losses.front()) << "; attention max |Δ| by shard "
         << shard_figures(f.attention_difference_by_shard) << "; output " << number_text(f.output_difference)
         << "\n      params differing " << f.parameters_differing << " (max |Δ| " << number_text(f.parameter_difference)
-        << "), diverged at step " << (f.diverged_at_step ? std::to_string(f.diverged_at_step) : std::string("-"))
+        << "), first differs at step " << (f.diverged_at_step ? std::to_string(f.diverged_at_step) : std::string("-"))
         << ", ranks " << (ranks_agree(f.trace) ? "agree" : "differ") << ", "
         << number_text(f.trace.seconds / double(c.steps)) << " s/step\n";
     print_mistake_detail(out, f, r);
   }
   out << "  heads not divisible by sp (" << r.uneven_heads_case << "): the layer refuses:\n      "
-      << (r.uneven_heads_message.empty() ? std::string("(sp 1: every H divides)") : r.uneven_heads_message)
+      << refusal_text(r)
       << "\n\n  why the correct run is not exact: its attention is one rank's bit for bit (each head runs\n"
          "  whole on one rank), but the projections' weight gradients are sums over all S rows, and\n"
          "  float32 sums of per-rank partial sums round differently; the exact variant adds them\n"

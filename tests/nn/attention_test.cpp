@@ -11,7 +11,7 @@
 
 #include "autograd/variable.h"
 #include "core/generator.h"
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 #include "nn/attention.h"
 #include "tests/gradcheck.h"
 #include "tests/test_util.h"

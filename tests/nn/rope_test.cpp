@@ -10,7 +10,7 @@
 
 #include "autograd/variable.h"
 #include "core/generator.h"
-#include "core/safetensors.h"
+#include "apps/common/safetensors.h"
 #include "nn/rope.h"
 #include "tests/gradcheck.h"
 #include "tests/mpfr_float.h"
