@@ -277,6 +277,12 @@ class UlyssesScenario : public Scenario {
 
   std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request& request,
                              const Placement& placement, Progress*) const override {
+    // Every rank refuses alike, before any collective.
+    // (--device reference: the block's forward meets a tensor left on the CPU somewhere
+    // below the app; not resolved yet, so refused rather than failing mid-run.)
+    SEQPAR_INPUT_CHECK(placement.device.is_cpu(), "--device ", placement.device,
+                       ": the ulysses scenario runs on --device cpu only in this build (attention "
+                       "has no verified CUDA kernel yet)");
     auto results = std::make_shared<UlyssesResults>(
         run_ulysses(groups, config, placement.device, placement.description));
     if (groups.world->rank() != 0) return std::nullopt;
