@@ -26,6 +26,7 @@ struct Request {
   bool dump = false;           // --dump: keep the tensors of the dump
   std::string plot_path;       // --plot: the drift picture ("" for none)
   bool plot_given = false;     // --plot on the command line, not the default
+  std::string device;          // --device as given ("" when left to the default)
 };
 
 // Where the ranks compute, as the report names it.

@@ -273,16 +273,19 @@ class UlyssesScenario : public Scenario {
   void check(const ReproConfig& config, const Request& request) const override {
     check_takes_no_policy_or_plot("ulysses", request);
     check_ulysses_config(config);
+    // (--device reference: the block's forward meets a tensor left on the CPU somewhere
+    // below the app; not resolved yet, so refused rather than failing mid-run.)
+    SEQPAR_INPUT_CHECK(request.device.empty() || request.device == "cpu", "--device ", request.device,
+                       ": the ulysses scenario runs on --device cpu only in this build (attention "
+                       "has no verified CUDA kernel yet)");
+    SEQPAR_INPUT_CHECK(!request.device.empty() || cuda_device_count() == 0,
+                       "the ulysses scenario runs on the CPU only in this build (attention has no "
+                       "verified CUDA kernel yet), and this machine has a GPU: add --device cpu");
   }
 
   std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request& request,
                              const Placement& placement, Progress*) const override {
-    // Every rank refuses alike, before any collective.
-    // (--device reference: the block's forward meets a tensor left on the CPU somewhere
-    // below the app; not resolved yet, so refused rather than failing mid-run.)
-    SEQPAR_INPUT_CHECK(placement.device.is_cpu(), "--device ", placement.device,
-                       ": the ulysses scenario runs on --device cpu only in this build (attention "
-                       "has no verified CUDA kernel yet)");
+    SEQPAR_CHECK(placement.device.is_cpu(), "ulysses: check() refuses ", placement.device);
     auto results = std::make_shared<UlyssesResults>(
         run_ulysses(groups, config, placement.device, placement.description));
     if (groups.world->rank() != 0) return std::nullopt;
