@@ -50,7 +50,9 @@ std::string verdict(UlyssesFigures& f, const ReproConfig& c) {
     case UlyssesMistake::None:
       if (f.variant.sync == UlyssesSync::Exact) {
         f.as_expected = agree && attention_same && f.diverged_at_step == 0;
-        return f.as_expected ? "one-rank training, bit for bit, every step" : "NOT bitwise one-rank training: a bug";
+        return f.as_expected ? "one-rank training, bit for bit, at each of " + std::to_string(c.steps) +
+                                   " step(s) (--steps N for more)"
+                             : "NOT bitwise one-rank training: a bug";
       }
       if (f.variant.sync == UlyssesSync::Float) {
         f.as_expected = agree && attention_same && f.parameter_difference < 1e-2 * lr * double(c.steps) + 1e-6;
@@ -82,9 +84,9 @@ void print_shapes(std::ostream& out, const ReproConfig& c) {
       << "    -> attention -> [" << s << ", " << h / p << ", " << d << "] -> all-to-all -> [" << s / p << ", "
       << h * d << "] -> output Linear -> [" << s / p << ", " << c.in_features << "]\n"
       << "    each all-to-all sends " << bytes << " bytes per rank (" << (p - 1) << "/" << p << " of [" << s / p
-      << ", " << h << ", " << d << "] float32); 4 forward + 4 backward per layer: " << 8 * bytes << " bytes;\n"
-      << "    ring attention would pass K and V " << (p - 1) << " times: " << 2 * (p - 1) * s / p * h * d * 4
-      << " bytes forward per rank\n";
+      << ", " << h << ", " << d << "] float32);\n    4 forward + 4 backward per layer and step: " << 8 * bytes
+      << " bytes; ring attention passes K and V " << (p - 1) << " times:\n    "
+      << 2 * (p - 1) * s / p * h * d * 4 << " bytes per rank in forward alone\n";
 }
 
 void print_mistake_detail(std::ostream& out, const UlyssesFigures& f, const UlyssesResults& r) {
