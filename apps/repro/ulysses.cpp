@@ -147,18 +147,59 @@ double mean_absolute_difference(const Tensor& y, const Tensor& target) {
   return sum / double(a.size());
 }
 
+// Where `groups` puts this rank's rows (one rank: every sequence whole).
+Seat seat_of(const ReproConfig& c, const RankGroups* groups) {
+  Seat seat{nn::single_rank_group(), {}, c.rows};
+  if (groups == nullptr) {
+    for (int64_t b = 0; b < c.data_parallel_size; ++b) seat.first_rows.push_back(b * c.rows);
+  } else {
+    seat.group = nn::sequence_group(groups->sequence_parallel);
+    seat.rows = c.rows / groups->sp;
+    seat.first_rows = {groups->dp_rank * c.rows + groups->sp_rank * seat.rows};
+  }
+  return seat;
+}
+
+// One step's forward, loss and backward on this rank's rows: its attention and output rows.
+struct StepRows {
+  std::vector<Tensor> attentions, outputs;
+};
+StepRows forward_backward(const nn::UlyssesBlock& block, const Seat& seat, const Data& data,
+                          nn::Reduction reduction, Device device) {
+  StepRows rows;
+  for (const int64_t first : seat.first_rows) {
+    autograd::Variable attention;
+    const autograd::Variable y =
+        block.forward(autograd::Variable(data.inputs.narrow(0, first, seat.rows).to(device)), &attention);
+    nn::l1_loss(y, autograd::Variable(data.targets.narrow(0, first, seat.rows).to(device)), reduction).backward();
+    rows.attentions.push_back(attention.data().to(Device::cpu()));
+    rows.outputs.push_back(y.data().to(Device::cpu()));
+  }
+  return rows;
+}
+
+// Adds a finished step to `trace`: the loss over every rank's rows, the first step's
+// tensors, rank 0's parameters and how far the other ranks' are from them.
+void record_step(UlyssesTrace& trace, const StepRows& rows, const std::vector<autograd::Variable>& parameters,
+                 const Data& data, const RankGroups* groups) {
+  const Tensor y = gathered(stacked(rows.outputs), groups);
+  trace.losses.push_back(mean_absolute_difference(y, data.targets));
+  if (trace.parameters.empty()) {
+    trace.first_output = y;
+    trace.first_attention = gathered(stacked(rows.attentions), groups);
+  }
+  std::vector<float> mine = flattened(parameters);
+  const std::vector<float> all = gathered(Tensor::from_data({1, int64_t(mine.size())}, mine), groups).to_vector();
+  double spread = 0;
+  for (size_t i = 0; i < all.size(); ++i) spread = std::fmax(spread, std::fabs(all[i] - mine[i % mine.size()]));
+  trace.rank_spread.push_back(spread);
+  trace.parameters.push_back(std::move(mine));
+}
+
 // Trains `variant` (the baseline when groups == nullptr) for config.steps steps.
 UlyssesTrace train(const UlyssesVariant& variant, const ReproConfig& c, const Data& data,
                    const RankGroups* groups, Device device) {
-  const int64_t sequence = c.rows, dp = c.data_parallel_size, width = c.in_features;
-  Seat seat{nn::single_rank_group(), {}, sequence};
-  if (groups == nullptr) {
-    for (int64_t b = 0; b < dp; ++b) seat.first_rows.push_back(b * sequence);
-  } else {
-    seat.group = nn::sequence_group(groups->sequence_parallel);
-    seat.rows = sequence / groups->sp;
-    seat.first_rows = {groups->dp_rank * sequence + groups->sp_rank * seat.rows};
-  }
+  const Seat seat = seat_of(c, groups);
   Generator generator(c.seed + 2);  // the same initial block on every rank
   const nn::UlyssesBlock block(variant_options(c, variant.mistake), seat.group, generator, device);
   const std::vector<autograd::Variable> parameters = block.parameters();
@@ -166,41 +207,22 @@ UlyssesTrace train(const UlyssesVariant& variant, const ReproConfig& c, const Da
   // The exact and float syncs: each rank's share of the global mean. DeepSpeed 0.16's
   // script: the mean over the rank's own rows.
   const nn::Reduction reduction = nn::Reduction::sum_divided_by(
-      (variant.sync == UlyssesSync::DeepSpeed016 ? seat.rows : dp * sequence) * width);
+      (variant.sync == UlyssesSync::DeepSpeed016 ? seat.rows : c.data_parallel_size * c.rows) * c.in_features);
   UlyssesTrace trace;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < c.steps; ++step) {
     optimizer.zero_grad();
     nn::ExactGradients exact;
-    std::vector<Tensor> attentions, outputs;
-    {
-      std::optional<nn::ExactGradients::Recording> recording;
-      if (variant.sync == UlyssesSync::Exact) recording.emplace(exact);
-      for (const int64_t first : seat.first_rows) {
-        autograd::Variable attention;
-        const autograd::Variable y =
-            block.forward(autograd::Variable(data.inputs.narrow(0, first, seat.rows).to(device)), &attention);
-        nn::l1_loss(y, autograd::Variable(data.targets.narrow(0, first, seat.rows).to(device)), reduction)
-            .backward();
-        attentions.push_back(attention.data().to(Device::cpu()));
-        outputs.push_back(y.data().to(Device::cpu()));
-      }
+    StepRows rows;
+    if (variant.sync == UlyssesSync::Exact) {
+      const nn::ExactGradients::Recording recording(exact);  // backward keeps exact row sums
+      rows = forward_backward(block, seat, data, reduction, device);
+    } else {
+      rows = forward_backward(block, seat, data, reduction, device);
     }
     synchronize(variant.sync, parameters, exact, groups, c.gradient_clipping);
     optimizer.step();
-    const Tensor y = gathered(stacked(outputs), groups);
-    trace.losses.push_back(mean_absolute_difference(y, data.targets));
-    if (step == 0) {
-      trace.first_output = y;
-      trace.first_attention = gathered(stacked(attentions), groups);
-    }
-    std::vector<float> mine = flattened(parameters);
-    const Tensor everyone = gathered(Tensor::from_data({1, int64_t(mine.size())}, mine), groups);
-    const std::vector<float> all = everyone.to_vector();
-    double spread = 0;
-    for (size_t i = 0; i < all.size(); ++i) spread = std::fmax(spread, std::fabs(all[i] - mine[i % mine.size()]));
-    trace.rank_spread.push_back(spread);
-    trace.parameters.push_back(std::move(mine));
+    record_step(trace, rows, parameters, data, groups);
   }
   trace.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return trace;

@@ -60,6 +60,7 @@ std::string verdict(UlyssesFigures& f, const ReproConfig& c) {
                number_text(f.parameter_difference) + " (float32 gradient sums in another order)";
       }
       f.as_expected = !agree && attention_same;
+      if (agree) return "ranks agree: with one sequence-parallel rank there is no shard to part from";
       return "ranks DIVERGE: max |Δ| between ranks " + number_text(f.trace.rank_spread.front() / lr) +
              "·lr after step 1 (each rank steps on its own shard's gradient)";
     default:
