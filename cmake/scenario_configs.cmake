@@ -6,7 +6,8 @@
 get_filename_component(scenario_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 set(scenario_entries "")
 foreach(pair IN ITEMS issue-6868:issue6868 zero-stage:zero-stage shifted-targets:shifted-targets
-        clipping-norms:clipping-norms dropout:dropout masked-tokens:masked-tokens)
+        clipping-norms:clipping-norms dropout:dropout masked-tokens:masked-tokens
+        ulysses:ulysses)
   string(REPLACE ":" ";" pair "${pair}")
   list(GET pair 0 scenario)
   list(GET pair 1 file)

@@ -27,6 +27,7 @@
 // sizes) would need an all-to-all of uneven chunks; a later option, not supported here.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "autograd/variable.h"
@@ -35,9 +36,26 @@
 
 namespace seqpar::nn {
 
+// The attention a rank computes on the q, k, v it holds after the exchange ([S, H/P, D]
+// each; [S/P, H, D] without it). Empty: scaled_dot_product_attention with the layer's
+// causal flag. A hook so that an app can record what attention sees, or show a mistake
+// (seqpar-repro's ulysses scenario: a causal mask on shard-local indices).
+using LocalAttention = std::function<autograd::Variable(
+    const autograd::Variable& q, const autograd::Variable& k, const autograd::Variable& v)>;
+
+struct UlyssesAttentionOptions {
+  bool causal = true;
+  // false: no all-to-all; each rank attends over its own S/P tokens only, with every head.
+  // Not Ulysses: a mistake seqpar-repro's ulysses scenario shows (each token loses the
+  // keys other shards hold). Off by default, never implied by another option.
+  bool exchange = true;
+  LocalAttention attention;  // empty: the ordinary attention (see LocalAttention)
+};
+
 class UlyssesAttention : public Module {
  public:
   explicit UlyssesAttention(std::shared_ptr<SequenceGroup> group, bool causal = true);
+  UlyssesAttention(std::shared_ptr<SequenceGroup> group, UlyssesAttentionOptions options);
 
   // q, k, v: [S/P, H, D] each, this rank's tokens. Returns [S/P, H * D]. Collective:
   // every rank of the group calls it (and later runs backward) with the same shapes.
@@ -45,11 +63,11 @@ class UlyssesAttention : public Module {
                              const autograd::Variable& v) const;
 
   const std::shared_ptr<SequenceGroup>& group() const { return group_; }
-  bool causal() const { return causal_; }
+  bool causal() const { return options_.causal; }
 
  private:
   std::shared_ptr<SequenceGroup> group_;
-  bool causal_;
+  UlyssesAttentionOptions options_;
 };
 
 }  // namespace seqpar::nn

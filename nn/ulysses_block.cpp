@@ -16,7 +16,8 @@ UlyssesBlock::UlyssesBlock(const UlyssesBlockOptions& options, std::shared_ptr<S
                ") and head_dim (", options.head_dim, ") must be positive");
   SEQPAR_CHECK(options.head_dim % 2 == 0, "UlyssesBlock: head_dim (", options.head_dim,
                ") must be even: RoPE rotates pairs of features");
-  attention_ = std::make_shared<UlyssesAttention>(std::move(group), options.causal);
+  attention_ = std::make_shared<UlyssesAttention>(
+      std::move(group), UlyssesAttentionOptions{options.causal, options.exchange, options.attention});
   const int64_t width = options.heads * options.head_dim;
   query_ = std::make_shared<Linear>(options.model_dim, width, generator, device);
   key_ = std::make_shared<Linear>(options.model_dim, width, generator, device);
@@ -29,13 +30,14 @@ UlyssesBlock::UlyssesBlock(const UlyssesBlockOptions& options, std::shared_ptr<S
 }
 
 std::vector<int64_t> UlyssesBlock::positions(int64_t rows) const {
-  const int64_t first = static_cast<int64_t>(attention_->group()->rank()) * rows;
+  const int64_t first =
+      options_.shard_local_positions ? 0 : static_cast<int64_t>(attention_->group()->rank()) * rows;
   std::vector<int64_t> positions(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) positions[static_cast<size_t>(i)] = first + i;
   return positions;
 }
 
-autograd::Variable UlyssesBlock::forward(const autograd::Variable& x) const {
+autograd::Variable UlyssesBlock::forward(const autograd::Variable& x, autograd::Variable* attention) const {
   SEQPAR_CHECK(x.defined() && x.shape().size() == 2 && x.shape()[1] == options_.model_dim,
                "UlyssesBlock: x must be [rows, d_model = ", options_.model_dim, "], got ",
                x.defined() ? x.shape() : Shape{});
@@ -45,7 +47,9 @@ autograd::Variable UlyssesBlock::forward(const autograd::Variable& x) const {
   const autograd::Variable q = rope(autograd::reshape(query_->forward(x), heads_shape), at, options_.rope_base);
   const autograd::Variable k = rope(autograd::reshape(key_->forward(x), heads_shape), at, options_.rope_base);
   const autograd::Variable v = autograd::reshape(value_->forward(x), heads_shape);
-  return output_->forward(attention_->forward(q, k, v));
+  const autograd::Variable attended = attention_->forward(q, k, v);
+  if (attention != nullptr) *attention = attended;
+  return output_->forward(attended);
 }
 
 }  // namespace seqpar::nn

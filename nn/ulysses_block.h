@@ -37,6 +37,12 @@ struct UlyssesBlockOptions {
   int64_t head_dim = 16;    // D, even (RoPE rotates pairs)
   bool causal = true;
   float rope_base = 10000.0f;
+  // The mistakes seqpar-repro's ulysses scenario shows, each off by default:
+  // RoPE at 0..S/P-1 on every shard instead of the global positions (Megatron-DeepSpeed
+  // #392): every shard but the first gets the first shard's positions.
+  bool shard_local_positions = false;
+  bool exchange = true;      // false: no all-to-all (UlyssesAttentionOptions::exchange)
+  LocalAttention attention;  // empty: the ordinary attention (UlyssesAttentionOptions)
 };
 
 class UlyssesBlock : public Module {
@@ -46,10 +52,13 @@ class UlyssesBlock : public Module {
 
   // x: this rank's rows [S/P, d_model] of the sequence (rank r holds rows r * S/P ...).
   // Collective over the group, in forward and in backward.
-  autograd::Variable forward(const autograd::Variable& x) const;
+  // `attention`, when given, receives the attention's output [S/P, H * D] (the output
+  // projection's input), for a report or a test.
+  autograd::Variable forward(const autograd::Variable& x, autograd::Variable* attention = nullptr) const;
 
   // The global positions of this rank's `rows` tokens: rank * rows + i. A shard-local
-  // 0..rows-1 would give every shard the first shard's positions (Megatron-DeepSpeed #392).
+  // 0..rows-1 would give every shard the first shard's positions (Megatron-DeepSpeed #392;
+  // what options.shard_local_positions does, to show it).
   std::vector<int64_t> positions(int64_t rows) const;
 
   const UlyssesBlockOptions& options() const { return options_; }

@@ -177,6 +177,8 @@ const std::map<std::string, Reader>& schema() {
       {"repro.out_features", integer_into(&ReproConfig::out_features)},
       {"repro.steps", integer_into(&ReproConfig::steps)},
       {"repro.dropout", number_into(&ReproConfig::dropout)},
+      {"repro.heads", integer_into(&ReproConfig::heads)},
+      {"repro.head_dim", integer_into(&ReproConfig::head_dim)},
       {"repro.scenario", read_scenario},
       {"ds_config.zero_optimization.stage", read_zero_stage},
   };

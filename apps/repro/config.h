@@ -45,6 +45,10 @@ struct ReproConfig {
   // repro.dropout: the drop probability of the dropout scenario's dropout on the Linear's
   // output, in [0, 1) also in float32 (other scenarios do not read it).
   double dropout = 0.1;
+  // The ulysses scenario's attention block: H heads of head_dim features (d_model is
+  // repro.in_features, S is repro.rows; other scenarios do not read these).
+  int64_t heads = 8;
+  int64_t head_dim = 16;
   std::string scenario = "issue-6868";  // repro.scenario (apps/repro/scenario_list.h)
   // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
   // listed in the report. Not part of the scenario: to_toml leaves them out.

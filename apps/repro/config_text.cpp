@@ -94,6 +94,10 @@ std::string to_toml(const ReproConfig& c) {
   toml::table repro{{"seed", static_cast<int64_t>(c.seed)}, {"rows", c.rows},
                     {"in_features", c.in_features}, {"out_features", c.out_features},
                     {"steps", c.steps}, {"dropout", c.dropout}, {"scenario", c.scenario}};
+  if (c.scenario == "ulysses") {  // only the ulysses scenario reads them
+    repro.insert("heads", c.heads);
+    repro.insert("head_dim", c.head_dim);
+  }
   std::ostringstream out;
   out << toml::table{{"ds_config", ds_config}, {"repro", repro}} << '\n';
   const std::string betas = "[" + shortest_float_text(c.adamw.beta1()) + ", " +

@@ -108,7 +108,8 @@ ReproConfig read_config(const Options& options) {
 }
 
 Request request_of(const Options& options) {
-  return {options.policy, !options.dump_directory.empty(), options.plot_path, options.plot_given};
+  return {options.policy, !options.dump_directory.empty(), options.plot_path, options.plot_given,
+          options.device.value_or("")};
 }
 
 // Everything the run will need from its surroundings, checked before its work starts:

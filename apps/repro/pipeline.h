@@ -26,6 +26,7 @@ struct Request {
   bool dump = false;           // --dump: keep the tensors of the dump
   std::string plot_path;       // --plot: the drift picture ("" for none)
   bool plot_given = false;     // --plot on the command line, not the default
+  std::string device;          // --device as given ("" when left to the default)
 };
 
 // Where the ranks compute, as the report names it.
@@ -67,6 +68,7 @@ const Scenario& scenario_named(const std::string& name);
 // The scenarios with a file of their own (the kit's are made by pitfall.h's kit_scenario).
 const Scenario& issue6868_scenario();
 const Scenario& zero_stage_scenario();
+const Scenario& ulysses_scenario();  // ulysses.cpp
 
 // The metadata of every dump file: the configuration as TOML and the producer.
 std::map<std::string, std::string> dump_metadata(const ReproConfig& config);

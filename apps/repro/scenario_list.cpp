@@ -29,6 +29,10 @@ const std::vector<ScenarioInfo>& scenario_list() {
        "or per rank weigh tokens by their part's count; the global valid count\n"
        "(num_items_in_batch) is right (configs/masked-tokens.toml)",
        true},
+      {"ulysses",
+       "DeepSpeed-Ulysses attention (all-to-all, RoPE, causal mask) trained over sp:\n"
+       "correct, exact, and the mistakes (no all-to-all, shard-local positions or mask,\n"
+       "#6868's sync, heads not divisible by sp) against one rank (configs/ulysses.toml)"},
   };
   return list;
 }

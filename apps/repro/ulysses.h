@@ -1,0 +1,83 @@
+// The ulysses scenario: a DeepSpeed-Ulysses attention block (nn/ulysses_block.h) trained
+// over sp x dp ranks, correctly and in the ways users get it wrong, each variant from
+// the same initial block on the same data as one rank training on whole sequences.
+//
+//   variant              attention                         gradient sync
+//   correct Ulysses      all-to-all, global positions/mask float32 sum over sp x dp
+//   exact                the same                          exact sums over sp x dp
+//   no all-to-all        each rank's own S/P tokens only   exact sums
+//   local positions      RoPE at 0..S/P-1 on every shard   exact sums
+//   local causal mask    mask on i mod S/P, j mod S/P      exact sums
+//   #6868 (ds 0.16)      correct                           own rows' mean, dp group only
+//
+// The mistakes of attention use the exact sync, so what differs from one-rank training
+// is the mistake alone. Heads that do not split over sp are shown by the layer's refusal.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "apps/repro/config.h"
+#include "apps/repro/policy_step.h"
+#include "core/tensor.h"
+
+namespace seqpar::repro {
+
+enum class UlyssesSync { Float, Exact, DeepSpeed016 };
+enum class UlyssesMistake { None, NoAllToAll, LocalPositions, LocalMask };
+
+struct UlyssesVariant {
+  std::string key;   // "no-all-to-all": JSON and dump names
+  std::string name;  // "no all-to-all": the report's
+  UlyssesMistake mistake = UlyssesMistake::None;
+  UlyssesSync sync = UlyssesSync::Exact;
+};
+const std::vector<UlyssesVariant>& ulysses_variants();
+
+// What one variant's run gave, gathered on world rank 0 (rows in one-rank order:
+// sequence b's token t is row b * S + t).
+struct UlyssesTrace {
+  Tensor first_attention;  // [dp * S, H * D] at step 1 (the output projection's input)
+  Tensor first_output;     // [dp * S, d_model] at step 1
+  std::vector<double> losses;  // per step, before its update: mean |y - target| over all rows
+  std::vector<std::vector<float>> parameters;  // world rank 0's, after each step
+  std::vector<double> rank_spread;  // per step: max |param_r - param_0| over ranks r
+  double seconds = 0;
+};
+
+struct UlyssesFigures {
+  UlyssesVariant variant;
+  UlyssesTrace trace;
+  std::vector<double> attention_difference_by_shard;  // step 1, max |Δ| per shard's rows
+  double output_difference = 0;                        // step 1, max |Δ| of y
+  int64_t parameters_differing = 0;  // after the last step, not bitwise the baseline's
+  double parameter_difference = 0;   // after the last step, max |Δ|
+  int64_t diverged_at_step = 0;      // first step whose parameters differ (0: none)
+  std::string verdict;
+  bool as_expected = false;  // the verdict is the one the variant must give
+};
+
+struct UlyssesResults {
+  ReproConfig config;
+  std::string placement;
+  UlyssesTrace baseline;
+  std::vector<UlyssesFigures> variants;
+  std::vector<double> mass_lost_by_shard;  // no all-to-all: mean attention mass on other shards' keys
+  std::string uneven_heads_message;        // the layer's refusal of H + 1 heads over sp
+  std::string uneven_heads_case;           // "H = 9, sp = 4"
+  Tensor inputs, targets;                  // for the dump
+  std::vector<std::pair<std::string, Tensor>> initial_parameters;
+};
+
+UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& config, Device device,
+                           const std::string& placement);
+void check_ulysses_config(const ReproConfig& config);
+
+// ulysses_report.cpp
+void decide_ulysses(UlyssesResults& results);
+std::string ulysses_text(const UlyssesResults& results);
+nlohmann::json ulysses_json(const UlyssesResults& results);
+
+}  // namespace seqpar::repro
