@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "apps/common/text.h"
 #include "apps/repro/pipeline.h"
 #include "apps/repro/pitfall.h"
 #include "apps/repro/ulysses_mask.h"
@@ -295,11 +296,10 @@ class UlyssesScenario : public Scenario {
   void check(const ReproConfig& config, const Request& request) const override {
     check_takes_no_policy_or_plot("ulysses", request);
     check_ulysses_config(config);
-    // (--device reference: the block's forward meets a tensor left on the CPU somewhere
-    // below the app; not resolved yet, so refused rather than failing mid-run.)
-    SEQPAR_INPUT_CHECK(request.device.empty() || request.device == "cpu", "--device ", request.device,
-                       ": the ulysses scenario runs on --device cpu only in this build (attention "
-                       "has no verified CUDA kernel yet)");
+    SEQPAR_INPUT_CHECK(request.device.empty() || request.device == "cpu" || request.device == "reference",
+                       "--device ", abbreviated(request.device),
+                       ": the ulysses scenario runs on --device cpu or reference only in this build "
+                       "(attention has no verified CUDA kernel yet)");
     SEQPAR_INPUT_CHECK(!request.device.empty() || cuda_device_count() == 0,
                        "the ulysses scenario runs on the CPU only in this build (attention has no "
                        "verified CUDA kernel yet), and this machine has a GPU: add --device cpu");
@@ -307,7 +307,7 @@ class UlyssesScenario : public Scenario {
 
   std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request& request,
                              const Placement& placement, Progress*) const override {
-    SEQPAR_CHECK(placement.device.is_cpu(), "ulysses: check() refuses ", placement.device);
+    SEQPAR_CHECK(placement.device.is_host(), "ulysses: check() refuses ", placement.device);
     auto results = std::make_shared<UlyssesResults>(
         run_ulysses(groups, config, placement.device, placement.description));
     if (groups.world->rank() != 0) return std::nullopt;

@@ -60,7 +60,7 @@ Tensor forward(const Sizes& s, const Tensor& q, const Tensor& k, const Tensor& v
       for (int64_t d = 0; d < s.dim; ++d) out[size_t(s.at(i, h) + d)] = static_cast<float>(row[size_t(d)]);
     }
   }
-  return Tensor::from_data(q.shape(), std::move(out));
+  return Tensor::from_data(q.shape(), std::move(out), q.device());
 }
 
 // dP_ij = g_i . v_j; delta_i = sum_j P_ij dP_ij; dS_ij = P_ij (dP_ij - delta_i);
@@ -95,7 +95,7 @@ struct MaskedAttentionBackward : autograd::Node {
       }
     }
     const auto to_tensor = [&](const std::vector<double>& values) {
-      return Tensor::from_data(q.shape(), std::vector<float>(values.begin(), values.end()));
+      return Tensor::from_data(q.shape(), std::vector<float>(values.begin(), values.end()), q.device());
     };
     return {to_tensor(dq), to_tensor(dk), to_tensor(dv)};
   }

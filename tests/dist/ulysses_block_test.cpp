@@ -66,7 +66,8 @@ std::vector<float> flattened(const std::vector<Variable>& parameters) {
 // the same on every rank.
 Trace train(nn::UlyssesBlock& block, const Data& data, const std::vector<int>& sequences,
             int64_t first_row, int64_t rows, int dp,
-            const std::function<void(exact::ExactSums&)>& add_across_ranks) {
+            const std::function<void(exact::ExactSums&)>& add_across_ranks,
+            Device device = Device::cpu()) {
   const std::vector<Variable> parameters = block.parameters();
   optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-2).weight_decay(0.01));
   const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kSequence * kModelDim);
@@ -78,8 +79,8 @@ Trace train(nn::UlyssesBlock& block, const Data& data, const std::vector<int>& s
       const nn::ExactGradients::Recording recording(exact);
       for (int sequence : sequences) {
         const int64_t first = sequence * kSequence + first_row;
-        const Variable x(data.inputs.narrow(0, first, rows));
-        const Variable target(data.targets.narrow(0, first, rows));
+        const Variable x(data.inputs.narrow(0, first, rows).to(device));
+        const Variable target(data.targets.narrow(0, first, rows).to(device));
         const Variable y = block.forward(x);
         if (step == 0) {
           const std::vector<float> values = y.data().to_vector();
@@ -98,13 +99,13 @@ Trace train(nn::UlyssesBlock& block, const Data& data, const std::vector<int>& s
 }
 
 // One rank holding every sequence whole: the baseline.
-Trace train_baseline(int dp, bool causal) {
+Trace train_baseline(int dp, bool causal, Device device = Device::cpu()) {
   const Data data(dp);
   Generator generator(7);
-  nn::UlyssesBlock block(block_options(causal), nn::single_rank_group(), generator);
+  nn::UlyssesBlock block(block_options(causal), nn::single_rank_group(), generator, device);
   std::vector<int> sequences;
   for (int b = 0; b < dp; ++b) sequences.push_back(b);
-  return train(block, data, sequences, 0, kSequence, dp, [](exact::ExactSums&) {});
+  return train(block, data, sequences, 0, kSequence, dp, [](exact::ExactSums&) {}, device);
 }
 
 using GroupWrapper = std::function<std::shared_ptr<nn::SequenceGroup>(std::shared_ptr<nn::SequenceGroup>)>;
@@ -183,6 +184,22 @@ TEST_CASE("the Ulysses block over sp {1, 2, 4} x dp {1, 2} trains as one rank, b
       for (int sp : {1, 2, 4}) {
         check_same_training(baseline, train_distributed(sp, dp, causal), sp, dp, causal);
       }
+    }
+  }
+}
+
+// The plain reference loops define the bits: the block on the reference device (every op's
+// reference row) trains as the CPU's fast rows do.
+TEST_CASE("the Ulysses block on the reference device trains with the CPU's bits", "[dist][cpu]") {
+  for (const bool causal : {true, false}) {
+    INFO((causal ? "causal" : "not causal"));
+    const Trace cpu = train_baseline(2, causal);
+    const Trace reference = train_baseline(2, causal, Device::reference());
+    CHECK(test::same_bits(reference.first_output, cpu.first_output));
+    for (int step = 0; step < kSteps; ++step) {
+      INFO("after step " << step + 1);
+      CHECK(test::same_bits(reference.parameters_after_step[static_cast<size_t>(step)],
+                            cpu.parameters_after_step[static_cast<size_t>(step)]));
     }
   }
 }
