@@ -257,14 +257,7 @@ void check_config_text(const std::string& text, const std::string& source_name) 
   check_text_encoding(text, source_name);
   for (size_t i = 0; i < text.size();) {
     uint32_t code_point = 0;
-    const size_t length = utf8_sequence(text, i, code_point);
-    if (length == 0) {
-      const Position at = position_of(text, i);
-      char byte[8];
-      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[i]));
-      SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column,
-                        ": not valid UTF-8 (byte ", byte, ")");
-    }
+    const size_t length = utf8_sequence(text, i, code_point);  // well-formed: checked above
     if (breaks_toml_whitespace_test(code_point)) {
       const Position at = position_of(text, i);
       char name[16];
