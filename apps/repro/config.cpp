@@ -22,88 +22,84 @@ namespace {
 // Every key the file may hold, with how to read it into the configuration. A key not
 // listed here is an error, so a typo never silently falls back to a default.
 
-using Reader = std::function<void(const toml::node&, const std::string& key, ReproConfig&)>;
+using detail::Json;
+using Reader = std::function<void(const Json&, const std::string& key, ReproConfig&)>;
 
-std::string describe(const toml::node& node) {
-  std::ostringstream out;
-  if (node.is_string()) {
-    out << '"' << abbreviated(node.value<std::string>().value_or("")) << '"';
-  } else if (node.is_array() || node.is_table()) {
-    out << (node.is_array() ? "an array" : "a table");
-  } else {
-    out << toml::node_view<const toml::node>(node);
-  }
-  return out.str();
+std::string describe(const Json& node) {
+  if (node.is_string()) return '"' + abbreviated(node.get<std::string>()) + '"';
+  if (node.is_array() || node.is_object()) return node.is_array() ? "an array" : "a table";
+  return node.is_number_float() ? shortest_float_text(node.get<double>()) : node.dump();
 }
 
 // Hugging Face's Trainer writes "auto" into a DeepSpeed config and fills the values in
 // before DeepSpeed reads it; seqpar-repro has no Trainer to ask.
-void check_not_auto(const toml::node& node, const std::string& key) {
-  SEQPAR_INPUT_CHECK(node.value<std::string>() != std::optional<std::string>("auto"),
+void check_not_auto(const Json& node, const std::string& key) {
+  SEQPAR_INPUT_CHECK(node != "auto",
                      "config key ", key, " = \"auto\": a placeholder the Hugging Face Trainer "
                      "fills in; write the value (or leave the key out for the scenario's)");
 }
 
 // The value as TOML text, floats in their shortest form.
-std::string toml_value_text(const toml::node& node) {
-  if (node.is_floating_point()) return shortest_float_text(node.value<double>().value());
-  if (const toml::array* array = node.as_array()) {
-    std::string text;
-    for (const toml::node& item : *array) text += (text.empty() ? "" : ", ") + toml_value_text(item);
-    return "[" + text + "]";
-  }
-  return describe(node);
+std::string toml_value_text(const Json& node) {
+  if (!node.is_array()) return describe(node);
+  std::string text;
+  for (const Json& item : node) text += (text.empty() ? "" : ", ") + toml_value_text(item);
+  return "[" + text + "]";
 }
 
-int64_t read_integer(const toml::node& node, const std::string& key) {
+int64_t read_integer(const Json& node, const std::string& key) {
   check_not_auto(node, key);
-  SEQPAR_INPUT_CHECK(node.is_integer(), "config key ", key, " must be an integer, got ", describe(node));
-  return node.value<int64_t>().value();
+  SEQPAR_INPUT_CHECK(node.is_number_integer(), "config key ", key, " must be an integer, got ", describe(node));
+  SEQPAR_INPUT_CHECK(!node.is_number_unsigned() || node.get<uint64_t>() <= uint64_t(INT64_MAX),
+                     "config key ", key, " = ", describe(node), " is too large");
+  return node.get<int64_t>();
 }
 
-double read_number(const toml::node& node, const std::string& key) {
+double read_number(const Json& node, const std::string& key) {
   check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
-  // toml++ turns an integer into a double only up to 2^53 in magnitude, where every
-  // integer is one exactly; past it, an error rather than a value rounded unseen.
-  const std::optional<double> value = node.value<double>();
-  SEQPAR_INPUT_CHECK(value.has_value(), "config key ", key, " must be a number a double holds exactly ",
-                     "(an integer at most 2^53 in magnitude, or a float), got ", describe(node));
-  return *value;
+  // An integer is a double exactly only up to 2^53 in magnitude; past it, an error
+  // rather than a value rounded unseen.
+  constexpr int64_t kExact = int64_t(1) << 53;
+  const bool exact = node.is_number_float() ||
+                     (node.is_number_unsigned() ? node.get<uint64_t>() <= uint64_t(kExact)
+                                                : node >= -kExact && node <= kExact);
+  SEQPAR_INPUT_CHECK(exact, "config key ", key,
+                     " must be a number a double holds exactly (an integer at most 2^53 in "
+                     "magnitude, or a float), got ", describe(node));
+  return node.get<double>();
 }
 
 Reader integer_into(int64_t ReproConfig::*field) {
-  return [field](const toml::node& node, const std::string& key, ReproConfig& config) {
+  return [field](const Json& node, const std::string& key, ReproConfig& config) {
     config.*field = read_integer(node, key);
   };
 }
 
 Reader number_into(double ReproConfig::*field) {
-  return [field](const toml::node& node, const std::string& key, ReproConfig& config) {
+  return [field](const Json& node, const std::string& key, ReproConfig& config) {
     config.*field = read_number(node, key);
   };
 }
 
 // `setter` is one of AdamWOptions' named setters (&optim::AdamWOptions::lr).
 Reader adamw_number_into(optim::AdamWOptions& (optim::AdamWOptions::*setter)(double)) {
-  return [setter](const toml::node& node, const std::string& key, ReproConfig& config) {
+  return [setter](const Json& node, const std::string& key, ReproConfig& config) {
     (config.adamw.*setter)(read_number(node, key));
   };
 }
 
-void read_betas(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_betas(const Json& node, const std::string& key, ReproConfig& config) {
   check_not_auto(node, key);
-  const toml::array* betas = node.as_array();
-  SEQPAR_INPUT_CHECK(betas && betas->size() == 2, "config key ", key,
+  SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key,
                " must be an array of two numbers, got ", describe(node));
-  config.adamw.betas({read_number(*betas->get(0), key + "[0]"),
-                      read_number(*betas->get(1), key + "[1]")});
+  config.adamw.betas({read_number(node[0], key + "[0]"), read_number(node[1], key + "[1]")});
 }
 
-void read_optimizer_type(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_optimizer_type(const Json& node, const std::string& key, ReproConfig& config) {
   check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
-  config.optimizer_type = node.value<std::string>().value();
+  config.optimizer_type = node.get<std::string>();
   // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
   // unless optimizer.params.adam_w_mode is false (which is refused).
   std::string lower = config.optimizer_type;
@@ -116,21 +112,20 @@ void read_optimizer_type(const toml::node& node, const std::string& key, ReproCo
   }
 }
 
-void read_scenario(const toml::node& node, const std::string& key, ReproConfig& config) {
-  const std::optional<std::string> name = node.value<std::string>();
-  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(*name), "config key ", key, " = ",
-                     describe(node), ": expected one of ", scenario_names(),
+void read_scenario(const Json& node, const std::string& key, ReproConfig& config) {
+  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key,
+                     " = ", describe(node), ": expected one of ", scenario_names(),
                      " (seqpar-repro --list-scenarios)");
-  config.scenario = *name;
+  config.scenario = node.get<std::string>();
 }
 
-void read_seed(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_seed(const Json& node, const std::string& key, ReproConfig& config) {
   const int64_t seed = read_integer(node, key);
   SEQPAR_INPUT_CHECK(seed >= 0, "config key ", key, " = ", seed, ": the seed must not be negative");
   config.seed = static_cast<uint64_t>(seed);
 }
 
-void read_zero_stage(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_zero_stage(const Json& node, const std::string& key, ReproConfig& config) {
   const int64_t stage = read_integer(node, key);
   SEQPAR_INPUT_CHECK(stage >= 0 && stage <= 3, "config key ", key, " = ", stage,
                      ": DeepSpeed's ZeRO stages are 0, 1, 2 and 3");
@@ -145,14 +140,14 @@ void read_zero_stage(const toml::node& node, const std::string& key, ReproConfig
 
 // The report's script feeds x whole, so the micro-batch size only takes part in
 // DeepSpeed's check of train_batch_size (validate()).
-void read_micro_batch(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_micro_batch(const Json& node, const std::string& key, ReproConfig& config) {
   config.train_micro_batch_size_per_gpu = read_integer(node, key);
   config.ignored.push_back({key + " = " + describe(node),
                             "unused: x is fed whole, as in the report's script; checked "
                             "against train_batch_size"});
 }
 
-void read_train_batch(const toml::node& node, const std::string& key, ReproConfig& config) {
+void read_train_batch(const Json& node, const std::string& key, ReproConfig& config) {
   config.train_batch_size = read_integer(node, key);
 }
 
@@ -199,22 +194,32 @@ struct Reading {
   std::vector<std::string> refusals;
 };
 
-void read_unmodelled_key(const toml::node& node, const std::string& key, Reading& reading);
+void read_unmodelled_key(const Json& node, const std::string& key, Reading& reading);
+
+// A null in YAML or JSON is DeepSpeed's "not set": no default is guessed for a key the
+// scenario reads, DeepSpeed's or the scenario's; any other key is left to DeepSpeed.
+void read_null(const std::string& key, Reading& reading) {
+  SEQPAR_INPUT_CHECK(schema().count(key) == 0, "config key ", key, " is null: write a value",
+                     key == "ds_config.gradient_clipping" ? " (0 turns clipping off)" : "",
+                     ", or leave the key out to take the scenario's");
+  reading.config.ignored.push_back({key, "null: DeepSpeed's default"});
+}
 
 // Reads every leaf of `table` (recursively) through the schema.
-void read_table(const toml::table& table, const std::string& prefix, Reading& reading) {
-  for (const auto& [name, node] : table) {
-    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+void read_table(const Json& table, const std::string& prefix, Reading& reading) {
+  for (const auto& [name, node] : table.items()) {
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
     // "optimizer.params.lr" as one key would read as the nested lr: refused, not joined.
-    SEQPAR_INPUT_CHECK(name.str().find('.') == std::string_view::npos, "config key \"",
-                       printable(std::string(name.str())), "\"", prefix.empty() ? "" : " in " + prefix,
-                       " has a '.' in its name; nest the keys instead");
+    SEQPAR_INPUT_CHECK(name.find('.') == std::string::npos, "config key \"", printable(name), "\"",
+                       prefix.empty() ? "" : " in " + prefix, " has a '.' in its name; nest the keys instead");
     const auto known = schema().find(key);
     try {
-      if (known != schema().end()) {
+      if (node.is_null()) {
+        read_null(key, reading);
+      } else if (known != schema().end()) {
         known->second(node, key, reading.config);
-      } else if (node.is_table() && is_known_table(key)) {
-        read_table(*node.as_table(), key, reading);
+      } else if (node.is_object() && is_known_table(key)) {
+        read_table(node, key, reading);
       } else {
         read_unmodelled_key(node, key, reading);
       }
@@ -225,18 +230,18 @@ void read_table(const toml::table& table, const std::string& prefix, Reading& re
 }
 
 // A key outside the schema: a DeepSpeed key the scenario can do without, or an error.
-void read_unmodelled_key(const toml::node& node, const std::string& key, Reading& reading) {
+void read_unmodelled_key(const Json& node, const std::string& key, Reading& reading) {
   const detail::KeyDecision decision = detail::deepspeed_key_decision(key, node);
   switch (decision.treatment) {
     case detail::KeyTreatment::Ignore:
       reading.config.ignored.push_back(
-          {node.is_value() ? key + " = " + describe(node) : key, decision.reason});
+          {node.is_structured() ? key : key + " = " + describe(node), decision.reason});
       return;
     case detail::KeyTreatment::Descend:
-      read_table(*node.as_table(), key, reading);
+      read_table(node, key, reading);
       return;
     case detail::KeyTreatment::Refuse:
-      SEQPAR_INPUT_FAIL("config key ", printable(key), node.is_value() ? " = " + describe(node) : "",
+      SEQPAR_INPUT_FAIL("config key ", printable(key), node.is_structured() ? "" : " = " + describe(node),
                         " is not supported: ", decision.reason);
     case detail::KeyTreatment::Unknown:
       break;
@@ -263,25 +268,29 @@ void read_unmodelled_key(const toml::node& node, const std::string& key, Reading
 // -_.+:/ only, as `AdamW` or `issue-6868`), as that string: so `--set
 // ds_config.optimizer.type=AdamW` needs no quotes. Anything else that is not TOML
 // (an unclosed array, a stray quote) is an error.
-toml::table parse_override_value(const std::string& key, const std::string& text) {
+Json parse_override_value(const std::string& key, const std::string& text) {
   const std::string value_text = "value = " + text;
   check_config_text(value_text, "--set " + key);
+  toml::table parsed;
   try {
-    return toml::parse(value_text);
+    parsed = toml::parse(value_text);
   } catch (const toml::parse_error& error) {
     const bool bare_word = !text.empty() && text.find_first_not_of(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.+:/") == std::string::npos;
     SEQPAR_INPUT_CHECK(bare_word, "--set ", key, "=", text, ": the value is not TOML (",
                        error.description(), ")");
-    return toml::table{{"value", text}};
+    return text;
   }
+  SEQPAR_INPUT_CHECK(parsed.size() == 1 && parsed.contains("value"), "--set ", key, "=", text,
+                     ": expected one TOML value");
+  return detail::from_toml(*parsed.get("value"));
 }
 
 // "ds_config.optimizer.params.lr=3e-4": sets that key in `table`, creating tables on
 // the way. The value is parsed as TOML, so its type is what it looks like. It must be
 // one value on one line: a line break would let the rest of the text become more TOML
 // (new tables and keys) that the parser would take in silence.
-void apply_override(toml::table& table, const std::string& assignment) {
+void apply_override(Json& table, const std::string& assignment) {
   for (const char c : assignment) {
     SEQPAR_INPUT_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7F, "--set ",
                        printable(assignment), ": control characters (line breaks, ...) are "
@@ -291,78 +300,60 @@ void apply_override(toml::table& table, const std::string& assignment) {
   SEQPAR_INPUT_CHECK(equals != std::string::npos && equals > 0, "--set ", assignment,
                      ": expected section.key=value");
   const std::string key = assignment.substr(0, equals);
-  const std::string text = assignment.substr(equals + 1);
   const std::vector<std::string> parts = split_override_key(key);
-  toml::table parsed = parse_override_value(key, text);
-  SEQPAR_INPUT_CHECK(parsed.size() == 1 && parsed.contains("value"), "--set ", key, "=", text,
-                     ": expected one TOML value");
-  toml::table* where = &table;
+  Json value = parse_override_value(key, assignment.substr(equals + 1));
+  Json* where = &table;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (!where->contains(parts[i])) where->insert(parts[i], toml::table{});
-    where = (*where)[parts[i]].as_table();
-    SEQPAR_INPUT_CHECK(where != nullptr, "--set ", key, ": ", parts[i], " is not a table");
+    if (!where->contains(parts[i])) (*where)[parts[i]] = Json::object();
+    where = &(*where)[parts[i]];
+    SEQPAR_INPUT_CHECK(where->is_object(), "--set ", key, ": ", parts[i], " is not a table");
   }
-  where->insert_or_assign(parts.back(), *parsed.get("value"));
+  (*where)[parts.back()] = std::move(value);
 }
 
 // ---------------------------------------------------------------- reading a config
 
-toml::table read_document(const std::string& text, const std::string& source_name,
-                          ConfigFormat format, std::vector<ConfigNote>& notes) {
+Json read_document(const std::string& text, const std::string& source_name,
+                   ConfigFormat format, std::vector<ConfigNote>& notes) {
   if (format == ConfigFormat::Yaml) return detail::read_yaml_document(text, source_name, notes);
   if (format == ConfigFormat::Json) return detail::read_json_document(text, source_name, notes);
-  check_config_text(text, source_name);  // before toml++ sees it (config_input.h)
-  try {
-    return toml::parse(text, source_name);
-  } catch (const toml::parse_error& error) {
-    SEQPAR_INPUT_FAIL("config ", source_name, " line ", error.source().begin.line, " column ",
-                      error.source().begin.column, ": ", error.description());
-  }
+  return detail::read_toml_document(text, source_name);
 }
 
-bool has_settings(const toml::table& table) {
-  for (const auto& entry : table) {
-    if (!entry.second.is_table() || has_settings(*entry.second.as_table())) return true;
+// table[name], or null when `table` is not a table or lacks the key (--set can make
+// any key any value).
+const Json* member(const Json& table, const std::string& name) {
+  const auto found = table.is_object() ? table.find(name) : table.end();
+  return found == table.end() ? nullptr : &*found;
+}
+
+bool has_settings(const Json& table) {
+  for (const Json& node : table) {
+    if (!node.is_object() || has_settings(node)) return true;
   }
   return false;
 }
 
 // The scenario whose defaults the configuration is read over: the one it names, else
 // the first (an unknown name is refused when the key itself is read).
-const ScenarioConfig& defaults_for(const toml::table& table) {
-  return scenario_config(table["repro"]["scenario"].value<std::string>().value_or(""));
+const ScenarioConfig& defaults_for(const Json& table) {
+  const Json* repro = member(table, "repro");
+  const Json* scenario = repro ? member(*repro, "scenario") : nullptr;
+  return scenario_config(scenario && scenario->is_string() ? scenario->get<std::string>() : "");
 }
 
 // "key = value" for every leaf of `defaults` that `given` lacks: what the user's config
 // takes from the scenario. The micro-batch size is left out, since nothing reads it
 // but the train_batch_size check, which names it itself.
-void list_taken_from(const toml::table& defaults, const toml::table& given,
-                     const std::string& prefix, std::vector<std::string>& taken) {
-  for (const auto& [name, node] : defaults) {
-    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
-    const toml::node* mine = given.get(name.str());
-    if (node.is_table()) {
-      const toml::table empty;
-      list_taken_from(*node.as_table(), mine && mine->is_table() ? *mine->as_table() : empty, key,
-                      taken);
+void list_taken_from(const Json& defaults, const Json& given, const std::string& prefix,
+                     std::vector<std::string>& taken) {
+  for (const auto& [name, node] : defaults.items()) {
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const Json* mine = member(given, name);
+    if (node.is_object()) {
+      list_taken_from(node, mine ? *mine : Json::object(), key, taken);
     } else if (!mine && key != "repro.scenario" && key != "ds_config.train_micro_batch_size_per_gpu") {
       taken.push_back(key + " = " + toml_value_text(node));
-    }
-  }
-}
-
-// A null in YAML or JSON (DeepSpeed's "not set") on a key the scenario reads: no
-// default is guessed for it, DeepSpeed's or the scenario's.
-void refuse_null_settings(std::vector<ConfigNote>& notes, Reading& reading) {
-  for (auto note = notes.begin(); note != notes.end();) {
-    if (note->reason.rfind("null", 0) == 0 && schema().count(note->key) > 0) {
-      reading.refusals.push_back(
-          "config key " + note->key + " is null: write a value" +
-          (note->key == "ds_config.gradient_clipping" ? " (0 turns clipping off)" : "") +
-          ", or leave the key out to take the scenario's");
-      note = notes.erase(note);
-    } else {
-      ++note;
     }
   }
 }
@@ -394,21 +385,20 @@ void keep_last_note_per_key(std::vector<ConfigNote>& notes) {
 ReproConfig read_config(const std::string& text, const std::vector<std::string>& overrides,
                         const std::string& source_name, ConfigFormat format, bool users_file) {
   std::vector<ConfigNote> notes;
-  toml::table table = read_document(text, source_name, format, notes);
+  Json table = read_document(text, source_name, format, notes);
   SEQPAR_INPUT_CHECK(!users_file || has_settings(table) || !notes.empty(), "config ",
                      source_name, " holds no settings: leave out --config to run the built-in "
                      "scenario, or start from what seqpar-repro --print-config prints");
   for (const std::string& assignment : overrides) apply_override(table, assignment);
 
   const ScenarioConfig& scenario = defaults_for(table);
-  const toml::table defaults = toml::parse(std::string_view(scenario.toml), std::string_view(scenario.file));
+  const Json defaults = detail::from_toml(toml::parse(std::string_view(scenario.toml), std::string_view(scenario.file)));
   ReproConfig config;
   Reading reading{config, {}};
   read_table(defaults, "", reading);
   SEQPAR_CHECK(reading.refusals.empty(), scenario.file, ": ", reading.refusals.front());
   if (users_file) list_taken_from(defaults, table, "", config.taken_from_scenario);
 
-  refuse_null_settings(notes, reading);
   config.ignored.insert(config.ignored.end(), notes.begin(), notes.end());
   read_table(table, "", reading);
   // Every refusal at once: a value the checks of validate() refuse (ZeRO-3 outside its

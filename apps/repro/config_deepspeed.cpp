@@ -17,46 +17,45 @@ namespace {
 KeyDecision ignore(std::string reason) { return {KeyTreatment::Ignore, std::move(reason)}; }
 KeyDecision refuse(std::string reason) { return {KeyTreatment::Refuse, std::move(reason)}; }
 
-bool is_true(const toml::node* node) {
-  return node && node->is_boolean() && node->value<bool>().value();
+bool is_true(const Json& node) { return node.is_boolean() && node.get<bool>(); }
+
+// A table's member `name` as text; `fallback` when it is missing or not a string.
+std::string text_of(const Json& node, const char* name, const char* fallback) {
+  const Json* member = node.is_object() && node.contains(name) ? &node[name] : nullptr;
+  return member && member->is_string() ? member->get<std::string>() : fallback;
 }
 
 // fp16 / bf16 / amp: a section with enabled = false changes nothing.
-KeyDecision precision(const toml::node& node, const char* what) {
-  const toml::table* table = node.as_table();
-  const toml::node* enabled = table ? table->get("enabled") : nullptr;
-  if (enabled && enabled->is_boolean() && !is_true(enabled)) return ignore("disabled");
+KeyDecision precision(const Json& node, const char* what) {
+  const bool disabled = node.is_object() && node.contains("enabled") && node["enabled"] == false;
+  if (disabled) return ignore("disabled");
   return refuse(std::string(what) +
                 " changes every number the step computes; the scenario is float32 "
                 "(set enabled: false, or remove it)");
 }
 
-KeyDecision offload(const toml::node& node) {
-  const toml::table* table = node.as_table();
-  const toml::node* device = table ? table->get("device") : nullptr;
-  if (device && device->value<std::string>().value_or("") == "none") return ignore("device none");
+KeyDecision offload(const Json& node) {
+  if (text_of(node, "device", "") == "none") return ignore("device none");
   return refuse("offloading moves the optimizer step to another device and kernel, which the "
                 "scenario does not model (use device: none, or remove it)");
 }
 
-KeyDecision float32_only(const toml::node& node) {
-  const std::string type = node.value<std::string>().value_or("?");
+KeyDecision float32_only(const Json& node) {
+  const std::string type = node.is_string() ? node.get<std::string>() : "?";
   if (type == "fp32" || type == "float32") return ignore("float32, as the scenario");
   return refuse("a " + type + " reduction rounds the gradients differently; the scenario "
                 "reduces in float32");
 }
 
-KeyDecision scheduler(const toml::node& node) {
-  const toml::table* table = node.as_table();
-  const toml::node* type = table ? table->get("type") : nullptr;
-  return refuse("a learning-rate schedule (" + (type ? type->value<std::string>().value_or("?") : "?") +
+KeyDecision scheduler(const Json& node) {
+  return refuse("a learning-rate schedule (" + text_of(node, "type", "?") +
                 ") changes the learning rate each step uses, from warm-up on; the scenario "
                 "steps at a constant optimizer.params.lr: remove the scheduler");
 }
 
 }  // namespace
 
-KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& node) {
+KeyDecision deepspeed_key_decision(const std::string& key, const Json& node) {
   static const std::string logging = "logging only";
   static const std::string monitoring = "monitoring only";
   static const std::map<std::string, std::string> ignored = {
@@ -80,7 +79,7 @@ KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& nod
   if (found != ignored.end()) return ignore(found->second);
 
   const std::string zero = "ds_config.zero_optimization.";
-  if (key == "ds_config.zero_optimization" && node.is_table()) return {KeyTreatment::Descend, ""};
+  if (key == "ds_config.zero_optimization" && node.is_object()) return {KeyTreatment::Descend, ""};
   if (key == zero + "offload_optimizer" || key == zero + "offload_param") return offload(node);
   if (key.rfind(zero, 0) == 0) {
     return ignore("communication tuning: when gradients move, not over which ranks");
@@ -94,17 +93,17 @@ KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& nod
     return float32_only(node);
   }
   if (key == "ds_config.optimizer.params.adam_w_mode") {
-    if (is_true(&node)) return ignore("true: decoupled weight decay, AdamW");
+    if (is_true(node)) return ignore("true: decoupled weight decay, AdamW");
     return refuse("Adam with L2 weight decay in the gradient is not modelled; the scenario "
                   "is AdamW (adam_w_mode: true, DeepSpeed's default)");
   }
   if (key == "ds_config.prescale_gradients") {
-    if (node.is_boolean() && !is_true(&node)) return ignore("false: DeepSpeed's default");
+    if (node == false) return ignore("false: DeepSpeed's default");
     return refuse("prescaling divides the gradients before the reduction; the scenario "
                   "models DeepSpeed's default (false)");
   }
   if (key == "ds_config.gradient_predivide_factor") {
-    if (node.is_number() && node.value<double>() == 1.0) {  // empty past 2^53: not 1
+    if (node.is_number() && node.get<double>() == 1.0) {
       return ignore("1.0: DeepSpeed's default");
     }
     return refuse("a predivide factor rescales the gradients around the reduction; the "

@@ -7,8 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -25,10 +23,10 @@ std::string join_key(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// The limits of apps/repro/config_limits.h, counted while a document is converted.
+// The limits of apps/repro/config_limits.h, counted while a YAML document is converted
+// (aliases make its tree larger than its text).
 struct Conversion {
   const std::string& source;
-  std::vector<ConfigNote>& ignored;
   size_t values = 0, text_bytes = 0;
 
   std::string where(int line) const {
@@ -66,34 +64,27 @@ int line_of(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Ma
 
 // A scalar as OmegaConf reads it: quoted or !!str is a string; !!int, !!float, !!bool
 // and !!null must look like one; other tags (!!python/..., !custom) are refused.
-std::unique_ptr<toml::node> yaml_scalar(const YAML::Node& node, const std::string& key,
-                                        const Conversion& conversion) {
+Json yaml_scalar(const YAML::Node& node, const std::string& key, const Conversion& conversion) {
   const std::string& tag = node.Tag();
   const std::string where = conversion.where(line_of(node)) + ": " + printable(key);
-  if (tag == "!" || tag == kYamlTag + "str") {
-    return std::make_unique<toml::value<std::string>>(node.Scalar());
-  }
+  if (tag == "!" || tag == kYamlTag + "str") return node.Scalar();
   if (tag != "?") {
     const std::string kind = tag.rfind(kYamlTag, 0) == 0 ? tag.substr(kYamlTag.size()) : "";
     SEQPAR_INPUT_CHECK(kind == "int" || kind == "float" || kind == "bool" || kind == "null", where,
                        ": the tag ", printable(tag), " is not supported");
     SEQPAR_INPUT_CHECK(plain_scalar_is(node.Scalar(), kind.c_str()), where, ": '",
                        printable(node.Scalar()), "' is not a YAML ", kind);
-    std::unique_ptr<toml::node> value = typed_plain_scalar(node.Scalar(), where);
-    if (kind == "float" && value && value->is_integer()) {
-      return std::make_unique<toml::value<double>>(double(value->value<int64_t>().value()));
-    }
-    return value;
+    const Json value = typed_plain_scalar(node.Scalar(), where);
+    return kind == "float" && value.is_number_integer() ? Json(value.get<double>()) : value;
   }
   return typed_plain_scalar(node.Scalar(), where);
 }
 
-std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string& key, int depth,
-                                      Conversion& conversion);
+Json from_yaml(const YAML::Node& node, const std::string& key, int depth, Conversion& conversion);
 
-toml::table yaml_mapping(const YAML::Node& node, const std::string& key, int depth,
-                         Conversion& conversion, bool top = false) {
-  toml::table table;
+Json yaml_mapping(const YAML::Node& node, const std::string& key, int depth,
+                  Conversion& conversion, bool top = false) {
+  Json table = Json::object();
   std::map<std::string, int> seen;  // name, line
   for (const auto& entry : node) {
     const int line = line_of(entry.first);
@@ -105,18 +96,12 @@ toml::table yaml_mapping(const YAML::Node& node, const std::string& key, int dep
     const auto [first, fresh] = seen.emplace(name, line);
     SEQPAR_INPUT_CHECK(fresh, conversion.where(line), ": duplicate key ", printable(path),
                        " (first at line ", first->second, ")");
-    std::unique_ptr<toml::node> value = from_yaml(entry.second, path, depth + 1, conversion);
-    if (!value) {
-      conversion.ignored.push_back({path, "null: DeepSpeed's default"});
-      continue;
-    }
-    table.insert_or_assign(name, std::move(*value));
+    table[name] = from_yaml(entry.second, path, depth + 1, conversion);
   }
   return table;
 }
 
-std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string& key, int depth,
-                                      Conversion& conversion) {
+Json from_yaml(const YAML::Node& node, const std::string& key, int depth, Conversion& conversion) {
   conversion.count(line_of(node), depth, node.IsScalar() ? node.Scalar().size() : 0);
   const std::string& tag = node.Tag();
   SEQPAR_INPUT_CHECK(node.IsScalar() || tag == "?" || tag == kYamlTag + "map" || tag == kYamlTag + "seq" || tag.empty(),
@@ -124,16 +109,14 @@ std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string&
                      printable(tag), " is not supported");
   switch (node.Type()) {
     case YAML::NodeType::Map:
-      return std::make_unique<toml::table>(yaml_mapping(node, key, depth, conversion));
+      return yaml_mapping(node, key, depth, conversion);
     case YAML::NodeType::Sequence: {
-      toml::array array;
+      Json array = Json::array();
       for (size_t i = 0; i < node.size(); ++i) {
-        std::unique_ptr<toml::node> item =
-            from_yaml(node[i], key + "[" + std::to_string(i) + "]", depth + 1, conversion);
-        SEQPAR_INPUT_CHECK(item != nullptr, "config key ", printable(key), "[", i, "] is null");
-        array.push_back(std::move(*item));
+        array.push_back(from_yaml(node[i], key + "[" + std::to_string(i) + "]", depth + 1, conversion));
+        SEQPAR_INPUT_CHECK(!array.back().is_null(), "config key ", printable(key), "[", i, "] is null");
       }
-      return std::make_unique<toml::array>(std::move(array));
+      return array;
     }
     case YAML::NodeType::Scalar:
       return yaml_scalar(node, key, conversion);
@@ -144,22 +127,29 @@ std::unique_ptr<toml::node> from_yaml(const YAML::Node& node, const std::string&
 
 // ---------------------------------------------------------------- JSON
 
-// nlohmann's parse callback, which sees every container open (with its depth) and
-// every key: it refuses nesting beyond kMaxConfigDepth before the parser goes deeper,
-// and a key given twice in one object (DeepSpeed does; the parser keeps the last).
+// nlohmann's parse callback, which sees every container open (with its depth), every
+// key and every value: it refuses nesting beyond kMaxConfigDepth before the parser goes
+// deeper, more than kMaxConfigValues values (the text limit needs no count: the file is
+// at most kMaxConfigBytes), a dotted key, and a key given twice in one object (DeepSpeed
+// does; the parser keeps the last).
 class JsonChecks {
  public:
   explicit JsonChecks(const std::string& source) : source_(source) {}
-  bool operator()(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
+    using Event = Json::parse_event_t;
     if (event == Event::object_start || event == Event::array_start) {
       SEQPAR_INPUT_CHECK(depth < kMaxConfigDepth, "config ", source_,
                          ": nested deeper than the limit of ", kMaxConfigDepth, " levels");
+    }
+    if (event == Event::object_start || event == Event::array_start || event == Event::value) {
+      SEQPAR_INPUT_CHECK(++values_ <= kMaxConfigValues, "config ", source_,
+                         ": more than the limit of ", kMaxConfigValues, " values");
     }
     if (event == Event::object_start) objects_.emplace_back();
     if (event == Event::object_end && !objects_.empty()) objects_.pop_back();
     if (event == Event::key && !objects_.empty()) {
       const std::string name = parsed.get<std::string>();
+      check_key_name(name, name, "config " + source_);
       SEQPAR_INPUT_CHECK(objects_.back().insert(name).second, "config ", source_,
                          ": duplicate key \"", printable(name), "\" in one object");
     }
@@ -168,78 +158,38 @@ class JsonChecks {
 
  private:
   const std::string& source_;
+  size_t values_ = 0;
   std::vector<std::set<std::string>> objects_;
 };
-
-std::unique_ptr<toml::node> from_json(const nlohmann::json& value, const std::string& key,
-                                      int depth, Conversion& conversion, bool top = false) {
-  using Type = nlohmann::json::value_t;
-  conversion.count(0, depth, value.is_string() ? value.get_ref<const std::string&>().size() : 0);
-  switch (value.type()) {
-    case Type::object: {
-      auto table = std::make_unique<toml::table>();
-      for (const auto& [name, item] : value.items()) {
-        const std::string path = top ? top_key(key, name) : join_key(key, name);
-        check_key_name(name, path, conversion.where(0));
-        std::unique_ptr<toml::node> converted = from_json(item, path, depth + 1, conversion);
-        if (!converted) {
-          conversion.ignored.push_back({path, "null: DeepSpeed's default"});
-          continue;
-        }
-        table->insert_or_assign(name, std::move(*converted));
-      }
-      return table;
-    }
-    case Type::array: {
-      auto array = std::make_unique<toml::array>();
-      for (size_t i = 0; i < value.size(); ++i) {
-        std::unique_ptr<toml::node> item =
-            from_json(value[i], key + "[" + std::to_string(i) + "]", depth + 1, conversion);
-        SEQPAR_INPUT_CHECK(item != nullptr, "config key ", printable(key), "[", i, "] is null");
-        array->push_back(std::move(*item));
-      }
-      return array;
-    }
-    case Type::string:
-      return std::make_unique<toml::value<std::string>>(value.get<std::string>());
-    case Type::boolean:
-      return std::make_unique<toml::value<bool>>(value.get<bool>());
-    case Type::number_integer:
-      return std::make_unique<toml::value<int64_t>>(value.get<int64_t>());
-    case Type::number_unsigned:
-      SEQPAR_INPUT_CHECK(value.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
-                         "config key ", printable(key), " = ", value.get<uint64_t>(), " is too large");
-      return std::make_unique<toml::value<int64_t>>(value.get<int64_t>());
-    case Type::number_float:
-      return std::make_unique<toml::value<double>>(value.get<double>());
-    default:
-      return nullptr;
-  }
-}
 
 // ---------------------------------------------------------------- layout
 
 // seqpar's layout from a document: the report's (`ds_config` at the top) or DeepSpeed's
-// (the document is the ds_config). Top-level keys outside both are not read.
-toml::table arrange(toml::table document, const std::string& source,
-                    std::vector<ConfigNote>& ignored) {
-  toml::table arranged;
-  if (toml::node* repro = document.get("repro")) {
-    SEQPAR_INPUT_CHECK(repro->is_table(), "config ", source, ": repro must be a mapping");
-    arranged.insert("repro", std::move(*repro->as_table()));
+// (the document is the ds_config). Top-level keys outside both are not read; a null
+// section is DeepSpeed's "not set".
+Json arrange(Json document, const std::string& source, std::vector<ConfigNote>& ignored) {
+  for (const char* section : {"repro", "ds_config"}) {
+    if (document.contains(section) && document[section].is_null()) {
+      ignored.push_back({section, "null: DeepSpeed's default"});
+      document.erase(section);
+    }
+  }
+  Json arranged = Json::object();
+  if (document.contains("repro")) {
+    SEQPAR_INPUT_CHECK(document["repro"].is_object(), "config ", source, ": repro must be a mapping");
+    arranged["repro"] = std::move(document["repro"]);
     document.erase("repro");
   }
-  toml::node* ds_config = document.get("ds_config");
-  if (!ds_config) {
-    arranged.insert("ds_config", std::move(document));
+  if (!document.contains("ds_config")) {
+    arranged["ds_config"] = std::move(document);
     return arranged;
   }
-  SEQPAR_INPUT_CHECK(ds_config->is_table(), "config ", source,
+  SEQPAR_INPUT_CHECK(document["ds_config"].is_object(), "config ", source,
                      ": ds_config must be a mapping of DeepSpeed keys");
-  arranged.insert("ds_config", std::move(*ds_config->as_table()));
-  for (const auto& [name, node] : document) {
-    if (name.str() != "ds_config") {
-      ignored.push_back({std::string(name.str()), "outside ds_config: not a DeepSpeed key"});
+  arranged["ds_config"] = std::move(document["ds_config"]);
+  for (const auto& entry : document.items()) {
+    if (entry.key() != "ds_config") {
+      ignored.push_back({entry.key(), "outside ds_config: not a DeepSpeed key"});
     }
   }
   return arranged;
@@ -272,8 +222,38 @@ int second_document(const std::string& text) {
 
 }  // namespace
 
-toml::table read_yaml_document(const std::string& text, const std::string& source,
-                               std::vector<ConfigNote>& ignored) {
+Json from_toml(const toml::node& node) {
+  if (const toml::table* table = node.as_table()) {
+    Json object = Json::object();
+    for (const auto& [name, item] : *table) object[std::string(name.str())] = from_toml(item);
+    return object;
+  }
+  if (const toml::array* array = node.as_array()) {
+    Json items = Json::array();
+    for (const toml::node& item : *array) items.push_back(from_toml(item));
+    return items;
+  }
+  if (node.is_integer()) return node.value<int64_t>().value();
+  if (node.is_floating_point()) return node.value<double>().value();
+  if (node.is_boolean()) return node.value<bool>().value();
+  if (node.is_string()) return node.value<std::string>().value();
+  std::ostringstream text;  // a date or time, which check_config_text keeps out
+  text << toml::node_view<const toml::node>(node);
+  return text.str();
+}
+
+Json read_toml_document(const std::string& text, const std::string& source) {
+  check_config_text(text, source);  // before toml++ sees it (config_input.h)
+  try {
+    return from_toml(toml::parse(text, source));
+  } catch (const toml::parse_error& error) {
+    SEQPAR_INPUT_FAIL("config ", source, " line ", error.source().begin.line, " column ",
+                      error.source().begin.column, ": ", error.description());
+  }
+}
+
+Json read_yaml_document(const std::string& text, const std::string& source,
+                        std::vector<ConfigNote>& ignored) {
   check_text_encoding(text, source);
   YAML::Node document;
   int second_document_line = 0;
@@ -291,21 +271,21 @@ toml::table read_yaml_document(const std::string& text, const std::string& sourc
   // OmegaConf (PyYAML) reads one document; a second one would be dropped unseen.
   SEQPAR_INPUT_CHECK(second_document_line == 0, "config ", source, " line ", second_document_line,
                      ": a second YAML document ('---'); a config is one document");
-  if (document.IsNull()) return arrange(toml::table{}, source, ignored);
+  if (document.IsNull()) return arrange(Json::object(), source, ignored);
   SEQPAR_INPUT_CHECK(document.IsMap(), "config ", source,
                      ": expected a mapping at the top (ds_config: ...)");
   const std::string root = static_cast<const YAML::Node&>(document)["ds_config"] ? "" : "ds_config";
-  Conversion conversion{source, ignored};
+  Conversion conversion{source};
   return arrange(yaml_mapping(document, root, 0, conversion, true), source, ignored);
 }
 
-toml::table read_json_document(const std::string& text, const std::string& source,
-                               std::vector<ConfigNote>& ignored) {
+Json read_json_document(const std::string& text, const std::string& source,
+                        std::vector<ConfigNote>& ignored) {
   check_text_encoding(text, source);  // a NUL byte, which the parser takes for the end
-  nlohmann::json document;
+  Json document;
   try {
-    document = nlohmann::json::parse(text, JsonChecks(source));
-  } catch (const nlohmann::json::exception& error) {
+    document = Json::parse(text, JsonChecks(source));
+  } catch (const Json::exception& error) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     const std::string what = error.what();
     const size_t bracket = what.find("] ");
@@ -314,10 +294,7 @@ toml::table read_json_document(const std::string& text, const std::string& sourc
   }
   SEQPAR_INPUT_CHECK(document.is_object(), "config ", source,
                      ": expected a JSON object of DeepSpeed keys at the top");
-  const std::string root = document.contains("ds_config") ? "" : "ds_config";
-  Conversion conversion{source, ignored};
-  return arrange(std::move(*from_json(document, root, 0, conversion, true)->as_table()), source,
-                 ignored);
+  return arrange(std::move(document), source, ignored);
 }
 
 }  // namespace seqpar::repro::detail

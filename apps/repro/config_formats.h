@@ -1,5 +1,7 @@
 // The formats a scenario can come in, each read into the one tree that config.cpp
-// reads keys from (a toml::table with [ds_config] and [repro]):
+// reads keys from: an nlohmann::json object with `ds_config` and `repro`. JSON is that
+// tree as parsed; TOML and YAML are copied into it node by node, their scalars typed by
+// their own parsers (YAML's plain scalars by OmegaConf's patterns, config_limits.h).
 //
 //   TOML  seqpar's own format (configs/issue6868.toml): [ds_config] and [repro].
 //   YAML  the bug report's config.yaml, as its script loads it with OmegaConf: a
@@ -15,21 +17,28 @@
 // read it as a string) and a quoted scalar stays a string.
 #pragma once
 
-#include "third_party/toml.h"
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
 
 #include "apps/repro/config.h"
+#include "third_party/toml.h"
 
 namespace seqpar::repro::detail {
 
+using Json = nlohmann::json;
+
 // The document as a tree in seqpar's layout; `ignored` receives the top-level keys
-// that are not read and the null values (DeepSpeed reads null as "use the default").
-toml::table read_yaml_document(const std::string& text, const std::string& source,
-                               std::vector<ConfigNote>& ignored);
-toml::table read_json_document(const std::string& text, const std::string& source,
-                               std::vector<ConfigNote>& ignored);
+// that are not read. A null (DeepSpeed's "use the default") stays in the tree.
+Json read_toml_document(const std::string& text, const std::string& source);
+Json read_yaml_document(const std::string& text, const std::string& source,
+                        std::vector<ConfigNote>& ignored);
+Json read_json_document(const std::string& text, const std::string& source,
+                        std::vector<ConfigNote>& ignored);
+
+// A toml++ node (a parsed document, a --set value) as the same tree.
+Json from_toml(const toml::node& node);
 
 // What a DeepSpeed key that the scenario does not read means for it.
 enum class KeyTreatment {
@@ -44,6 +53,6 @@ struct KeyDecision {
 };
 
 // `key` is the full dotted name ("ds_config.zero_optimization.stage"); `node` its value.
-KeyDecision deepspeed_key_decision(const std::string& key, const toml::node& node);
+KeyDecision deepspeed_key_decision(const std::string& key, const Json& node);
 
 }  // namespace seqpar::repro::detail

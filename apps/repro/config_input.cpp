@@ -70,21 +70,25 @@ bool breaks_toml_whitespace_test(uint32_t c) {
          (c >= 0xFAE6 && c <= 0xFEFE);
 }
 
-struct Position {
+// "config NAME line L column C" for the byte at `at`; columns count characters, not bytes.
+std::string place(const std::string& source_name, const std::string& text, size_t at) {
   size_t line = 1, column = 1;
-};
-
-Position position_of(const std::string& text, size_t at) {
-  Position position;
   for (size_t i = 0; i < at; ++i) {
     if (text[i] == '\n') {
-      ++position.line;
-      position.column = 1;
+      ++line;
+      column = 1;
     } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-      ++position.column;  // columns count characters, not bytes
+      ++column;
     }
   }
-  return position;
+  return seqpar::detail::concat("config ", source_name, " line ", line, " column ", column);
+}
+
+// "0xFF" (a byte) or "U+FE0F" (a code point).
+std::string hex_name(const char* format, uint32_t value) {
+  char name[16];
+  std::snprintf(name, sizeof name, format, static_cast<unsigned>(value));
+  return name;
 }
 
 // Where a TOML scanner stands: outside any string or comment, or inside one of them.
@@ -242,13 +246,9 @@ void check_text_encoding(const std::string& text, const std::string& source_name
     const size_t length = utf8_sequence(text, i, code_point);
     const bool control = length == 1 && (code_point < 0x20 || code_point == 0x7F) &&
                          code_point != '\t' && code_point != '\n' && code_point != '\r';
-    if (length == 0 || control) {
-      const Position at = position_of(text, i);
-      char byte[8];
-      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[i]));
-      SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column, ": ",
-                        control ? "a control character (byte " : "not valid UTF-8 (byte ", byte, ")");
-    }
+    SEQPAR_INPUT_CHECK(length != 0 && !control, place(source_name, text, i), ": ",
+                       control ? "a control character (byte " : "not valid UTF-8 (byte ",
+                       hex_name("0x%02X", static_cast<unsigned char>(text[i])), ")");
     i += length;
   }
 }
@@ -257,41 +257,22 @@ void check_config_text(const std::string& text, const std::string& source_name) 
   check_text_encoding(text, source_name);
   for (size_t i = 0; i < text.size();) {
     uint32_t code_point = 0;
-    const size_t length = utf8_sequence(text, i, code_point);
-    if (length == 0) {
-      const Position at = position_of(text, i);
-      char byte[8];
-      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[i]));
-      SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column,
-                        ": not valid UTF-8 (byte ", byte, ")");
-    }
-    if (breaks_toml_whitespace_test(code_point)) {
-      const Position at = position_of(text, i);
-      char name[16];
-      std::snprintf(name, sizeof name, "U+%04X", static_cast<unsigned>(code_point));
-      SEQPAR_INPUT_FAIL("config ", source_name, " line ", at.line, " column ", at.column,
-                        ": character ", name, " is not accepted (the TOML parser, toml++ 3.3, "
-                        "mishandles U+00A1-U+0499, U+2C5E-U+3057 and U+FAE6-U+FEFE)");
-    }
+    const size_t length = utf8_sequence(text, i, code_point);  // well-formed: checked above
+    SEQPAR_INPUT_CHECK(!breaks_toml_whitespace_test(code_point), place(source_name, text, i),
+                       ": character ", hex_name("U+%04X", code_point), " is not accepted (the TOML "
+                       "parser, toml++ 3.3, mishandles U+00A1-U+0499, U+2C5E-U+3057 and U+FAE6-U+FEFE)");
     i += length;
   }
   const size_t bom = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // a leading byte-order mark
   const Unsafe unsafe = first_unsafe_text(text, bom);
   if (unsafe.reason == nullptr) return;
   const size_t at = unsafe.offset;
-  if (static_cast<unsigned char>(text[at]) < 0x80) {
-    const Position position = position_of(text, at);
-    SEQPAR_INPUT_FAIL("config ", source_name, " line ", position.line, " column ",
-                      position.column, ": ", unsafe.reason, ", saw '",
-                      printable(std::string(1, text[at])), "' (not accepted outside strings)");
-  }
+  SEQPAR_INPUT_CHECK(static_cast<unsigned char>(text[at]) >= 0x80, place(source_name, text, at), ": ",
+                     unsafe.reason, ", saw '", printable(std::string(1, text[at])),
+                     "' (not accepted outside strings)");
   uint32_t code_point = 0;
   utf8_sequence(text, at, code_point);
-  char name[16];
-  std::snprintf(name, sizeof name, "U+%04X", static_cast<unsigned>(code_point));
-  const Position position = position_of(text, at);
-  SEQPAR_INPUT_FAIL("config ", source_name, " line ", position.line, " column ", position.column,
-                    ": non-ASCII character ", name,
+  SEQPAR_INPUT_FAIL(place(source_name, text, at), ": non-ASCII character ", hex_name("U+%04X", code_point),
                     " outside a string or comment (TOML allows only ASCII there)");
 }
 

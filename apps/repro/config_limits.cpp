@@ -49,21 +49,20 @@ bool plain_scalar_is(const std::string& text, const char* kind) {
   return false;
 }
 
-std::unique_ptr<toml::node> typed_plain_scalar(const std::string& text, const std::string& where) {
+nlohmann::json typed_plain_scalar(const std::string& text, const std::string& where) {
   SEQPAR_INPUT_CHECK(text.size() <= kMaxNumberCharacters || !looks_numeric(text), where,
                      ": a number of ", text.size(), " characters, more than the limit of ",
                      kMaxNumberCharacters);
   if (is(text, kNull)) return nullptr;
-  if (is(text, kTrue)) return std::make_unique<toml::value<bool>>(true);
-  if (is(text, kFalse)) return std::make_unique<toml::value<bool>>(false);
+  if (is(text, kTrue) || is(text, kFalse)) return is(text, kTrue);
   const bool integer = is(text, kInteger), hex = is(text, kHex);
   if (integer || hex || is(text, kFloat)) {
     std::string digits = text;
     digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
     try {
-      if (integer) return std::make_unique<toml::value<int64_t>>(std::stoll(digits, nullptr, 10));
-      if (hex) return std::make_unique<toml::value<int64_t>>(std::stoll(digits, nullptr, 16));
-      return std::make_unique<toml::value<double>>(std::stod(digits));
+      if (integer) return int64_t(std::stoll(digits, nullptr, 10));
+      if (hex) return int64_t(std::stoll(digits, nullptr, 16));
+      return std::stod(digits);
     } catch (const std::logic_error&) {
       // Too large for int64 or double, or no digit at all ("._"): left as text, so the
       // key's reader names it.
@@ -71,10 +70,10 @@ std::unique_ptr<toml::node> typed_plain_scalar(const std::string& text, const st
   }
   if (is(text, kInfinity)) {
     const double infinity = std::numeric_limits<double>::infinity();
-    return std::make_unique<toml::value<double>>(text[0] == '-' ? -infinity : infinity);
+    return text[0] == '-' ? -infinity : infinity;
   }
-  if (is(text, kNan)) return std::make_unique<toml::value<double>>(std::numeric_limits<double>::quiet_NaN());
-  return std::make_unique<toml::value<std::string>>(text);
+  if (is(text, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  return text;
 }
 
 }  // namespace seqpar::repro::detail

@@ -7,10 +7,9 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <string>
 
-#include "third_party/toml.h"
+#include <nlohmann/json.hpp>
 
 namespace seqpar::repro::detail {
 
@@ -21,9 +20,9 @@ constexpr size_t kMaxNumberCharacters = 100;    // a double needs 25 at most
 
 // A YAML plain (unquoted) scalar typed as OmegaConf types it: YAML 1.1's booleans,
 // integers and nulls, and a float that also takes exponents without a dot (`1e-4`).
-// Returns null for a YAML null. A number longer than kMaxNumberCharacters is refused
+// Returns a JSON null for a YAML null. A number longer than kMaxNumberCharacters is refused
 // (InputError naming `where`, "config F line L"), before any pattern sees it.
-std::unique_ptr<toml::node> typed_plain_scalar(const std::string& text, const std::string& where);
+nlohmann::json typed_plain_scalar(const std::string& text, const std::string& where);
 
 // The same classification, for a scalar tagged !!int, !!float, !!bool or !!null:
 // whether its text is of that kind.

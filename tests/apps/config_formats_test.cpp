@@ -139,9 +139,9 @@ TEST_CASE("optimizer names as DeepSpeed matches them", "[repro][config]") {
 TEST_CASE("YAML plain scalars follow OmegaConf's patterns, case by case", "[repro][config]") {
   const auto kind = [](const std::string& text) {
     const auto node = detail::typed_plain_scalar(text, "test");
-    if (!node) return std::string("null");
-    return std::string(node->is_integer() ? "integer" : node->is_floating_point() ? "float"
-                       : node->is_boolean() ? "bool" : "string");
+    if (node.is_null()) return std::string("null");
+    return std::string(node.is_number_integer() ? "integer" : node.is_number_float() ? "float"
+                       : node.is_boolean() ? "bool" : "string");
   };
   for (const char* text : {"0", "12", "-3", "+4_000", "0x1F", "-0x_a"}) CHECK(kind(text) == "integer");
   for (const char* text : {"1e-4", "1.", ".5", "-2.5E+3", "1_0.0_1", ".inf", "-.Inf", ".NaN"}) {
