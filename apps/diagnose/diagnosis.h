@@ -2,10 +2,9 @@
 // only when the tensors it needs were given), the verdict, and the catalogued pitfalls
 // the evidence points to. Pure functions of the files' values and the settings.
 //
-// The verdicts are seqpar-repro's where the two overlap (apps/repro/analysis.h:
-// "BROKEN: RANKS DIVERGE", "CONSISTENT, WRONG GRADIENT SCALE", "CONSISTENT, NOT EXACT",
-// "IDENTICAL TO ONE-RANK TRAINING"), so the diagnosis of seqpar-repro's own dumps can be
-// checked against its verdicts; the others say what only a user's files can show.
+// The verdicts are seqpar-repro's (one vocabulary, apps/common/verdict.h), so the
+// diagnosis of seqpar-repro's own dumps can be checked against its verdicts; some say
+// what only a user's files can show or leave open.
 // "Consistent" and "one-rank training" are said only of what was compared: each verdict
 // comes with its evidence lines, what was checked and what could not be.
 #pragma once
@@ -15,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/verdict.h"
 #include "apps/diagnose/inputs.h"
 #include "apps/repro/analysis.h"
 
@@ -126,7 +126,8 @@ struct Diagnosis {
   std::optional<NormFigures> norms;
   std::optional<ParameterDistance> baseline_distance;  // with --baseline
   std::string layout;  // which group layout explains the ranks' groups
-  std::string verdict, verdict_text;
+  Verdict kind = Verdict::Skipped;
+  std::string verdict, verdict_text;  // verdict_name(kind), and what it rests on in words
   std::vector<Cause> causes;
   std::vector<EvidenceLine> evidence;  // what the verdict rests on, in order
   std::vector<std::string> notes;      // about the files and settings

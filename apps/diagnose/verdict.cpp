@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "apps/diagnose/diagnosis.h"
-#include "apps/repro/analysis.h"
 
 namespace seqpar::diagnose {
 
@@ -102,7 +101,7 @@ void add_clip_causes(Diagnosis& diagnosis) {
 
 void decide_divergent(Diagnosis& diagnosis) {
   const Agreement& p = diagnosis.parameters;
-  diagnosis.verdict = repro::verdict_name(repro::Verdict::RanksDiverge);
+  diagnosis.kind = Verdict::RanksDiverge;
   diagnosis.verdict_text = "the ranks hold different parameters: " + std::to_string(p.differing) + " of " +
                            std::to_string(p.elements) + " elements differ, by up to " + number(p.max_difference) + ".";
   std::string evidence;
@@ -154,25 +153,25 @@ void decide_by_parameters(Diagnosis& diagnosis, const std::string& agree, bool s
   const ParameterDistance& d = *diagnosis.baseline_distance;
   const bool far = d.max_in_lr && (d.beyond_two_lr > 0 || double(d.beyond_tolerance) > 0.01 * double(d.elements));
   if (far) {
-    diagnosis.verdict = "CONSISTENT, UNLIKE ONE-RANK TRAINING";
+    diagnosis.kind = Verdict::UnlikeOneRank;
     diagnosis.verdict_text =
         agree + ", but rank 0's parameters are up to " + number(d.max_difference) + " (" + number(*d.max_in_lr) +
         " lr) from the baseline's, " + std::to_string(d.beyond_tolerance) + " of " + std::to_string(d.elements) +
         " elements beyond rounding: a step moves a parameter by about lr, so this is not rounding. Check that the "
         "baseline started from the same parameters, saw the same batch and used the same lr.";
   } else if (!d.max_in_lr && !d.bitwise && d.beyond_tolerance > 0) {
-    diagnosis.verdict = diagnosis.ranks > 1 ? "RANKS AGREE" : "ONE RANK";
+    diagnosis.kind = diagnosis.ranks > 1 ? Verdict::RanksAgree : Verdict::OneRank;
     diagnosis.verdict_text = agree + "; rank 0's parameters differ from the baseline's by up to " +
                              number(d.max_difference) + ". Without the lr (--lr or --ds-config) whether that "
                              "is rounding cannot be told.";
   } else if (!scale_checked) {
-    diagnosis.verdict = "PARAMETERS CLOSE, GRADIENT NOT CHECKED";
+    diagnosis.kind = Verdict::ParametersClose;
     diagnosis.verdict_text =
         agree + " and " + distance_text(d) + ", but the gradient was not compared: after Adam's first step a "
         "steady x k in the gradient (x sp, a mean divided twice) is nearly invisible in the parameters. Save "
         "grad.* (or exp_avg and exp_avg_sq) on the ranks and the baseline, or clip_norm, to check it.";
   } else {
-    diagnosis.verdict = repro::verdict_name(repro::Verdict::NotExact);
+    diagnosis.kind = Verdict::NotExact;
     diagnosis.verdict_text = agree + " and match one-rank training up to rounding: " + distance_text(d) +
                              (d.max_in_lr ? " (the tolerance: 16 units in the last place plus 1% of lr, "
                                             "beyond it " + std::to_string(d.beyond_tolerance) + " elements)" : "") +
@@ -190,7 +189,7 @@ void decide_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
     diagnosis.notes.push_back("the clip norm's factor is none of the usual ones; save each rank's gradient "
                               "before the reduction as local_grad.NAME to test for the mean of partial norms");
   }
-  diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
+  diagnosis.kind = Verdict::WrongClipNorm;
   diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
                            ", but clipping used a norm " + number(*norms->to_reference) + "x the one-rank norm" +
                            (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
@@ -213,30 +212,30 @@ void decide_against_baseline(Diagnosis& diagnosis) {
   const NormFigures* norms = diagnosis.norms ? &*diagnosis.norms : nullptr;
   const ParameterDistance& distance = *diagnosis.baseline_distance;
   const std::string agree = diagnosis.ranks > 1 ? "the ranks agree bitwise" : "one rank's files (no agreement to check)";
-  const bool clip_off = norms && norms->to_reference && std::abs(*norms->to_reference - 1) > 1e-3 &&
+  const bool clip_off = norms && norms->to_reference && scale_is_off(*norms->to_reference) &&
                         !(scale && scale->zero.empty() && std::abs(*norms->to_reference / scale->ratio - 1) <= 1e-3);
   const bool scale_checked = scale || (norms && norms->to_reference);
   if (distance.bitwise && (!scale || scale->unlike_reference == 0) && !clip_off) {
-    diagnosis.verdict = repro::verdict_name(repro::Verdict::Identical);
+    diagnosis.kind = Verdict::Identical;
     diagnosis.verdict_text = "the parameters" + std::string(scale ? " and gradients (" + scale->from + ")" : "") +
                              " equal the baseline's (one-rank training) bit for bit; " + agree + ".";
   } else if (scale && !scale->zero.empty() && scale->zero != "both gradients") {
-    diagnosis.verdict = "CONSISTENT, WRONG GRADIENT";
+    diagnosis.kind = Verdict::WrongGradient;
     diagnosis.verdict_text = agree + ", but " + scale->zero + " (" + scale->from + ") is all zeros and the other's "
                              "is not: no ratio or direction can be formed. A step that never reached backward, a "
                              "gradient saved before it was computed, or one zeroed before it was saved?";
   } else if (scale && scale->zero.empty() &&
              (!scale->cause.empty() ||
-              (std::abs(scale->ratio - 1) > 1e-3 && scale->direction_error <= repro::kGradientRounding))) {
+              (scale_is_off(scale->ratio) && scale->direction_error <= kGradientRounding))) {
     // A named factor, or a pure scale: the direction is right, only the size is off.
-    diagnosis.verdict = repro::verdict_name(repro::Verdict::WrongGradientScale);
+    diagnosis.kind = Verdict::WrongGradientScale;
     diagnosis.verdict_text = agree + ", but the gradient (" + scale->from + ") is " + number(scale->ratio) +
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
                              ". Adam hardly sees a steady scale; clipping does.";
     if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
-    if (scale->direction_error > repro::kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
-  } else if (scale && scale->zero.empty() && scale->direction_error > repro::kGradientRounding) {
-    diagnosis.verdict = "CONSISTENT, WRONG GRADIENT";
+    if (scale->direction_error > kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
+  } else if (scale && scale->zero.empty() && scale->direction_error > kGradientRounding) {
+    diagnosis.kind = Verdict::WrongGradient;
     diagnosis.verdict_text = agree + "; the gradient (" + scale->from + ") has the one-rank size but points "
                              "elsewhere: " + number(scale->direction_error) + " relative error with the scale taken out.";
     add_direction_causes(diagnosis, scale->direction_error);
@@ -279,7 +278,7 @@ std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, 
 
 void decide(Diagnosis& diagnosis) {
   if (diagnosis.non_finite > 0) {
-    diagnosis.verdict = repro::verdict_name(repro::Verdict::NumericallyInvalid);
+    diagnosis.kind = Verdict::NumericallyInvalid;
     diagnosis.verdict_text = std::to_string(diagnosis.non_finite) +
                              " values are inf or NaN (the training overflowed): no comparison of them means anything.";
   } else if (!diagnosis.parameters.bitwise) {
@@ -287,15 +286,14 @@ void decide(Diagnosis& diagnosis) {
   } else if (diagnosis.baseline_distance) {
     decide_against_baseline(diagnosis);
   } else {
-    diagnosis.verdict = diagnosis.ranks > 1 ? "RANKS AGREE" : "ONE RANK";
+    diagnosis.kind = diagnosis.ranks > 1 ? Verdict::RanksAgree : Verdict::OneRank;
     diagnosis.verdict_text = diagnosis.ranks > 1 ? "the ranks hold bitwise-equal parameters." : "one rank's files.";
     diagnosis.verdict_text += " Without the one-rank training's files (--baseline) the gradient's scale cannot be checked.";
     add_clip_causes(diagnosis);
-    if (!diagnosis.causes.empty()) diagnosis.verdict = "CONSISTENT, WRONG CLIP NORM";
+    if (!diagnosis.causes.empty()) diagnosis.kind = Verdict::WrongClipNorm;
   }
-  if (diagnosis.causes.empty() && diagnosis.verdict != repro::verdict_name(repro::Verdict::Identical) &&
-      diagnosis.verdict != repro::verdict_name(repro::Verdict::NotExact) && diagnosis.verdict != "RANKS AGREE" &&
-      diagnosis.verdict != "ONE RANK" && diagnosis.verdict != "PARAMETERS CLOSE, GRADIENT NOT CHECKED") {
+  diagnosis.verdict = verdict_name(diagnosis.kind);
+  if (diagnosis.causes.empty() && names_a_fault(diagnosis.kind)) {
     diagnosis.notes.push_back("no known signature: the figures match none of the catalogued pitfalls");
   }
 }

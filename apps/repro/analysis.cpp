@@ -163,12 +163,12 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
         "Each rank stepped on its own shard's gradient; the copies of one model have diverged.",
         worst->max_cross_rank_difference, worst->max_cross_rank_difference / lr,
         double(worst->differing_parameters));
-  } else if (std::abs(figures.gradient_scale - 1) > 1e-3) {
+  } else if (scale_is_off(figures.gradient_scale)) {
     figures.verdict = Verdict::WrongGradientScale;
     figures.broken_condition = "the gradient norm off the baseline's";
     figures.first_broken_step = first_step_where([](const StepFigures& step) {
       return step.baseline_norm > 0 &&
-             std::abs(double(step.used_norms[0]) / step.baseline_norm - 1) > 1e-3;
+             scale_is_off(double(step.used_norms[0]) / step.baseline_norm);
     });
     const std::string cause = dist::name_scale(figures.gradient_scale, sp, dp);
     figures.verdict_text = format(
@@ -202,18 +202,6 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
       figures.verdict_text += format("the gradient by %.3g (relative).", gradient_error);
     }
   }
-}
-
-const char* verdict_name(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::Skipped: return "SKIPPED";
-    case Verdict::NumericallyInvalid: return "NUMERICALLY INVALID";
-    case Verdict::RanksDiverge: return "BROKEN: RANKS DIVERGE";
-    case Verdict::WrongGradientScale: return "CONSISTENT, WRONG GRADIENT SCALE";
-    case Verdict::NotExact: return "CONSISTENT, NOT EXACT";
-    case Verdict::Identical: return "IDENTICAL TO ONE-RANK TRAINING";
-  }
-  return "?";
 }
 
 uint64_t fingerprint(const std::vector<float>& values) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/verdict.h"
 #include "apps/repro/policy.h"
 
 namespace seqpar::repro {
@@ -72,14 +73,13 @@ struct StepFigures {
   int64_t non_finite_values = 0;
 };
 
-enum class Verdict {
-  Skipped,
-  NumericallyInvalid,  // some value is inf or NaN: no verdict is drawn from the figures
-  RanksDiverge,
-  WrongGradientScale,
-  NotExact,
-  Identical
-};
+// The verdicts and tolerances are shared with seqpar-diagnose (apps/common/verdict.h);
+// seqpar-repro reaches Skipped through Identical.
+using seqpar::Verdict;
+using seqpar::verdict_name;
+using seqpar::kRoundingUlps;
+using seqpar::kGradientRounding;
+using seqpar::scale_is_off;
 
 struct PolicyFigures {
   const Policy* policy = nullptr;
@@ -97,12 +97,6 @@ struct PolicyFigures {
   std::string broken_condition;
 };
 
-// Within this many units in the last place, two float32 results "agree to rounding".
-constexpr double kRoundingUlps = 16;
-// A gradient within this normwise relative error of the baseline's is the same
-// gradient summed in another order (float32 sums of 10^4 terms differ by ~1e-7).
-constexpr double kGradientRounding = 1e-5;
-
 // One step's figures: every rank's state against the others and rank 0's against the
 // reference's state after the same step.
 StepFigures figures_of_step(const StepRecord& record, const BaselineStep& reference, double lr);
@@ -116,8 +110,6 @@ void decide(PolicyFigures& figures, double lr, int sp = 1, int dp = 1);
 
 // Units in the last place between two floats (0 when bitwise equal).
 double ulps_between(float a, float b);
-
-const char* verdict_name(Verdict verdict);
 
 // FNV-1a over the bytes of the values: a short fingerprint of a rank's parameters.
 uint64_t fingerprint(const std::vector<float>& values);

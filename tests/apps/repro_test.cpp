@@ -251,3 +251,30 @@ TEST_CASE("the drift picture ends for infinite and NaN differences", "[repro]") 
   CHECK_THAT(svg, Catch::EndsWith("</svg>\n"));
   CHECK_THAT(svg, !Catch::Contains("inf") && !Catch::Contains("nan"));
 }
+
+TEST_CASE("both programs' verdicts come from one vocabulary of distinct names", "[repro]") {
+  // The names both reports print, written out: a renamed verdict must change them here too.
+  const std::vector<std::pair<Verdict, std::string>> names = {
+      {Verdict::Skipped, "SKIPPED"},
+      {Verdict::NumericallyInvalid, "NUMERICALLY INVALID"},
+      {Verdict::RanksDiverge, "BROKEN: RANKS DIVERGE"},
+      {Verdict::WrongGradientScale, "CONSISTENT, WRONG GRADIENT SCALE"},
+      {Verdict::NotExact, "CONSISTENT, NOT EXACT"},
+      {Verdict::Identical, "IDENTICAL TO ONE-RANK TRAINING"},
+      {Verdict::WrongGradient, "CONSISTENT, WRONG GRADIENT"},
+      {Verdict::WrongClipNorm, "CONSISTENT, WRONG CLIP NORM"},
+      {Verdict::UnlikeOneRank, "CONSISTENT, UNLIKE ONE-RANK TRAINING"},
+      {Verdict::ParametersClose, "PARAMETERS CLOSE, GRADIENT NOT CHECKED"},
+      {Verdict::RanksAgree, "RANKS AGREE"},
+      {Verdict::OneRank, "ONE RANK"}};
+  for (const auto& [verdict, name] : names) CHECK(verdict_name(verdict) == name);
+  // Only the verdicts that say something went wrong owe a cause.
+  for (Verdict fine : {Verdict::Skipped, Verdict::NotExact, Verdict::Identical, Verdict::ParametersClose,
+                       Verdict::RanksAgree, Verdict::OneRank}) {
+    CHECK_FALSE(names_a_fault(fine));
+  }
+  for (Verdict wrong : {Verdict::NumericallyInvalid, Verdict::RanksDiverge, Verdict::WrongGradientScale,
+                        Verdict::WrongGradient, Verdict::WrongClipNorm, Verdict::UnlikeOneRank}) {
+    CHECK(names_a_fault(wrong));
+  }
+}

@@ -127,6 +127,7 @@ TEST_CASE("diagnose: parameters far from the baseline are never 'up to rounding'
 TEST_CASE("diagnose: x sp with parameters only is not called consistent", "[diagnose]") {
   const Diagnosis diagnosis = diagnose_scaled(4, "p");
   CHECK(diagnosis.verdict == "PARAMETERS CLOSE, GRADIENT NOT CHECKED");
+  CHECK(diagnosis.kind == Verdict::ParametersClose);  // the name is the kind's, in one place
   CHECK_THAT(diagnosis.verdict_text, Catch::Contains("nearly invisible in the parameters"));
   CHECK_FALSE(evidence(diagnosis, "gradient scale").checked);
   CHECK_THAT(evidence(diagnosis, "gradient scale").text, Catch::Contains("save grad.* or exp_avg"));
