@@ -69,9 +69,10 @@ nn::UlyssesBlockOptions variant_options(const ReproConfig& c, UlyssesMistake mis
   options.exchange = mistake != UlyssesMistake::NoAllToAll;
   if (mistake == UlyssesMistake::LocalMask) {
     const int64_t shard = c.rows / c.sequence_parallel_size;
-    options.attention = [shard](const autograd::Variable& q, const autograd::Variable& k,
-                                const autograd::Variable& v) {
-      return shard_local_mask_attention(q, k, v, shard);
+    const nn::AttentionMask mask = nn::AttentionMask::causal_over(shard_local_positions(c.rows, shard));
+    options.attention = [mask](const autograd::Variable& q, const autograd::Variable& k,
+                               const autograd::Variable& v) {
+      return nn::scaled_dot_product_attention(q, k, v, mask);
     };
   }
   return options;
@@ -296,18 +297,10 @@ class UlyssesScenario : public Scenario {
   void check(const ReproConfig& config, const Request& request) const override {
     check_takes_no_policy_or_plot("ulysses", request);
     check_ulysses_config(config);
-    SEQPAR_INPUT_CHECK(request.device.empty() || request.device == "cpu" || request.device == "reference",
-                       "--device ", abbreviated(request.device),
-                       ": the ulysses scenario runs on --device cpu or reference only in this build "
-                       "(attention has no verified CUDA kernel yet)");
-    SEQPAR_INPUT_CHECK(!request.device.empty() || cuda_device_count() == 0,
-                       "the ulysses scenario runs on the CPU only in this build (attention has no "
-                       "verified CUDA kernel yet), and this machine has a GPU: add --device cpu");
   }
 
   std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request& request,
                              const Placement& placement, Progress*) const override {
-    SEQPAR_CHECK(placement.device.is_host(), "ulysses: check() refuses ", placement.device);
     auto results = std::make_shared<UlyssesResults>(
         run_ulysses(groups, config, placement.device, placement.description));
     if (groups.world->rank() != 0) return std::nullopt;

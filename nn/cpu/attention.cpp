@@ -75,37 +75,44 @@ SEQPAR_VECTOR_TARGET void chains_over_keys(const float* a, const HeadRows& b, in
   }
 }
 
-// out[d] = chain over j < count of weights[j] · rows[j][d], every d at once.
-SEQPAR_VECTOR_TARGET void chains_over_rows(const float* weights, const HeadRows& b, int64_t count,
-                                           float* out) {
+// out[d] = chain over n of weights[n] · rows[keys[n]][d], every d at once.
+SEQPAR_VECTOR_TARGET void chains_over_rows(const float* weights, const std::vector<int64_t>& keys,
+                                           const HeadRows& b, float* out) {
   for (int64_t d = 0; d < b.dim; ++d) out[d] = 0.0f;
-  for (int64_t j = 0; j < count; ++j) {
-    const float* row = b.row(j);
-    for (int64_t d = 0; d < b.dim; ++d) out[d] = std::fma(weights[j], row[d], out[d]);
+  for (size_t n = 0; n < keys.size(); ++n) {
+    const float* row = b.row(keys[n]);
+    for (int64_t d = 0; d < b.dim; ++d) out[d] = std::fma(weights[n], row[d], out[d]);
   }
 }
 
+// The visible keys of query i, and how many keys' chains to run side by side to cover
+// them (every key up to the last visible one; the chains of hidden keys are dropped).
+int64_t visible_span(const AttentionMask& mask, int64_t i, int64_t tokens, std::vector<int64_t>& keys) {
+  mask.visible_keys(i, tokens, keys);
+  return keys.empty() ? 0 : keys.back() + 1;
+}
+
 SEQPAR_VECTOR_TARGET void forward_head(const HeadRows& q, const HeadRows& k, const HeadRows& v,
-                                       bool causal, float scale, std::vector<float>& out,
-                                       float* row_max, float* row_sum) {
-  std::vector<float> p(q.tokens);
+                                       const AttentionMask& mask, float scale,
+                                       std::vector<float>& out, float* row_max, float* row_sum) {
+  std::vector<float> all(q.tokens), p(q.tokens);
+  std::vector<int64_t> keys;
   out.assign(q.tokens * q.dim, 0.0f);
   for (int64_t i = 0; i < q.tokens; ++i) {
-    const int64_t visible = causal ? i + 1 : q.tokens;
-    chains_over_keys(q.row(i), k, visible, p.data());
+    chains_over_keys(q.row(i), k, visible_span(mask, i, q.tokens, keys), all.data());
     float m = -INFINITY;
-    for (int64_t j = 0; j < visible; ++j) {
-      p[j] = scale * p[j];
-      m = p[j] > m ? p[j] : m;
+    for (size_t n = 0; n < keys.size(); ++n) {
+      p[n] = scale * all[keys[n]];
+      m = p[n] > m ? p[n] : m;
     }
     float l = 0.0f;
-    for (int64_t j = 0; j < visible; ++j) {
-      p[j] = correctly_rounded_exp(p[j] - m);
-      l += p[j];
+    for (size_t n = 0; n < keys.size(); ++n) {
+      p[n] = correctly_rounded_exp(p[n] - m);
+      l += p[n];
     }
     float* o = out.data() + i * q.dim;
-    chains_over_rows(p.data(), v, visible, o);
-    for (int64_t d = 0; d < q.dim; ++d) o[d] = visible == 0 ? 0.0f : o[d] / l;
+    chains_over_rows(p.data(), keys, v, o);
+    for (int64_t d = 0; d < q.dim; ++d) o[d] = keys.empty() ? 0.0f : o[d] / l;
     row_max[i] = m;
     row_sum[i] = l;
   }
@@ -122,27 +129,29 @@ SEQPAR_VECTOR_TARGET void add_query_terms(float weight, const float* row, int64_
 
 SEQPAR_VECTOR_TARGET void backward_head(const HeadRows& g, const HeadRows& q, const HeadRows& k,
                                         const HeadRows& v, const HeadRows& out,
-                                        const float* row_max, const float* row_sum, bool causal,
-                                        float scale, HeadGrads& grads) {
+                                        const float* row_max, const float* row_sum,
+                                        const AttentionMask& mask, float scale, HeadGrads& grads) {
   const int64_t dim = q.dim;
   grads.q.assign(q.tokens * dim, 0.0f);
   grads.k.assign(q.tokens * dim, 0.0f);
   grads.v.assign(q.tokens * dim, 0.0f);
-  std::vector<float> probability(q.tokens), ds(q.tokens);
+  std::vector<float> scores(q.tokens), dp(q.tokens), ds(q.tokens);
+  std::vector<int64_t> keys;
   for (int64_t i = 0; i < q.tokens; ++i) {
-    const int64_t visible = causal ? i + 1 : q.tokens;
+    const int64_t span = visible_span(mask, i, q.tokens, keys);
     float delta = 0.0f;
     for (int64_t d = 0; d < dim; ++d) delta = std::fma(g.row(i)[d], out.row(i)[d], delta);
-    chains_over_keys(q.row(i), k, visible, probability.data());
-    chains_over_keys(g.row(i), v, visible, ds.data());  // dP
-    for (int64_t j = 0; j < visible; ++j) {
-      probability[j] = correctly_rounded_exp(scale * probability[j] - row_max[i]) / row_sum[i];
-      ds[j] = probability[j] * (ds[j] - delta);
-      add_query_terms(probability[j], g.row(i), dim, grads.v.data() + j * dim);
-      add_query_terms(ds[j], q.row(i), dim, grads.k.data() + j * dim);
+    chains_over_keys(q.row(i), k, span, scores.data());
+    chains_over_keys(g.row(i), v, span, dp.data());
+    for (size_t n = 0; n < keys.size(); ++n) {
+      const int64_t j = keys[n];
+      const float probability = correctly_rounded_exp(scale * scores[j] - row_max[i]) / row_sum[i];
+      ds[n] = probability * (dp[j] - delta);
+      add_query_terms(probability, g.row(i), dim, grads.v.data() + j * dim);
+      add_query_terms(ds[n], q.row(i), dim, grads.k.data() + j * dim);
     }
     float* dq = grads.q.data() + i * dim;
-    chains_over_rows(ds.data(), k, visible, dq);
+    chains_over_rows(ds.data(), keys, k, dq);
     for (int64_t d = 0; d < dim; ++d) dq[d] = scale * dq[d];
   }
   for (float& value : grads.k) value = scale * value;
@@ -150,8 +159,9 @@ SEQPAR_VECTOR_TARGET void backward_head(const HeadRows& g, const HeadRows& q, co
 
 }  // namespace
 
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  if (!host_has_fma()) return reference::attention_forward(q, k, v, causal);
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const AttentionMask& mask) {
+  if (!host_has_fma()) return reference::attention_forward(q, k, v, mask);
   const int64_t tokens = q.size(0), heads = q.size(1);
   const float scale = attention_scale(q.size(2));
   AttentionForward result{Tensor::empty(q.shape(), q.device()),
@@ -163,7 +173,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
     qh.load(q, h, false);
     kh.load(k, h, true);
     vh.load(v, h, false);
-    forward_head(qh, kh, vh, causal, scale, out, result.row_max.data() + h * tokens,
+    forward_head(qh, kh, vh, mask, scale, out, result.row_max.data() + h * tokens,
                  result.row_sum.data() + h * tokens);
     store_head(out, h, result.out);
   }
@@ -171,8 +181,9 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
 }
 
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const AttentionForward& forward, bool causal) {
-  if (!host_has_fma()) return reference::attention_backward(grad_out, q, k, v, forward, causal);
+                                  const Tensor& v, const AttentionForward& forward,
+                                  const AttentionMask& mask) {
+  if (!host_has_fma()) return reference::attention_backward(grad_out, q, k, v, forward, mask);
   const int64_t tokens = q.size(0), heads = q.size(1);
   const float scale = attention_scale(q.size(2));
   AttentionGrads result{Tensor::empty(q.shape(), q.device()), Tensor::empty(k.shape(), k.device()),
@@ -186,7 +197,7 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
     vh.load(v, h, true);
     oh.load(forward.out, h, false);
     backward_head(gh, qh, kh, vh, oh, forward.row_max.data() + h * tokens,
-                  forward.row_sum.data() + h * tokens, causal, scale, grads);
+                  forward.row_sum.data() + h * tokens, mask, scale, grads);
     store_head(grads.q, h, result.q);
     store_head(grads.k, h, result.k);
     store_head(grads.v, h, result.v);

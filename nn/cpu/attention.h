@@ -8,8 +8,10 @@
 namespace seqpar::nn::cpu {
 
 // As nn/reference/attention.h: contiguous [S, H, D] on the host, checked by the caller.
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const AttentionMask& mask);
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const AttentionForward& forward, bool causal);
+                                  const Tensor& v, const AttentionForward& forward,
+                                  const AttentionMask& mask);
 
 }  // namespace seqpar::nn::cpu

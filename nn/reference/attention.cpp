@@ -25,12 +25,13 @@ struct MutableHead {
 
 struct Shape3 {
   int64_t tokens, heads, dim;
-  bool causal;
-  // Keys 0 .. visible_keys(i) - 1 are visible to query i.
-  int64_t visible_keys(int64_t i) const { return causal ? i + 1 : tokens; }
+  const AttentionMask& mask;
+  void visible_keys(int64_t i, std::vector<int64_t>& keys) const { mask.visible_keys(i, tokens, keys); }
 };
 
-Shape3 shape_of(const Tensor& q, bool causal) { return {q.size(0), q.size(1), q.size(2), causal}; }
+Shape3 shape_of(const Tensor& q, const AttentionMask& mask) {
+  return {q.size(0), q.size(1), q.size(2), mask};
+}
 
 // a · b over d, an fma chain in index order from +0.
 float dot(const float* a, const float* b, int64_t dim) {
@@ -39,13 +40,11 @@ float dot(const float* a, const float* b, int64_t dim) {
   return sum;
 }
 
-// s_ij = fl(c · (q_i · k_j)) for the visible keys of query i.
+// s_ij = fl(c · (q_i · k_j)) for the visible keys j of query i.
 void scores(const Head& q, const Head& k, const Shape3& shape, float scale, int64_t i,
-            std::vector<float>& s) {
-  s.resize(shape.visible_keys(i));
-  for (int64_t j = 0; j < static_cast<int64_t>(s.size()); ++j) {
-    s[j] = scale * dot(q.token(i), k.token(j), shape.dim);
-  }
+            const std::vector<int64_t>& keys, std::vector<float>& s) {
+  s.resize(keys.size());
+  for (size_t n = 0; n < keys.size(); ++n) s[n] = scale * dot(q.token(i), k.token(keys[n]), shape.dim);
 }
 
 float max_of(const std::vector<float>& s) {
@@ -56,9 +55,11 @@ float max_of(const std::vector<float>& s) {
 
 void forward_head(const Head& q, const Head& k, const Head& v, const Shape3& shape, float scale,
                   const MutableHead& out, float* row_max, float* row_sum) {
+  std::vector<int64_t> keys;
   std::vector<float> p;
   for (int64_t i = 0; i < shape.tokens; ++i) {
-    scores(q, k, shape, scale, i, p);
+    shape.visible_keys(i, keys);
+    scores(q, k, shape, scale, i, keys, p);
     const float m = max_of(p);
     float l = 0.0f;
     for (float& value : p) {
@@ -67,10 +68,8 @@ void forward_head(const Head& q, const Head& k, const Head& v, const Shape3& sha
     }
     for (int64_t d = 0; d < shape.dim; ++d) {
       float sum = 0.0f;
-      for (int64_t j = 0; j < static_cast<int64_t>(p.size()); ++j) {
-        sum = std::fma(p[j], v.token(j)[d], sum);
-      }
-      out.token(i)[d] = p.empty() ? 0.0f : sum / l;  // no visible key: +0
+      for (size_t n = 0; n < keys.size(); ++n) sum = std::fma(p[n], v.token(keys[n])[d], sum);
+      out.token(i)[d] = keys.empty() ? 0.0f : sum / l;  // no visible key: +0
     }
     row_max[i] = m;
     row_sum[i] = l;
@@ -82,24 +81,25 @@ void forward_head(const Head& q, const Head& k, const Head& v, const Shape3& sha
 void backward_head(const Head& g, const Head& q, const Head& k, const Head& v, const Head& out,
                    const float* row_max, const float* row_sum, const Shape3& shape, float scale,
                    const MutableHead& dq, const MutableHead& dk, const MutableHead& dv) {
+  std::vector<int64_t> keys;
   std::vector<float> ds;
   for (int64_t i = 0; i < shape.tokens; ++i) {
-    scores(q, k, shape, scale, i, ds);
+    shape.visible_keys(i, keys);
+    scores(q, k, shape, scale, i, keys, ds);
     const float delta = dot(g.token(i), out.token(i), shape.dim);
-    for (int64_t j = 0; j < static_cast<int64_t>(ds.size()); ++j) {
-      const float probability = correctly_rounded_exp(ds[j] - row_max[i]) / row_sum[i];
+    for (size_t n = 0; n < keys.size(); ++n) {
+      const int64_t j = keys[n];
+      const float probability = correctly_rounded_exp(ds[n] - row_max[i]) / row_sum[i];
       const float dp = dot(g.token(i), v.token(j), shape.dim);
-      ds[j] = probability * (dp - delta);
+      ds[n] = probability * (dp - delta);
       for (int64_t d = 0; d < shape.dim; ++d) {
         dv.token(j)[d] = std::fma(probability, g.token(i)[d], dv.token(j)[d]);
-        dk.token(j)[d] = std::fma(ds[j], q.token(i)[d], dk.token(j)[d]);
+        dk.token(j)[d] = std::fma(ds[n], q.token(i)[d], dk.token(j)[d]);
       }
     }
     for (int64_t d = 0; d < shape.dim; ++d) {
       float sum = 0.0f;
-      for (int64_t j = 0; j < static_cast<int64_t>(ds.size()); ++j) {
-        sum = std::fma(ds[j], k.token(j)[d], sum);
-      }
+      for (size_t n = 0; n < keys.size(); ++n) sum = std::fma(ds[n], k.token(keys[n])[d], sum);
       dq.token(i)[d] = scale * sum;
     }
   }
@@ -115,8 +115,9 @@ MutableHead mutable_head_of(const Tensor& t, int64_t h) {
 
 }  // namespace
 
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  const Shape3 shape = shape_of(q, causal);
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const AttentionMask& mask) {
+  const Shape3 shape = shape_of(q, mask);
   const float scale = attention_scale(shape.dim);
   AttentionForward result{Tensor::empty(q.shape(), q.device()),
                           Tensor::empty({shape.heads, shape.tokens}, q.device()),
@@ -130,8 +131,9 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
 }
 
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const AttentionForward& forward, bool causal) {
-  const Shape3 shape = shape_of(q, causal);
+                                  const Tensor& v, const AttentionForward& forward,
+                                  const AttentionMask& mask) {
+  const Shape3 shape = shape_of(q, mask);
   const float scale = attention_scale(shape.dim);
   AttentionGrads grads{Tensor::empty(q.shape(), q.device()), Tensor::zeros(k.shape(), k.device()),
                        Tensor::zeros(v.shape(), v.device())};

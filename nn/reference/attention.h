@@ -6,9 +6,11 @@
 
 namespace seqpar::nn::reference {
 
-// q, k, v (and grad_out) contiguous [S, H, D] on the host, checked by the caller.
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+// q, k, v (and grad_out) contiguous [S, H, D] on the host, and the mask, checked by the caller.
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const AttentionMask& mask);
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const AttentionForward& forward, bool causal);
+                                  const Tensor& v, const AttentionForward& forward,
+                                  const AttentionMask& mask);
 
 }  // namespace seqpar::nn::reference
