@@ -257,13 +257,15 @@ int run(int argc, char** argv) {
 }  // namespace seqpar::repro
 
 int main(int argc, char** argv) {
-#ifdef M_MMAP_THRESHOLD
-  // glibc raises its mmap threshold to the size of the largest block freed so far (here
-  // the data's buffers), after which every step's snapshots and tensors come from the
-  // heap and the process keeps growing by kilobytes a step although nothing is kept
-  // (scripts/repro-memory.sh). Pinning the threshold at glibc's default value keeps
-  // large buffers in their own mappings, returned to the system when freed.
-  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#ifdef M_MMAP_MAX
+  // Every block from the heap, none in a mapping of its own. A step allocates the same
+  // large blocks every step (activations, gradients, the exact sums' digits); a block in
+  // its own mapping goes back to the kernel when freed, and the next step faults every
+  // page of it in again: on a 2-core VM that was half the ulysses scenario's time. The
+  // heap keeps freed blocks for reuse; glibc's default instead raises its mmap
+  // threshold as blocks are freed and lets the process grow by kilobytes a step.
+  // scripts/repro-memory.sh checks that memory does not grow with the steps.
+  mallopt(M_MMAP_MAX, 0);
 #endif
   if (const auto status = seqpar::dist::maybe_launch(argc, argv)) return *status;
   // SIGINT and SIGTERM remove unfinished outputs and exit 130 and 143.
