@@ -163,7 +163,7 @@ std::string signature_name(AttentionSignature signature) {
 
 namespace {
 
-// "shard 0 bitwise equal, shard 1 up to 0.31 (0.4 of its largest value), ..."
+// "shard 0 bitwise equal, shard 1 up to 0.31 (relative 0.4), ..."
 std::string shards_text(const TensorByShard& t) {
   std::string text;
   for (size_t r = 0; r < t.shards.size(); ++r) {
@@ -174,8 +174,8 @@ std::string shards_text(const TensorByShard& t) {
     const ShardDifference& s = t.shards[r];
     text += (r ? ", " : "") + std::string("shard ") + std::to_string(r) + " " +
             (s.bitwise() ? "bitwise equal"
-                         : "up to " + number(s.max_difference) + " (" + number(s.relative()) + " of its largest value" +
-                               (s.beyond_rounding() ? ")" : ", rounding)"));
+                         : "up to " + number(s.max_difference) + " (relative " + number(s.relative()) +
+                               (s.beyond_rounding() ? ")" : ": rounding)"));
   }
   return text;
 }
@@ -190,22 +190,21 @@ std::string signature_evidence(const AttentionFigures& f) {
 }
 
 void print_attention(std::ostream& out, const AttentionFigures& f) {
-  out << "  attention against the baseline, per sequence shard (" << f.rows_per_shard << " rows each"
-      << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "") << "):\n";
+  out << "  attention against the baseline, by sequence shard of " << f.rows_per_shard << " rows"
+      << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
+      << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
+      << number(kAttentionRounding) << ")\n";
   std::vector<const TensorByShard*> tensors = {&f.output};
   for (const TensorByShard& input : f.inputs) tensors.push_back(&input);
   for (const TensorByShard* t : tensors) {
     out << "    " << t->name << ":";
     for (size_t r = 0; r < t->shards.size(); ++r) {
       const ShardDifference& s = t->shards[r];
-      out << (r ? "," : "") << " [" << r << "] "
+      out << (r == 0 ? " " : r % 4 == 0 ? ",\n      " : ", ") << "[" << r << "] "
           << (s.bitwise() ? "bitwise" : number(s.max_difference) + " (" + number(s.relative()) + ")");
     }
     out << '\n';
   }
-  out << "    [shard] max |difference| (relative to the shard's largest value; beyond "
-      << number(kAttentionRounding) << " is not rounding)\n";
-  out << "    signature: " << signature_name(f.signature) << '\n';
 }
 
 namespace {
@@ -270,7 +269,7 @@ Cause attention_cause(const AttentionFigures& f) {
     case AttentionSignature::KeysOrPositionsLost:
       return {name, evidence + ". The output alone cannot tell the two apart: save the attention's query and key "
                                "after RoPE as attention.query and attention.key",
-              exchange + "; " + positions, scenario + "no-all-to-all, local-positions)"};
+              exchange + "; " + positions, "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)"};
     case AttentionSignature::PositionsWrong: return {name, evidence, positions, scenario + "local-positions)"};
     case AttentionSignature::KeysLost: return {name, evidence, exchange, scenario + "no-all-to-all)"};
     case AttentionSignature::FirstShardDiffers:
@@ -316,10 +315,10 @@ Diagnosis diagnose_attention_only(const RunFiles& run, const Settings& settings)
   d.kind = Verdict::Skipped;
   d.verdict = verdict_name(d.kind);
   compare_attention(run, settings, d);
-  d.verdict_text = "the files hold attention tensors and no parameters: no verdict on the training step is drawn. " +
-                   (d.attention ? "The attention: " + signature_name(d.attention->signature) + "."
-                                : std::string("Nothing to compare the attention with: give --baseline with the "
-                                              "one-rank run's 'attention'."));
+  d.verdict_text = std::string("the files hold attention tensors and no parameters: no verdict on the training "
+                                "step is drawn, only the attention's signature (above). ") +
+                   (d.attention ? "" : "Nothing to compare the attention with: give --baseline with the one-rank "
+                                       "run's 'attention'.");
   d.evidence.push_back({"parameters", false, "the files hold none: save them to check the step (docs/diagnosing.md)"});
   attention_evidence(d, run, settings);
   return d;

@@ -243,5 +243,7 @@ TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
   settings.dp = 1;
   d = diagnose::diagnose(run_files(mistaken, baseline, 4, false), settings);
   CHECK(d.kind == Verdict::Skipped);
-  CHECK_THAT(d.verdict_text, Catch::Contains("shard-local indices"));
+  REQUIRE(d.causes.size() == 1);
+  CHECK(d.causes[0].pitfall == signature_name(AttentionSignature::FirstShardDiffers));
+  CHECK(d.evidence.back().text == signature_name(AttentionSignature::FirstShardDiffers));
 }
