@@ -57,6 +57,7 @@ AttentionSignature classify(const AttentionFigures& f) {
     inputs_later |= input.any_beyond(1);
   }
   if (inputs_first) return AttentionSignature::InputsDiffer;
+  if (f.sp == 1) return f.output.any_beyond(0) ? AttentionSignature::Differs : AttentionSignature::Matches;
   if (f.output.shards[0].beyond_rounding()) return AttentionSignature::FirstShardDiffers;
   if (!f.output.any_beyond(1)) return AttentionSignature::Matches;
   if (f.inputs.empty()) return AttentionSignature::KeysOrPositionsLost;
@@ -114,6 +115,8 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
                      baseline->shape.empty() ? 0 : baseline->shape[0], " rows (tokens) do not split into sp ",
                      f.sp, " x dp ", f.sequences, " blocks");
   f.rows_per_shard = baseline->shape[0] / blocks;
+  SEQPAR_INPUT_CHECK(f.rows_per_shard > 0 && row_width(*baseline) > 0, "--baseline: '", kAttentionOutput,
+                     "' has shape ", shape_text(baseline->shape), ": no values to compare");
   const auto compare = [&](const std::string& name, const StoredTensor& reference) {
     const std::vector<float> values = stacked_rows(run, name, reference, f.rows_per_shard);
     f.non_finite += non_finite_in(values) + non_finite_in(reference.values);
@@ -157,6 +160,9 @@ std::string signature_name(AttentionSignature signature) {
       return "the attention's query or key differ on the first shard too: the runs did not feed attention the same "
              "inputs (batch, parameters), so no attention signature is drawn";
     case AttentionSignature::NotFinite: return "inf or NaN in the attention tensors: no signature is drawn";
+    case AttentionSignature::Differs:
+      return "the attention differs from one-rank attention; with sp 1 there are no shards to draw a Ulysses "
+             "signature from";
   }
   return "?";
 }
@@ -218,6 +224,7 @@ const char* signature_key(AttentionSignature signature) {
     case AttentionSignature::FirstShardDiffers: return "first-shard-differs";
     case AttentionSignature::InputsDiffer: return "inputs-differ";
     case AttentionSignature::NotFinite: return "not-finite";
+    case AttentionSignature::Differs: return "differs";
   }
   return "?";
 }
@@ -286,7 +293,8 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
   if (!diagnosis.attention) return;
   const AttentionSignature signature = diagnosis.attention->signature;
   if (names_a_mistake(signature)) diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
-  if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite) {
+  if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
+      signature == AttentionSignature::Differs) {
     diagnosis.notes.push_back(signature_name(signature));
   }
 }

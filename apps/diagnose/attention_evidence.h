@@ -22,7 +22,8 @@
 //     mask on shard-local indices shows shard 0 the future keys of later shards (or
 //     another bug of the attention: its scale, its mask, its softmax);
 //   - q or k differ on shard 0 as well: the attention's inputs are not the baseline's at
-//     all (another batch, other parameters): no attention signature is drawn.
+//     all (another batch, other parameters): no attention signature is drawn;
+//   - with sp 1 there are no shards: a difference is only named as one.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +74,7 @@ enum class AttentionSignature {
   KeysLost,             // ... and q, k within rounding everywhere
   FirstShardDiffers,    // shard 0's attention differs (q, k, if saved, agree there)
   InputsDiffer,         // q or k differ on shard 0: not an attention mistake
+  Differs,              // sp 1: the attention differs, with no shards to tell a Ulysses mistake by
   NotFinite             // inf or NaN in the tensors: nothing drawn
 };
 

@@ -156,6 +156,12 @@ TEST_CASE("attention: shards over sp x dp, and sp 1", "[diagnose]") {
   CHECK(signature_of("local-positions", true, 77, 2, 2) == AttentionSignature::PositionsWrong);
   // One shard: nothing to lose across shards.
   CHECK(signature_of("no-all-to-all", false, 78, 1, 1) == AttentionSignature::Matches);
+  // One shard, and a difference: named as one, no Ulysses signature.
+  CHECK(signature_of("local-mask", false, 78, 1, 2) == AttentionSignature::Matches);
+  const std::vector<float> q = random_values(79);
+  const Tensors baseline = attend(q, q, q, variant("one rank", kTokens));
+  const Tensors other = attend(q, random_values(80), q, variant("one rank", kTokens));
+  CHECK(attention_figures(run_files(other, baseline, 1, false), 1, 1)->signature == AttentionSignature::Differs);
 }
 
 TEST_CASE("attention: per-shard figures, rounding, other inputs, inf", "[diagnose]") {
@@ -195,6 +201,10 @@ TEST_CASE("attention: rows that do not add up are refused", "[diagnose]") {
   CHECK_THROWS_WITH(attention_figures(run_files(tensors, tensors, 4, false), 8, 1),
                     Catch::Contains("S/sp = 4"));
   CHECK_FALSE(attention_figures(run_files(tensors, tensors, 4, false), 4, 1)->output.any_beyond(0));
+  RunFiles empty = run_files(tensors, tensors, 1, false);
+  empty.baseline->activations = {};
+  empty.baseline->activations.add({kAttentionOutput, "F32", {0, 16}, {}});
+  CHECK_THROWS_WITH(attention_figures(empty, 4, 1), Catch::Contains("no values to compare"));
 }
 
 TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
