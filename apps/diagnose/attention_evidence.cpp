@@ -152,7 +152,8 @@ std::string signature_name(AttentionSignature signature) {
       return "RoPE positions restarting at 0 on every shard: the query and key of later shards are rotated by "
              "shard-local positions";
     case AttentionSignature::KeysLost:
-      return "keys lost across shards: each rank attended within its own shard (no all-to-all)";
+      return "keys lost across shards: each rank attended within its own shard (no all-to-all); its query and key "
+             "(after RoPE) agree, so the positions are right";
     case AttentionSignature::FirstShardDiffers:
       return "the attention itself differs on the first shard: a causal mask on shard-local indices (or another "
              "attention bug)";
