@@ -38,10 +38,10 @@ TensorByShard compare_by_shard(const std::string& name, const std::vector<float>
   for (int64_t t = 0; t < rows; ++t) {
     ShardDifference& shard = out.shards[size_t((t / rows_per_shard) % sp)];
     bool unequal = false;
-    for (int64_t i = t * width; i < (t + 1) * width; ++i) {
-      unequal |= std::memcmp(&values[size_t(i)], &baseline[size_t(i)], sizeof(float)) != 0;
-      shard.max_difference = std::fmax(shard.max_difference, std::fabs(double(values[size_t(i)]) - baseline[size_t(i)]));
-      shard.largest = std::fmax(shard.largest, std::fabs(double(baseline[size_t(i)])));
+    for (size_t i = size_t(t * width); i < size_t((t + 1) * width); ++i) {
+      unequal |= std::memcmp(&values[i], &baseline[i], sizeof(float)) != 0;
+      shard.max_difference = std::fmax(shard.max_difference, std::fabs(double(values[i]) - baseline[i]));
+      shard.largest = std::fmax(shard.largest, std::fabs(double(baseline[i])));
     }
     ++shard.rows;
     shard.rows_unequal += unequal;
@@ -275,7 +275,7 @@ Cause attention_cause(const AttentionFigures& f) {
   const std::string name = signature_name(f.signature), evidence = signature_evidence(f);
   switch (f.signature) {
     case AttentionSignature::KeysOrPositionsLost:
-      return {name, evidence + ". The output alone cannot tell the two apart: save the attention's query and key "
+      return {name, evidence + ". Which shards differ cannot tell the two apart: save the attention's query and key "
                                "after RoPE as attention.query and attention.key",
               exchange + "; " + positions, "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)"};
     case AttentionSignature::PositionsWrong: return {name, evidence, positions, scenario + "local-positions)"};

@@ -15,8 +15,8 @@
 //   - every shard within rounding: the attention is one-rank attention;
 //   - shard 0 within rounding, a later shard not: what shard 0 computes alone (its own
 //     keys, positions 0..S/P-1) is right, what needs other shards is not: keys lost
-//     across shards (no all-to-all) or positions restarting at 0 per shard. The output
-//     alone cannot tell those two apart: with the query and key saved it can, since wrong
+//     across shards (no all-to-all) or positions restarting at 0 per shard. Which shards
+//     differ cannot tell those two apart: with the query and key saved it can, since wrong
 //     positions change q and k of the later shards, lost keys leave them equal;
 //   - shard 0 differs: the attention itself differs where no other shard is involved: a
 //     mask on shard-local indices shows shard 0 the future keys of later shards (or

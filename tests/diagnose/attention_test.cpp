@@ -30,7 +30,9 @@ struct Variant {
 Variant variant(const std::string& name, int64_t shard) {
   const auto global = [](int64_t t) { return t; };
   const auto causal = [](int64_t t, int64_t u) { return u <= t; };
-  if (name == "no-all-to-all") return {global, [shard](int64_t t, int64_t u) { return u <= t && u / shard == t / shard; }};
+  if (name == "no-all-to-all") {
+    return {global, [shard](int64_t t, int64_t u) { return u <= t && u / shard == t / shard; }};
+  }
   if (name == "local-positions") return {[shard](int64_t t) { return t % shard; }, causal};
   if (name == "local-mask") return {global, [shard](int64_t t, int64_t u) { return u % shard <= t % shard; }};
   return {global, causal};
@@ -70,7 +72,9 @@ Tensors attend(const std::vector<float>& q0, const std::vector<float>& k0, const
       for (int64_t u = 0; u < kTokens; ++u) {
         if (!variant.visible(t, u)) continue;
         double score = 0;
-        for (int64_t d = 0; d < kDim; ++d) score += q[size_t((t * kHeads + h) * kDim + d)] * k[size_t((u * kHeads + h) * kDim + d)];
+        for (int64_t d = 0; d < kDim; ++d) {
+          score += q[size_t((t * kHeads + h) * kDim + d)] * k[size_t((u * kHeads + h) * kDim + d)];
+        }
         weight[size_t(u)] = score / std::sqrt(double(kDim));
         max = std::fmax(max, weight[size_t(u)]);
       }
@@ -118,12 +122,14 @@ AttentionSignature signature_of(const std::string& name, bool with_inputs, uint6
   // With dp > 1 the S tokens here are dp sequences of S/dp: the baseline attends within each.
   const auto sequence = [&](const Variant& inner) {
     const int64_t length = kTokens / dp;
-    return Variant{[=](int64_t t) { return inner.position(t % length) ; },
-                   [=](int64_t t, int64_t u) { return t / length == u / length && inner.visible(t % length, u % length); }};
+    return Variant{[=](int64_t t) { return inner.position(t % length); }, [=](int64_t t, int64_t u) {
+                     return t / length == u / length && inner.visible(t % length, u % length);
+                   }};
   };
   const Tensors baseline = attend(q, k, v, sequence(variant("one rank", shard)));
   const Tensors mistaken = attend(q, k, v, sequence(variant(name, shard)));
-  const std::optional<AttentionFigures> figures = attention_figures(run_files(mistaken, baseline, sp * dp, with_inputs), sp, dp);
+  const std::optional<AttentionFigures> figures =
+      attention_figures(run_files(mistaken, baseline, sp * dp, with_inputs), sp, dp);
   REQUIRE(figures);
   return figures->signature;
 }
@@ -177,7 +183,9 @@ TEST_CASE("attention: per-shard figures, rounding, other inputs, inf", "[diagnos
   CHECK(t.shards[2].rows_unequal == 1);
   CHECK(t.shards[2].max_difference == Approx(0.25).epsilon(1e-6));
   double largest = 0;
-  for (int64_t i = 2 * shard * width; i < 3 * shard * width; ++i) largest = std::fmax(largest, std::fabs(base[size_t(i)]));
+  for (int64_t i = 2 * shard * width; i < 3 * shard * width; ++i) {
+    largest = std::fmax(largest, std::fabs(base[size_t(i)]));
+  }
   CHECK(t.shards[2].largest == largest);
   CHECK(t.shards[2].beyond_rounding());
   CHECK(t.shards[3].rows == shard);
