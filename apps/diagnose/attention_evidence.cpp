@@ -139,8 +139,8 @@ std::string attention_not_checked(const RunFiles& run, int sp) {
     return "the ranks saved 'attention', but " + std::string(run.baseline ? "the baseline did not" : "no --baseline "
            "was given") + ": save the one-rank run's attention output as 'attention' too";
   }
-  return "the attention mistakes (no all-to-all, RoPE positions per shard, a shard-local causal mask) cannot be seen "
-         "from parameters alone: save the attention output as 'attention' on every rank and in the baseline";
+  return "Ulysses' attention mistakes cannot be seen from parameters alone: save 'attention' on every rank and in "
+         "the baseline";
 }
 
 std::string signature_name(AttentionSignature signature) {
