@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "apps/common/verdict.h"
+#include "apps/diagnose/attention_evidence.h"
 #include "apps/diagnose/inputs.h"
 #include "apps/repro/analysis.h"
 
@@ -125,6 +126,7 @@ struct Diagnosis {
   std::optional<ScaleFigure> local_scale;  // the mean of the ranks' local gradients
   std::optional<NormFigures> norms;
   std::optional<ParameterDistance> baseline_distance;  // with --baseline
+  std::optional<AttentionFigures> attention;  // the ranks' and the baseline's 'attention', by shard
   std::string layout;  // which group layout explains the ranks' groups
   Verdict kind = Verdict::Skipped;
   std::string verdict, verdict_text;  // verdict_name(kind), and what it rests on in words
@@ -159,6 +161,13 @@ bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>
 void decide(Diagnosis& diagnosis);
 // The evidence lines, from the figures and what the files held (evidence.cpp).
 void gather_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings);
+
+// The attention tensors (attention_evidence.cpp): their figures and the cause they name
+// (before decide); their evidence line, and the verdict raised when the attention is
+// wrong (after gather_evidence); the diagnosis of files with attention and no parameters.
+void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis);
+void attention_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings);
+Diagnosis diagnose_attention_only(const RunFiles& run, const Settings& settings);
 
 // A figure as the report prints it: four significant digits (%.4g).
 std::string number(double value);

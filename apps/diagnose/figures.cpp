@@ -260,6 +260,7 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
 }  // namespace
 
 Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
+  if (run.parameter_names.empty()) return diagnose_attention_only(run, settings);
   Diagnosis diagnosis;
   diagnosis.ranks = int(run.ranks.size());
   diagnosis.non_finite = count_non_finite(run);
@@ -280,8 +281,10 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   if (run.ranks.size() > 1) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
   }
+  compare_attention(run, settings, diagnosis);
   decide(diagnosis);
   gather_evidence(diagnosis, run, settings);
+  attention_evidence(diagnosis, run, settings);
   return diagnosis;
 }
 

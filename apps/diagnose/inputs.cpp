@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "apps/common/text.h"
+#include "apps/diagnose/attention_evidence.h"
 #include "core/error.h"
 
 namespace seqpar::diagnose {
@@ -72,6 +73,7 @@ void sort_into(RankState& state, StoredTensor tensor, const std::string& path, b
   else if (starts_with(name, "exp_avg.")) target = &state.exp_avg;
   else if (starts_with(name, "local_grad.")) target = &state.local_gradients;
   else if (starts_with(name, "grad.")) target = &state.gradients;
+  else if (is_activation_name(name)) target = &state.activations;
   SEQPAR_INPUT_CHECK(target || !optimizer_file, path, ": tensor '", name,
                      "' is not named exp_avg.NAME or exp_avg_sq.NAME (an --optimizer file)");
   if (!target && name == "clip_norm") {
@@ -136,7 +138,8 @@ void check_ranks_alike(const RunFiles& run) {
   const RankState& first = run.ranks[0];
   SEQPAR_INPUT_CHECK(!first.origin.empty() || first.clip_norm, first.files[0], ": holds no tensors",
                      run.skipped.empty() ? "" : " (only the optimizer's step count)");
-  SEQPAR_INPUT_CHECK(!first.parameters.empty(), first.files[0], ": no parameters (only ",
+  SEQPAR_INPUT_CHECK(!first.parameters.empty() || first.activations.find(kAttentionOutput), first.files[0],
+                     ": no parameters (only ",
                      first.gradients.empty() ? "optimizer state" : "gradients",
                      "): give the parameters' file with --ranks, the others with --grads or --optimizer");
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {

@@ -9,6 +9,10 @@
 //   exp_avg.NAME       Adam's first moment after the step
 //   exp_avg_sq.NAME    Adam's second moment after the step
 //   clip_norm          the norm gradient clipping compared with its threshold (a scalar)
+//   attention, attention.query, attention.key
+//                      the attention's output and its inputs after RoPE, the rank's
+//                      tokens (attention_evidence.h); `output` (seqpar-repro's block
+//                      output) is read beside them, not compared
 //   anything else      a parameter, after the step
 //
 // A --grads file's names may leave out the "grad." prefix. The optimizer's step count
@@ -60,6 +64,7 @@ struct TensorSet {
 struct RankState {
   std::vector<std::string> files;
   TensorSet parameters, gradients, local_gradients, exp_avg, exp_avg_sq;
+  TensorSet activations;  // the names is_activation_name() gives (attention_evidence.h)
   std::optional<float> clip_norm;
   std::map<std::string, std::string> metadata;  // the first file's
   std::unordered_map<std::string, std::string> origin;  // tensor name -> the file that held it

@@ -33,7 +33,8 @@ const char* const kUsage =
     "in a file's name is its rank) and says whether the ranks agree, and if not, which of\n"
     "the known pitfalls the numbers show, with its fix and the seqpar-repro scenario that\n"
     "reproduces it. Names: PARAM (after the step), grad.PARAM, local_grad.PARAM,\n"
-    "exp_avg.PARAM, exp_avg_sq.PARAM, clip_norm. --baseline: the one-rank training, one\n"
+    "exp_avg.PARAM, exp_avg_sq.PARAM, clip_norm; attention (attention.query, attention.key)\n"
+    "for the Ulysses signatures. --baseline: the one-rank training, one\n"
     "process on the whole batch (--reference is its old name). --initial: the parameters\n"
     "before the first step. Exit status 0 whatever the verdict, 2 for bad input. See\n"
     "apps/diagnose/README.md.\n";

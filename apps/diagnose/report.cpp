@@ -151,7 +151,7 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   out << '\n';
   for (const std::string& source : settings.sources) out << wrapped("  settings: ", source);
   out << "\nWhat the files show\n";
-  print_agreement(out, "parameters", diagnosis.parameters, "");
+  if (!run.parameter_names.empty()) print_agreement(out, "parameters", diagnosis.parameters, "");
   if (diagnosis.gradients) print_agreement(out, ("gradients (" + diagnosis.gradients_from + ")").c_str(), *diagnosis.gradients, "grad.");
   if (diagnosis.moments_are_first_step) {
     out << "  Adam's moments: " << (*diagnosis.moments_are_first_step
@@ -169,6 +169,7 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   if (diagnosis.local_scale) print_scale(out, "the ranks' local gradients, averaged", *diagnosis.local_scale);
   if (diagnosis.norms) print_norms(out, *diagnosis.norms, settings.clipping);
   if (!diagnosis.layout.empty()) out << wrapped("  layout: ", diagnosis.layout);
+  if (diagnosis.attention) print_attention(out, *diagnosis.attention);
   out << "\nWhat the verdict rests on\n";
   for (const EvidenceLine& line : diagnosis.evidence) {
     out << wrapped("  " + line.check + ": ", (line.checked ? "" : "not checked - ") + line.text);
@@ -234,7 +235,8 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
               {"local_gradient_scale", scale(diagnosis.local_scale)},
               {"layout", diagnosis.layout},
               {"settings", settings.sources},
-              {"notes", diagnosis.notes}};
+              {"notes", diagnosis.notes},
+              {"attention", attention_json(diagnosis.attention)}};
   if (diagnosis.norms) {
     const NormFigures& n = *diagnosis.norms;
     out["clip_norm"] = {{"per_rank", n.clip_norms},

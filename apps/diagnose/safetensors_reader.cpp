@@ -51,10 +51,12 @@ std::string whole_file(const std::string& path) {
 }
 
 // A torch.save file is a zip archive ("PK\3\4"), or before PyTorch 1.6 a pickle
-// (protocol 2: 0x80 0x02): its first bytes as a header length are absurd.
+// (protocol 2 to 5: 0x80 0x02..0x05). A safetensors header of 640, 896, 1152 or 1408
+// bytes starts with the same two bytes, but its JSON follows at byte 8.
 void refuse_torch_save(const std::string& path, const std::string& bytes) {
   const bool zip = bytes.compare(0, 4, "PK\x03\x04") == 0;
-  const bool pickle = bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] >= 2 && bytes[1] <= 5;
+  const bool pickle = bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] >= 2 && bytes[1] <= 5 &&
+                      !(bytes.size() > 8 && bytes[8] == '{');
   SEQPAR_INPUT_CHECK(!zip && !pickle, path, ": a torch.save file (", zip ? "a zip archive" : "a pickle",
                      "), not safetensors; save it as safetensors with: python3 -c \"import torch; "
                      "from safetensors.torch import save_file; save_file({k: v.float().contiguous() "

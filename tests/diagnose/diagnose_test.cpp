@@ -88,6 +88,31 @@ TEST_CASE("diagnose: the reader returns what seqpar's writer wrote, bit for bit"
   ::rmdir(directory.c_str());
 }
 
+// A header of 640, 896, 1152 or 1408 bytes begins 0x80 0x02..0x05, as an old torch.save
+// pickle does.
+TEST_CASE("diagnose: a header whose length looks like a pickle's first bytes is read", "[diagnose]") {
+  const std::string directory = temporary_directory(), path = directory + "/m_rank0.safetensors";
+  for (const size_t length : {640, 896, 1152, 1408}) {
+    std::string header = R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+    header.resize(length, ' ');
+    const float value = 1.5f;
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((uint64_t(length) >> (8 * i)) & 0xff);
+    bytes += header + std::string(reinterpret_cast<const char*>(&value), 4);
+    FILE* file = std::fopen(path.c_str(), "wb");
+    REQUIRE(file != nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), file);
+    std::fclose(file);
+    INFO("header of " << length << " bytes");
+    REQUIRE(uint8_t(bytes[0]) == 0x80);
+    const StoredFile read = read_safetensors(path);
+    REQUIRE(read.tensors.size() == 1);
+    CHECK(read.tensors[0].values == std::vector<float>{1.5f});
+  }
+  std::remove(path.c_str());
+  ::rmdir(directory.c_str());
+}
+
 TEST_CASE("diagnose: Adam's first step from different gradients gives the 2 lr signature", "[diagnose]") {
   Generator generator(31);
   const std::vector<float> theta = generator.uniform({64}, -0.05f, 0.05f).to_vector();

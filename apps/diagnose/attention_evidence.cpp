@@ -1,0 +1,336 @@
+#include "apps/diagnose/attention_evidence.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "apps/diagnose/diagnosis.h"
+#include "core/error.h"
+
+namespace seqpar::diagnose {
+
+const char* const kAttentionOutput = "attention";
+const char* const kAttentionQuery = "attention.query";
+const char* const kAttentionKey = "attention.key";
+
+bool is_activation_name(const std::string& name) {
+  return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == "output";
+}
+
+double ShardDifference::relative() const {
+  if (largest > 0) return max_difference / largest;
+  return max_difference > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+bool TensorByShard::any_beyond(size_t first_shard) const {
+  for (size_t r = first_shard; r < shards.size(); ++r) {
+    if (shards[r].beyond_rounding()) return true;
+  }
+  return false;
+}
+
+TensorByShard compare_by_shard(const std::string& name, const std::vector<float>& values,
+                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp) {
+  SEQPAR_CHECK(values.size() == baseline.size() && width > 0 && rows_per_shard > 0 && sp > 0,
+               "compare_by_shard: mismatched sizes");
+  TensorByShard out{name, std::vector<ShardDifference>(size_t(sp))};
+  const int64_t rows = int64_t(values.size()) / width;
+  for (int64_t t = 0; t < rows; ++t) {
+    ShardDifference& shard = out.shards[size_t((t / rows_per_shard) % sp)];
+    bool unequal = false;
+    for (size_t i = size_t(t * width); i < size_t((t + 1) * width); ++i) {
+      unequal |= std::memcmp(&values[i], &baseline[i], sizeof(float)) != 0;
+      shard.max_difference = std::fmax(shard.max_difference, std::fabs(double(values[i]) - baseline[i]));
+      shard.largest = std::fmax(shard.largest, std::fabs(double(baseline[i])));
+    }
+    ++shard.rows;
+    shard.rows_unequal += unequal;
+  }
+  return out;
+}
+
+AttentionSignature classify(const AttentionFigures& f) {
+  if (f.non_finite > 0) return AttentionSignature::NotFinite;
+  bool inputs_first = false, inputs_later = false;
+  for (const TensorByShard& input : f.inputs) {
+    inputs_first |= input.shards[0].beyond_rounding();
+    inputs_later |= input.any_beyond(1);
+  }
+  if (inputs_first) return AttentionSignature::InputsDiffer;
+  if (f.sp == 1) return f.output.any_beyond(0) ? AttentionSignature::Differs : AttentionSignature::Matches;
+  if (f.output.shards[0].beyond_rounding()) return AttentionSignature::FirstShardDiffers;
+  if (!f.output.any_beyond(1)) return AttentionSignature::Matches;
+  if (f.inputs.empty()) return AttentionSignature::KeysOrPositionsLost;
+  return inputs_later ? AttentionSignature::PositionsWrong : AttentionSignature::KeysLost;
+}
+
+namespace {
+
+int64_t row_width(const StoredTensor& tensor) {
+  int64_t width = 1;
+  for (size_t d = 1; d < tensor.shape.size(); ++d) width *= tensor.shape[d];
+  return width;
+}
+
+int64_t non_finite_in(const std::vector<float>& values) {
+  int64_t count = 0;
+  for (float value : values) count += !std::isfinite(value);
+  return count;
+}
+
+// The ranks' `name` rows stacked in rank order, checked against the baseline's layout.
+std::vector<float> stacked_rows(const RunFiles& run, const std::string& name, const StoredTensor& baseline,
+                                int64_t rows_per_shard) {
+  std::vector<float> values;
+  const int64_t width = row_width(baseline);
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const StoredTensor* own = run.ranks[rank].activations.find(name);
+    const std::string who = "rank " + std::to_string(rank) + " (" + run.ranks[rank].files[0] + ")";
+    SEQPAR_INPUT_CHECK(own, who, ": no '", name, "', which rank 0 has");
+    SEQPAR_INPUT_CHECK(!own->shape.empty() && row_width(*own) == width, who, ": '", name, "' has shape ",
+                       shape_text(own->shape), ", the baseline's ", shape_text(baseline.shape),
+                       ": the rows (the first dimension: tokens) must be as wide");
+    SEQPAR_INPUT_CHECK(run.ranks.size() == 1 || own->shape[0] == rows_per_shard, who, ": '", name, "' has ",
+                       own->shape[0], " rows; a rank of the sp x dp mesh holds one block of S/sp = ",
+                       rows_per_shard, " of the baseline's rows (save one sequence per rank)");
+    values.insert(values.end(), own->values.begin(), own->values.end());
+  }
+  SEQPAR_INPUT_CHECK(values.size() == baseline.values.size(), "'", name, "': the ranks' rows add up to ",
+                     int64_t(values.size()) / width, ", the baseline's are ", baseline.shape[0],
+                     ": every rank's file, and the baseline of the same sequences, are needed");
+  return values;
+}
+
+}  // namespace
+
+std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp) {
+  const StoredTensor* baseline = run.baseline ? run.baseline->activations.find(kAttentionOutput) : nullptr;
+  if (!baseline || !run.ranks[0].activations.find(kAttentionOutput)) return std::nullopt;
+  AttentionFigures f;
+  f.sp = std::max(sp, 1);
+  f.sequences = std::max(dp, 1);
+  const int64_t blocks = int64_t(f.sp) * f.sequences;
+  SEQPAR_INPUT_CHECK(!baseline->shape.empty() && baseline->shape[0] % blocks == 0, "--baseline: '",
+                     kAttentionOutput, "' has shape ", shape_text(baseline->shape), "; its ",
+                     baseline->shape.empty() ? 0 : baseline->shape[0], " rows (tokens) do not split into sp ",
+                     f.sp, " x dp ", f.sequences, " blocks");
+  f.rows_per_shard = baseline->shape[0] / blocks;
+  SEQPAR_INPUT_CHECK(f.rows_per_shard > 0 && row_width(*baseline) > 0, "--baseline: '", kAttentionOutput,
+                     "' has shape ", shape_text(baseline->shape), ": no values to compare");
+  const auto compare = [&](const std::string& name, const StoredTensor& reference) {
+    const std::vector<float> values = stacked_rows(run, name, reference, f.rows_per_shard);
+    f.non_finite += non_finite_in(values) + non_finite_in(reference.values);
+    return compare_by_shard(name, values, reference.values, row_width(reference), f.rows_per_shard, f.sp);
+  };
+  f.output = compare(kAttentionOutput, *baseline);
+  for (const char* name : {kAttentionQuery, kAttentionKey}) {
+    const StoredTensor* reference = run.baseline->activations.find(name);
+    if (reference && run.ranks[0].activations.find(name)) f.inputs.push_back(compare(name, *reference));
+  }
+  f.signature = classify(f);
+  return f;
+}
+
+std::string attention_not_checked(const RunFiles& run, int sp) {
+  const bool ranks_have = run.ranks[0].activations.find(kAttentionOutput) != nullptr;
+  const bool baseline_has = run.baseline && run.baseline->activations.find(kAttentionOutput);
+  if (sp <= 1 || (ranks_have && baseline_has)) return "";
+  if (ranks_have) {
+    return "the ranks saved 'attention', but " + std::string(run.baseline ? "the baseline did not" : "no --baseline "
+           "was given") + ": save the one-rank run's attention output as 'attention' too";
+  }
+  return "Ulysses' attention mistakes cannot be seen from parameters alone: save 'attention' on every rank and in "
+         "the baseline";
+}
+
+std::string signature_name(AttentionSignature signature) {
+  switch (signature) {
+    case AttentionSignature::Matches: return "the attention matches one-rank attention on every shard";
+    case AttentionSignature::KeysOrPositionsLost:
+      return "keys or positions lost across shards (no all-to-all, or RoPE positions restarting at 0 per shard)";
+    case AttentionSignature::PositionsWrong:
+      return "RoPE positions restarting at 0 on every shard: the query and key of later shards are rotated by "
+             "shard-local positions";
+    case AttentionSignature::KeysLost:
+      return "keys lost across shards: each rank attended within its own shard (no all-to-all); its query and key "
+             "(after RoPE) agree, so the positions are right";
+    case AttentionSignature::FirstShardDiffers:
+      return "the attention itself differs on the first shard: a causal mask on shard-local indices (or another "
+             "attention bug)";
+    case AttentionSignature::InputsDiffer:
+      return "the attention's query or key differ on the first shard too: the runs did not feed attention the same "
+             "inputs (batch, parameters), so no attention signature is drawn";
+    case AttentionSignature::NotFinite: return "inf or NaN in the attention tensors: no signature is drawn";
+    case AttentionSignature::Differs:
+      return "the attention differs from one-rank attention; with sp 1 there are no shards to draw a Ulysses "
+             "signature from";
+  }
+  return "?";
+}
+
+namespace {
+
+// "shard 0 bitwise equal, shard 1 up to 0.31 (relative 0.4), ..."
+std::string shards_text(const TensorByShard& t) {
+  std::string text;
+  for (size_t r = 0; r < t.shards.size(); ++r) {
+    if (r == 4 && t.shards.size() > 5) {
+      text += ", ... (" + std::to_string(t.shards.size() - 4) + " more shards)";
+      break;
+    }
+    const ShardDifference& s = t.shards[r];
+    text += (r ? ", " : "") + std::string("shard ") + std::to_string(r) + " " +
+            (s.bitwise() ? "bitwise equal"
+                         : "up to " + number(s.max_difference) + " (relative " + number(s.relative()) +
+                               (s.beyond_rounding() ? ")" : ": rounding)"));
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string signature_evidence(const AttentionFigures& f) {
+  std::string text = "against the baseline's, per sequence shard of " + std::to_string(f.rows_per_shard) +
+                     " rows: attention " + shards_text(f.output);
+  for (const TensorByShard& input : f.inputs) text += "; " + input.name + " " + shards_text(input);
+  return text;
+}
+
+void print_attention(std::ostream& out, const AttentionFigures& f) {
+  out << "  attention against the baseline, by sequence shard of " << f.rows_per_shard << " rows"
+      << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
+      << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
+      << number(kAttentionRounding) << ")\n";
+  std::vector<const TensorByShard*> tensors = {&f.output};
+  for (const TensorByShard& input : f.inputs) tensors.push_back(&input);
+  for (const TensorByShard* t : tensors) {
+    out << "    " << t->name << ":";
+    for (size_t r = 0; r < t->shards.size(); ++r) {
+      const ShardDifference& s = t->shards[r];
+      out << (r == 0 ? " " : r % 4 == 0 ? ",\n      " : ", ") << "[" << r << "] "
+          << (s.bitwise() ? "bitwise" : number(s.max_difference) + " (" + number(s.relative()) + ")");
+    }
+    out << '\n';
+  }
+}
+
+namespace {
+
+const char* signature_key(AttentionSignature signature) {
+  switch (signature) {
+    case AttentionSignature::Matches: return "matches";
+    case AttentionSignature::KeysOrPositionsLost: return "keys-or-positions-lost";
+    case AttentionSignature::PositionsWrong: return "positions-wrong";
+    case AttentionSignature::KeysLost: return "keys-lost";
+    case AttentionSignature::FirstShardDiffers: return "first-shard-differs";
+    case AttentionSignature::InputsDiffer: return "inputs-differ";
+    case AttentionSignature::NotFinite: return "not-finite";
+    case AttentionSignature::Differs: return "differs";
+  }
+  return "?";
+}
+
+nlohmann::json shards_json(const TensorByShard& t) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const ShardDifference& s : t.shards) {
+    const double relative = s.relative();
+    shards.push_back({{"bitwise", s.bitwise()}, {"rows", s.rows}, {"rows_unequal", s.rows_unequal},
+                      {"max_difference", s.max_difference},
+                      {"relative", std::isfinite(relative) ? nlohmann::json(relative) : nlohmann::json(nullptr)},
+                      {"beyond_rounding", s.beyond_rounding()}});
+  }
+  return {{"name", t.name}, {"shards", shards}};
+}
+
+}  // namespace
+
+nlohmann::json attention_json(const std::optional<AttentionFigures>& f) {
+  if (!f) return nullptr;
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const TensorByShard& input : f->inputs) inputs.push_back(shards_json(input));
+  return {{"signature", signature_key(f->signature)}, {"signature_text", signature_name(f->signature)},
+          {"sp", f->sp}, {"sequences", f->sequences}, {"rows_per_shard", f->rows_per_shard},
+          {"non_finite", f->non_finite}, {"output", shards_json(f->output)}, {"inputs", inputs}};
+}
+
+}  // namespace seqpar::diagnose
+
+// The hooks into the diagnosis (diagnosis.h).
+namespace seqpar::diagnose {
+
+namespace {
+
+const char* const kAttentionCheck = "attention against one-rank training";
+
+bool names_a_mistake(AttentionSignature signature) {
+  return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
+         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers;
+}
+
+Cause attention_cause(const AttentionFigures& f) {
+  const std::string exchange = "exchange q, k and v to head shards before the attention and back after it (the "
+                               "all-to-alls of DeepSpeed's DistributedAttention)";
+  const std::string positions = "give RoPE each token's global position r*S/P + i, before the exchange";
+  const std::string scenario = "seqpar-repro --scenario ulysses (variant ";
+  const std::string name = signature_name(f.signature), evidence = signature_evidence(f);
+  switch (f.signature) {
+    case AttentionSignature::KeysOrPositionsLost:
+      return {name, evidence + ". Which shards differ cannot tell the two apart: save the attention's query and key "
+                               "after RoPE as attention.query and attention.key",
+              exchange + "; " + positions, "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)"};
+    case AttentionSignature::PositionsWrong: return {name, evidence, positions, scenario + "local-positions)"};
+    case AttentionSignature::KeysLost: return {name, evidence, exchange, scenario + "no-all-to-all)"};
+    case AttentionSignature::FirstShardDiffers:
+      return {name, evidence, "after the exchange a rank holds the whole sequence in order: build the causal mask "
+                              "on global indices (token t attends to keys u <= t)", scenario + "local-mask)"};
+    default: return {};
+  }
+}
+
+}  // namespace
+
+void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
+  diagnosis.attention = attention_figures(run, settings.sp, settings.dp);
+  if (!diagnosis.attention) return;
+  const AttentionSignature signature = diagnosis.attention->signature;
+  if (names_a_mistake(signature)) diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
+  if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
+      signature == AttentionSignature::Differs) {
+    diagnosis.notes.push_back(signature_name(signature));
+  }
+}
+
+void attention_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings) {
+  if (!diagnosis.attention) {
+    const std::string why = attention_not_checked(run, settings.sp);
+    if (!why.empty()) diagnosis.evidence.push_back({kAttentionCheck, false, why});
+    return;
+  }
+  const AttentionFigures& f = *diagnosis.attention;
+  diagnosis.evidence.push_back({kAttentionCheck, true, signature_name(f.signature)});
+  // The parameters alone can look fine after one step (Adam moves each by about lr
+  // whatever the gradient's size); wrong attention is still a wrong model.
+  if (names_a_mistake(f.signature) && diagnosis.kind != Verdict::Skipped && !names_a_fault(diagnosis.kind)) {
+    diagnosis.kind = Verdict::UnlikeOneRank;
+    diagnosis.verdict = verdict_name(diagnosis.kind);
+    diagnosis.verdict_text = "the attention output is not one-rank training's (below); the parameters alone "
+                             "said: " + diagnosis.verdict_text;
+  }
+}
+
+Diagnosis diagnose_attention_only(const RunFiles& run, const Settings& settings) {
+  Diagnosis d;
+  d.ranks = int(run.ranks.size());
+  d.kind = Verdict::Skipped;
+  d.verdict = verdict_name(d.kind);
+  compare_attention(run, settings, d);
+  d.verdict_text = std::string("the files hold attention tensors and no parameters: no verdict on the training "
+                                "step is drawn, only the attention's signature (above). ") +
+                   (d.attention ? "" : "Nothing to compare the attention with: give --baseline with the one-rank "
+                                       "run's 'attention'.");
+  d.evidence.push_back({"parameters", false, "the files hold none: save them to check the step (docs/diagnosing.md)"});
+  attention_evidence(d, run, settings);
+  return d;
+}
+
+}  // namespace seqpar::diagnose

@@ -1,0 +1,109 @@
+// What a run's saved attention tensors show about the Ulysses mistakes (docs/ulysses.md,
+// "Can seqpar-diagnose see them from saved tensors?").
+//
+// The mistakes of sequence-parallel attention (no all-to-all, RoPE positions restarting
+// at 0 on every shard, a causal mask on shard-local indices) leave the ranks' parameters
+// bitwise equal: only a one-rank run's attention can tell them. When the ranks and the
+// baseline saved the attention's output as `attention` (and, optionally, its inputs
+// after RoPE as `attention.query` and `attention.key`), the ranks' rows, stacked in rank
+// order, are the baseline's rows (world rank w = dp_rank * sp + sp_rank holds the w-th
+// block of S/sp rows), and each block is compared with the baseline's, by sequence shard.
+// A tensor's first dimension is its tokens; the others are read as one row.
+//
+// The signatures, from which shards differ (a causal token t of shard r attends to keys
+// 0..t, all of them in shards 0..r):
+//   - every shard within rounding: the attention is one-rank attention;
+//   - shard 0 within rounding, a later shard not: what shard 0 computes alone (its own
+//     keys, positions 0..S/P-1) is right, what needs other shards is not: keys lost
+//     across shards (no all-to-all) or positions restarting at 0 per shard. Which shards
+//     differ cannot tell those two apart: with the query and key saved it can, since wrong
+//     positions change q and k of the later shards, lost keys leave them equal;
+//   - shard 0 differs: the attention itself differs where no other shard is involved: a
+//     mask on shard-local indices shows shard 0 the future keys of later shards (or
+//     another bug of the attention: its scale, its mask, its softmax);
+//   - q or k differ on shard 0 as well: the attention's inputs are not the baseline's at
+//     all (another batch, other parameters): no attention signature is drawn;
+//   - with sp 1 there are no shards: a difference is only named as one.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/diagnose/inputs.h"
+
+namespace seqpar::diagnose {
+
+// The names read as attention tensors rather than parameters. `output` (the block's
+// output in seqpar-repro's ulysses dumps) is read and not compared.
+bool is_activation_name(const std::string& name);
+extern const char* const kAttentionOutput;  // "attention"
+extern const char* const kAttentionQuery;   // "attention.query"
+extern const char* const kAttentionKey;     // "attention.key"
+
+// A difference within this fraction of the shard's largest baseline value is rounding:
+// float32 attention computed in another order (another kernel, another tiling) differs
+// by ~1e-6 of it; every mistake above moves it by ~0.1 or more. bf16 rounds at ~4e-3:
+// save the tensors of a float32 run.
+constexpr double kAttentionRounding = 1e-3;
+
+// One tensor's rows against the baseline's, per sequence shard (over every sequence).
+struct ShardDifference {
+  int64_t rows = 0, rows_unequal = 0;  // rows not bitwise equal
+  double max_difference = 0;           // max |x - x_baseline|
+  double largest = 0;                  // max |x_baseline|
+  bool bitwise() const { return rows_unequal == 0; }
+  double relative() const;  // max_difference / largest (inf when only the rank's is nonzero)
+  bool beyond_rounding() const { return relative() > kAttentionRounding; }
+};
+
+struct TensorByShard {
+  std::string name;
+  std::vector<ShardDifference> shards;  // [sp]
+  bool any_beyond(size_t first_shard) const;
+};
+
+enum class AttentionSignature {
+  Matches,              // every shard within rounding
+  KeysOrPositionsLost,  // shard 0 within rounding, a later shard not; q, k not saved
+  PositionsWrong,       // ... and q or k differ on a later shard, not on shard 0
+  KeysLost,             // ... and q, k within rounding everywhere
+  FirstShardDiffers,    // shard 0's attention differs (q, k, if saved, agree there)
+  InputsDiffer,         // q or k differ on shard 0: not an attention mistake
+  Differs,              // sp 1: the attention differs, with no shards to tell a Ulysses mistake by
+  NotFinite             // inf or NaN in the tensors: nothing drawn
+};
+
+struct AttentionFigures {
+  int sp = 1;
+  int64_t sequences = 1, rows_per_shard = 0;
+  TensorByShard output;
+  std::vector<TensorByShard> inputs;  // attention.query, attention.key: those saved
+  int64_t non_finite = 0;
+  AttentionSignature signature = AttentionSignature::Matches;
+};
+
+// `values` and `baseline` hold the same rows of `width` values; row t is in shard
+// (t / rows_per_shard) mod sp.
+TensorByShard compare_by_shard(const std::string& name, const std::vector<float>& values,
+                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp);
+AttentionSignature classify(const AttentionFigures& figures);
+
+// The ranks' attention against the baseline's, over sp x dp; nullopt when the ranks or
+// the baseline did not save `attention`. InputError when the rows do not add up.
+std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp);
+
+// Why the attention could not be compared, for a sequence-parallel run ("" when it was,
+// or when the run is not sequence-parallel).
+std::string attention_not_checked(const RunFiles& run, int sp);
+
+std::string signature_name(AttentionSignature signature);  // the pitfall, in a line
+std::string signature_evidence(const AttentionFigures& figures);
+void print_attention(std::ostream& out, const AttentionFigures& figures);
+nlohmann::json attention_json(const std::optional<AttentionFigures>& figures);
+
+}  // namespace seqpar::diagnose

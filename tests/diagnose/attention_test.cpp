@@ -1,0 +1,267 @@
+// seqpar-diagnose's attention signatures (attention_evidence.h) on fresh random q, k, v:
+// each Ulysses mistake computed here from its definition, in float64 (RoPE, causal
+// softmax attention; docs/ulysses.md), independently of nn/, then compared by shard
+// against the one-rank attention. The same signatures on seqpar-repro's real dumps:
+// scripts/diagnose_ulysses_dumps.py.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "apps/diagnose/diagnosis.h"
+#include "core/error.h"
+#include "core/generator.h"
+
+using namespace seqpar;
+using namespace seqpar::diagnose;
+
+namespace {
+
+constexpr int64_t kTokens = 32, kHeads = 2, kDim = 8;
+
+// How one variant places tokens: the position RoPE gives token t, and whether query t
+// sees key u.
+struct Variant {
+  std::function<int64_t(int64_t)> position;
+  std::function<bool(int64_t, int64_t)> visible;
+};
+
+Variant variant(const std::string& name, int64_t shard) {
+  const auto global = [](int64_t t) { return t; };
+  const auto causal = [](int64_t t, int64_t u) { return u <= t; };
+  if (name == "no-all-to-all") {
+    return {global, [shard](int64_t t, int64_t u) { return u <= t && u / shard == t / shard; }};
+  }
+  if (name == "local-positions") return {[shard](int64_t t) { return t % shard; }, causal};
+  if (name == "local-mask") return {global, [shard](int64_t t, int64_t u) { return u % shard <= t % shard; }};
+  return {global, causal};
+}
+
+// x [S, H, D] rotated pairwise (m, m + D/2) by position * 10000^(-2m/D).
+std::vector<double> rope(const std::vector<float>& x, const Variant& v) {
+  std::vector<double> out(x.size());
+  const int64_t half = kDim / 2;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      const size_t row = size_t((t * kHeads + h) * kDim);
+      for (int64_t m = 0; m < half; ++m) {
+        const double angle = double(v.position(t)) * std::pow(10000.0, -2.0 * double(m) / double(kDim));
+        const double a = x[row + size_t(m)], b = x[row + size_t(m + half)];
+        out[row + size_t(m)] = a * std::cos(angle) - b * std::sin(angle);
+        out[row + size_t(m + half)] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+  }
+  return out;
+}
+
+struct Tensors {
+  std::vector<float> query, key, output;  // [S, H * D] each, rounded to float32
+};
+
+Tensors attend(const std::vector<float>& q0, const std::vector<float>& k0, const std::vector<float>& v,
+               const Variant& variant) {
+  const std::vector<double> q = rope(q0, variant), k = rope(k0, variant);
+  Tensors out{std::vector<float>(q.begin(), q.end()), std::vector<float>(k.begin(), k.end()),
+              std::vector<float>(v.size())};
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      std::vector<double> weight(size_t(kTokens), 0.0);
+      double max = -INFINITY, total = 0;
+      for (int64_t u = 0; u < kTokens; ++u) {
+        if (!variant.visible(t, u)) continue;
+        double score = 0;
+        for (int64_t d = 0; d < kDim; ++d) {
+          score += q[size_t((t * kHeads + h) * kDim + d)] * k[size_t((u * kHeads + h) * kDim + d)];
+        }
+        weight[size_t(u)] = score / std::sqrt(double(kDim));
+        max = std::fmax(max, weight[size_t(u)]);
+      }
+      for (int64_t u = 0; u < kTokens; ++u) {
+        weight[size_t(u)] = variant.visible(t, u) ? std::exp(weight[size_t(u)] - max) : 0.0;
+        total += weight[size_t(u)];
+      }
+      for (int64_t d = 0; d < kDim; ++d) {
+        double sum = 0;
+        for (int64_t u = 0; u < kTokens; ++u) sum += weight[size_t(u)] * v[size_t((u * kHeads + h) * kDim + d)];
+        out.output[size_t((t * kHeads + h) * kDim + d)] = float(sum / total);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> random_values(uint64_t seed) { return Generator(seed).randn({kTokens * kHeads * kDim}).to_vector(); }
+
+// The files of a run whose `ranks` each hold their block of `tensors`' rows, and a
+// baseline holding `baseline`'s rows (query and key only when `with_inputs`).
+RunFiles run_files(const Tensors& tensors, const Tensors& baseline, int ranks, bool with_inputs) {
+  RunFiles run;
+  const int64_t rows = kTokens / ranks, width = kHeads * kDim;
+  const auto add = [&](RankState& state, const Tensors& source, int64_t first, int64_t count) {
+    const auto block = [&](const std::vector<float>& all) {
+      return std::vector<float>(all.begin() + first * width, all.begin() + (first + count) * width);
+    };
+    state.files.push_back("rank.safetensors");
+    state.activations.add({kAttentionOutput, "F32", {count, width}, block(source.output)});
+    if (!with_inputs) return;
+    state.activations.add({kAttentionQuery, "F32", {count, kHeads, kDim}, block(source.query)});
+    state.activations.add({kAttentionKey, "F32", {count, kHeads, kDim}, block(source.key)});
+  };
+  run.ranks.resize(size_t(ranks));
+  for (int r = 0; r < ranks; ++r) add(run.ranks[size_t(r)], tensors, r * rows, rows);
+  run.baseline.emplace();
+  add(*run.baseline, baseline, 0, kTokens);
+  return run;
+}
+
+AttentionSignature signature_of(const std::string& name, bool with_inputs, uint64_t seed, int sp = 4, int dp = 1) {
+  const std::vector<float> q = random_values(seed), k = random_values(seed + 1), v = random_values(seed + 2);
+  const int64_t shard = kTokens / (sp * dp);
+  // With dp > 1 the S tokens here are dp sequences of S/dp: the baseline attends within each.
+  const auto sequence = [&](const Variant& inner) {
+    const int64_t length = kTokens / dp;
+    return Variant{[=](int64_t t) { return inner.position(t % length); }, [=](int64_t t, int64_t u) {
+                     return t / length == u / length && inner.visible(t % length, u % length);
+                   }};
+  };
+  const Tensors baseline = attend(q, k, v, sequence(variant("one rank", shard)));
+  const Tensors mistaken = attend(q, k, v, sequence(variant(name, shard)));
+  const std::optional<AttentionFigures> figures =
+      attention_figures(run_files(mistaken, baseline, sp * dp, with_inputs), sp, dp);
+  REQUIRE(figures);
+  return figures->signature;
+}
+
+}  // namespace
+
+TEST_CASE("attention: each Ulysses mistake's signature from the output alone", "[diagnose]") {
+  for (uint64_t seed : {11u, 1234u, 987654u}) {
+    INFO("seed " << seed);
+    CHECK(signature_of("one rank", false, seed) == AttentionSignature::Matches);
+    CHECK(signature_of("no-all-to-all", false, seed) == AttentionSignature::KeysOrPositionsLost);
+    CHECK(signature_of("local-positions", false, seed) == AttentionSignature::KeysOrPositionsLost);
+    CHECK(signature_of("local-mask", false, seed) == AttentionSignature::FirstShardDiffers);
+  }
+}
+
+TEST_CASE("attention: the query and key saved tell lost keys from wrong positions", "[diagnose]") {
+  for (uint64_t seed : {5u, 4242u}) {
+    INFO("seed " << seed);
+    CHECK(signature_of("one rank", true, seed) == AttentionSignature::Matches);
+    CHECK(signature_of("no-all-to-all", true, seed) == AttentionSignature::KeysLost);
+    CHECK(signature_of("local-positions", true, seed) == AttentionSignature::PositionsWrong);
+    CHECK(signature_of("local-mask", true, seed) == AttentionSignature::FirstShardDiffers);
+  }
+}
+
+TEST_CASE("attention: shards over sp x dp, and sp 1", "[diagnose]") {
+  CHECK(signature_of("no-all-to-all", false, 77, 2, 2) == AttentionSignature::KeysOrPositionsLost);
+  CHECK(signature_of("local-mask", false, 77, 2, 2) == AttentionSignature::FirstShardDiffers);
+  CHECK(signature_of("local-positions", true, 77, 2, 2) == AttentionSignature::PositionsWrong);
+  // One shard: nothing to lose across shards.
+  CHECK(signature_of("no-all-to-all", false, 78, 1, 1) == AttentionSignature::Matches);
+  // One shard, and a difference: named as one, no Ulysses signature.
+  CHECK(signature_of("local-mask", false, 78, 1, 2) == AttentionSignature::Matches);
+  const std::vector<float> q = random_values(79);
+  const Tensors baseline = attend(q, q, q, variant("one rank", kTokens));
+  const Tensors other = attend(q, random_values(80), q, variant("one rank", kTokens));
+  CHECK(attention_figures(run_files(other, baseline, 1, false), 1, 1)->signature == AttentionSignature::Differs);
+}
+
+TEST_CASE("attention: per-shard figures, rounding, other inputs, inf", "[diagnose]") {
+  const std::vector<float> base = random_values(31);
+  const int64_t width = kHeads * kDim, shard = 8;
+  std::vector<float> changed = base;
+  changed[size_t(2 * shard * width + 5)] += 0.25f;                  // shard 2, one row
+  changed[size_t(1 * shard * width)] = std::nextafter(changed[size_t(shard * width)], 10.0f);  // shard 1: one ulp
+  const TensorByShard t = compare_by_shard("attention", changed, base, width, shard, 4);
+  CHECK(t.shards[0].bitwise());
+  CHECK(t.shards[1].rows_unequal == 1);
+  CHECK_FALSE(t.shards[1].beyond_rounding());
+  CHECK(t.shards[2].rows_unequal == 1);
+  CHECK(t.shards[2].max_difference == Approx(0.25).epsilon(1e-6));
+  double largest = 0;
+  for (int64_t i = 2 * shard * width; i < 3 * shard * width; ++i) {
+    largest = std::fmax(largest, std::fabs(base[size_t(i)]));
+  }
+  CHECK(t.shards[2].largest == largest);
+  CHECK(t.shards[2].beyond_rounding());
+  CHECK(t.shards[3].rows == shard);
+
+  // Query and key of another batch: no attention signature.
+  const std::vector<float> q = random_values(40), k = random_values(41), v = random_values(42);
+  Tensors baseline = attend(q, k, v, variant("one rank", shard));
+  Tensors other = attend(random_values(43), k, v, variant("one rank", shard));
+  CHECK(attention_figures(run_files(other, baseline, 4, true), 4, 1)->signature == AttentionSignature::InputsDiffer);
+  other = baseline;
+  other.output[7] = std::numeric_limits<float>::infinity();
+  CHECK(attention_figures(run_files(other, baseline, 4, false), 4, 1)->signature == AttentionSignature::NotFinite);
+}
+
+TEST_CASE("attention: rows that do not add up are refused", "[diagnose]") {
+  const std::vector<float> q = random_values(50);
+  const Tensors tensors = attend(q, q, q, variant("one rank", 8));
+  RunFiles run = run_files(tensors, tensors, 4, false);
+  run.ranks.pop_back();  // three ranks' rows against a baseline of four
+  CHECK_THROWS_AS(attention_figures(run, 3, 1), InputError);
+  CHECK_THROWS_WITH(attention_figures(run_files(tensors, tensors, 4, false), 8, 1),
+                    Catch::Contains("S/sp = 4"));
+  CHECK_FALSE(attention_figures(run_files(tensors, tensors, 4, false), 4, 1)->output.any_beyond(0));
+  RunFiles empty = run_files(tensors, tensors, 1, false);
+  empty.baseline->activations = {};
+  empty.baseline->activations.add({kAttentionOutput, "F32", {0, 16}, {}});
+  CHECK_THROWS_WITH(attention_figures(empty, 4, 1), Catch::Contains("no values to compare"));
+}
+
+TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
+  const std::vector<float> q = random_values(60), k = random_values(61), v = random_values(62);
+  const Tensors baseline = attend(q, k, v, variant("one rank", 8));
+  const Tensors mistaken = attend(q, k, v, variant("local-mask", 8));
+  Settings settings;
+  settings.sp = 4;
+  settings.dp = 1;
+  settings.lr = 1e-3;
+  const auto with_parameters = [&](RunFiles run) {
+    const std::vector<float> weight = random_values(63);
+    for (RankState& rank : run.ranks) rank.parameters.add({"weight", "F32", {int64_t(weight.size())}, weight});
+    run.baseline->parameters.add({"weight", "F32", {int64_t(weight.size())}, weight});
+    run.parameter_names = {"weight"};
+    return run;
+  };
+  // Parameters bitwise one rank's, attention not: the verdict is not an all-clear.
+  Diagnosis d = diagnose::diagnose(with_parameters(run_files(mistaken, baseline, 4, false)), settings);
+  CHECK(d.kind == Verdict::UnlikeOneRank);
+  REQUIRE_FALSE(d.causes.empty());
+  CHECK(d.causes[0].pitfall == signature_name(AttentionSignature::FirstShardDiffers));
+  CHECK(d.causes[0].scenario == "seqpar-repro --scenario ulysses (variant local-mask)");
+
+  d = diagnose::diagnose(with_parameters(run_files(baseline, baseline, 4, false)), settings);
+  CHECK(d.kind == Verdict::Identical);
+  CHECK(d.causes.empty());
+
+  // Without attention tensors, a sequence-parallel run is told they cannot be seen.
+  RunFiles plain = with_parameters(run_files(baseline, baseline, 4, false));
+  for (RankState& rank : plain.ranks) rank.activations = {};
+  plain.baseline->activations = {};
+  const auto line = [](const Diagnosis& diagnosis) {
+    for (const EvidenceLine& e : diagnosis.evidence) {
+      if (e.check == "attention against one-rank training") return e.text;
+    }
+    return std::string("(none)");
+  };
+  CHECK_THAT(line(diagnose::diagnose(plain, settings)), Catch::Contains("cannot be seen from parameters alone"));
+  settings.sp = 1;
+  settings.dp = 4;
+  CHECK(line(diagnose::diagnose(plain, settings)) == "(none)");
+
+  // Attention alone: the step is not judged, the attention is.
+  settings.sp = 4;
+  settings.dp = 1;
+  d = diagnose::diagnose(run_files(mistaken, baseline, 4, false), settings);
+  CHECK(d.kind == Verdict::Skipped);
+  REQUIRE(d.causes.size() == 1);
+  CHECK(d.causes[0].pitfall == signature_name(AttentionSignature::FirstShardDiffers));
+  CHECK(d.evidence.back().text == signature_name(AttentionSignature::FirstShardDiffers));
+}
