@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "apps/repro/config_formats.h"
@@ -104,36 +105,34 @@ double read_number(const Json& node, const std::string& key, const Range& range)
 // ---------------------------------------------------------------- the keys
 
 // Every key a config may set: how its value is checked and stored, and how to_toml
-// writes it (a null: left out). A key not listed here is an error, so a typo never
-// silently falls back to a default.
+// writes it (a null: left out). A key not listed is an error, so a typo never silently
+// falls back to a default.
 struct Key {
-  std::string name;
   std::function<void(const Json&, const std::string& key, C&)> read;
   std::function<Json(const C&)> write;
 };
 
-Key integer_key(const char* name, int64_t C::*field, int64_t low, int64_t high = INT64_MAX,
-            const char* only_in_scenario = nullptr) {
-  return {name, [=](const Json& node, const std::string& key, C& c) { c.*field = read_integer(node, key, low, high); },
+Key integer_key(int64_t C::*field, int64_t low, int64_t high = INT64_MAX, const char* only_in_scenario = nullptr) {
+  return {[=](const Json& node, const std::string& key, C& c) { c.*field = read_integer(node, key, low, high); },
           [=](const C& c) { return !only_in_scenario || c.scenario == only_in_scenario ? Json(c.*field) : Json(); }};
 }
 
-Key number_key(const char* name, double C::*field, Range range) {
-  return {name, [=](const Json& node, const std::string& key, C& c) { c.*field = read_number(node, key, range); },
+Key number_key(double C::*field, Range range) {
+  return {[=](const Json& node, const std::string& key, C& c) { c.*field = read_number(node, key, range); },
           [=](const C& c) { return Json(c.*field); }};
 }
 
 // An AdamW hyperparameter, by its setter and getter (&optim::AdamWOptions::lr twice).
-Key adamw_key(const char* name, optim::AdamWOptions& (optim::AdamWOptions::*set)(double),
-          double (optim::AdamWOptions::*get)() const, Range range) {
-  return {name, [=](const Json& node, const std::string& key, C& c) { (c.adamw.*set)(read_number(node, key, range)); },
+Key adamw_key(optim::AdamWOptions& (optim::AdamWOptions::*set)(double), double (optim::AdamWOptions::*get)() const,
+              Range range) {
+  return {[=](const Json& node, const std::string& key, C& c) { (c.adamw.*set)(read_number(node, key, range)); },
           [=](const C& c) { return Json((c.adamw.*get)()); }};
 }
 
 void read_betas(const Json& node, const std::string& key, C& c) {
   check_not_auto(node, key);
-  SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key,
-                     " must be an array of two numbers, got ", describe(node));
+  SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key, " must be an array of two numbers, got ",
+                     describe(node));
   const Range beta{0, true, 1, false};
   c.adamw.betas({read_number(node[0], key + "[0]", beta), read_number(node[1], key + "[1]", beta)});
 }
@@ -154,64 +153,56 @@ void read_optimizer_type(const Json& node, const std::string& key, C& c) {
 void read_zero_stage(const Json& node, const std::string& key, C& c) {
   c.zero_stage = read_integer(node, key, 0, 3);
   if (c.zero_stage <= 2) {
-    c.ignored.push_back({key + " = " + std::to_string(c.zero_stage), "ZeRO stages 0-2 reduce gradients over the "
-                         "same group as stage 0, which the scenario models; they only partition optimizer state "
-                         "and gradients"});
+    c.ignored.push_back({key + " = " + std::to_string(c.zero_stage), "ZeRO stages 0-2 reduce gradients over the same "
+                         "group as stage 0, which the scenario models; they only partition optimizer state and gradients"});
   }
 }
 
-const std::vector<Key>& keys() {
-  const Range float32{0, true, FLT_MAX, true};
-  static const std::vector<Key> table = {
-      integer_key("ds_config.train_micro_batch_size_per_gpu", &C::train_micro_batch_size_per_gpu, 1),
+void read_scenario(const Json& node, const std::string& key, C& c) {
+  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key, " = ", describe(node),
+                     ": expected one of ", scenario_names(), " (seqpar-repro --list-scenarios)");
+  c.scenario = node.get<std::string>();
+}
+
+const std::map<std::string, Key>& keys() {
+  using optim::AdamWOptions;
+  static const std::map<std::string, Key> table = {
+      {"ds_config.train_micro_batch_size_per_gpu", integer_key(&C::train_micro_batch_size_per_gpu, 1)},
       {"ds_config.train_batch_size",
-       [](const Json& node, const std::string& key, C& c) { c.train_batch_size = read_integer(node, key, 1, INT64_MAX); },
-       [](const C& c) { return c.train_batch_size ? Json(*c.train_batch_size) : Json(); }},
-      // Scenarios but masked-tokens take 1 (validate.cpp).
-      integer_key("ds_config.gradient_accumulation_steps", &C::gradient_accumulation_steps, 1, 1000),
-      number_key("ds_config.gradient_clipping", &C::gradient_clipping, float32),  // 0: no clipping
-      integer_key("ds_config.sequence_parallel_size", &C::sequence_parallel_size, 1),
-      integer_key("ds_config.data_parallel_size", &C::data_parallel_size, 1),
-      {"ds_config.optimizer.type", read_optimizer_type, [](const C& c) { return Json(c.optimizer_type); }},
+       {[](const Json& node, const std::string& key, C& c) { c.train_batch_size = read_integer(node, key, 1, INT64_MAX); },
+        [](const C& c) { return c.train_batch_size ? Json(*c.train_batch_size) : Json(); }}},
+      // 1 but in scenario masked-tokens (validate.cpp).
+      {"ds_config.gradient_accumulation_steps", integer_key(&C::gradient_accumulation_steps, 1, 1000)},
+      {"ds_config.gradient_clipping", number_key(&C::gradient_clipping, {0, true, FLT_MAX, true})},  // 0: off
+      {"ds_config.sequence_parallel_size", integer_key(&C::sequence_parallel_size, 1)},
+      {"ds_config.data_parallel_size", integer_key(&C::data_parallel_size, 1)},
+      {"ds_config.optimizer.type", {read_optimizer_type, [](const C& c) { return Json(c.optimizer_type); }}},
       // Larger values do not train (Adam moves every parameter by about lr a step).
-      adamw_key("ds_config.optimizer.params.lr", &optim::AdamWOptions::lr, &optim::AdamWOptions::lr, {0, false, 1, true}),
-      {"ds_config.optimizer.params.betas", read_betas,
-       [](const C& c) { return Json::array({c.adamw.beta1(), c.adamw.beta2()}); }},
-      adamw_key("ds_config.optimizer.params.eps", &optim::AdamWOptions::eps, &optim::AdamWOptions::eps, {0, false, 1, true}),
-      adamw_key("ds_config.optimizer.params.weight_decay", &optim::AdamWOptions::weight_decay,
-            &optim::AdamWOptions::weight_decay, {0, true, 100, true}),
-      {"ds_config.zero_optimization.stage", read_zero_stage,  // only the zero-stage scenario reads it
-       [](const C& c) { return c.scenario == "zero-stage" && c.zero_stage >= 0 ? Json(c.zero_stage) : Json(); }},
-      {"repro.seed", [](const Json& node, const std::string& key, C& c) { c.seed = read_integer(node, key, 0, INT64_MAX); },
-       [](const C& c) { return Json(c.seed); }},
-      integer_key("repro.rows", &C::rows, 1),
-      integer_key("repro.in_features", &C::in_features, 1),
-      integer_key("repro.out_features", &C::out_features, 1),
-      // A run records a few hundred bytes a step; a million steps is days of compute.
-      integer_key("repro.steps", &C::steps, 1, 1000000),
-      number_key("repro.dropout", &C::dropout, {0, true, 1, false, "the drop probability "}),
-      integer_key("repro.heads", &C::heads, INT64_MIN, INT64_MAX, "ulysses"),  // checked by its scenario
-      integer_key("repro.head_dim", &C::head_dim, INT64_MIN, INT64_MAX, "ulysses"),
-      {"repro.scenario",
-       [](const Json& node, const std::string& key, C& c) {
-         SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key, " = ",
-                            describe(node), ": expected one of ", scenario_names(), " (seqpar-repro --list-scenarios)");
-         c.scenario = node.get<std::string>();
-       },
-       [](const C& c) { return Json(c.scenario); }},
+      {"ds_config.optimizer.params.lr", adamw_key(&AdamWOptions::lr, &AdamWOptions::lr, {0, false, 1, true})},
+      {"ds_config.optimizer.params.betas",
+       {read_betas, [](const C& c) { return Json::array({c.adamw.beta1(), c.adamw.beta2()}); }}},
+      {"ds_config.optimizer.params.eps", adamw_key(&AdamWOptions::eps, &AdamWOptions::eps, {0, false, 1, true})},
+      {"ds_config.optimizer.params.weight_decay",
+       adamw_key(&AdamWOptions::weight_decay, &AdamWOptions::weight_decay, {0, true, 100, true})},
+      {"ds_config.zero_optimization.stage",  // only the zero-stage scenario reads it
+       {read_zero_stage, [](const C& c) { return c.scenario == "zero-stage" && c.zero_stage >= 0 ? Json(c.zero_stage) : Json(); }}},
+      {"repro.seed", {[](const Json& node, const std::string& key, C& c) { c.seed = read_integer(node, key, 0, INT64_MAX); },
+                      [](const C& c) { return Json(c.seed); }}},
+      {"repro.rows", integer_key(&C::rows, 1)},
+      {"repro.in_features", integer_key(&C::in_features, 1)},
+      {"repro.out_features", integer_key(&C::out_features, 1)},
+      {"repro.steps", integer_key(&C::steps, 1, 1000000)},  // a million steps is days of compute
+      {"repro.dropout", number_key(&C::dropout, {0, true, 1, false, "the drop probability "})},
+      {"repro.heads", integer_key(&C::heads, INT64_MIN, INT64_MAX, "ulysses")},  // checked by its scenario
+      {"repro.head_dim", integer_key(&C::head_dim, INT64_MIN, INT64_MAX, "ulysses")},
+      {"repro.scenario", {read_scenario, [](const C& c) { return Json(c.scenario); }}},
   };
   return table;
 }
 
-const Key* find_key(const std::string& name) {
-  for (const Key& key : keys()) {
-    if (key.name == name) return &key;
-  }
-  return nullptr;
-}
-
 bool is_known_table(const std::string& path) {
-  return std::any_of(keys().begin(), keys().end(), [&](const Key& key) { return key.name.rfind(path + ".", 0) == 0; });
+  const auto next = keys().lower_bound(path + ".");
+  return next != keys().end() && next->first.rfind(path + ".", 0) == 0;
 }
 
 // ---------------------------------------------------------------- reading
@@ -236,10 +227,8 @@ void read_other_key(const Json& node, const std::string& key, Reading& reading) 
   // A typo is looked for among the keys of the same table ("repro.setps": repro.steps).
   const std::string table = key.substr(0, key.rfind('.') + 1);
   std::vector<std::string> near;
-  for (const Key& known : keys()) {
-    if (known.name.rfind(table, 0) == 0 && known.name.find('.', table.size()) == std::string::npos) {
-      near.push_back(known.name.substr(table.size()));
-    }
+  for (const auto& [name, known] : keys()) {
+    if (name.rfind(table, 0) == 0 && name.find('.', table.size()) == std::string::npos) near.push_back(name.substr(table.size()));
   }
   const std::string match = closest_name(key.substr(table.size()), near);
   SEQPAR_INPUT_FAIL("unknown config key ", abbreviated(key), match.empty() ? "" : "; did you mean " + table + match + "?",
@@ -250,7 +239,8 @@ void read_other_key(const Json& node, const std::string& key, Reading& reading) 
 void read_table(const Json& table, const std::string& prefix, Reading& reading) {
   for (const auto& [name, node] : table.items()) {
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    const Key* known = find_key(key);
+    const auto found = keys().find(key);
+    const Key* known = found == keys().end() ? nullptr : &found->second;
     try {
       // "optimizer.params.lr" as one key would read as the nested lr: refused, not joined.
       SEQPAR_INPUT_CHECK(name.find('.') == std::string::npos, "config key \"", printable(name), "\"",
@@ -318,17 +308,16 @@ ReproConfig read_config(const std::string& text, const std::vector<std::string>&
                      "seqpar-repro --print-config prints");
   for (const std::string& assignment : overrides) merge(given, detail::read_override(assignment));
 
-  // The scenario's defaults: the one the config names, else the first (an unknown name
-  // is refused when the key itself is read).
+  // Read over the defaults of the scenario it names, else the first (an unknown name is
+  // refused when the key itself is read).
   const Json repro = given.value("repro", Json());
   const Json named = repro.is_object() ? repro.value("scenario", Json()) : Json();
   const ScenarioConfig& scenario = scenario_config(named.is_string() ? named.get<std::string>() : "");
-  const Json defaults = detail::read_document(scenario.toml, scenario.file, ConfigFormat::Toml, config.ignored);
+  Json merged = detail::read_document(scenario.toml, scenario.file, ConfigFormat::Toml, config.ignored);
+  if (users_file) list_taken_from(merged, given, "", config);
+  merge(merged, given);
   Reading reading{config, {}};
-  read_table(defaults, "", reading);
-  SEQPAR_CHECK(reading.refusals.empty(), scenario.file, ": ", reading.refusals.front());
-  if (users_file) list_taken_from(defaults, given, "", config);
-  read_table(given, "", reading);
+  read_table(merged, "", reading);
   // A value that the checks of validate() refuse (ZeRO-3 outside its scenario, say) is
   // named beside the keys refused while reading, not on the next run.
   try {
@@ -362,16 +351,15 @@ void write_toml(const Json& table, const std::string& path, std::string& out) {
 
 std::vector<std::string> config_keys() {
   std::vector<std::string> names;
-  for (const Key& key : keys()) names.push_back(key.name);
-  std::sort(names.begin(), names.end());
+  for (const auto& [name, key] : keys()) names.push_back(name);
   return names;
 }
 
 std::string to_toml(const ReproConfig& config) {
   Json tree = Json::object();
-  for (const Key& key : keys()) {
+  for (const auto& [name, key] : keys()) {
     const Json value = key.write(config);
-    std::string pointer = "/" + key.name;  // "/ds_config/optimizer/params/lr"
+    std::string pointer = "/" + name;  // "/ds_config/optimizer/params/lr"
     std::replace(pointer.begin(), pointer.end(), '.', '/');
     if (!value.is_null()) tree[Json::json_pointer(pointer)] = value;
   }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -24,21 +23,6 @@ int64_t product(int64_t a, int64_t b, const char* what) {
   int64_t result = 0;
   SEQPAR_INPUT_CHECK(!__builtin_mul_overflow(a, b, &result), "config: ", what, " = ", a, " x ", b,
                      " overflows a 64-bit integer");
-  return result;
-}
-
-// The memory estimate's arithmetic, refused when it overflows.
-uint64_t unsigned_sum(std::initializer_list<uint64_t> terms) {
-  uint64_t total = 0;
-  for (uint64_t term : terms) {
-    SEQPAR_INPUT_CHECK(!__builtin_add_overflow(total, term, &total), "config: the memory estimate overflows a 64-bit integer");
-  }
-  return total;
-}
-
-uint64_t unsigned_product(uint64_t a, uint64_t b) {
-  uint64_t result = 0;
-  SEQPAR_INPUT_CHECK(!__builtin_mul_overflow(a, b, &result), "config: the memory estimate overflows a 64-bit integer");
   return result;
 }
 
@@ -97,26 +81,20 @@ void validate(const ReproConfig& c) {
 
 uint64_t estimated_memory_bytes(const ReproConfig& c) {
   const ScenarioSizes sizes = checked_sizes(c);
-  const auto u = [](int64_t value) { return static_cast<uint64_t>(value); };
-  const uint64_t world = u(sizes.world_size);
+  // In doubles, which none of these sums overflows; refused beyond 2^64.
+  const double world = double(sizes.world_size), inputs = double(sizes.input_values), parameters = double(sizes.parameters);
   // Per rank: all replicas' inputs, one replica's freshly drawn rows, a shard's
   // activations (counted as a whole replica's), and for each of the three policies a
   // model with its gradient, Adam's two moments and a few flat copies.
-  const uint64_t per_rank_values =
-      unsigned_sum({u(sizes.input_values), unsigned_product(u(c.rows), u(c.in_features)),
-                    unsigned_product(unsigned_product(u(sizes.input_rows), u(c.out_features)), 4),
-                    unsigned_product(u(sizes.parameters), 3 * 8)});
+  const double per_rank = inputs + double(c.rows) * double(c.in_features) +
+                          double(sizes.input_rows) * double(c.out_features) * 4 + parameters * 3 * 8;
   // Rank 0: a host copy of the inputs, the baseline model, and each policy's last
   // step gathered from every rank (parameters and gradients) twice over.
-  const uint64_t root_values = unsigned_sum(
-      {u(sizes.input_values), unsigned_product(u(sizes.parameters), 8),
-       unsigned_product(unsigned_product(u(sizes.parameters), world), 3 * 2 * 2)});
+  const double root = inputs + parameters * 8 + parameters * world * 3 * 2 * 2;
   // Each step's figures, per policy: a few hundred bytes and three floats per rank.
-  const uint64_t per_step_bytes = unsigned_sum({512, unsigned_product(world, 3 * 4)});
-  return unsigned_sum({unsigned_product(unsigned_sum({unsigned_product(per_rank_values, world),
-                                                      root_values}),
-                                        sizeof(float)),
-                       unsigned_product(unsigned_product(u(c.steps), per_step_bytes), 3)});
+  const double bytes = (per_rank * world + root) * sizeof(float) + double(c.steps) * (512 + world * 3 * 4) * 3;
+  SEQPAR_INPUT_CHECK(bytes < 0x1p64, "config: the memory estimate overflows a 64-bit integer");
+  return static_cast<uint64_t>(bytes);
 }
 
 std::optional<uint64_t> available_memory_bytes() {
@@ -133,29 +111,21 @@ std::optional<uint64_t> available_memory_bytes() {
   return std::nullopt;
 }
 
-void check_memory(const ReproConfig& config, uint64_t available) {
-  const uint64_t needed = estimated_memory_bytes(config);
+void check_memory(const ReproConfig& c, uint64_t available) {
+  const uint64_t needed = estimated_memory_bytes(c);
   const auto gib = [](uint64_t bytes) { return double(bytes) / double(1ull << 30); };
-  SEQPAR_INPUT_CHECK(needed <= available, "config: this scenario needs about ", gib(needed),
-                     " GiB of memory (repro.rows = ", config.rows, ", repro.in_features = ",
-                     config.in_features, ", world size ", checked_sizes(config).world_size,
-                     ", repro.steps = ", config.steps, "), but ", gib(available),
-                     " GiB are available");
+  SEQPAR_INPUT_CHECK(needed <= available, "config: this scenario needs about ", gib(needed), " GiB of memory (repro.rows = ",
+                     c.rows, ", repro.in_features = ", c.in_features, ", world size ", c.world_size(),
+                     ", repro.steps = ", c.steps, "), but ", gib(available), " GiB are available");
 }
 
-std::chrono::milliseconds default_collective_timeout(const ReproConfig& config) {
-  const ScenarioSizes sizes = checked_sizes(config);
-  // Rank 0's reference step and analysis, and every rank's drawing of the data and its
-  // share of a step: ranks that are threads share the machine's cores, so a wait can
-  // last as long as all of their work together.
-  const double world = double(sizes.world_size);
-  const double multiply_adds =
-      3.0 * double(sizes.input_values) * double(config.out_features) +
-      10.0 * world * double(sizes.parameters) +
-      world * (10.0 * double(sizes.input_values) +
-               3.0 * 3.0 * double(sizes.input_values) / world * double(config.out_features));
-  const double seconds = 60 + multiply_adds / 1e7;
-  return std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 7 * 86400.0) * 1000));
+std::chrono::milliseconds default_collective_timeout(const ReproConfig& c) {
+  const ScenarioSizes sizes = checked_sizes(c);
+  const double world = double(sizes.world_size), inputs = double(sizes.input_values), out = double(c.out_features);
+  const double multiply_adds = 3.0 * inputs * out + 10.0 * world * double(sizes.parameters) +
+                               world * (10.0 * inputs + 3.0 * 3.0 * inputs / world * out);
+  const double seconds = std::min(60 + multiply_adds / 1e7, 7 * 86400.0);  // at most a week
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
 }  // namespace seqpar::repro
