@@ -16,8 +16,7 @@ namespace seqpar::repro {
 
 // A key that was read but does not change what is reproduced, and why.
 struct ConfigNote {
-  std::string key;  // "ds_config.steps_per_print = 10"
-  std::string reason;
+  std::string key, reason;  // "ds_config.steps_per_print = 10", "logging only"
 };
 
 struct ReproConfig {
@@ -47,11 +46,10 @@ struct ReproConfig {
   int64_t heads = 8;
   int64_t head_dim = 16;
   std::string scenario = "issue-6868";  // apps/repro/scenario_list.h
-  // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
-  // listed in the report; to_toml leaves them out.
+  // Listed in the report: keys accepted without being modelled (DeepSpeed's logging,
+  // ZeRO stages 0-2, ...), and "key = value" for each key a user's config file leaves
+  // out and the scenario's defaults fill in (parse_users_config).
   std::vector<ConfigNote> ignored;
-  // "ds_config.gradient_clipping = 1.0" for each key a user's config file leaves out and
-  // the scenario's defaults fill in (parse_users_config); listed in the report.
   std::vector<std::string> taken_from_scenario;
 
   int64_t world_size() const { return sequence_parallel_size * data_parallel_size; }
@@ -72,8 +70,7 @@ ConfigFormat config_format_for(const std::string& path, const std::string& text)
 ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
                          const std::string& source_name, ConfigFormat format = ConfigFormat::Toml);
 
-// parse_config for a user's config file: it must hold at least one setting, and the
-// keys it leaves out are listed in taken_from_scenario.
+// For a user's config file: it must hold a setting; what it leaves out is listed.
 ReproConfig parse_users_config(const std::string& text, const std::vector<std::string>& overrides,
                                const std::string& source_name, ConfigFormat format);
 ReproConfig load_config(const std::string& path);  // a user's file, in any format

@@ -134,13 +134,6 @@ bool is(const std::string& text, const std::regex& pattern) {
   return text.size() <= kMaxNumberCharacters && std::regex_match(text, pattern);
 }
 
-// Whether a scalar tagged !!int, !!float, !!bool or !!null looks like one.
-bool is_kind(const std::string& text, const std::string& kind) {
-  if (kind == "int") return is(text, kInteger) || is(text, kHex);
-  if (kind == "float") return is(text, kFloat) || is(text, kInteger) || is(text, kInfinity) || is(text, kNan);
-  return kind == "bool" ? is(text, kTrue) || is(text, kFalse) : is(text, kNull);
-}
-
 const std::string kYamlTag = "tag:yaml.org,2002:";
 
 // Converts a YAML document node by node, counting what it holds against the limits.
@@ -194,18 +187,20 @@ struct YamlReader {
   }
 
   // As OmegaConf reads it: quoted or !!str is a string; !!int, !!float, !!bool and !!null
-  // must look like one; other tags (!!python/..., !custom) are refused.
+  // must read as one; other tags (!!python/..., !custom) are refused.
   Json scalar(const YAML::Node& node, const std::string& key) const {
     const std::string& tag = node.Tag();
     const std::string at = where(node) + ": " + printable(key);
     if (tag == "!" || tag == kYamlTag + "str") return node.Scalar();
-    if (tag == "?") return typed_plain_scalar(node.Scalar(), at);
+    const Json value = typed_plain_scalar(node.Scalar(), at);
+    if (tag == "?") return value;
     const std::string kind = tag.rfind(kYamlTag, 0) == 0 ? tag.substr(kYamlTag.size()) : "";
     SEQPAR_INPUT_CHECK(kind == "int" || kind == "float" || kind == "bool" || kind == "null", at, ": the tag ",
                        printable(tag), " is not supported");
-    SEQPAR_INPUT_CHECK(is_kind(node.Scalar(), kind), at, ": '", printable(node.Scalar()), "' is not a YAML ", kind);
-    const Json value = typed_plain_scalar(node.Scalar(), at);
-    return kind == "float" && value.is_number_integer() ? Json(value.get<double>()) : value;
+    SEQPAR_INPUT_CHECK(kind == "int" ? value.is_number_integer() : kind == "float" ? value.is_number()
+                       : kind == "bool" ? value.is_boolean() : value.is_null(),
+                       at, ": '", printable(node.Scalar()), "' is not a YAML ", kind);
+    return kind == "float" ? Json(value.get<double>()) : value;
   }
 };
 

@@ -47,18 +47,14 @@ Json read_override(const std::string& assignment);
 // longer than kMaxNumberCharacters is refused, naming `where` ("config F line L").
 Json typed_plain_scalar(const std::string& text, const std::string& where);
 
-// What a DeepSpeed key that the scenario does not read means for it (config_deepspeed.cpp).
-enum class KeyTreatment {
-  Unknown,  // not a DeepSpeed key seqpar knows: an error, so a typo is never dropped
-  Ignore,   // accepted; it does not change what is reproduced (listed in the report)
-  Refuse,   // it would change the result in a way the scenario does not model
-  Descend,  // a table whose keys are decided one by one (zero_optimization)
-};
+// What a DeepSpeed key the scenario does not read ("ds_config.steps_per_print") means for
+// it: Unknown (a typo, say: an error), Ignore (listed in the report), Refuse (it would
+// change the result), or Descend (a table decided key by key: zero_optimization).
+enum class KeyTreatment { Unknown, Ignore, Refuse, Descend };
 struct KeyDecision {
   KeyTreatment treatment = KeyTreatment::Unknown;
   std::string reason;
 };
-// `key` is the full dotted name ("ds_config.zero_optimization.stage"); `node` its value.
-KeyDecision deepspeed_key_decision(const std::string& key, const Json& node);
+KeyDecision deepspeed_key_decision(const std::string& key, const Json& node);  // config_deepspeed.cpp
 
 }  // namespace seqpar::repro::detail
