@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -334,19 +335,6 @@ ReproConfig read_config(const std::string& text, const std::vector<std::string>&
   return config;
 }
 
-// `table` as TOML: its values, then each table under its header.
-void write_toml(const Json& table, const std::string& path, std::string& out) {
-  for (const auto& [name, node] : table.items()) {
-    if (!node.is_object()) out += name + " = " + toml_value(node) + "\n";
-  }
-  for (const auto& [name, node] : table.items()) {
-    if (!node.is_object()) continue;
-    const std::string header = path.empty() ? name : path + "." + name;
-    out += (out.empty() ? "[" : "\n[") + header + "]\n";
-    write_toml(node, header, out);
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> config_keys() {
@@ -356,15 +344,15 @@ std::vector<std::string> config_keys() {
 }
 
 std::string to_toml(const ReproConfig& config) {
-  Json tree = Json::object();
+  // Each section under its header, the keys below it dotted: optimizer.params.lr = 1e-4.
+  std::string out, section;
   for (const auto& [name, key] : keys()) {
     const Json value = key.write(config);
-    std::string pointer = "/" + name;  // "/ds_config/optimizer/params/lr"
-    std::replace(pointer.begin(), pointer.end(), '.', '/');
-    if (!value.is_null()) tree[Json::json_pointer(pointer)] = value;
+    const std::string table = name.substr(0, name.find('.'));
+    if (value.is_null()) continue;
+    if (table != section) out += (out.empty() ? "[" : "\n[") + (section = table) + "]\n";
+    out += name.substr(table.size() + 1) + " = " + toml_value(value) + "\n";
   }
-  std::string out;
-  write_toml(tree, "", out);
   return out;
 }
 
@@ -383,12 +371,10 @@ std::string shortest_float_text(double value) {
 }
 
 ConfigFormat config_format_for(const std::string& path, const std::string& text) {
-  const auto ends_with = [&](const std::string& tail) {
-    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (ends_with(".toml")) return ConfigFormat::Toml;
-  if (ends_with(".yaml") || ends_with(".yml")) return ConfigFormat::Yaml;
-  if (ends_with(".json")) return ConfigFormat::Json;
+  const std::string extension = std::filesystem::path(path).extension();
+  if (extension == ".toml") return ConfigFormat::Toml;
+  if (extension == ".json") return ConfigFormat::Json;
+  if (extension == ".yaml" || extension == ".yml") return ConfigFormat::Yaml;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     const size_t first = line.find_first_not_of(" \t\r");
