@@ -8,11 +8,9 @@
 
 namespace seqpar::repro {
 
-// The largest config file read; the scenario's file is under 1 KiB.
-constexpr size_t kMaxConfigBytes = 1 << 20;
-
 // The whole file, which must be a regular file (not a directory, FIFO or device, which
 // would block, read forever or read as empty) of at most kMaxConfigBytes.
+constexpr size_t kMaxConfigBytes = 1 << 20;  // the scenario's file is under 1 KiB
 std::string read_config_file(const std::string& path);
 
 }  // namespace seqpar::repro

@@ -16,15 +16,12 @@ namespace seqpar::repro {
 void validate(const ReproConfig& config);
 
 // A generous estimate of the host memory a run takes (all ranks' copies of the data,
-// the models and optimizer states, rank 0's records), overflow-checked.
+// the models and optimizer states, rank 0's records); check_memory fails when it
+// exceeds `available`, which available_memory_bytes reads (MemAvailable in
+// /proc/meminfo, else sysconf's free pages; nullopt when neither can be read).
 uint64_t estimated_memory_bytes(const ReproConfig& config);
-
-// The memory available now (MemAvailable in /proc/meminfo, else free pages from
-// sysconf); nullopt when neither can be read.
-std::optional<uint64_t> available_memory_bytes();
-
-// Fails when estimated_memory_bytes exceeds `available`.
 void check_memory(const ReproConfig& config, uint64_t available);
+std::optional<uint64_t> available_memory_bytes();
 
 // How long a collective may wait for its last member. Rank 0 alone runs the one-rank
 // reference and the analysis of each step while the others wait at the next
