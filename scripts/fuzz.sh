@@ -33,7 +33,6 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -I. -I"$out/include" -DTOML_HEADER_ONLY=1 -DTOML_EXCEPTIONS=1)
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
-         apps/repro/config_input.cpp apps/repro/config_limits.cpp apps/repro/config_text.cpp
          apps/repro/validate.cpp apps/repro/options.cpp
          apps/repro/policy_list.cpp apps/repro/scenario_list.cpp apps/common/command_line.cpp apps/common/text.cpp
          core/error.cpp)

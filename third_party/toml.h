@@ -8,7 +8,7 @@
 // reporting follows each one. Turning them off gives every build what GCC's release
 // build does anyway: a parse error. (The one place toml++ 3.3 reaches
 // __builtin_unreachable, non-ASCII whitespace, is kept away by
-// apps/repro/config_input.h.)
+// apps/repro/config_formats.cpp.)
 #pragma once
 
 #include <toml++/impl/preprocessor.h>

@@ -1,227 +1,263 @@
+// Reading a configuration: the document (config_formats.h) with the --set overrides,
+// over the scenario's defaults, key by key through one table of keys, then validated.
 #include "apps/repro/config.h"
-
-#include "third_party/toml.h"
 
 #include <algorithm>
 #include <cctype>
+#include <cfloat>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
-#include <optional>
 #include <sstream>
 
 #include "apps/repro/config_formats.h"
 #include "apps/repro/config_input.h"
 #include "apps/repro/scenario_list.h"
+#include "apps/repro/validate.h"
 #include "core/error.h"
 
 namespace seqpar::repro {
 
 namespace {
 
-// ---------------------------------------------------------------- the schema
-// Every key the file may hold, with how to read it into the configuration. A key not
-// listed here is an error, so a typo never silently falls back to a default.
-
 using detail::Json;
-using Reader = std::function<void(const Json&, const std::string& key, ReproConfig&)>;
+using C = ReproConfig;
 
+// ---------------------------------------------------------------- values
+
+// A value as an error message quotes it.
 std::string describe(const Json& node) {
   if (node.is_string()) return '"' + abbreviated(node.get<std::string>()) + '"';
-  if (node.is_array() || node.is_object()) return node.is_array() ? "an array" : "a table";
+  if (node.is_structured()) return node.is_array() ? "an array" : "a table";
   return node.is_number_float() ? shortest_float_text(node.get<double>()) : node.dump();
+}
+
+// A value as TOML writes it, floats in their shortest form.
+std::string toml_value(const Json& node) {
+  if (node.is_string()) return "'" + node.get<std::string>() + "'";
+  if (!node.is_array()) return describe(node);
+  std::string text;
+  for (const Json& item : node) text += (text.empty() ? "" : ", ") + toml_value(item);
+  return "[" + text + "]";
+}
+
+// A double with enough digits to tell 0.99999999 from 1.
+std::string digits(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", value);
+  return text;
 }
 
 // Hugging Face's Trainer writes "auto" into a DeepSpeed config and fills the values in
 // before DeepSpeed reads it; seqpar-repro has no Trainer to ask.
 void check_not_auto(const Json& node, const std::string& key) {
-  SEQPAR_INPUT_CHECK(node != "auto",
-                     "config key ", key, " = \"auto\": a placeholder the Hugging Face Trainer "
+  SEQPAR_INPUT_CHECK(node != "auto", "config key ", key, " = \"auto\": a placeholder the Hugging Face Trainer "
                      "fills in; write the value (or leave the key out for the scenario's)");
 }
 
-// The value as TOML text, floats in their shortest form.
-std::string toml_value_text(const Json& node) {
-  if (!node.is_array()) return describe(node);
-  std::string text;
-  for (const Json& item : node) text += (text.empty() ? "" : ", ") + toml_value_text(item);
-  return "[" + text + "]";
-}
-
-int64_t read_integer(const Json& node, const std::string& key) {
+int64_t read_integer(const Json& node, const std::string& key, int64_t low, int64_t high) {
   check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_number_integer(), "config key ", key, " must be an integer, got ", describe(node));
-  SEQPAR_INPUT_CHECK(!node.is_number_unsigned() || node.get<uint64_t>() <= uint64_t(INT64_MAX),
-                     "config key ", key, " = ", describe(node), " is too large");
-  return node.get<int64_t>();
+  SEQPAR_INPUT_CHECK(!node.is_number_unsigned() || node.get<uint64_t>() <= uint64_t(INT64_MAX), "config key ",
+                     key, " = ", describe(node), " is too large");
+  const int64_t value = node.get<int64_t>();
+  SEQPAR_INPUT_CHECK(value >= low, "config key ", key, " = ", value, ": must be at least ", low);
+  SEQPAR_INPUT_CHECK(value <= high, "config key ", key, " = ", value, ": must be at most ", high);
+  return value;
 }
 
-double read_number(const Json& node, const std::string& key) {
+// The floats reach float32 kernels: a value must be finite, survive the rounding to
+// float32 without overflowing or flushing to zero, and lie in its range, whose open upper
+// end (Adam's betas, the drop probability: 1 divides by zero) holds in float32 too.
+struct Range {
+  double low;
+  bool low_included;
+  double high;
+  bool high_included;
+  const char* what = "";  // what the value is, when the key does not say
+};
+
+double read_number(const Json& node, const std::string& key, const Range& range) {
   check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
   // An integer is a double exactly only up to 2^53 in magnitude; past it, an error
   // rather than a value rounded unseen.
   constexpr int64_t kExact = int64_t(1) << 53;
-  const bool exact = node.is_number_float() ||
-                     (node.is_number_unsigned() ? node.get<uint64_t>() <= uint64_t(kExact)
-                                                : node >= -kExact && node <= kExact);
-  SEQPAR_INPUT_CHECK(exact, "config key ", key,
-                     " must be a number a double holds exactly (an integer at most 2^53 in "
+  SEQPAR_INPUT_CHECK(node.is_number_float() || (node.is_number_unsigned() ? node.get<uint64_t>() <= uint64_t(kExact)
+                                                : node >= -kExact && node <= kExact),
+                     "config key ", key, " must be a number a double holds exactly (an integer at most 2^53 in "
                      "magnitude, or a float), got ", describe(node));
-  return node.get<double>();
+  const double value = node.get<double>();
+  const std::string at = "config key " + key + " = " + digits(value) + ": ";
+  SEQPAR_INPUT_CHECK(std::isfinite(value), at, "must be a finite number");
+  SEQPAR_INPUT_CHECK(value == 0 || (std::abs(value) >= FLT_MIN && std::abs(value) <= FLT_MAX), at,
+                     "not representable in float32 (", FLT_MIN, " to ", FLT_MAX, ")");
+  const bool above = range.low_included ? value >= range.low : value > range.low;
+  const bool below = range.high_included ? value <= range.high : static_cast<float>(value) < range.high;
+  SEQPAR_INPUT_CHECK(above && below, at, range.what, "must be in ", range.low_included ? "[" : "(", range.low, ", ",
+                     range.high, range.high_included ? "]" : ")",
+                     !range.high_included && value < range.high ? " also in float32 (it rounds to 1)" : "");
+  return value;
 }
 
-Reader integer_into(int64_t ReproConfig::*field) {
-  return [field](const Json& node, const std::string& key, ReproConfig& config) {
-    config.*field = read_integer(node, key);
-  };
+// ---------------------------------------------------------------- the keys
+
+// Every key a config may set: how its value is checked and stored, and how to_toml
+// writes it (a null: left out). A key not listed is an error, so a typo never silently
+// falls back to a default.
+struct Key {
+  std::function<void(const Json&, const std::string& key, C&)> read;
+  std::function<Json(const C&)> write;
+};
+
+Key integer_key(int64_t C::*field, int64_t low, int64_t high = INT64_MAX, const char* only_in_scenario = nullptr) {
+  return {[=](const Json& node, const std::string& key, C& c) { c.*field = read_integer(node, key, low, high); },
+          [=](const C& c) { return !only_in_scenario || c.scenario == only_in_scenario ? Json(c.*field) : Json(); }};
 }
 
-Reader number_into(double ReproConfig::*field) {
-  return [field](const Json& node, const std::string& key, ReproConfig& config) {
-    config.*field = read_number(node, key);
-  };
+Key number_key(double C::*field, Range range) {
+  return {[=](const Json& node, const std::string& key, C& c) { c.*field = read_number(node, key, range); },
+          [=](const C& c) { return Json(c.*field); }};
 }
 
-// `setter` is one of AdamWOptions' named setters (&optim::AdamWOptions::lr).
-Reader adamw_number_into(optim::AdamWOptions& (optim::AdamWOptions::*setter)(double)) {
-  return [setter](const Json& node, const std::string& key, ReproConfig& config) {
-    (config.adamw.*setter)(read_number(node, key));
-  };
+// An AdamW hyperparameter, by its setter and getter (&optim::AdamWOptions::lr twice).
+Key adamw_key(optim::AdamWOptions& (optim::AdamWOptions::*set)(double), double (optim::AdamWOptions::*get)() const,
+              Range range) {
+  return {[=](const Json& node, const std::string& key, C& c) { (c.adamw.*set)(read_number(node, key, range)); },
+          [=](const C& c) { return Json((c.adamw.*get)()); }};
 }
 
-void read_betas(const Json& node, const std::string& key, ReproConfig& config) {
+void read_betas(const Json& node, const std::string& key, C& c) {
   check_not_auto(node, key);
-  SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key,
-               " must be an array of two numbers, got ", describe(node));
-  config.adamw.betas({read_number(node[0], key + "[0]"), read_number(node[1], key + "[1]")});
+  SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key, " must be an array of two numbers, got ",
+                     describe(node));
+  const Range beta{0, true, 1, false};
+  c.adamw.betas({read_number(node[0], key + "[0]", beta), read_number(node[1], key + "[1]", beta)});
 }
 
-void read_optimizer_type(const Json& node, const std::string& key, ReproConfig& config) {
+void read_optimizer_type(const Json& node, const std::string& key, C& c) {
   check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
-  config.optimizer_type = node.get<std::string>();
   // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
   // unless optimizer.params.adam_w_mode is false (which is refused).
-  std::string lower = config.optimizer_type;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "adamw") config.optimizer_type = "AdamW";
-  if (lower == "adam") {
-    config.ignored.push_back({key + " = " + describe(node),
-                              "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
-    config.optimizer_type = "AdamW";
+  std::string name = node.get<std::string>();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  SEQPAR_INPUT_CHECK(name == "adamw" || name == "adam", "config key ", key, " = ", describe(node),
+                     ": only \"AdamW\" is supported");
+  if (name == "adam") c.ignored.push_back({key + " = " + describe(node), "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
+  c.optimizer_type = "AdamW";
+}
+
+void read_zero_stage(const Json& node, const std::string& key, C& c) {
+  c.zero_stage = read_integer(node, key, 0, 3);
+  if (c.zero_stage <= 2) {
+    c.ignored.push_back({key + " = " + std::to_string(c.zero_stage), "ZeRO stages 0-2 reduce gradients over the same "
+                         "group as stage 0, which the scenario models; they only partition optimizer state and gradients"});
   }
 }
 
-void read_scenario(const Json& node, const std::string& key, ReproConfig& config) {
-  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key,
-                     " = ", describe(node), ": expected one of ", scenario_names(),
-                     " (seqpar-repro --list-scenarios)");
-  config.scenario = node.get<std::string>();
+void read_scenario(const Json& node, const std::string& key, C& c) {
+  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key, " = ", describe(node),
+                     ": expected one of ", scenario_names(), " (seqpar-repro --list-scenarios)");
+  c.scenario = node.get<std::string>();
 }
 
-void read_seed(const Json& node, const std::string& key, ReproConfig& config) {
-  const int64_t seed = read_integer(node, key);
-  SEQPAR_INPUT_CHECK(seed >= 0, "config key ", key, " = ", seed, ": the seed must not be negative");
-  config.seed = static_cast<uint64_t>(seed);
-}
-
-void read_zero_stage(const Json& node, const std::string& key, ReproConfig& config) {
-  const int64_t stage = read_integer(node, key);
-  SEQPAR_INPUT_CHECK(stage >= 0 && stage <= 3, "config key ", key, " = ", stage,
-                     ": DeepSpeed's ZeRO stages are 0, 1, 2 and 3");
-  config.zero_stage = stage;
-  if (stage <= 2) {
-    config.ignored.push_back({key + " = " + std::to_string(stage),
-                              "ZeRO stages 0-2 reduce gradients over the same group as stage 0, "
-                              "which the scenario models; they only partition optimizer state "
-                              "and gradients"});
-  }
-}
-
-// The report's script feeds x whole, so the micro-batch size only takes part in
-// DeepSpeed's check of train_batch_size (validate()).
-void read_micro_batch(const Json& node, const std::string& key, ReproConfig& config) {
-  config.train_micro_batch_size_per_gpu = read_integer(node, key);
-  config.ignored.push_back({key + " = " + describe(node),
-                            "unused: x is fed whole, as in the report's script; checked "
-                            "against train_batch_size"});
-}
-
-void read_train_batch(const Json& node, const std::string& key, ReproConfig& config) {
-  config.train_batch_size = read_integer(node, key);
-}
-
-const std::map<std::string, Reader>& schema() {
-  static const std::map<std::string, Reader> keys = {
-      {"ds_config.train_micro_batch_size_per_gpu", read_micro_batch},
-      {"ds_config.train_batch_size", read_train_batch},
-      {"ds_config.gradient_accumulation_steps",
-       integer_into(&ReproConfig::gradient_accumulation_steps)},
-      {"ds_config.gradient_clipping", number_into(&ReproConfig::gradient_clipping)},
-      {"ds_config.sequence_parallel_size", integer_into(&ReproConfig::sequence_parallel_size)},
-      {"ds_config.data_parallel_size", integer_into(&ReproConfig::data_parallel_size)},
-      {"ds_config.optimizer.type", read_optimizer_type},
-      {"ds_config.optimizer.params.lr", adamw_number_into(&optim::AdamWOptions::lr)},
-      {"ds_config.optimizer.params.betas", read_betas},
-      {"ds_config.optimizer.params.eps", adamw_number_into(&optim::AdamWOptions::eps)},
+const std::map<std::string, Key>& keys() {
+  using optim::AdamWOptions;
+  static const std::map<std::string, Key> table = {
+      {"ds_config.train_micro_batch_size_per_gpu", integer_key(&C::train_micro_batch_size_per_gpu, 1)},
+      {"ds_config.train_batch_size",
+       {[](const Json& node, const std::string& key, C& c) { c.train_batch_size = read_integer(node, key, 1, INT64_MAX); },
+        [](const C& c) { return c.train_batch_size ? Json(*c.train_batch_size) : Json(); }}},
+      // 1 but in scenario masked-tokens (validate.cpp).
+      {"ds_config.gradient_accumulation_steps", integer_key(&C::gradient_accumulation_steps, 1, 1000)},
+      {"ds_config.gradient_clipping", number_key(&C::gradient_clipping, {0, true, FLT_MAX, true})},  // 0: off
+      {"ds_config.sequence_parallel_size", integer_key(&C::sequence_parallel_size, 1)},
+      {"ds_config.data_parallel_size", integer_key(&C::data_parallel_size, 1)},
+      {"ds_config.optimizer.type", {read_optimizer_type, [](const C& c) { return Json(c.optimizer_type); }}},
+      // Larger values do not train (Adam moves every parameter by about lr a step).
+      {"ds_config.optimizer.params.lr", adamw_key(&AdamWOptions::lr, &AdamWOptions::lr, {0, false, 1, true})},
+      {"ds_config.optimizer.params.betas",
+       {read_betas, [](const C& c) { return Json::array({c.adamw.beta1(), c.adamw.beta2()}); }}},
+      {"ds_config.optimizer.params.eps", adamw_key(&AdamWOptions::eps, &AdamWOptions::eps, {0, false, 1, true})},
       {"ds_config.optimizer.params.weight_decay",
-       adamw_number_into(&optim::AdamWOptions::weight_decay)},
-      {"repro.seed", read_seed},
-      {"repro.rows", integer_into(&ReproConfig::rows)},
-      {"repro.in_features", integer_into(&ReproConfig::in_features)},
-      {"repro.out_features", integer_into(&ReproConfig::out_features)},
-      {"repro.steps", integer_into(&ReproConfig::steps)},
-      {"repro.dropout", number_into(&ReproConfig::dropout)},
-      {"repro.heads", integer_into(&ReproConfig::heads)},
-      {"repro.head_dim", integer_into(&ReproConfig::head_dim)},
-      {"repro.scenario", read_scenario},
-      {"ds_config.zero_optimization.stage", read_zero_stage},
+       adamw_key(&AdamWOptions::weight_decay, &AdamWOptions::weight_decay, {0, true, 100, true})},
+      {"ds_config.zero_optimization.stage",  // only the zero-stage scenario reads it
+       {read_zero_stage, [](const C& c) { return c.scenario == "zero-stage" && c.zero_stage >= 0 ? Json(c.zero_stage) : Json(); }}},
+      {"repro.seed", {[](const Json& node, const std::string& key, C& c) { c.seed = read_integer(node, key, 0, INT64_MAX); },
+                      [](const C& c) { return Json(c.seed); }}},
+      {"repro.rows", integer_key(&C::rows, 1)},
+      {"repro.in_features", integer_key(&C::in_features, 1)},
+      {"repro.out_features", integer_key(&C::out_features, 1)},
+      {"repro.steps", integer_key(&C::steps, 1, 1000000)},  // a million steps is days of compute
+      {"repro.dropout", number_key(&C::dropout, {0, true, 1, false, "the drop probability "})},
+      {"repro.heads", integer_key(&C::heads, INT64_MIN, INT64_MAX, "ulysses")},  // checked by its scenario
+      {"repro.head_dim", integer_key(&C::head_dim, INT64_MIN, INT64_MAX, "ulysses")},
+      {"repro.scenario", {read_scenario, [](const C& c) { return Json(c.scenario); }}},
   };
-  return keys;
+  return table;
 }
 
 bool is_known_table(const std::string& path) {
-  for (const auto& entry : schema()) {
-    if (entry.first.rfind(path + ".", 0) == 0) return true;
-  }
-  return false;
+  const auto next = keys().lower_bound(path + ".");
+  return next != keys().end() && next->first.rfind(path + ".", 0) == 0;
 }
 
-// A tree of keys being read into a configuration. Every refusal is kept, so that all of
-// a config's problems are reported at once rather than one a run.
+// ---------------------------------------------------------------- reading
+
+// A configuration being read, with every refusal kept, so that all of a config's
+// problems are reported at once rather than one a run.
 struct Reading {
-  ReproConfig& config;
+  C& config;
   std::vector<std::string> refusals;
 };
 
-void read_unmodelled_key(const Json& node, const std::string& key, Reading& reading);
+void read_table(const Json& table, const std::string& prefix, Reading& reading);
 
-// A null in YAML or JSON is DeepSpeed's "not set": no default is guessed for a key the
-// scenario reads, DeepSpeed's or the scenario's; any other key is left to DeepSpeed.
-void read_null(const std::string& key, Reading& reading) {
-  SEQPAR_INPUT_CHECK(schema().count(key) == 0, "config key ", key, " is null: write a value",
-                     key == "ds_config.gradient_clipping" ? " (0 turns clipping off)" : "",
-                     ", or leave the key out to take the scenario's");
-  reading.config.ignored.push_back({key, "null: DeepSpeed's default"});
+// A key outside the table: a DeepSpeed key the scenario can do without, or an error.
+void read_other_key(const Json& node, const std::string& key, Reading& reading) {
+  const detail::KeyDecision decision = detail::deepspeed_key_decision(key, node);
+  const std::string shown = node.is_structured() ? printable(key) : printable(key) + " = " + describe(node);
+  if (decision.treatment == detail::KeyTreatment::Ignore) return reading.config.ignored.push_back({shown, decision.reason});
+  if (decision.treatment == detail::KeyTreatment::Descend) return read_table(node, key, reading);
+  SEQPAR_INPUT_CHECK(decision.treatment != detail::KeyTreatment::Refuse, "config key ", shown,
+                     " is not supported: ", decision.reason);
+  // A typo is looked for among the keys of the same table ("repro.setps": repro.steps).
+  const std::string table = key.substr(0, key.rfind('.') + 1);
+  std::vector<std::string> near;
+  for (const auto& [name, known] : keys()) {
+    if (name.rfind(table, 0) == 0 && name.find('.', table.size()) == std::string::npos) near.push_back(name.substr(table.size()));
+  }
+  const std::string match = closest_name(key.substr(table.size()), near);
+  SEQPAR_INPUT_FAIL("unknown config key ", abbreviated(key), match.empty() ? "" : "; did you mean " + table + match + "?",
+                    " (seqpar-repro --print-config shows every key)");
 }
 
-// Reads every leaf of `table` (recursively) through the schema.
+// Reads every leaf of `table` (recursively) through the keys' table.
 void read_table(const Json& table, const std::string& prefix, Reading& reading) {
   for (const auto& [name, node] : table.items()) {
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    // "optimizer.params.lr" as one key would read as the nested lr: refused, not joined.
-    SEQPAR_INPUT_CHECK(name.find('.') == std::string::npos, "config key \"", printable(name), "\"",
-                       prefix.empty() ? "" : " in " + prefix, " has a '.' in its name; nest the keys instead");
-    const auto known = schema().find(key);
+    const auto found = keys().find(key);
+    const Key* known = found == keys().end() ? nullptr : &found->second;
     try {
+      // "optimizer.params.lr" as one key would read as the nested lr: refused, not joined.
+      SEQPAR_INPUT_CHECK(name.find('.') == std::string::npos, "config key \"", printable(name), "\"",
+                         prefix.empty() ? "" : " in " + prefix, " has a '.' in its name; nest the keys instead");
       if (node.is_null()) {
-        read_null(key, reading);
-      } else if (known != schema().end()) {
-        known->second(node, key, reading.config);
+        // DeepSpeed's "not set": no default is guessed for a key the scenario reads.
+        SEQPAR_INPUT_CHECK(!known, "config key ", key, " is null: write a value",
+                           key == "ds_config.gradient_clipping" ? " (0 turns clipping off)" : "",
+                           ", or leave the key out to take the scenario's");
+        reading.config.ignored.push_back({printable(key), "null: DeepSpeed's default"});
+      } else if (known) {
+        known->read(node, key, reading.config);
       } else if (node.is_object() && is_known_table(key)) {
         read_table(node, key, reading);
       } else {
-        read_unmodelled_key(node, key, reading);
+        read_other_key(node, key, reading);
       }
     } catch (const InputError& error) {
       reading.refusals.emplace_back(error.what());
@@ -229,198 +265,127 @@ void read_table(const Json& table, const std::string& prefix, Reading& reading) 
   }
 }
 
-// A key outside the schema: a DeepSpeed key the scenario can do without, or an error.
-void read_unmodelled_key(const Json& node, const std::string& key, Reading& reading) {
-  const detail::KeyDecision decision = detail::deepspeed_key_decision(key, node);
-  switch (decision.treatment) {
-    case detail::KeyTreatment::Ignore:
-      reading.config.ignored.push_back(
-          {node.is_structured() ? key : key + " = " + describe(node), decision.reason});
-      return;
-    case detail::KeyTreatment::Descend:
-      read_table(node, key, reading);
-      return;
-    case detail::KeyTreatment::Refuse:
-      SEQPAR_INPUT_FAIL("config key ", printable(key), node.is_structured() ? "" : " = " + describe(node),
-                        " is not supported: ", decision.reason);
-    case detail::KeyTreatment::Unknown:
-      break;
+// `from` merged into `into`: tables key by key, any other value replacing.
+void merge(Json& into, const Json& from) {
+  for (const auto& [name, node] : from.items()) {
+    if (node.is_object() && into.contains(name) && into[name].is_object()) merge(into[name], node);
+    else into[name] = node;
   }
-  // A typo is looked for among the keys of the same table ("repro.setps": repro.steps).
-  const size_t dot = key.rfind('.');
-  const std::string table = key.substr(0, dot + 1);
-  std::vector<std::string> known;
-  for (const auto& entry : schema()) {
-    if (entry.first.rfind(table, 0) == 0 && entry.first.find('.', table.size()) == std::string::npos) {
-      known.push_back(entry.first.substr(table.size()));
-    }
-  }
-  const std::string last = closest_name(key.substr(dot + 1), known);
-  const std::string near = last.empty() ? "" : table + last;
-  SEQPAR_INPUT_FAIL("unknown config key ", abbreviated(key),
-                    near.empty() ? "" : "; did you mean " + near + "?",
-                    " (seqpar-repro --print-config shows every key)");
 }
 
-// ---------------------------------------------------------------- overrides
-
-// An override's value as TOML, or else, when it is a bare word (letters, digits and
-// -_.+:/ only, as `AdamW` or `issue-6868`), as that string: so `--set
-// ds_config.optimizer.type=AdamW` needs no quotes. Anything else that is not TOML
-// (an unclosed array, a stray quote) is an error.
-Json parse_override_value(const std::string& key, const std::string& text) {
-  const std::string value_text = "value = " + text;
-  check_config_text(value_text, "--set " + key);
-  toml::table parsed;
-  try {
-    parsed = toml::parse(value_text);
-  } catch (const toml::parse_error& error) {
-    const bool bare_word = !text.empty() && text.find_first_not_of(
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.+:/") == std::string::npos;
-    SEQPAR_INPUT_CHECK(bare_word, "--set ", key, "=", text, ": the value is not TOML (",
-                       error.description(), ")");
-    return text;
-  }
-  SEQPAR_INPUT_CHECK(parsed.size() == 1 && parsed.contains("value"), "--set ", key, "=", text,
-                     ": expected one TOML value");
-  return detail::from_toml(*parsed.get("value"));
-}
-
-// "ds_config.optimizer.params.lr=3e-4": sets that key in `table`, creating tables on
-// the way. The value is parsed as TOML, so its type is what it looks like. It must be
-// one value on one line: a line break would let the rest of the text become more TOML
-// (new tables and keys) that the parser would take in silence.
-void apply_override(Json& table, const std::string& assignment) {
-  for (const char c : assignment) {
-    SEQPAR_INPUT_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7F, "--set ",
-                       printable(assignment), ": control characters (line breaks, ...) are "
-                       "not allowed; the value must be one TOML value on one line");
-  }
-  const size_t equals = assignment.find('=');
-  SEQPAR_INPUT_CHECK(equals != std::string::npos && equals > 0, "--set ", assignment,
-                     ": expected section.key=value");
-  const std::string key = assignment.substr(0, equals);
-  const std::vector<std::string> parts = split_override_key(key);
-  Json value = parse_override_value(key, assignment.substr(equals + 1));
-  Json* where = &table;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (!where->contains(parts[i])) (*where)[parts[i]] = Json::object();
-    where = &(*where)[parts[i]];
-    SEQPAR_INPUT_CHECK(where->is_object(), "--set ", key, ": ", parts[i], " is not a table");
-  }
-  (*where)[parts.back()] = std::move(value);
-}
-
-// ---------------------------------------------------------------- reading a config
-
-Json read_document(const std::string& text, const std::string& source_name,
-                   ConfigFormat format, std::vector<ConfigNote>& notes) {
-  if (format == ConfigFormat::Yaml) return detail::read_yaml_document(text, source_name, notes);
-  if (format == ConfigFormat::Json) return detail::read_json_document(text, source_name, notes);
-  return detail::read_toml_document(text, source_name);
-}
-
-// table[name], or null when `table` is not a table or lacks the key (--set can make
-// any key any value).
-const Json* member(const Json& table, const std::string& name) {
-  const auto found = table.is_object() ? table.find(name) : table.end();
-  return found == table.end() ? nullptr : &*found;
-}
-
-bool has_settings(const Json& table) {
-  for (const Json& node : table) {
-    if (!node.is_object() || has_settings(node)) return true;
-  }
-  return false;
-}
-
-// The scenario whose defaults the configuration is read over: the one it names, else
-// the first (an unknown name is refused when the key itself is read).
-const ScenarioConfig& defaults_for(const Json& table) {
-  const Json* repro = member(table, "repro");
-  const Json* scenario = repro ? member(*repro, "scenario") : nullptr;
-  return scenario_config(scenario && scenario->is_string() ? scenario->get<std::string>() : "");
-}
-
-// "key = value" for every leaf of `defaults` that `given` lacks: what the user's config
-// takes from the scenario. The micro-batch size is left out, since nothing reads it
-// but the train_batch_size check, which names it itself.
-void list_taken_from(const Json& defaults, const Json& given, const std::string& prefix,
-                     std::vector<std::string>& taken) {
+// "key = value" for every leaf of `defaults` that `given` lacks: what a user's config
+// takes from the scenario (but the micro-batch size, which only the train_batch_size
+// check reads, and which names it itself).
+void list_taken_from(const Json& defaults, const Json& given, const std::string& prefix, C& config) {
   for (const auto& [name, node] : defaults.items()) {
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    const Json* mine = member(given, name);
+    const Json mine = given.is_object() && given.contains(name) ? given[name] : Json();
     if (node.is_object()) {
-      list_taken_from(node, mine ? *mine : Json::object(), key, taken);
-    } else if (!mine && key != "repro.scenario" && key != "ds_config.train_micro_batch_size_per_gpu") {
-      taken.push_back(key + " = " + toml_value_text(node));
+      list_taken_from(node, mine, key, config);
+    } else if (mine.is_null() && key != "repro.scenario" && key != "ds_config.train_micro_batch_size_per_gpu") {
+      config.taken_from_scenario.push_back(key + " = " + toml_value(node));
     }
   }
 }
 
 void throw_refusals(const std::vector<std::string>& refusals, const std::string& source_name) {
-  if (refusals.empty()) return;
   if (refusals.size() == 1) throw InputError(refusals.front());
   // One line, as every usage error: the refusals side by side, numbered.
-  std::string message =
-      "config " + source_name + ": " + std::to_string(refusals.size()) + " settings refused:";
-  for (size_t i = 0; i < refusals.size(); ++i) {
-    message += (i == 0 ? " (" : "; (") + std::to_string(i + 1) + ") " + refusals[i];
-  }
+  std::string message = "config " + source_name + ": " + std::to_string(refusals.size()) + " settings refused:";
+  for (size_t i = 0; i < refusals.size(); ++i) message += (i ? "; (" : " (") + std::to_string(i + 1) + ") " + refusals[i];
   throw InputError(message);
 }
 
-// One note a key: a key the user's config sets replaces the scenario's note on it.
-void keep_last_note_per_key(std::vector<ConfigNote>& notes) {
-  auto key_of = [](const ConfigNote& note) { return note.key.substr(0, note.key.find(" = ")); };
-  std::vector<ConfigNote> kept;
-  for (auto note = notes.rbegin(); note != notes.rend(); ++note) {
-    const bool seen = std::any_of(kept.begin(), kept.end(),
-                                  [&](const ConfigNote& k) { return key_of(k) == key_of(*note); });
-    if (!seen) kept.insert(kept.begin(), *note);
-  }
-  notes = std::move(kept);
+bool has_settings(const Json& table) {
+  return std::any_of(table.begin(), table.end(), [](const Json& node) { return !node.is_object() || has_settings(node); });
 }
 
 ReproConfig read_config(const std::string& text, const std::vector<std::string>& overrides,
                         const std::string& source_name, ConfigFormat format, bool users_file) {
-  std::vector<ConfigNote> notes;
-  Json table = read_document(text, source_name, format, notes);
-  SEQPAR_INPUT_CHECK(!users_file || has_settings(table) || !notes.empty(), "config ",
-                     source_name, " holds no settings: leave out --config to run the built-in "
-                     "scenario, or start from what seqpar-repro --print-config prints");
-  for (const std::string& assignment : overrides) apply_override(table, assignment);
+  C config;
+  Json given = detail::read_document(text, source_name, format, config.ignored);
+  SEQPAR_INPUT_CHECK(!users_file || has_settings(given) || !config.ignored.empty(), "config ", source_name,
+                     " holds no settings: leave out --config to run the built-in scenario, or start from what "
+                     "seqpar-repro --print-config prints");
+  for (const std::string& assignment : overrides) merge(given, detail::read_override(assignment));
 
-  const ScenarioConfig& scenario = defaults_for(table);
-  const Json defaults = detail::from_toml(toml::parse(std::string_view(scenario.toml), std::string_view(scenario.file)));
-  ReproConfig config;
+  // Read over the defaults of the scenario it names, else the first (an unknown name is
+  // refused when the key itself is read).
+  const Json repro = given.value("repro", Json());
+  const Json named = repro.is_object() ? repro.value("scenario", Json()) : Json();
+  const ScenarioConfig& scenario = scenario_config(named.is_string() ? named.get<std::string>() : "");
+  Json merged = detail::read_document(scenario.toml, scenario.file, ConfigFormat::Toml, config.ignored);
+  if (users_file) list_taken_from(merged, given, "", config);
+  merge(merged, given);
   Reading reading{config, {}};
-  read_table(defaults, "", reading);
-  SEQPAR_CHECK(reading.refusals.empty(), scenario.file, ": ", reading.refusals.front());
-  if (users_file) list_taken_from(defaults, table, "", config.taken_from_scenario);
-
-  config.ignored.insert(config.ignored.end(), notes.begin(), notes.end());
-  read_table(table, "", reading);
-  // Every refusal at once: a value the checks of validate() refuse (ZeRO-3 outside its
-  // scenario, say) is named beside the keys refused while reading, not on the next run.
+  read_table(merged, "", reading);
+  // A value that the checks of validate() refuse (ZeRO-3 outside its scenario, say) is
+  // named beside the keys refused while reading, not on the next run.
   try {
     validate(config);
   } catch (const InputError& error) {
     reading.refusals.emplace_back(error.what());
   }
-  throw_refusals(reading.refusals, source_name);
-  keep_last_note_per_key(config.ignored);
+  if (!reading.refusals.empty()) throw_refusals(reading.refusals, source_name);
+  // The report's script feeds x whole: the micro-batch size only takes part in
+  // DeepSpeed's check of train_batch_size.
+  config.ignored.push_back({"ds_config.train_micro_batch_size_per_gpu = " +
+                                std::to_string(config.train_micro_batch_size_per_gpu),
+                            "unused: x is fed whole, as in the report's script; checked against train_batch_size"});
   return config;
 }
 
 }  // namespace
 
-// ---------------------------------------------------------------- public
-
 std::vector<std::string> config_keys() {
-  std::vector<std::string> keys;
-  for (const auto& entry : schema()) keys.push_back(entry.first);
-  return keys;
+  std::vector<std::string> names;
+  for (const auto& [name, key] : keys()) names.push_back(name);
+  return names;
+}
+
+std::string to_toml(const ReproConfig& config) {
+  // Each section under its header, the keys below it dotted: optimizer.params.lr = 1e-4.
+  std::string out, section;
+  for (const auto& [name, key] : keys()) {
+    const Json value = key.write(config);
+    const std::string table = name.substr(0, name.find('.'));
+    if (value.is_null()) continue;
+    if (table != section) out += (out.empty() ? "[" : "\n[") + (section = table) + "]\n";
+    out += name.substr(table.size() + 1) + " = " + toml_value(value) + "\n";
+  }
+  return out;
+}
+
+std::string shortest_float_text(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  std::string text(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
+  const size_t e = text.find('e');
+  if (e == std::string::npos) return text.find('.') == std::string::npos ? text + ".0" : text;
+  // 1e-04 -> 1e-4: the exponent without a plus sign or leading zeros.
+  size_t digits = e + 1 + (text[e + 1] == '-' || text[e + 1] == '+');
+  while (digits + 1 < text.size() && text[digits] == '0') text.erase(digits, 1);
+  if (text[e + 1] == '+') text.erase(e + 1, 1);
+  return text;
+}
+
+ConfigFormat config_format_for(const std::string& path, const std::string& text) {
+  const std::string extension = std::filesystem::path(path).extension();
+  if (extension == ".toml") return ConfigFormat::Toml;
+  if (extension == ".json") return ConfigFormat::Json;
+  if (extension == ".yaml" || extension == ".yml") return ConfigFormat::Yaml;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    if (line[first] == '{') return ConfigFormat::Json;
+    const size_t equals = line.find('='), colon = line.find(':');
+    return line[first] == '[' || (equals != std::string::npos && (colon == std::string::npos || equals < colon))
+               ? ConfigFormat::Toml
+               : ConfigFormat::Yaml;
+  }
+  return ConfigFormat::Toml;
 }
 
 ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,

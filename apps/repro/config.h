@@ -1,8 +1,8 @@
-// The scenario seqpar-repro runs, as configured in TOML (configs/issue6868.toml).
+// The scenario seqpar-repro runs, as configured (configs/issue6868.toml).
 //
-// [ds_config] holds the bug report's DeepSpeed keys with DeepSpeed's names;
-// [repro] holds what the report's script hard-codes. The defaults are the report's
-// values, so `seqpar-repro` with no arguments is the report's scenario.
+// [ds_config] holds the bug report's DeepSpeed keys with DeepSpeed's names; [repro]
+// holds what the report's script hard-codes. The defaults are the report's values, so
+// `seqpar-repro` with no arguments is the report's scenario.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +16,11 @@ namespace seqpar::repro {
 
 // A key that was read but does not change what is reproduced, and why.
 struct ConfigNote {
-  std::string key;  // "ds_config.steps_per_print = 10"
-  std::string reason;
+  std::string key, reason;  // "ds_config.steps_per_print = 10", "logging only"
 };
 
 struct ReproConfig {
-  // [ds_config]
-  // The report's script feeds x whole; DeepSpeed's check alone reads these two:
+  // [ds_config]. The report's script feeds x whole; only DeepSpeed's check reads these two:
   // train_batch_size = micro-batch x gradient_accumulation_steps x data_parallel_size.
   int64_t train_micro_batch_size_per_gpu = 4;
   std::optional<int64_t> train_batch_size;
@@ -31,8 +29,8 @@ struct ReproConfig {
   int64_t sequence_parallel_size = 4;
   int64_t data_parallel_size = 1;
   std::string optimizer_type = "AdamW";
-  // ds_config.zero_optimization.stage; -1 when not given. Stages 0-2 reduce over the
-  // same group; the zero-stage scenario runs only the given stage's reduction.
+  // zero_optimization.stage; -1 when not given. Stages 0-2 reduce over the same group;
+  // the zero-stage scenario runs only the given stage's reduction.
   int64_t zero_stage = -1;
   optim::AdamWOptions adamw =
       optim::AdamWOptions().lr(1e-4).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01);
@@ -42,19 +40,16 @@ struct ReproConfig {
   int64_t in_features = 640;
   int64_t out_features = 16;
   int64_t steps = 1;
-  // repro.dropout: the drop probability of the dropout scenario's dropout on the Linear's
-  // output, in [0, 1) also in float32 (other scenarios do not read it).
-  double dropout = 0.1;
-  // The ulysses scenario's attention block: H heads of head_dim features (d_model is
-  // repro.in_features, S is repro.rows; other scenarios do not read these).
+  double dropout = 0.1;  // the dropout scenario's drop probability
+  // The ulysses scenario's attention: H heads of head_dim features (d_model is
+  // in_features, S is rows).
   int64_t heads = 8;
   int64_t head_dim = 16;
-  std::string scenario = "issue-6868";  // repro.scenario (apps/repro/scenario_list.h)
-  // Keys accepted without being modelled (DeepSpeed's logging, ZeRO stages 0-2, ...),
-  // listed in the report. Not part of the scenario: to_toml leaves them out.
+  std::string scenario = "issue-6868";  // apps/repro/scenario_list.h
+  // Listed in the report: keys accepted without being modelled (DeepSpeed's logging,
+  // ZeRO stages 0-2, ...), and "key = value" for each key a user's config file leaves
+  // out and the scenario's defaults fill in (parse_users_config).
   std::vector<ConfigNote> ignored;
-  // "ds_config.gradient_clipping = 1.0" for each key a user's config file leaves out and
-  // the scenario's defaults fill in (parse_users_config); listed in the report.
   std::vector<std::string> taken_from_scenario;
 
   int64_t world_size() const { return sequence_parallel_size * data_parallel_size; }
@@ -63,38 +58,30 @@ struct ReproConfig {
 // The formats --config reads (apps/repro/config_formats.h describes each).
 enum class ConfigFormat { Toml, Yaml, Json };
 
-// By the file's extension (.toml, .yaml/.yml, .json); for any other name, by its first
-// character that is not blank or a comment: '{' is JSON, '[' or a `key =` line TOML,
-// anything else YAML.
+// By the extension (.toml, .yaml/.yml, .json), else by the first character that is not
+// blank or a comment: '{' is JSON, '[' or a `key =` line TOML, anything else YAML.
 ConfigFormat config_format_for(const std::string& path, const std::string& text);
 
-// Reads a config file in any of the formats; every key must be known and of the right
-// type, or a DeepSpeed key that does not change the scenario (config_formats.h).
-ReproConfig load_config(const std::string& path);
-
-// Applies "section.key=value" overrides (the value in TOML syntax: 3, 1e-4, "AdamW",
-// [0.9, 0.99]; a value that is not TOML is a string: AdamW) to the configuration in
-// `text`, reads it over the defaults of the scenario it names (repro.scenario, else
-// issue-6868: the text of configs/NAME.toml, scenario_list.h), then validates. Every
-// refusal of a key is reported together, in one InputError; each names key and value.
+// Reads `text` with the "section.key=value" overrides of --set applied (the value in
+// TOML: 3, 1e-4, [0.9, 0.99]; a bare word such as AdamW is a string) over the defaults
+// of the scenario it names (repro.scenario, else issue-6868: configs/NAME.toml), then
+// validates. Every key must be known and of the right type, or a DeepSpeed key that
+// does not change the scenario; all refusals come together, in one InputError.
 ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
                          const std::string& source_name, ConfigFormat format = ConfigFormat::Toml);
 
-// parse_config for a user's config file: it must hold at least one setting, and the
-// keys it leaves out are listed in taken_from_scenario.
+// For a user's config file: it must hold a setting; what it leaves out is listed.
 ReproConfig parse_users_config(const std::string& text, const std::vector<std::string>& overrides,
                                const std::string& source_name, ConfigFormat format);
+ReproConfig load_config(const std::string& path);  // a user's file, in any format
 
 // The shortest text that reads back as `value` ("0.9", "1e-4", "1.0"), a TOML float.
 std::string shortest_float_text(double value);
 
-// Checks that the values describe a scenario that can run; errors name key and value.
-void validate(const ReproConfig& config);
-
 // Every key the scenarios read, dotted ("ds_config.optimizer.params.lr"), sorted.
 std::vector<std::string> config_keys();
 
-// The configuration as TOML text (what --print-config shows; round-trips).
+// The configuration as TOML text (what --print-config shows; it reads back the same).
 std::string to_toml(const ReproConfig& config);
 
 }  // namespace seqpar::repro

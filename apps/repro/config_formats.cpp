@@ -1,180 +1,298 @@
+// Reading a config: the file, its text, and each format into one tree (config_formats.h).
 #include "apps/repro/config_formats.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
 #include <map>
+#include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 
 #include "apps/repro/config_input.h"
-#include "apps/repro/config_limits.h"
 #include "core/error.h"
+#include "third_party/toml.h"
 
-namespace seqpar::repro::detail {
+namespace seqpar::repro {
+
+std::string read_config_file(const std::string& path) {
+  const std::string name = "--config " + abbreviated(path);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  SEQPAR_INPUT_CHECK(fd >= 0, name, ": cannot open: ", std::strerror(errno));
+  const std::unique_ptr<int, void (*)(int*)> closing(&fd, [](int* open) { ::close(*open); });
+  struct stat status {};
+  SEQPAR_INPUT_CHECK(::fstat(fd, &status) == 0, name, ": cannot stat: ", std::strerror(errno));
+  const mode_t mode = status.st_mode;
+  SEQPAR_INPUT_CHECK(S_ISREG(mode), name, ": ", S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
+                     : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device" : "a socket",
+                     ", not a regular file");
+  std::string text;
+  char buffer[16384];
+  for (ssize_t count; (count = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    SEQPAR_INPUT_CHECK(count > 0 || errno == EINTR, name, ": cannot read: ", std::strerror(errno));
+    text.append(buffer, static_cast<size_t>(std::max<ssize_t>(count, 0)));
+    // Counted as it is read, so a file that grows meanwhile is held to the limit too.
+    SEQPAR_INPUT_CHECK(text.size() <= kMaxConfigBytes, name, ": more than the limit of ", kMaxConfigBytes, " bytes");
+  }
+  return text;
+}
+
+namespace detail {
 
 namespace {
 
-std::string join_key(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
+std::string hex(const char* format, uint32_t value) {
+  char name[16];
+  std::snprintf(name, sizeof name, format, static_cast<unsigned>(value));
+  return name;
 }
 
-// The limits of apps/repro/config_limits.h, counted while a YAML document is converted
-// (aliases make its tree larger than its text).
-struct Conversion {
-  const std::string& source;
-  size_t values = 0, text_bytes = 0;
-
-  std::string where(int line) const {
-    return line > 0 ? seqpar::detail::concat("config ", source, " line ", line) : "config " + source;
+// Refuses text that is not well-formed UTF-8, or holds a control character other than
+// tab, line feed and carriage return (a NUL ends nlohmann's JSON text, which then ignores
+// the rest), naming `source`, line and column. For TOML it also refuses what the TOML
+// parser Debian ships, toml++ 3.3, mishandles: its non-ASCII whitespace test reaches
+// __builtin_unreachable on U+00A1-U+0499, U+2C5E-U+3057 and U+FAE6-U+FEFE, and takes
+// U+00A0, U+2000-U+200B and the other Unicode spaces for whitespace, which TOML is not.
+void check_text(const std::string& text, const std::string& source, bool toml) {
+  size_t line = 1, column = 1;
+  const auto where = [&] { return seqpar::detail::concat(source, " line ", line, " column ", column, ": "); };
+  for (size_t i = 0; i < text.size(); ++column) {
+    const unsigned char lead = static_cast<unsigned char>(text[i]);
+    const size_t length = lead < 0x80 ? 1 : lead < 0xC2 ? 0 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF5 ? 4 : 0;
+    uint32_t c = length > 1 ? lead & (0x7Fu >> length) : lead;
+    bool valid = length != 0 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+      c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3Fu);
+    }
+    // Not overlong, not a surrogate, not beyond U+10FFFF.
+    valid = valid && c >= (length == 3 ? 0x800u : length == 4 ? 0x10000u : 0u) && (c < 0xD800 || c > 0xDFFF) &&
+            c <= 0x10FFFF;
+    const bool control = (c < 0x20 || c == 0x7F) && c != '\t' && c != '\n' && c != '\r';
+    SEQPAR_INPUT_CHECK(valid && !control, where(), valid ? "a control character" : "not valid UTF-8",
+                       " (byte ", hex("0x%02X", lead), ")");
+    const bool mishandled = (c >= 0xA0 && c <= 0x499) || c == 0x1680 || c == 0x180E || (c >= 0x2000 && c <= 0x200B) ||
+                            c == 0x202F || c == 0x205F || c == 0x2060 || (c >= 0x2C5E && c <= 0x3057) ||
+                            (c >= 0xFAE6 && c <= 0xFEFF && !(c == 0xFEFF && i == 0));  // a byte-order mark
+    SEQPAR_INPUT_CHECK(!toml || !mishandled, where(), "character ", hex("U+%04X", c), " is not accepted (the "
+                       "TOML parser, toml++ 3.3, mishandles U+00A0-U+0499, U+2C5E-U+3057, U+FAE6-U+FEFF and spaces)");
+    if (c == '\n') line += 1, column = 0;
+    i += length;
   }
-  // One more value of `bytes` of text, `depth` levels down.
-  void count(int line, int depth, size_t bytes) {
-    SEQPAR_INPUT_CHECK(depth <= kMaxConfigDepth, where(line), ": nested deeper than the limit of ",
-                       kMaxConfigDepth, " levels (an alias that contains itself?)");
-    SEQPAR_INPUT_CHECK(++values <= kMaxConfigValues, where(line), ": more than the limit of ",
-                       kMaxConfigValues, " values (an alias counts each time it is used)");
-    text_bytes += bytes;
-    SEQPAR_INPUT_CHECK(text_bytes <= kMaxConfigTextBytes, where(line),
-                       ": more than the limit of ", kMaxConfigTextBytes,
-                       " bytes of text (an alias counts each time it is used)");
-  }
-};
-
-// A top-level key's dotted name: `repro` is seqpar's own table in either layout.
-std::string top_key(const std::string& root, const std::string& name) {
-  return name == "repro" ? name : join_key(root, name);
 }
 
-// A name that nesting would take for a path ("optimizer.params.lr" is three keys, not one).
-void check_key_name(const std::string& name, const std::string& path, const std::string& where) {
-  SEQPAR_INPUT_CHECK(name.find('.') == std::string::npos, where, ": key \"", printable(path),
-                     "\" has a '.' in its name; nest the keys instead (optimizer: {params: ...})");
+Json from_toml(const toml::node& node) {
+  if (node.is_integer()) return *node.value<int64_t>();
+  if (node.is_floating_point()) return *node.value<double>();
+  if (node.is_boolean()) return *node.value<bool>();
+  if (node.is_string()) return *node.value<std::string>();
+  Json value = node.is_table() ? Json::object() : Json::array();
+  if (const toml::table* table = node.as_table()) {
+    for (const auto& [name, item] : *table) value[std::string(name.str())] = from_toml(item);
+  } else if (const toml::array* array = node.as_array()) {
+    for (const toml::node& item : *array) value.push_back(from_toml(item));
+  } else {  // a date or a time, which no key takes: its text, for the key's error
+    std::ostringstream text;
+    text << toml::node_view<const toml::node>(node);
+    value = text.str();
+  }
+  return value;
+}
+
+Json read_toml(const std::string& text, const std::string& source) {
+  check_text(text, "config " + source, true);
+  try {
+    return from_toml(toml::parse(text, source));
+  } catch (const toml::parse_error& error) {
+    SEQPAR_INPUT_FAIL("config ", source, " line ", error.source().begin.line, " column ",
+                      error.source().begin.column, ": ", error.description());
+  }
 }
 
 // ---------------------------------------------------------------- YAML
 
+// YAML 1.1's patterns as PyYAML's resolver has them, with OmegaConf's float (an exponent
+// without a dot: `1e-4`). std::regex recurses once per character, so they only see text
+// of at most kMaxNumberCharacters.
+const std::regex kInteger("[-+]?(0|[1-9][0-9_]*)"), kHex("[-+]?0x[0-9a-fA-F_]+");
+const std::regex kFloat("[-+]?([0-9][0-9_]*)\\.[0-9_]*([eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|"
+                        "[-+]?\\.[0-9_]+([eE][-+]?[0-9]+)?");
+const std::regex kInfinity("[-+]?\\.(inf|Inf|INF)"), kNan("\\.(nan|NaN|NAN)"), kNull("~|null|Null|NULL|");
+const std::regex kTrue("yes|Yes|YES|true|True|TRUE|on|On|ON"), kFalse("no|No|NO|false|False|FALSE|off|Off|OFF");
+
+bool is(const std::string& text, const std::regex& pattern) {
+  return text.size() <= kMaxNumberCharacters && std::regex_match(text, pattern);
+}
+
 const std::string kYamlTag = "tag:yaml.org,2002:";
 
-int line_of(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Mark().line + 1; }
+// Converts a YAML document node by node, counting what it holds against the limits.
+struct YamlReader {
+  const std::string& source;
+  size_t values = 0, text_bytes = 0;
 
-// A scalar as OmegaConf reads it: quoted or !!str is a string; !!int, !!float, !!bool
-// and !!null must look like one; other tags (!!python/..., !custom) are refused.
-Json yaml_scalar(const YAML::Node& node, const std::string& key, const Conversion& conversion) {
-  const std::string& tag = node.Tag();
-  const std::string where = conversion.where(line_of(node)) + ": " + printable(key);
-  if (tag == "!" || tag == kYamlTag + "str") return node.Scalar();
-  if (tag != "?") {
-    const std::string kind = tag.rfind(kYamlTag, 0) == 0 ? tag.substr(kYamlTag.size()) : "";
-    SEQPAR_INPUT_CHECK(kind == "int" || kind == "float" || kind == "bool" || kind == "null", where,
-                       ": the tag ", printable(tag), " is not supported");
-    SEQPAR_INPUT_CHECK(plain_scalar_is(node.Scalar(), kind.c_str()), where, ": '",
-                       printable(node.Scalar()), "' is not a YAML ", kind);
-    const Json value = typed_plain_scalar(node.Scalar(), where);
-    return kind == "float" && value.is_number_integer() ? Json(value.get<double>()) : value;
+  std::string where(const YAML::Node& node) const {
+    const std::string config = "config " + source;
+    return node.Mark().is_null() ? config : seqpar::detail::concat(config, " line ", node.Mark().line + 1);
   }
-  return typed_plain_scalar(node.Scalar(), where);
-}
 
-Json from_yaml(const YAML::Node& node, const std::string& key, int depth, Conversion& conversion);
-
-Json yaml_mapping(const YAML::Node& node, const std::string& key, int depth,
-                  Conversion& conversion, bool top = false) {
-  Json table = Json::object();
-  std::map<std::string, int> seen;  // name, line
-  for (const auto& entry : node) {
-    const int line = line_of(entry.first);
-    SEQPAR_INPUT_CHECK(entry.first.IsScalar(), conversion.where(line), ": a key under ",
-                       key.empty() ? "the top" : printable(key), " is not a name (a mapping or a list)");
-    const std::string name = entry.first.Scalar();
-    const std::string path = top ? top_key(key, name) : join_key(key, name);
-    check_key_name(name, path, conversion.where(line));
-    const auto [first, fresh] = seen.emplace(name, line);
-    SEQPAR_INPUT_CHECK(fresh, conversion.where(line), ": duplicate key ", printable(path),
-                       " (first at line ", first->second, ")");
-    table[name] = from_yaml(entry.second, path, depth + 1, conversion);
-  }
-  return table;
-}
-
-Json from_yaml(const YAML::Node& node, const std::string& key, int depth, Conversion& conversion) {
-  conversion.count(line_of(node), depth, node.IsScalar() ? node.Scalar().size() : 0);
-  const std::string& tag = node.Tag();
-  SEQPAR_INPUT_CHECK(node.IsScalar() || tag == "?" || tag == kYamlTag + "map" || tag == kYamlTag + "seq" || tag.empty(),
-                     conversion.where(line_of(node)), ": ", printable(key), ": the tag ",
-                     printable(tag), " is not supported");
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
-      return yaml_mapping(node, key, depth, conversion);
-    case YAML::NodeType::Sequence: {
-      Json array = Json::array();
-      for (size_t i = 0; i < node.size(); ++i) {
-        array.push_back(from_yaml(node[i], key + "[" + std::to_string(i) + "]", depth + 1, conversion));
-        SEQPAR_INPUT_CHECK(!array.back().is_null(), "config key ", printable(key), "[", i, "] is null");
-      }
-      return array;
+  Json convert(const YAML::Node& node, const std::string& key, int depth) {
+    SEQPAR_INPUT_CHECK(depth <= kMaxConfigDepth, where(node), ": nested deeper than the limit of ",
+                       kMaxConfigDepth, " levels (an alias that contains itself?)");
+    SEQPAR_INPUT_CHECK(++values <= kMaxConfigValues, where(node), ": more than the limit of ",
+                       kMaxConfigValues, " values (an alias counts each time it is used)");
+    text_bytes += node.IsScalar() ? node.Scalar().size() : 0;
+    SEQPAR_INPUT_CHECK(text_bytes <= kMaxConfigTextBytes, where(node), ": more than the limit of ",
+                       kMaxConfigTextBytes, " bytes of text (an alias counts each time it is used)");
+    const std::string& tag = node.Tag();
+    if (node.IsScalar()) return scalar(node, key);
+    SEQPAR_INPUT_CHECK(tag == "?" || tag.empty() || tag == kYamlTag + "map" || tag == kYamlTag + "seq",
+                       where(node), ": ", printable(key), ": the tag ", printable(tag), " is not supported");
+    if (node.IsMap()) return mapping(node, key, depth, false);
+    if (!node.IsSequence()) return nullptr;
+    Json array = Json::array();
+    for (size_t i = 0; i < node.size(); ++i) {
+      array.push_back(convert(node[i], key + "[" + std::to_string(i) + "]", depth + 1));
+      SEQPAR_INPUT_CHECK(!array.back().is_null(), "config key ", printable(key), "[", i, "] is null");
     }
-    case YAML::NodeType::Scalar:
-      return yaml_scalar(node, key, conversion);
-    default:
-      return nullptr;
+    return array;
   }
+
+  // At the top, `key` is the layout's root ("ds_config", or "" when the document has
+  // one), and `repro` is seqpar's own table.
+  Json mapping(const YAML::Node& node, const std::string& key, int depth, bool top) {
+    Json table = Json::object();
+    std::map<std::string, int> lines;  // of the keys seen
+    for (const auto& entry : node) {
+      SEQPAR_INPUT_CHECK(entry.first.IsScalar(), where(entry.first), ": a key under ",
+                         key.empty() ? "the top" : printable(key), " is not a name (a mapping or a list)");
+      const std::string& name = entry.first.Scalar();
+      const std::string path = key.empty() || (top && name == "repro") ? name : key + "." + name;
+      const auto [first, fresh] = lines.emplace(name, entry.first.Mark().line + 1);
+      SEQPAR_INPUT_CHECK(fresh, where(entry.first), ": duplicate key ", printable(path), " (first at line ",
+                         first->second, ")");
+      table[name] = convert(entry.second, path, depth + 1);
+    }
+    return table;
+  }
+
+  // As OmegaConf reads it: quoted or !!str is a string; !!int, !!float, !!bool and !!null
+  // must read as one; other tags (!!python/..., !custom) are refused.
+  Json scalar(const YAML::Node& node, const std::string& key) const {
+    const std::string& tag = node.Tag();
+    const std::string at = where(node) + ": " + printable(key);
+    if (tag == "!" || tag == kYamlTag + "str") return node.Scalar();
+    const Json value = typed_plain_scalar(node.Scalar(), at);
+    if (tag == "?") return value;
+    const std::string kind = tag.rfind(kYamlTag, 0) == 0 ? tag.substr(kYamlTag.size()) : "";
+    SEQPAR_INPUT_CHECK(kind == "int" || kind == "float" || kind == "bool" || kind == "null", at, ": the tag ",
+                       printable(tag), " is not supported");
+    SEQPAR_INPUT_CHECK(kind == "int" ? value.is_number_integer() : kind == "float" ? value.is_number()
+                       : kind == "bool" ? value.is_boolean() : value.is_null(),
+                       at, ": '", printable(node.Scalar()), "' is not a YAML ", kind);
+    return kind == "float" ? Json(value.get<double>()) : value;
+  }
+};
+
+// The line where a second document starts, or 0. Not YAML::LoadAll: on some malformed
+// text yaml-cpp 0.7's parser reports empty documents without end, which LoadAll collects
+// until memory runs out; here the parser is asked for two documents at most.
+int second_document(const std::string& text) {
+  struct DocumentStarts : YAML::EventHandler {
+    int line = 0;
+    void OnDocumentStart(const YAML::Mark& mark) override { line = mark.line + 1; }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } starts;
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  return parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts) ? std::max(starts.line, 1) : 0;
+}
+
+Json read_yaml(const std::string& text, const std::string& source) {
+  YAML::Node document;
+  int second_line = 0;
+  try {
+    document = YAML::Load(text);
+    second_line = second_document(text);
+  } catch (const YAML::DeepRecursion& error) {
+    SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, ": nested deeper than the YAML parser's "
+                      "limit of ", error.depth(), " levels (seqpar reads ", kMaxConfigDepth, ")");
+  } catch (const YAML::Exception& error) {
+    SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, " column ", error.mark.column + 1, ": ",
+                      error.msg);
+  }
+  // OmegaConf (PyYAML) reads one document; a second one would be dropped unseen.
+  SEQPAR_INPUT_CHECK(second_line == 0, "config ", source, " line ", second_line,
+                     ": a second YAML document ('---'); a config is one document");
+  if (document.IsNull()) return Json::object();
+  SEQPAR_INPUT_CHECK(document.IsMap(), "config ", source, ": expected a mapping at the top (ds_config: ...)");
+  const bool has_ds_config = static_cast<const YAML::Node&>(document)["ds_config"].IsDefined();
+  return YamlReader{source}.mapping(document, has_ds_config ? "" : "ds_config", 0, true);
 }
 
 // ---------------------------------------------------------------- JSON
 
-// nlohmann's parse callback, which sees every container open (with its depth), every
-// key and every value: it refuses nesting beyond kMaxConfigDepth before the parser goes
-// deeper, more than kMaxConfigValues values (the text limit needs no count: the file is
-// at most kMaxConfigBytes), a dotted key, and a key given twice in one object (DeepSpeed
-// does; the parser keeps the last).
-class JsonChecks {
- public:
-  explicit JsonChecks(const std::string& source) : source_(source) {}
-  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
+// nlohmann's parse callback sees every container open (with its depth) and every key and
+// value: it refuses nesting beyond kMaxConfigDepth before the parser goes deeper, more
+// than kMaxConfigValues values (the file's size bounds the text), and a key given twice
+// in one object (which DeepSpeed takes, keeping the last).
+Json read_json(const std::string& text, const std::string& source) {
+  size_t values = 0;
+  std::vector<std::set<std::string>> objects;  // the keys of each open object
+  const auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
     using Event = Json::parse_event_t;
-    if (event == Event::object_start || event == Event::array_start) {
-      SEQPAR_INPUT_CHECK(depth < kMaxConfigDepth, "config ", source_,
-                         ": nested deeper than the limit of ", kMaxConfigDepth, " levels");
-    }
-    if (event == Event::object_start || event == Event::array_start || event == Event::value) {
-      SEQPAR_INPUT_CHECK(++values_ <= kMaxConfigValues, "config ", source_,
-                         ": more than the limit of ", kMaxConfigValues, " values");
-    }
-    if (event == Event::object_start) objects_.emplace_back();
-    if (event == Event::object_end && !objects_.empty()) objects_.pop_back();
-    if (event == Event::key && !objects_.empty()) {
-      const std::string name = parsed.get<std::string>();
-      check_key_name(name, name, "config " + source_);
-      SEQPAR_INPUT_CHECK(objects_.back().insert(name).second, "config ", source_,
-                         ": duplicate key \"", printable(name), "\" in one object");
+    const bool opens = event == Event::object_start || event == Event::array_start;
+    SEQPAR_INPUT_CHECK(!opens || depth < kMaxConfigDepth, "config ", source, ": nested deeper than the limit of ",
+                       kMaxConfigDepth, " levels");
+    SEQPAR_INPUT_CHECK(!(opens || event == Event::value) || ++values <= kMaxConfigValues, "config ", source,
+                       ": more than the limit of ", kMaxConfigValues, " values");
+    if (event == Event::object_start) objects.emplace_back();
+    if (event == Event::object_end) objects.pop_back();
+    if (event == Event::key) {
+      SEQPAR_INPUT_CHECK(objects.back().insert(parsed.get<std::string>()).second, "config ", source,
+                         ": duplicate key \"", printable(parsed.get<std::string>()), "\" in one object");
     }
     return true;
+  };
+  Json document;
+  try {
+    document = Json::parse(text, check);
+  } catch (const Json::exception& error) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    const std::string what = error.what();
+    SEQPAR_INPUT_FAIL("config ", source, ": ", what.substr(std::min(what.find("] ") + 2, what.size())));
   }
+  SEQPAR_INPUT_CHECK(document.is_object(), "config ", source, ": expected a JSON object of DeepSpeed keys at the top");
+  return document;
+}
 
- private:
-  const std::string& source_;
-  size_t values_ = 0;
-  std::vector<std::set<std::string>> objects_;
-};
-
-// ---------------------------------------------------------------- layout
-
-// seqpar's layout from a document: the report's (`ds_config` at the top) or DeepSpeed's
-// (the document is the ds_config). Top-level keys outside both are not read; a null
-// section is DeepSpeed's "not set".
+// seqpar's layout from a YAML or JSON document: the report's (`ds_config` at the top) or
+// DeepSpeed's (the document is the ds_config). A null section is DeepSpeed's "not set".
 Json arrange(Json document, const std::string& source, std::vector<ConfigNote>& ignored) {
+  Json arranged = Json::object();
   for (const char* section : {"repro", "ds_config"}) {
     if (document.contains(section) && document[section].is_null()) {
       ignored.push_back({section, "null: DeepSpeed's default"});
       document.erase(section);
     }
   }
-  Json arranged = Json::object();
   if (document.contains("repro")) {
     SEQPAR_INPUT_CHECK(document["repro"].is_object(), "config ", source, ": repro must be a mapping");
     arranged["repro"] = std::move(document["repro"]);
@@ -184,117 +302,77 @@ Json arrange(Json document, const std::string& source, std::vector<ConfigNote>& 
     arranged["ds_config"] = std::move(document);
     return arranged;
   }
-  SEQPAR_INPUT_CHECK(document["ds_config"].is_object(), "config ", source,
-                     ": ds_config must be a mapping of DeepSpeed keys");
+  SEQPAR_INPUT_CHECK(document["ds_config"].is_object(), "config ", source, ": ds_config must be a mapping of DeepSpeed keys");
   arranged["ds_config"] = std::move(document["ds_config"]);
   for (const auto& entry : document.items()) {
-    if (entry.key() != "ds_config") {
-      ignored.push_back({entry.key(), "outside ds_config: not a DeepSpeed key"});
-    }
+    if (entry.key() != "ds_config") ignored.push_back({entry.key(), "outside ds_config: not a DeepSpeed key"});
   }
   return arranged;
 }
 
-// The line where a second document starts, or 0. Not YAML::LoadAll: on some malformed
-// text yaml-cpp 0.7's parser reports empty documents without end, which LoadAll collects
-// until memory runs out; here the parser is asked for two documents at most.
-int second_document(const std::string& text) {
-  class DocumentStarts : public YAML::EventHandler {
-   public:
-    int line = 0;
-    void OnDocumentStart(const YAML::Mark& mark) override { line = mark.line + 1; }
-    void OnDocumentEnd() override {}
-    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                         YAML::EmitterStyle::value) override {}
-    void OnSequenceEnd() override {}
-    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                    YAML::EmitterStyle::value) override {}
-    void OnMapEnd() override {}
-  } starts;
-  std::istringstream stream(text);
-  YAML::Parser parser(stream);
-  if (!parser.HandleNextDocument(starts)) return 0;
-  return parser.HandleNextDocument(starts) ? std::max(starts.line, 1) : 0;
-}
-
 }  // namespace
 
-Json from_toml(const toml::node& node) {
-  if (const toml::table* table = node.as_table()) {
-    Json object = Json::object();
-    for (const auto& [name, item] : *table) object[std::string(name.str())] = from_toml(item);
-    return object;
+Json typed_plain_scalar(const std::string& text, const std::string& where) {
+  // Digits with only what a number may hold around them; longer than the patterns may see.
+  const bool numeric = text.find_first_of("0123456789") != std::string::npos &&
+                       text.find_first_not_of("+-0123456789_.eExabcdefABCDEF") == std::string::npos;
+  SEQPAR_INPUT_CHECK(text.size() <= kMaxNumberCharacters || !numeric, where, ": a number of ", text.size(),
+                     " characters, more than the limit of ", kMaxNumberCharacters);
+  if (is(text, kNull)) return nullptr;
+  if (is(text, kTrue) || is(text, kFalse)) return is(text, kTrue);
+  const bool integer = is(text, kInteger), hexadecimal = is(text, kHex);
+  if (integer || hexadecimal || is(text, kFloat)) {
+    std::string digits = text;
+    digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
+    try {
+      if (integer || hexadecimal) return int64_t(std::stoll(digits, nullptr, integer ? 10 : 16));
+      return std::stod(digits);
+    } catch (const std::logic_error&) {
+      // Beyond int64 or double, or no digit at all ("._"): text, which the key's reader names.
+    }
   }
-  if (const toml::array* array = node.as_array()) {
-    Json items = Json::array();
-    for (const toml::node& item : *array) items.push_back(from_toml(item));
-    return items;
-  }
-  if (node.is_integer()) return node.value<int64_t>().value();
-  if (node.is_floating_point()) return node.value<double>().value();
-  if (node.is_boolean()) return node.value<bool>().value();
-  if (node.is_string()) return node.value<std::string>().value();
-  std::ostringstream text;  // a date or time, which check_config_text keeps out
-  text << toml::node_view<const toml::node>(node);
-  return text.str();
+  if (is(text, kInfinity)) return (text[0] == '-' ? -1 : 1) * std::numeric_limits<double>::infinity();
+  if (is(text, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  return text;
 }
 
-Json read_toml_document(const std::string& text, const std::string& source) {
-  check_config_text(text, source);  // before toml++ sees it (config_input.h)
+Json read_document(const std::string& text, const std::string& source, ConfigFormat format,
+                   std::vector<ConfigNote>& ignored) {
+  if (format == ConfigFormat::Toml) return read_toml(text, source);
+  check_text(text, "config " + source, false);
+  return arrange(format == ConfigFormat::Yaml ? read_yaml(text, source) : read_json(text, source), source, ignored);
+}
+
+Json read_override(const std::string& assignment) {
+  const std::string shown = "--set " + abbreviated(assignment);
+  // One value on one line: after a line break, the rest would be more TOML (new tables, keys).
+  SEQPAR_INPUT_CHECK(std::none_of(assignment.begin(), assignment.end(),
+                                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7F; }),
+                     shown, ": control characters (line breaks, ...) are not allowed; the value must be one TOML "
+                     "value on one line");
+  const size_t equals = assignment.find('=');
+  SEQPAR_INPUT_CHECK(equals != std::string::npos && equals > 0, shown, ": expected section.key=value");
+  const std::string key = assignment.substr(0, equals), value = assignment.substr(equals + 1);
+  check_text(assignment, "--set " + abbreviated(key), true);
+  const auto parse = [&](const std::string& text, const char* part) {
+    try {
+      return from_toml(toml::parse(key + " = " + text));
+    } catch (const toml::parse_error& error) {
+      SEQPAR_INPUT_FAIL(shown, ": the ", part, " is not TOML (", error.description(), ")");
+    }
+  };
+  parse("0", "key");  // dotted parts, bare or quoted, as TOML writes a key
+  // A bare word is a string, so `--set ds_config.optimizer.type=AdamW` needs no quotes.
+  const bool bare_word = !value.empty() && value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+      "abcdefghijklmnopqrstuvwxyz0123456789-_.+:/") == std::string::npos;
   try {
-    return from_toml(toml::parse(text, source));
+    return from_toml(toml::parse(key + " = " + value));
   } catch (const toml::parse_error& error) {
-    SEQPAR_INPUT_FAIL("config ", source, " line ", error.source().begin.line, " column ",
-                      error.source().begin.column, ": ", error.description());
+    SEQPAR_INPUT_CHECK(bare_word, shown, ": the value is not TOML (", error.description(), ")");
   }
+  return parse("'" + value + "'", "value");
 }
 
-Json read_yaml_document(const std::string& text, const std::string& source,
-                        std::vector<ConfigNote>& ignored) {
-  check_text_encoding(text, source);
-  YAML::Node document;
-  int second_document_line = 0;
-  try {
-    document = YAML::Load(text);
-    second_document_line = second_document(text);
-  } catch (const YAML::DeepRecursion& error) {
-    SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, ": nested deeper than the "
-                      "YAML parser's limit of ", error.depth(), " levels (seqpar reads ",
-                      kMaxConfigDepth, ")");
-  } catch (const YAML::Exception& error) {
-    SEQPAR_INPUT_FAIL("config ", source, " line ", error.mark.line + 1, " column ",
-                      error.mark.column + 1, ": ", error.msg);
-  }
-  // OmegaConf (PyYAML) reads one document; a second one would be dropped unseen.
-  SEQPAR_INPUT_CHECK(second_document_line == 0, "config ", source, " line ", second_document_line,
-                     ": a second YAML document ('---'); a config is one document");
-  if (document.IsNull()) return arrange(Json::object(), source, ignored);
-  SEQPAR_INPUT_CHECK(document.IsMap(), "config ", source,
-                     ": expected a mapping at the top (ds_config: ...)");
-  const std::string root = static_cast<const YAML::Node&>(document)["ds_config"] ? "" : "ds_config";
-  Conversion conversion{source};
-  return arrange(yaml_mapping(document, root, 0, conversion, true), source, ignored);
-}
+}  // namespace detail
 
-Json read_json_document(const std::string& text, const std::string& source,
-                        std::vector<ConfigNote>& ignored) {
-  check_text_encoding(text, source);  // a NUL byte, which the parser takes for the end
-  Json document;
-  try {
-    document = Json::parse(text, JsonChecks(source));
-  } catch (const Json::exception& error) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    const std::string what = error.what();
-    const size_t bracket = what.find("] ");
-    SEQPAR_INPUT_FAIL("config ", source, ": ",
-                      bracket == std::string::npos ? what : what.substr(bracket + 2));
-  }
-  SEQPAR_INPUT_CHECK(document.is_object(), "config ", source,
-                     ": expected a JSON object of DeepSpeed keys at the top");
-  return arrange(std::move(document), source, ignored);
-}
-
-}  // namespace seqpar::repro::detail
+}  // namespace seqpar::repro

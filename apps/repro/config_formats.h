@@ -1,20 +1,21 @@
-// The formats a scenario can come in, each read into the one tree that config.cpp
-// reads keys from: an nlohmann::json object with `ds_config` and `repro`. JSON is that
-// tree as parsed; TOML and YAML are copied into it node by node, their scalars typed by
-// their own parsers (YAML's plain scalars by OmegaConf's patterns, config_limits.h).
+// The formats a config comes in, each read into the one tree that config.cpp checks key
+// by key: an nlohmann::json object with `ds_config` and `repro`.
 //
 //   TOML  seqpar's own format (configs/issue6868.toml): [ds_config] and [repro].
 //   YAML  the bug report's config.yaml, as its script loads it with OmegaConf: a
 //         top-level `ds_config:` mapping (other top-level keys are not read).
 //   JSON  DeepSpeed's own ds_config.json: the DeepSpeed keys at the top level.
 //
-// A YAML or JSON document with a top-level `ds_config` mapping is read the report's
-// way; one without is read as a DeepSpeed config itself. Its top-level `repro`
-// mapping, when present, is seqpar's [repro] table in either case.
+// A YAML or JSON document with a top-level `ds_config` is read the report's way; one
+// without is a DeepSpeed config itself. A top-level `repro` is seqpar's [repro] in both.
+// Numbers are typed as DeepSpeed's users get them: JSON's own types, and for YAML
+// OmegaConf's, under which `1e-4` is a float (YAML 1.1 reads a string) and a quoted
+// scalar stays a string. A null (DeepSpeed's "use the default") stays in the tree.
 //
-// Numbers are typed the way DeepSpeed's users get them: JSON's own number types, and
-// for YAML OmegaConf's resolver, under which `1e-4` is a float (plain YAML 1.1 would
-// read it as a string) and a quoted scalar stays a string.
+// A YAML or JSON config is read into at most kMaxConfigValues values of at most
+// kMaxConfigTextBytes of text (an alias counts each time it is used, so a "billion
+// laughs" stops at the limit), nested at most kMaxConfigDepth deep (an alias inside
+// itself is infinitely deep), its YAML numbers at most kMaxNumberCharacters long.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -23,36 +24,37 @@
 #include <vector>
 
 #include "apps/repro/config.h"
-#include "third_party/toml.h"
 
 namespace seqpar::repro::detail {
 
 using Json = nlohmann::json;
 
-// The document as a tree in seqpar's layout; `ignored` receives the top-level keys
-// that are not read. A null (DeepSpeed's "use the default") stays in the tree.
-Json read_toml_document(const std::string& text, const std::string& source);
-Json read_yaml_document(const std::string& text, const std::string& source,
-                        std::vector<ConfigNote>& ignored);
-Json read_json_document(const std::string& text, const std::string& source,
-                        std::vector<ConfigNote>& ignored);
+constexpr int kMaxConfigDepth = 64;           // DeepSpeed configs nest 3 or 4 levels
+constexpr size_t kMaxConfigValues = 100000;   // a DeepSpeed config holds about 100
+constexpr size_t kMaxConfigTextBytes = 16 << 20;
+constexpr size_t kMaxNumberCharacters = 100;  // a double needs 25 at most
 
-// A toml++ node (a parsed document, a --set value) as the same tree.
-Json from_toml(const toml::node& node);
+// The document as a tree in seqpar's layout; `ignored` receives the top-level keys not read.
+Json read_document(const std::string& text, const std::string& source, ConfigFormat format,
+                   std::vector<ConfigNote>& ignored);
 
-// What a DeepSpeed key that the scenario does not read means for it.
-enum class KeyTreatment {
-  Unknown,  // not a DeepSpeed key seqpar knows: an error, so a typo is never dropped
-  Ignore,   // accepted; it does not change what is reproduced (listed in the report)
-  Refuse,   // it would change the result in a way the scenario does not model
-  Descend,  // a table whose keys are decided one by one (zero_optimization)
-};
+// A --set "section.key=value" as a tree ({"section": {"key": value}}): the key and the
+// value in TOML, or a bare word (AdamW, issue-6868) as a string, which needs no quotes.
+Json read_override(const std::string& assignment);
+
+// A YAML plain (unquoted) scalar as OmegaConf types it: YAML 1.1's booleans, integers and
+// nulls (a JSON null), and floats that take exponents without a dot (`1e-4`). A number
+// longer than kMaxNumberCharacters is refused, naming `where` ("config F line L").
+Json typed_plain_scalar(const std::string& text, const std::string& where);
+
+// What a DeepSpeed key the scenario does not read ("ds_config.steps_per_print") means for
+// it: Unknown (a typo, say: an error), Ignore (listed in the report), Refuse (it would
+// change the result), or Descend (a table decided key by key: zero_optimization).
+enum class KeyTreatment { Unknown, Ignore, Refuse, Descend };
 struct KeyDecision {
   KeyTreatment treatment = KeyTreatment::Unknown;
   std::string reason;
 };
-
-// `key` is the full dotted name ("ds_config.zero_optimization.stage"); `node` its value.
-KeyDecision deepspeed_key_decision(const std::string& key, const Json& node);
+KeyDecision deepspeed_key_decision(const std::string& key, const Json& node);  // config_deepspeed.cpp
 
 }  // namespace seqpar::repro::detail

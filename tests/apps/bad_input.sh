@@ -141,8 +141,8 @@ check "dropout rounds to 1" 2 "repro.dropout = 0.99999999" -- --set repro.dropou
 check "dropout nan" 2 "repro.dropout = nan" -- --set repro.dropout=nan
 check "dropout scenario, p 0" 2 "repro.dropout = 0 drops nothing" -- --scenario dropout --set repro.dropout=0
 check "set with line breaks" 2 "control characters" -- --set $'repro.rows=64\n[repro]\nseed = 5'
-check "set empty key part" 2 "empty key part" -- --set 'repro.=3'
-check "set leading dot" 2 "empty key part" -- --set '.rows=3'
+check "set empty key part" 2 "--set repro.=3: the key is not TOML" -- --set 'repro.=3'
+check "set leading dot" 2 "--set .rows=3: the key is not TOML" -- --set '.rows=3'
 check "set unknown key" 2 "unknown config key repro.colums" -- --set repro.colums=3
 check "set without =" 2 "expected section.key=value" -- --set repro.rows
 check "set quoted key" 0 "rows = 1001" -- --set 'repro."rows"=1001' --print-config
@@ -169,12 +169,12 @@ check "dump onto a file" 2 "exists and is not a directory" -- "${small[@]}" --pl
 check "dump into an older dump" 2 "the directory is not empty" -- "${small[@]}" --plot '' \
   --dump "$fixtures/dump-old"
 check "json to /dev/null" 0 "figures (JSON): /dev/null" -- "${small[@]}" --plot '' --json /dev/null
-# ---- text toml++ 3.3 must not see (undefined behaviour or asserts in it)
+# ---- text on which toml++ 3.3 reached undefined behaviour or an assertion: refused, with its place
 check "U+FE0F after a value" 2 "U+FE0F" -- --config "$fixtures/fe0f.toml"
 check "U+FE0F in --set" 2 "U+FE0F" -- --set $'repro.rows=1\xEF\xB8\x8F'
-check "keyless table header" 2 "a table header without a key" -- --config "$fixtures/keyless-header.toml"
+check "keyless table header" 2 "keyless-header.toml line 1 column 3: Error while parsing key" -- --config "$fixtures/keyless-header.toml"
 check "not UTF-8" 2 "not valid UTF-8 (byte 0xFF)" -- --config "$fixtures/latin1.toml"
-check "date with letters" 2 "a date or time" -- --config "$fixtures/date.toml"
+check "date with letters" 2 "date.toml line 2 column 19: Error while parsing time" -- --config "$fixtures/date.toml"
 
 # ---- hostile YAML and JSON: crashes (recursion, stack, memory), each with file, line and limit
 check "YAML alias in itself" 2 "self-alias.yaml line 1: nested deeper than the limit of 64" -- \

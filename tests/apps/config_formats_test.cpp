@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "apps/repro/config.h"
-#include "apps/repro/config_limits.h"
+#include "apps/repro/config_formats.h"
 #include "core/error.h"
 
 using namespace seqpar::repro;
