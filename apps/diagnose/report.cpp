@@ -64,7 +64,7 @@ void print_agreement(std::ostream& out, const char* what, const Agreement& agree
 }
 
 void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
-  const repro::LrHistogram& h = rule.histogram;
+  const LrHistogram& h = rule.histogram;
   const int64_t pairs = h.identical + h.below_half + h.about_one + h.about_two + h.beyond;
   out << "  differences from rank 0 in units of lr = " << number(lr) << " (" << pairs << " element pairs): "
       << "equal " << h.identical << ", below 0.5 lr " << h.below_half << ", about 1 lr " << h.about_one
@@ -78,7 +78,7 @@ void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
            "    drift by up to 2 lr a step), so Adam's first-step rule is not applied\n";
   }
   if (rule.signs && h.beyond == 0) {
-    const repro::SignAgreement& s = *rule.signs;
+    const SignAgreement& s = *rule.signs;
     out << "  gradient signs against rank 0's: " << s.opposite << " opposite (" << s.opposite_two_lr
         << " of them ended about 2 lr apart), " << s.same << " the same (" << s.same_identical
         << " ended bitwise equal)\n";

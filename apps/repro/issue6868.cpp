@@ -1,6 +1,6 @@
 // Scenario issue-6868 (the default): the bug report's run under each gradient policy,
 // against one-rank training (scenario.cpp runs it, report.cpp words it). Its outputs:
-// the report, --json (the schema in apps/repro/README.md), the drift picture and its
+// the report, --json (the schema in docs/repro.md), the drift picture and its
 // series (--plot, 2 steps or more), and --dump (every rank's final state per policy).
 #include <cstdio>
 #include <memory>
