@@ -79,12 +79,32 @@ RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank) {
   return {sp_rank * base + std::min(sp_rank, extra), base + (sp_rank < extra ? 1 : 0)};
 }
 
-void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups) {
+namespace {
+
+void reduce_over_all(const Parameters& parameters, const RankGroups& groups, dist::ReduceOp op, int divisor) {
   for (const Variable& parameter : parameters) {
     Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
-    if (groups.dp > 1) mul_(gradient, 1.0f / static_cast<float>(groups.dp));
+    groups.sequence_data_parallel->all_reduce(gradient, op);
+    if (divisor > 1) mul_(gradient, 1.0f / static_cast<float>(divisor));
   }
+}
+
+}  // namespace
+
+void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups) {
+  reduce_over_all(parameters, groups, dist::ReduceOp::Sum, static_cast<int>(groups.dp));
+}
+void sum_over_all(const Parameters& parameters, const RankGroups& groups) {
+  reduce_over_all(parameters, groups, dist::ReduceOp::Sum, 1);
+}
+void average_over_all(const Parameters& parameters, const RankGroups& groups) {
+  reduce_over_all(parameters, groups, dist::ReduceOp::Avg, 1);
+}
+
+std::string percent_text(double share, int decimals) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f%%", decimals, 100.0 * share);
+  return text;
 }
 
 Tensor gradient_norm(const Parameters& parameters) { return optim::grad_norm(parameters); }

@@ -169,10 +169,15 @@ struct RowRange {
   int64_t first = 0, count = 0;
 };
 RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank);
-// The combined-gradient conventions of DeepSpeed's reductions over sp x dp.
+// The combined-gradient conventions of DeepSpeed's reductions over sp x dp: ZeRO 0-2's,
+// and the plain sum and average over every rank (DDP's; ZeRO-3's reduce-scatter).
 void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups);
-// A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05").
+void sum_over_all(const Parameters& parameters, const RankGroups& groups);
+void average_over_all(const Parameters& parameters, const RankGroups& groups);
+// A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05"); a share
+// as a percentage with `decimals` decimals ("12%", "0.25%").
 std::string number_text(double value);
+std::string percent_text(double share, int decimals);
 // The 2-norm of all gradients (what a step clips with by default).
 Tensor gradient_norm(const Parameters& parameters);
 

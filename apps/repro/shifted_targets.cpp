@@ -16,13 +16,6 @@ Variable next_rows(const Tensor& x, int64_t first, int64_t count, int64_t out) {
   return target_of(x, first + 1, count, out);
 }
 
-void average_over_all(const Parameters& parameters, const RankGroups& groups) {
-  for (const Variable& parameter : parameters) {
-    Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
-  }
-}
-
 ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGroups& groups) {
   const Tensor& x = data.inputs;
   const int64_t rows = config.rows, out = config.out_features, dp = config.data_parallel_size;
