@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <cstdio>
 #include <limits>
 
 #include "core/error.h"
@@ -32,6 +32,34 @@ std::string format(const char* pattern, double a, double b = 0, double c = 0) {
   char text[512];
   std::snprintf(text, sizeof text, pattern, a, b, c);
   return text;
+}
+
+// What seqpar-repro knows, for the shared decision (apps/common/verdict.h): every step
+// against the baseline, bit for bit, and the gradient's scale at step 1. It measures no
+// clip norm or lr-scaled distance: with the bits at hand, any difference is NotExact.
+VerdictEvidence evidence_of(const PolicyFigures& figures) {
+  VerdictEvidence evidence;
+  evidence.has_baseline = evidence.parameters_bitwise = true;
+  GradientEvidence gradient;
+  gradient.ratio = figures.gradient_scale;
+  gradient.bitwise = true;
+  for (const StepFigures& step : figures.steps) {
+    evidence.non_finite = evidence.non_finite || step.non_finite_values > 0;
+    evidence.ranks_differ = evidence.ranks_differ || step.differing_parameters > 0;
+    evidence.parameters_bitwise = evidence.parameters_bitwise && step.parameters_unlike_baseline == 0;
+    gradient.bitwise = gradient.bitwise && step.gradients_unlike_baseline == 0;
+  }
+  evidence.gradient = gradient;
+  return evidence;
+}
+
+// The first step (1-based) where `broke` holds, 0 when none.
+template <typename Condition>
+int64_t first_step_where(const std::vector<StepFigures>& steps, Condition broke) {
+  for (size_t step = 0; step < steps.size(); ++step) {
+    if (broke(steps[step])) return static_cast<int64_t>(step + 1);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -90,38 +118,6 @@ StepFigures figures_of_step(const StepRecord& record, const BaselineStep& baseli
                                count_non_finite({baseline.loss, baseline.norm});
   return figures;
 }
-
-namespace {
-
-// What seqpar-repro knows, for the shared decision (apps/common/verdict.h): every step
-// against the baseline, bit for bit, and the gradient's scale at step 1. It measures no
-// clip norm or lr-scaled distance: with the bits at hand, any difference is NotExact.
-VerdictEvidence evidence_of(const PolicyFigures& figures) {
-  VerdictEvidence evidence;
-  evidence.has_baseline = evidence.parameters_bitwise = true;
-  GradientEvidence gradient;
-  gradient.ratio = figures.gradient_scale;
-  gradient.bitwise = true;
-  for (const StepFigures& step : figures.steps) {
-    evidence.non_finite = evidence.non_finite || step.non_finite_values > 0;
-    evidence.ranks_differ = evidence.ranks_differ || step.differing_parameters > 0;
-    evidence.parameters_bitwise = evidence.parameters_bitwise && step.parameters_unlike_baseline == 0;
-    gradient.bitwise = gradient.bitwise && step.gradients_unlike_baseline == 0;
-  }
-  evidence.gradient = gradient;
-  return evidence;
-}
-
-// The first step (1-based) where `broke` holds, 0 when none.
-template <typename Condition>
-int64_t first_step_where(const std::vector<StepFigures>& steps, Condition broke) {
-  for (size_t step = 0; step < steps.size(); ++step) {
-    if (broke(steps[step])) return static_cast<int64_t>(step + 1);
-  }
-  return 0;
-}
-
-}  // namespace
 
 void decide(PolicyFigures& figures, double lr, int sp, int dp) {
   const std::vector<StepFigures>& steps = figures.steps;

@@ -93,14 +93,6 @@ json results_json(const RunResults& results) {
           {"policies", policies}};
 }
 
-NamedTensors parameters_and_gradients(const std::vector<float>& parameters,
-                                      const std::vector<float>& gradients,
-                                      const ReproConfig& config) {
-  NamedTensors tensors = unflatten(parameters, config, "");
-  for (auto& named : unflatten(gradients, config, "grad.")) tensors.push_back(std::move(named));
-  return tensors;
-}
-
 // The dump's files, each made as it is written, so the dump is never held whole.
 std::vector<DumpFile> dump_files(const std::shared_ptr<const RunResults>& results) {
   const ReproConfig& config = results->config;

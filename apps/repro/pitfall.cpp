@@ -52,8 +52,7 @@ double norm_of(const std::vector<float>& values) {
 }
 
 NamedTensors run_tensors(const TrainedRun& run, const ReproConfig& config) {
-  NamedTensors tensors = unflatten(run.final_parameters, config, "");
-  for (auto& named : unflatten(run.first_gradient, config, "grad.")) tensors.push_back(std::move(named));
+  NamedTensors tensors = parameters_and_gradients(run.final_parameters, run.first_gradient, config);
   tensors.push_back({"clip_norm", Tensor::from_data({1}, {static_cast<float>(run.first_clip_norm)})});
   return tensors;
 }

@@ -151,6 +151,13 @@ void print_pitfall(std::ostream& out, const PitfallResults& results);
 // The figures as --json's document (schema seqpar-repro-pitfall/2).
 nlohmann::json pitfall_json(const PitfallResults& results);
 
+// The kit's scenarios, each described in its file (shifted_targets.cpp, clipping_norms.cpp,
+// dropout_scenario.h, masked_tokens.h).
+const PitfallScenario& shifted_targets_scenario();
+const PitfallScenario& clipping_norms_scenario();
+const PitfallScenario& dropout_scenario();
+const PitfallScenario& masked_tokens_scenario();
+
 // The pipeline's Scenario for one of the kit's scenarios (pipeline.h).
 std::unique_ptr<Scenario> kit_scenario(const PitfallScenario& scenario);
 

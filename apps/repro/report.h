@@ -44,5 +44,8 @@ std::string drift_csv(const RunResults& results);
 // The flat [weight..., bias...] vector as the tensors `prefix`weight and `prefix`bias.
 NamedTensors unflatten(const std::vector<float>& flat, const ReproConfig& config,
                        const std::string& prefix);
+// A dump file's tensors: weight, bias, grad.weight and grad.bias.
+NamedTensors parameters_and_gradients(const std::vector<float>& parameters, const std::vector<float>& gradients,
+                                      const ReproConfig& config);
 
 }  // namespace seqpar::repro
