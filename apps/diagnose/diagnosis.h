@@ -17,6 +17,7 @@
 #include "apps/common/verdict.h"
 #include "apps/diagnose/inputs.h"
 #include "apps/common/first_step.h"
+#include "apps/common/text.h"  // number_text: a figure as the reports print it
 
 namespace seqpar::diagnose {
 
@@ -159,8 +160,5 @@ bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>
 void decide(Diagnosis& diagnosis);
 // The evidence lines, from the figures and what the files held (evidence.cpp).
 void gather_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings);
-
-// A figure as the report prints it: four significant digits (%.4g).
-std::string number(double value);
 
 }  // namespace seqpar::diagnose

@@ -45,8 +45,8 @@ Cause group_of_one(const std::string& evidence) {
 
 // A gradient scale that dist::name_scale named, as a pitfall.
 Cause scale_cause(const ScaleFigure& scale) {
-  const std::string evidence = "the gradient is " + number(scale.ratio) + "x the one-rank gradient (" +
-                               scale.cause + "), its direction the same to " + number(scale.direction_error);
+  const std::string evidence = "the gradient is " + number_text(scale.ratio) + "x the one-rank gradient (" +
+                               scale.cause + "), its direction the same to " + number_text(scale.direction_error);
   if (scale.cause.rfind("x sp ", 0) == 0) {
     return {"each rank's loss is a mean over its own rows and the gradients are summed over sp: "
             "the sum of sp means is sp times the mean",
@@ -65,7 +65,7 @@ Cause scale_cause(const ScaleFigure& scale) {
 
 void add_direction_causes(Diagnosis& diagnosis, double error) {
   const std::string evidence = "with the scale taken out, the gradient still differs from the "
-                               "one-rank gradient by " + number(error) + " (relative): rows are "
+                               "one-rank gradient by " + number_text(error) + " (relative): rows are "
                                "weighed differently or missing; the tensors alone cannot tell which";
   diagnosis.causes.push_back({"targets shifted inside each shard (each shard's last row loses its target)",
                               evidence, "shift the labels before the sequence is cut into shards",
@@ -81,18 +81,18 @@ void add_direction_causes(Diagnosis& diagnosis, double error) {
 void add_clip_causes(Diagnosis& diagnosis) {
   if (!diagnosis.norms) return;
   const NormFigures& norms = *diagnosis.norms;
-  const std::string clipped = "clipping used " + number(norms.clip_norms[0]);
+  const std::string clipped = "clipping used " + number_text(norms.clip_norms[0]);
   if (norms.mean_of_partials) {
     diagnosis.causes.push_back(
         {"gradient clipping used the mean of the ranks' partial norms",
-         clipped + ", the mean of the ranks' local gradient norms (" + number(*norms.mean_of_local_norms) + ")" +
-             (norms.to_reference ? ", " + number(*norms.to_reference) + "x the one-rank norm" : ""),
+         clipped + ", the mean of the ranks' local gradient norms (" + number_text(*norms.mean_of_local_norms) + ")" +
+             (norms.to_reference ? ", " + number_text(*norms.to_reference) + "x the one-rank norm" : ""),
          "clip after the reduction, with the norm of the reduced gradient",
          "seqpar-repro --scenario clipping-norms"});
   } else if (norms.to_gradient_cause.find("sqrt") != std::string::npos) {
     diagnosis.causes.push_back(
         {"gradient clipping summed the squares of the replicated gradient over the ranks",
-         clipped + ", " + number(norms.to_gradient) + "x the norm of the gradient stepped with (" +
+         clipped + ", " + number_text(norms.to_gradient) + "x the norm of the gradient stepped with (" +
              norms.to_gradient_cause + "): each element counted on every rank",
          "count each element once: the reduced gradient's norm on one copy, or squares of disjoint slices",
          "seqpar-repro --scenario clipping-norms"});
@@ -102,7 +102,7 @@ void add_clip_causes(Diagnosis& diagnosis) {
 void explain_divergent(Diagnosis& diagnosis) {
   const Agreement& p = diagnosis.parameters;
   diagnosis.verdict_text = "the ranks hold different parameters: " + std::to_string(p.differing) + " of " +
-                           std::to_string(p.elements) + " elements differ, by up to " + number(p.max_difference) + ".";
+                           std::to_string(p.elements) + " elements differ, by up to " + number_text(p.max_difference) + ".";
   std::string evidence;
   if (diagnosis.gradients && !diagnosis.gradients->bitwise) {
     evidence = "the ranks' gradients differ too (" + std::to_string(diagnosis.gradients->differing) + " elements)";
@@ -120,8 +120,8 @@ void explain_divergent(Diagnosis& diagnosis) {
     const ScaleFigure& mean = *diagnosis.mean_scale;
     evidence += "; the ranks' gradients average to " +
                 (std::abs(mean.ratio - 1) <= 1e-3 ? std::string("the one-rank gradient")
-                                                  : number(mean.ratio) + "x the one-rank gradient") +
-                (mean.cause.empty() ? "" : " (" + mean.cause + ")") + " (direction to " + number(mean.direction_error) +
+                                                  : number_text(mean.ratio) + "x the one-rank gradient") +
+                (mean.cause.empty() ? "" : " (" + mean.cause + ")") + " (direction to " + number_text(mean.direction_error) +
                 "): each rank held its part of it";
   }
   if (diagnosis.norms && diagnosis.norms->own_gradient_norms) {
@@ -131,8 +131,8 @@ void explain_divergent(Diagnosis& diagnosis) {
     diagnosis.causes.push_back(group_of_one(evidence));
   } else if (diagnosis.norms && !diagnosis.norms->ranks_agree) {
     diagnosis.causes.push_back({"the ranks stepped on the same gradient but clipped it with different norms",
-                                "clip norms " + number(diagnosis.norms->clip_norms.front()) + " to " +
-                                    number(diagnosis.norms->clip_norms.back()),
+                                "clip norms " + number_text(diagnosis.norms->clip_norms.front()) + " to " +
+                                    number_text(diagnosis.norms->clip_norms.back()),
                                 kGroupOfOneFix, "seqpar-repro --scenario issue-6868 --policy deepspeed-0.16"});
   }
 }
@@ -141,8 +141,8 @@ void explain_divergent(Diagnosis& diagnosis) {
 // against which tolerance.
 std::string distance_text(const ParameterDistance& d) {
   if (d.bitwise) return "rank 0's parameters equal the baseline's bit for bit";
-  std::string text = "rank 0's parameters are within " + number(d.max_difference) + " of the baseline's";
-  if (d.max_in_lr) text += " (" + number(*d.max_in_lr) + " lr)";
+  std::string text = "rank 0's parameters are within " + number_text(d.max_difference) + " of the baseline's";
+  if (d.max_in_lr) text += " (" + number_text(*d.max_in_lr) + " lr)";
   return text;
 }
 
@@ -152,13 +152,13 @@ void explain_by_parameters(Diagnosis& diagnosis, const std::string& agree) {
   const ParameterDistance& d = *diagnosis.baseline_distance;
   if (diagnosis.kind == Verdict::UnlikeOneRank) {
     diagnosis.verdict_text =
-        agree + ", but rank 0's parameters are up to " + number(d.max_difference) + " (" + number(*d.max_in_lr) +
+        agree + ", but rank 0's parameters are up to " + number_text(d.max_difference) + " (" + number_text(*d.max_in_lr) +
         " lr) from the baseline's, " + std::to_string(d.beyond_tolerance) + " of " + std::to_string(d.elements) +
         " elements beyond rounding: a step moves a parameter by about lr, so this is not rounding. Check that the "
         "baseline started from the same parameters, saw the same batch and used the same lr.";
   } else if (diagnosis.kind == Verdict::RanksAgree || diagnosis.kind == Verdict::OneRank) {
     diagnosis.verdict_text = agree + "; rank 0's parameters differ from the baseline's by up to " +
-                             number(d.max_difference) + ". Without the lr (--lr or --ds-config) whether that "
+                             number_text(d.max_difference) + ". Without the lr (--lr or --ds-config) whether that "
                              "is rounding cannot be told.";
   } else if (diagnosis.kind == Verdict::ParametersClose) {
     diagnosis.verdict_text =
@@ -169,7 +169,7 @@ void explain_by_parameters(Diagnosis& diagnosis, const std::string& agree) {
     diagnosis.verdict_text = agree + " and match one-rank training up to rounding: " + distance_text(d) +
                              (d.max_in_lr ? " (the tolerance: 16 units in the last place plus 1% of lr, "
                                             "beyond it " + std::to_string(d.beyond_tolerance) + " elements)" : "") +
-                             (diagnosis.scale ? "; gradient within " + number(diagnosis.scale->relative_error) +
+                             (diagnosis.scale ? "; gradient within " + number_text(diagnosis.scale->relative_error) +
                                                 " (relative, from " + diagnosis.scale->from + ")" : "") + ".";
   }
 }
@@ -184,7 +184,7 @@ void explain_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
                               "before the reduction as local_grad.NAME to test for the mean of partial norms");
   }
   diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
-                           ", but clipping used a norm " + number(*norms->to_reference) + "x the one-rank norm" +
+                           ", but clipping used a norm " + number_text(*norms->to_reference) + "x the one-rank norm" +
                            (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
   if (!scale && !norms->to_reference_cause.empty() && !norms->mean_of_partials &&
       norms->to_gradient_cause.find("sqrt") == std::string::npos) {
@@ -194,7 +194,7 @@ void explain_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
     by_norm.ratio = *norms->to_reference;
     by_norm.cause = norms->to_reference_cause;
     Cause cause = scale_cause(by_norm);
-    cause.evidence = "the clip norm (the gradient's norm) is " + number(by_norm.ratio) + "x the baseline's (" +
+    cause.evidence = "the clip norm (the gradient's norm) is " + number_text(by_norm.ratio) + "x the baseline's (" +
                      by_norm.cause + "); no gradient was saved to check its direction";
     diagnosis.causes.push_back(cause);
   }
@@ -213,14 +213,14 @@ void explain_against_baseline(Diagnosis& diagnosis) {
                              "gradient saved before it was computed, or one zeroed before it was saved?";
   } else if (diagnosis.kind == Verdict::WrongGradientScale) {
     // A named factor, or a pure scale: the direction is right, only the size is off.
-    diagnosis.verdict_text = agree + ", but the gradient (" + scale->from + ") is " + number(scale->ratio) +
+    diagnosis.verdict_text = agree + ", but the gradient (" + scale->from + ") is " + number_text(scale->ratio) +
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
                              ". Adam hardly sees a steady scale; clipping does.";
     if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
     if (scale->direction_error > kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
   } else if (diagnosis.kind == Verdict::WrongGradient) {
     diagnosis.verdict_text = agree + "; the gradient (" + scale->from + ") has the one-rank size but points "
-                             "elsewhere: " + number(scale->direction_error) + " relative error with the scale taken out.";
+                             "elsewhere: " + number_text(scale->direction_error) + " relative error with the scale taken out.";
     add_direction_causes(diagnosis, scale->direction_error);
   } else if (diagnosis.kind == Verdict::WrongClipNorm) {
     explain_clip_norm(diagnosis, agree);

@@ -67,12 +67,6 @@ Variable target_of(const Tensor& x, int64_t first, int64_t count, int64_t out) {
   return Variable(x.narrow(0, first, count).narrow(1, 0, out));
 }
 
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
-}
-
 RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank) {
   const int64_t base = rows / sp, extra = rows % sp;
   return {sp_rank * base + std::min(sp_rank, extra), base + (sp_rank < extra ? 1 : 0)};

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/text.h"
 #include "apps/repro/config.h"
 #include "apps/repro/pipeline.h"
 #include "apps/repro/policy_step.h"
@@ -181,9 +182,8 @@ RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank);
 void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups);
 void sum_over_all(const Parameters& parameters, const RankGroups& groups);
 void average_over_all(const Parameters& parameters, const RankGroups& groups);
-// A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05"); a share
-// as a percentage with `decimals` decimals ("12%", "0.25%").
-std::string number_text(double value);
+// A share as a percentage with `decimals` decimals ("12%", "0.25%"), for the reports
+// (whose other figures are apps/common/text.h's number_text).
 std::string percent_text(double share, int decimals);
 // The 2-norm of all gradients (what a step clips with by default).
 Tensor gradient_norm(const Parameters& parameters);

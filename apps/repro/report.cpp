@@ -42,24 +42,6 @@ std::string without_prefix(const std::string& text, const std::string& prefix) {
 
 }  // namespace
 
-std::string wrap_text(const std::string& text, size_t indent, size_t width) {
-  std::string out, line;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(' ', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(start, end - start);
-    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
-      out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-    start = end + 1;
-  }
-  if (!line.empty()) out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
-  return out;
-}
-
 // The config's keys that were accepted without changing the scenario, grouped by why,
 // and those a user's config left to the scenario's defaults.
 std::string config_notes(const ReproConfig& config) {

@@ -10,16 +10,13 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/scenario.h"
 #include "apps/common/dump_directory.h"
+#include "apps/common/text.h"
 #include "apps/common/safetensors.h"
 
 namespace seqpar::repro {
 
 // The width report lines keep within.
 constexpr size_t kReportWidth = 100;
-
-// `text` broken at spaces into lines of at most `width` columns, every line after the
-// first indented by `indent` spaces (the first is where the caller has put it).
-std::string wrap_text(const std::string& text, size_t indent, size_t width);
 
 // The report's "ignored" lines (keys accepted without changing the scenario, grouped by
 // why) and its "not given" line (keys a user's config left to the scenario's defaults).
