@@ -225,13 +225,7 @@ void print_run_header(std::ostream& out, const ReproConfig& c, const std::string
   out << "  model       Linear(" << c.in_features << ", " << c.out_features << "), L1 loss; "
       << c.rows << " rows per replica; " << c.steps << " step(s); gradient_clipping "
       << shortest_float_text(c.gradient_clipping) << '\n';
-  out << config_notes(c);
-  out << "  placement   " << placement << '\n';
-  out << "  mesh        ";
-  std::string layout = mesh_layout.rfind("mesh: ", 0) == 0 ? mesh_layout.substr(6) : mesh_layout;
-  while (!layout.empty() && layout.back() == '\n') layout.pop_back();
-  for (const char ch : layout) out << ch << (ch == '\n' ? "              " : "");
-  out << '\n';
+  print_setup(out, c, placement, mesh_layout);
 }
 
 void print_pitfall(std::ostream& out, const PitfallResults& results) {

@@ -22,6 +22,11 @@ constexpr size_t kReportWidth = 100;
 // why) and its "not given" line (keys a user's config left to the scenario's defaults).
 std::string config_notes(const ReproConfig& config);
 
+// The lines under every report's first line of its run: config_notes, the placement and
+// the mesh's layout.
+void print_setup(std::ostream& out, const ReproConfig& config, const std::string& placement,
+                 const std::string& mesh_layout);
+
 // The per-step table shows the first steps, log-spaced ones (1, 2, 3, 5, 10, 20, 50,
 // ...), each policy's first broken step and the last; --json holds every step.
 void print_report(std::ostream& out, const RunResults& results);
