@@ -96,4 +96,28 @@ std::string closest_name(const std::string& name, const std::vector<std::string>
   return best;
 }
 
+std::string wrap_text(const std::string& text, size_t indent, size_t width) {
+  std::string out, line;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  if (!line.empty()) out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+  return out;
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
 }  // namespace seqpar

@@ -23,6 +23,13 @@ std::string abbreviated(const std::string& text, size_t max = 120);
 // A whole report: each line through printable(), the newlines between them kept.
 std::string printable_lines(const std::string& text);
 
+// `text` broken at spaces into lines of at most `width` columns, every line after the
+// first indented by `indent` spaces (the first is where the caller has put it).
+std::string wrap_text(const std::string& text, size_t indent, size_t width);
+
+// A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05").
+std::string number_text(double value);
+
 // The number of single-letter insertions, deletions and substitutions that turn `a`
 // into `b` (Levenshtein's distance).
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -32,4 +32,58 @@ bool names_a_fault(Verdict verdict) {
   }
 }
 
+namespace {
+
+// A clip norm off the baseline's that the gradient's own scale does not explain.
+bool clip_norm_off(const VerdictEvidence& e) {
+  if (!e.clip_norm_ratio || !scale_is_off(*e.clip_norm_ratio)) return false;
+  const auto& g = e.gradient;
+  return !(g && g->zero == GradientEvidence::Zero::Neither &&
+           std::abs(*e.clip_norm_ratio / g->ratio - 1) <= kScaleRounding);
+}
+
+// With the gradient and clip norm right (or not compared): what the parameters' distance
+// from the baseline can tell.
+Verdict decide_by_distance(const VerdictEvidence& e) {
+  // A gradient of zeros on both sides leaves the scale unchecked, whatever the clip norm.
+  const bool both_zero = e.gradient && e.gradient->zero == GradientEvidence::Zero::Both;
+  const bool scale_checked = (e.gradient || e.clip_norm_ratio) && !both_zero;
+  if (!e.distance) return scale_checked ? Verdict::NotExact : Verdict::ParametersClose;
+  const DistanceEvidence& d = *e.distance;
+  if (d.lr_known && (d.beyond_two_lr > 0 || double(d.beyond_tolerance) > 0.01 * double(d.elements))) {
+    return Verdict::UnlikeOneRank;  // farther than a step: not rounding
+  }
+  if (!d.lr_known && !e.parameters_bitwise && d.beyond_tolerance > 0) {
+    return e.ranks > 1 ? Verdict::RanksAgree : Verdict::OneRank;  // rounding or not: unknown
+  }
+  return scale_checked ? Verdict::NotExact : Verdict::ParametersClose;
+}
+
+Verdict decide_against_baseline(const VerdictEvidence& e) {
+  using Zero = GradientEvidence::Zero;
+  const GradientEvidence* g = e.gradient ? &*e.gradient : nullptr;
+  const bool scaled = g && g->zero == Zero::Neither && scale_is_off(g->ratio);
+  if (e.parameters_bitwise && (!g || g->bitwise) && !scaled && !clip_norm_off(e)) {
+    return Verdict::Identical;
+  }
+  if (g && g->zero == Zero::OneSide) return Verdict::WrongGradient;
+  if (g && g->zero == Zero::Neither) {
+    const bool pure_scale = !g->direction_error || *g->direction_error <= kGradientRounding;
+    if (g->named_factor || (scaled && pure_scale)) return Verdict::WrongGradientScale;
+    if (g->direction_error && *g->direction_error > kGradientRounding) return Verdict::WrongGradient;
+  }
+  if (clip_norm_off(e)) return Verdict::WrongClipNorm;
+  return decide_by_distance(e);
+}
+
+}  // namespace
+
+Verdict decide_verdict(const VerdictEvidence& e) {
+  if (e.non_finite) return Verdict::NumericallyInvalid;
+  if (e.ranks_differ) return Verdict::RanksDiverge;
+  if (e.has_baseline) return decide_against_baseline(e);
+  if (e.clip_norm_formula_wrong) return Verdict::WrongClipNorm;
+  return e.ranks > 1 ? Verdict::RanksAgree : Verdict::OneRank;
+}
+
 }  // namespace seqpar

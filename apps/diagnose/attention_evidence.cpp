@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "apps/common/text.h"
 #include "apps/diagnose/diagnosis.h"
 #include "core/error.h"
 
@@ -181,7 +182,7 @@ std::string shards_text(const TensorByShard& t) {
     const ShardDifference& s = t.shards[r];
     text += (r ? ", " : "") + std::string("shard ") + std::to_string(r) + " " +
             (s.bitwise() ? "bitwise equal"
-                         : "up to " + number(s.max_difference) + " (relative " + number(s.relative()) +
+                         : "up to " + number_text(s.max_difference) + " (relative " + number_text(s.relative()) +
                                (s.beyond_rounding() ? ")" : ": rounding)"));
   }
   return text;
@@ -200,7 +201,7 @@ void print_attention(std::ostream& out, const AttentionFigures& f) {
   out << "  attention against the baseline, by sequence shard of " << f.rows_per_shard << " rows"
       << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
       << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
-      << number(kAttentionRounding) << ")\n";
+      << number_text(kAttentionRounding) << ")\n";
   std::vector<const TensorByShard*> tensors = {&f.output};
   for (const TensorByShard& input : f.inputs) tensors.push_back(&input);
   for (const TensorByShard* t : tensors) {
@@ -208,7 +209,7 @@ void print_attention(std::ostream& out, const AttentionFigures& f) {
     for (size_t r = 0; r < t->shards.size(); ++r) {
       const ShardDifference& s = t->shards[r];
       out << (r == 0 ? " " : r % 4 == 0 ? ",\n      " : ", ") << "[" << r << "] "
-          << (s.bitwise() ? "bitwise" : number(s.max_difference) + " (" + number(s.relative()) + ")");
+          << (s.bitwise() ? "bitwise" : number_text(s.max_difference) + " (" + number_text(s.relative()) + ")");
     }
     out << '\n';
   }

@@ -17,7 +17,7 @@ ParameterDistance parameter_distance(const std::vector<float>& parameters, const
   for (size_t i = 0; i < baseline.size(); ++i) {
     const double apart = std::abs(double(parameters[i]) - baseline[i]);
     const double ulp = std::abs(std::nextafter(baseline[i], INFINITY) - baseline[i]);
-    const double tolerance = repro::kRoundingUlps * ulp + (lr ? 0.01 * *lr : 0);
+    const double tolerance = kRoundingUlps * ulp + (lr ? 0.01 * *lr : 0);
     distance.max_difference = std::max(distance.max_difference, apart);
     distance.beyond_tolerance += apart > tolerance ? 1 : 0;
     distance.beyond_two_lr += lr && apart > 2.5 * *lr ? 1 : 0;

@@ -17,7 +17,8 @@
 #include "apps/common/verdict.h"
 #include "apps/diagnose/attention_evidence.h"
 #include "apps/diagnose/inputs.h"
-#include "apps/repro/analysis.h"
+#include "apps/common/first_step.h"
+#include "apps/common/text.h"  // number_text: a figure as the reports print it
 
 namespace seqpar::diagnose {
 
@@ -50,10 +51,10 @@ struct Agreement {
 // The ranks' parameter differences against Adam's first-step rule: with m = (1-b1) g
 // and v = (1-b2) g^2, the bias-corrected update is lr g / (|g| + eps), about lr sign(g).
 struct FirstStepRule {
-  repro::LrHistogram histogram;  // |p_r - p_0| / lr over r > 0 and every element
+  LrHistogram histogram;  // |p_r - p_0| / lr over r > 0 and every element
   bool two_lr_signature = false;  // the differences are 0 or about 2 lr, and some are 2 lr
   // With the gradients: opposite/same signs and how the copies ended (seqpar-repro's figures).
-  std::optional<repro::SignAgreement> signs;
+  std::optional<SignAgreement> signs;
   int64_t rule_pairs = 0, rule_matching = 0;  // pairs whose difference the rule predicts to 1% of lr
   // With the initial parameters: each rank's own update is +-lr (or 0) per element.
   int64_t update_elements = 0, update_matching = 0;
@@ -168,8 +169,5 @@ void gather_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& 
 void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis);
 void attention_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings);
 Diagnosis diagnose_attention_only(const RunFiles& run, const Settings& settings);
-
-// A figure as the report prints it: four significant digits (%.4g).
-std::string number(double value);
 
 }  // namespace seqpar::diagnose

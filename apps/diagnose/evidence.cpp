@@ -20,7 +20,7 @@ void ranks_evidence(Diagnosis& d, const RunFiles& run) {
   add(d, "agreement between ranks", true,
       d.parameters.bitwise ? "parameters bitwise equal on all " + std::to_string(d.ranks) + " ranks"
                            : std::to_string(d.parameters.differing) + " of " + std::to_string(d.parameters.elements) +
-                                 " parameter elements differ, by up to " + number(d.parameters.max_difference));
+                                 " parameter elements differ, by up to " + number_text(d.parameters.max_difference));
   if (d.gradients) {
     add(d, "gradients between ranks", true,
         (d.gradients->bitwise ? "bitwise equal (" : std::to_string(d.gradients->differing) + " elements differ (") +
@@ -44,7 +44,7 @@ void first_step_evidence(Diagnosis& d, const Settings& settings) {
     text += "; the rule predicts " + std::to_string(rule.rule_matching) + " of " + std::to_string(rule.rule_pairs) +
             " differences";
   }
-  add(d, "Adam's first-step rule (2 lr)", true, text + " (lr " + number(*settings.lr) + ")");
+  add(d, "Adam's first-step rule (2 lr)", true, text + " (lr " + number_text(*settings.lr) + ")");
 }
 
 void baseline_evidence(Diagnosis& d, const RunFiles& run, const Settings& settings) {
@@ -53,9 +53,9 @@ void baseline_evidence(Diagnosis& d, const RunFiles& run, const Settings& settin
         "give the baseline's parameters after the same step (--baseline, one process on the whole batch)");
   } else {
     const ParameterDistance& p = *d.baseline_distance;
-    std::string text = p.bitwise ? "bitwise equal" : "within " + number(p.max_difference);
+    std::string text = p.bitwise ? "bitwise equal" : "within " + number_text(p.max_difference);
     if (!p.bitwise && p.max_in_lr) {
-      text += " (" + number(*p.max_in_lr) + " lr); " + std::to_string(p.beyond_tolerance) + " of " +
+      text += " (" + number_text(*p.max_in_lr) + " lr); " + std::to_string(p.beyond_tolerance) + " of " +
               std::to_string(p.elements) + " elements beyond rounding (16 ulps plus 1% of lr)";
     } else if (!p.bitwise) {
       text += "; no lr (--lr), so no tolerance: whether that is rounding is not judged";
@@ -66,8 +66,8 @@ void baseline_evidence(Diagnosis& d, const RunFiles& run, const Settings& settin
   if (scale && !scale->zero.empty()) {
     add(d, "gradient scale", true, scale->zero + " (" + scale->from + ") all zeros: no ratio formed");
   } else if (scale) {
-    add(d, "gradient scale", true, number(scale->ratio) + "x the baseline's" +
-        (scale->cause.empty() ? "" : " (" + scale->cause + ")") + ", direction to " + number(scale->direction_error) +
+    add(d, "gradient scale", true, number_text(scale->ratio) + "x the baseline's" +
+        (scale->cause.empty() ? "" : " (" + scale->cause + ")") + ", direction to " + number_text(scale->direction_error) +
         " (from " + scale->from + ")");
   } else {
     const bool ranks_carry = !run.ranks[0].gradients.empty() || !run.ranks[0].exp_avg.empty();
@@ -95,12 +95,12 @@ void clip_evidence(Diagnosis& d, const Settings& settings) {
     add(d, "clip norm", false, "save clip_norm (the norm clipping compared with its threshold) on each rank");
     return;
   }
-  std::string text = number(d.norms->clip_norms[0]) + " on rank 0";
+  std::string text = number_text(d.norms->clip_norms[0]) + " on rank 0";
   if (settings.clipping && *settings.clipping > 0) {
     text += d.norms->clip_norms[0] > *settings.clipping ? ", above the threshold: clipping engaged"
                                                         : ", within the threshold: no clipping";
   }
-  if (d.norms->to_reference) text += "; " + number(*d.norms->to_reference) + "x the baseline's";
+  if (d.norms->to_reference) text += "; " + number_text(*d.norms->to_reference) + "x the baseline's";
   add(d, "clip norm", true, text);
 }
 

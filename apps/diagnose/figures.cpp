@@ -94,11 +94,11 @@ FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
   for (size_t r = 1; r < parameters.size(); ++r) {
     for (size_t i = 0; i < parameters[0].size(); ++i) rule.histogram.add(parameters[r][i], parameters[0][i], lr);
   }
-  const repro::LrHistogram& h = rule.histogram;
+  const LrHistogram& h = rule.histogram;
   const int64_t moved = h.about_one + h.about_two + h.beyond;
   rule.two_lr_signature = h.about_two > 0 && h.beyond == 0 && h.about_two >= 0.9 * double(moved);
   if (!gradients.empty()) {
-    rule.signs = repro::signs_of_first_step(repro::StepRecord{parameters, gradients, {}, {}, {}}, lr);
+    rule.signs = signs_of_first_step(parameters, gradients, lr);
     for (size_t r = 1; r < parameters.size(); ++r) {
       for (size_t i = 0; i < parameters[0].size(); ++i) {
         const double predicted =

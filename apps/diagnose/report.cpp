@@ -9,7 +9,7 @@ namespace seqpar::diagnose {
 namespace {
 
 std::string percent(int64_t part, int64_t whole) {
-  return whole > 0 ? number(100.0 * double(part) / double(whole)) + "%" : "-";
+  return whole > 0 ? number_text(100.0 * double(part) / double(whole)) + "%" : "-";
 }
 
 // Flat index -> [i, j, ...] in a row-major tensor of `shape`.
@@ -26,25 +26,7 @@ std::string position(int64_t flat, const std::vector<int64_t>& shape) {
 // continuation indented under the first line's text.
 constexpr size_t kWidth = 92;
 std::string wrapped(const std::string& lead, const std::string& text) {
-  std::string out = lead, line;
-  const std::string indent(lead.size(), ' ');
-  size_t column = lead.size(), start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(' ', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(start, end - start);
-    if (column > lead.size() && column + 1 + word.size() > kWidth) {
-      out += "\n" + indent;
-      column = indent.size();
-    } else if (column > lead.size()) {
-      out += ' ';
-      ++column;
-    }
-    out += word;
-    column += word.size();
-    start = end + 1;
-  }
-  return out + "\n";
+  return lead + wrap_text(text, lead.size(), kWidth) + "\n";
 }
 
 void print_agreement(std::ostream& out, const char* what, const Agreement& agreement, const std::string& prefix) {
@@ -53,20 +35,20 @@ void print_agreement(std::ostream& out, const char* what, const Agreement& agree
     return;
   }
   out << "  " << what << ": " << agreement.differing << " of " << agreement.elements
-      << " elements differ between ranks, by up to " << number(agreement.max_difference) << '\n';
+      << " elements differ between ranks, by up to " << number_text(agreement.max_difference) << '\n';
   for (const TensorDifference& t : agreement.tensors) {
     std::string ranks;
     for (int rank : t.ranks_unlike_rank0) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
     out << "    " << prefix << t.name << ' ' << shape_text(t.shape) << ": " << t.differing << " of " << t.elements
-        << " differ (max " << number(t.max_difference) << "); first at " << position(t.first, t.shape)
+        << " differ (max " << number_text(t.max_difference) << "); first at " << position(t.first, t.shape)
         << ", where rank(s) " << ranks << " differ from rank 0\n";
   }
 }
 
 void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
-  const repro::LrHistogram& h = rule.histogram;
+  const LrHistogram& h = rule.histogram;
   const int64_t pairs = h.identical + h.below_half + h.about_one + h.about_two + h.beyond;
-  out << "  differences from rank 0 in units of lr = " << number(lr) << " (" << pairs << " element pairs): "
+  out << "  differences from rank 0 in units of lr = " << number_text(lr) << " (" << pairs << " element pairs): "
       << "equal " << h.identical << ", below 0.5 lr " << h.below_half << ", about 1 lr " << h.about_one
       << ", about 2 lr " << h.about_two << ", beyond " << h.beyond << '\n';
   if (rule.two_lr_signature) {
@@ -78,7 +60,7 @@ void print_first_step(std::ostream& out, const FirstStepRule& rule, double lr) {
            "    drift by up to 2 lr a step), so Adam's first-step rule is not applied\n";
   }
   if (rule.signs && h.beyond == 0) {
-    const repro::SignAgreement& s = *rule.signs;
+    const SignAgreement& s = *rule.signs;
     out << "  gradient signs against rank 0's: " << s.opposite << " opposite (" << s.opposite_two_lr
         << " of them ended about 2 lr apart), " << s.same << " the same (" << s.same_identical
         << " ended bitwise equal)\n";
@@ -97,39 +79,39 @@ void print_scale(std::ostream& out, const char* what, const ScaleFigure& scale) 
     out << "  " << what << " (" << scale.from << "): " << scale.zero << " all zeros; no ratio formed\n";
     return;
   }
-  out << "  " << what << " (" << scale.from << "): " << number(scale.ratio) << "x the one-rank gradient's norm"
-      << (scale.cause.empty() ? "" : " (" + scale.cause + ")") << "; relative error " << number(scale.relative_error)
-      << ", " << number(scale.direction_error) << " with the scale taken out; " << scale.unlike_reference
+  out << "  " << what << " (" << scale.from << "): " << number_text(scale.ratio) << "x the one-rank gradient's norm"
+      << (scale.cause.empty() ? "" : " (" + scale.cause + ")") << "; relative error " << number_text(scale.relative_error)
+      << ", " << number_text(scale.direction_error) << " with the scale taken out; " << scale.unlike_reference
       << " elements not bitwise equal\n";
 }
 
 void print_norms(std::ostream& out, const NormFigures& norms, const std::optional<double>& threshold) {
-  out << "  clip norm: " << number(norms.clip_norms[0]) << " on rank 0";
+  out << "  clip norm: " << number_text(norms.clip_norms[0]) << " on rank 0";
   if (threshold && *threshold > 0) {
-    out << (norms.clip_norms[0] > *threshold ? ", above" : ", within") << " the threshold " << number(*threshold)
+    out << (norms.clip_norms[0] > *threshold ? ", above" : ", within") << " the threshold " << number_text(*threshold)
         << (norms.clip_norms[0] > *threshold ? " (the step scaled the gradient by " +
-                                                   number(*threshold / norms.clip_norms[0]) + ")"
+                                                   number_text(*threshold / norms.clip_norms[0]) + ")"
                                              : " (no clipping)");
   }
   if (!norms.ranks_agree) {
     out << ", differing between ranks (";
-    for (size_t r = 0; r < norms.clip_norms.size(); ++r) out << (r ? ", " : "") << number(norms.clip_norms[r]);
+    for (size_t r = 0; r < norms.clip_norms.size(); ++r) out << (r ? ", " : "") << number_text(norms.clip_norms[r]);
     out << ")";
   }
   out << '\n';
   if (!norms.gradient_norms.empty() && norms.gradient_norms[0] == 0) {
     out << "    rank 0's gradient is all zeros: the clip norm is not compared with it\n";
   } else if (!norms.gradient_norms.empty()) {
-    out << "    " << number(norms.to_gradient) << "x the norm of rank 0's gradient ("
-        << number(norms.gradient_norms[0]) << ")" << (norms.to_gradient_cause.empty() ? "" : " " + norms.to_gradient_cause)
+    out << "    " << number_text(norms.to_gradient) << "x the norm of rank 0's gradient ("
+        << number_text(norms.gradient_norms[0]) << ")" << (norms.to_gradient_cause.empty() ? "" : " " + norms.to_gradient_cause)
         << (norms.own_gradient_norms ? "; each rank's is its own gradient's norm" : "") << '\n';
   }
   if (norms.mean_of_local_norms) {
-    out << "    the mean of the ranks' local gradient norms is " << number(*norms.mean_of_local_norms)
+    out << "    the mean of the ranks' local gradient norms is " << number_text(*norms.mean_of_local_norms)
         << (norms.mean_of_partials ? ": the clip norm is that mean" : "") << '\n';
   }
   if (norms.to_reference) {
-    out << "    " << number(*norms.to_reference) << "x the one-rank norm (" << number(*norms.reference_norm) << ")"
+    out << "    " << number_text(*norms.to_reference) << "x the one-rank norm (" << number_text(*norms.reference_norm) << ")"
         << (norms.to_reference_cause.empty() ? "" : " " + norms.to_reference_cause) << '\n';
   }
 }
@@ -147,7 +129,7 @@ std::string skipped_text(const std::vector<std::string>& skipped) {
 void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& settings, const Diagnosis& diagnosis) {
   out << "seqpar-diagnose: " << diagnosis.ranks << " rank(s), " << run.parameter_names.size() << " parameter tensor(s)";
   if (settings.sp > 0) out << ", sp " << settings.sp << " x dp " << std::max(settings.dp, 1);
-  if (settings.lr) out << ", lr " << number(*settings.lr);
+  if (settings.lr) out << ", lr " << number_text(*settings.lr);
   out << '\n';
   for (const std::string& source : settings.sources) out << wrapped("  settings: ", source);
   out << "\nWhat the files show\n";
@@ -162,7 +144,7 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   if (diagnosis.baseline_distance) {
     const ParameterDistance& d = *diagnosis.baseline_distance;
     out << "  against the baseline (one-rank training): rank 0's parameters "
-        << (d.bitwise ? "are bitwise equal" : "differ by up to " + number(d.max_difference)) << '\n';
+        << (d.bitwise ? "are bitwise equal" : "differ by up to " + number_text(d.max_difference)) << '\n';
   }
   if (diagnosis.scale) print_scale(out, "gradient scale", *diagnosis.scale);
   if (diagnosis.mean_scale) print_scale(out, "the ranks' gradients, averaged", *diagnosis.mean_scale);
@@ -184,12 +166,6 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   for (const std::string& note : diagnosis.notes) out << wrapped("Note: ", note);
   for (const std::string& aside : run.set_aside) out << "Note: not a parameter, not used: " << aside << '\n';
   if (!run.skipped.empty()) out << wrapped("Note: ", skipped_text(run.skipped));
-}
-
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
 }
 
 namespace {

@@ -45,8 +45,8 @@ Cause group_of_one(const std::string& evidence) {
 
 // A gradient scale that dist::name_scale named, as a pitfall.
 Cause scale_cause(const ScaleFigure& scale) {
-  const std::string evidence = "the gradient is " + number(scale.ratio) + "x the one-rank gradient (" +
-                               scale.cause + "), its direction the same to " + number(scale.direction_error);
+  const std::string evidence = "the gradient is " + number_text(scale.ratio) + "x the one-rank gradient (" +
+                               scale.cause + "), its direction the same to " + number_text(scale.direction_error);
   if (scale.cause.rfind("x sp ", 0) == 0) {
     return {"each rank's loss is a mean over its own rows and the gradients are summed over sp: "
             "the sum of sp means is sp times the mean",
@@ -65,7 +65,7 @@ Cause scale_cause(const ScaleFigure& scale) {
 
 void add_direction_causes(Diagnosis& diagnosis, double error) {
   const std::string evidence = "with the scale taken out, the gradient still differs from the "
-                               "one-rank gradient by " + number(error) + " (relative): rows are "
+                               "one-rank gradient by " + number_text(error) + " (relative): rows are "
                                "weighed differently or missing; the tensors alone cannot tell which";
   diagnosis.causes.push_back({"targets shifted inside each shard (each shard's last row loses its target)",
                               evidence, "shift the labels before the sequence is cut into shards",
@@ -81,29 +81,28 @@ void add_direction_causes(Diagnosis& diagnosis, double error) {
 void add_clip_causes(Diagnosis& diagnosis) {
   if (!diagnosis.norms) return;
   const NormFigures& norms = *diagnosis.norms;
-  const std::string clipped = "clipping used " + number(norms.clip_norms[0]);
+  const std::string clipped = "clipping used " + number_text(norms.clip_norms[0]);
   if (norms.mean_of_partials) {
     diagnosis.causes.push_back(
         {"gradient clipping used the mean of the ranks' partial norms",
-         clipped + ", the mean of the ranks' local gradient norms (" + number(*norms.mean_of_local_norms) + ")" +
-             (norms.to_reference ? ", " + number(*norms.to_reference) + "x the one-rank norm" : ""),
+         clipped + ", the mean of the ranks' local gradient norms (" + number_text(*norms.mean_of_local_norms) + ")" +
+             (norms.to_reference ? ", " + number_text(*norms.to_reference) + "x the one-rank norm" : ""),
          "clip after the reduction, with the norm of the reduced gradient",
          "seqpar-repro --scenario clipping-norms"});
   } else if (norms.to_gradient_cause.find("sqrt") != std::string::npos) {
     diagnosis.causes.push_back(
         {"gradient clipping summed the squares of the replicated gradient over the ranks",
-         clipped + ", " + number(norms.to_gradient) + "x the norm of the gradient stepped with (" +
+         clipped + ", " + number_text(norms.to_gradient) + "x the norm of the gradient stepped with (" +
              norms.to_gradient_cause + "): each element counted on every rank",
          "count each element once: the reduced gradient's norm on one copy, or squares of disjoint slices",
          "seqpar-repro --scenario clipping-norms"});
   }
 }
 
-void decide_divergent(Diagnosis& diagnosis) {
+void explain_divergent(Diagnosis& diagnosis) {
   const Agreement& p = diagnosis.parameters;
-  diagnosis.kind = Verdict::RanksDiverge;
   diagnosis.verdict_text = "the ranks hold different parameters: " + std::to_string(p.differing) + " of " +
-                           std::to_string(p.elements) + " elements differ, by up to " + number(p.max_difference) + ".";
+                           std::to_string(p.elements) + " elements differ, by up to " + number_text(p.max_difference) + ".";
   std::string evidence;
   if (diagnosis.gradients && !diagnosis.gradients->bitwise) {
     evidence = "the ranks' gradients differ too (" + std::to_string(diagnosis.gradients->differing) + " elements)";
@@ -121,8 +120,8 @@ void decide_divergent(Diagnosis& diagnosis) {
     const ScaleFigure& mean = *diagnosis.mean_scale;
     evidence += "; the ranks' gradients average to " +
                 (std::abs(mean.ratio - 1) <= 1e-3 ? std::string("the one-rank gradient")
-                                                  : number(mean.ratio) + "x the one-rank gradient") +
-                (mean.cause.empty() ? "" : " (" + mean.cause + ")") + " (direction to " + number(mean.direction_error) +
+                                                  : number_text(mean.ratio) + "x the one-rank gradient") +
+                (mean.cause.empty() ? "" : " (" + mean.cause + ")") + " (direction to " + number_text(mean.direction_error) +
                 "): each rank held its part of it";
   }
   if (diagnosis.norms && diagnosis.norms->own_gradient_norms) {
@@ -132,8 +131,8 @@ void decide_divergent(Diagnosis& diagnosis) {
     diagnosis.causes.push_back(group_of_one(evidence));
   } else if (diagnosis.norms && !diagnosis.norms->ranks_agree) {
     diagnosis.causes.push_back({"the ranks stepped on the same gradient but clipped it with different norms",
-                                "clip norms " + number(diagnosis.norms->clip_norms.front()) + " to " +
-                                    number(diagnosis.norms->clip_norms.back()),
+                                "clip norms " + number_text(diagnosis.norms->clip_norms.front()) + " to " +
+                                    number_text(diagnosis.norms->clip_norms.back()),
                                 kGroupOfOneFix, "seqpar-repro --scenario issue-6868 --policy deepspeed-0.16"});
   }
 }
@@ -142,56 +141,50 @@ void decide_divergent(Diagnosis& diagnosis) {
 // against which tolerance.
 std::string distance_text(const ParameterDistance& d) {
   if (d.bitwise) return "rank 0's parameters equal the baseline's bit for bit";
-  std::string text = "rank 0's parameters are within " + number(d.max_difference) + " of the baseline's";
-  if (d.max_in_lr) text += " (" + number(*d.max_in_lr) + " lr)";
+  std::string text = "rank 0's parameters are within " + number_text(d.max_difference) + " of the baseline's";
+  if (d.max_in_lr) text += " (" + number_text(*d.max_in_lr) + " lr)";
   return text;
 }
 
-// The verdicts that need the parameters alone against the baseline: what the gradient
-// checks left open. `scale_checked`: a gradient or clip-norm comparison was made.
-void decide_by_parameters(Diagnosis& diagnosis, const std::string& agree, bool scale_checked) {
+// The texts of the verdicts that the parameters' distance from the baseline decided:
+// what the gradient checks left open.
+void explain_by_parameters(Diagnosis& diagnosis, const std::string& agree) {
   const ParameterDistance& d = *diagnosis.baseline_distance;
-  const bool far = d.max_in_lr && (d.beyond_two_lr > 0 || double(d.beyond_tolerance) > 0.01 * double(d.elements));
-  if (far) {
-    diagnosis.kind = Verdict::UnlikeOneRank;
+  if (diagnosis.kind == Verdict::UnlikeOneRank) {
     diagnosis.verdict_text =
-        agree + ", but rank 0's parameters are up to " + number(d.max_difference) + " (" + number(*d.max_in_lr) +
+        agree + ", but rank 0's parameters are up to " + number_text(d.max_difference) + " (" + number_text(*d.max_in_lr) +
         " lr) from the baseline's, " + std::to_string(d.beyond_tolerance) + " of " + std::to_string(d.elements) +
         " elements beyond rounding: a step moves a parameter by about lr, so this is not rounding. Check that the "
         "baseline started from the same parameters, saw the same batch and used the same lr.";
-  } else if (!d.max_in_lr && !d.bitwise && d.beyond_tolerance > 0) {
-    diagnosis.kind = diagnosis.ranks > 1 ? Verdict::RanksAgree : Verdict::OneRank;
+  } else if (diagnosis.kind == Verdict::RanksAgree || diagnosis.kind == Verdict::OneRank) {
     diagnosis.verdict_text = agree + "; rank 0's parameters differ from the baseline's by up to " +
-                             number(d.max_difference) + ". Without the lr (--lr or --ds-config) whether that "
+                             number_text(d.max_difference) + ". Without the lr (--lr or --ds-config) whether that "
                              "is rounding cannot be told.";
-  } else if (!scale_checked) {
-    diagnosis.kind = Verdict::ParametersClose;
+  } else if (diagnosis.kind == Verdict::ParametersClose) {
     diagnosis.verdict_text =
         agree + " and " + distance_text(d) + ", but the gradient was not compared: after Adam's first step a "
         "steady x k in the gradient (x sp, a mean divided twice) is nearly invisible in the parameters. Save "
         "grad.* (or exp_avg and exp_avg_sq) on the ranks and the baseline, or clip_norm, to check it.";
   } else {
-    diagnosis.kind = Verdict::NotExact;
     diagnosis.verdict_text = agree + " and match one-rank training up to rounding: " + distance_text(d) +
                              (d.max_in_lr ? " (the tolerance: 16 units in the last place plus 1% of lr, "
                                             "beyond it " + std::to_string(d.beyond_tolerance) + " elements)" : "") +
-                             (diagnosis.scale ? "; gradient within " + number(diagnosis.scale->relative_error) +
+                             (diagnosis.scale ? "; gradient within " + number_text(diagnosis.scale->relative_error) +
                                                 " (relative, from " + diagnosis.scale->from + ")" : "") + ".";
   }
 }
 
 // The ranks agree and the gradient (if saved) is right, but the clip norm is not the
 // baseline's. Without a gradient, a named factor of the clip norm is the gradient's.
-void decide_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
+void explain_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
   const ScaleFigure* scale = diagnosis.scale ? &*diagnosis.scale : nullptr;
   const NormFigures* norms = &*diagnosis.norms;
   if (norms->to_reference_cause.empty() && !norms->mean_of_local_norms) {
     diagnosis.notes.push_back("the clip norm's factor is none of the usual ones; save each rank's gradient "
                               "before the reduction as local_grad.NAME to test for the mean of partial norms");
   }
-  diagnosis.kind = Verdict::WrongClipNorm;
   diagnosis.verdict_text = agree + (scale ? "; the gradient is the one-rank gradient" : "") +
-                           ", but clipping used a norm " + number(*norms->to_reference) + "x the one-rank norm" +
+                           ", but clipping used a norm " + number_text(*norms->to_reference) + "x the one-rank norm" +
                            (norms->to_reference_cause.empty() ? "" : " (" + norms->to_reference_cause + ")") + ".";
   if (!scale && !norms->to_reference_cause.empty() && !norms->mean_of_partials &&
       norms->to_gradient_cause.find("sqrt") == std::string::npos) {
@@ -201,50 +194,71 @@ void decide_clip_norm(Diagnosis& diagnosis, const std::string& agree) {
     by_norm.ratio = *norms->to_reference;
     by_norm.cause = norms->to_reference_cause;
     Cause cause = scale_cause(by_norm);
-    cause.evidence = "the clip norm (the gradient's norm) is " + number(by_norm.ratio) + "x the baseline's (" +
+    cause.evidence = "the clip norm (the gradient's norm) is " + number_text(by_norm.ratio) + "x the baseline's (" +
                      by_norm.cause + "); no gradient was saved to check its direction";
     diagnosis.causes.push_back(cause);
   }
 }
 
-void decide_against_baseline(Diagnosis& diagnosis) {
+// The texts and causes of the verdicts drawn against the baseline.
+void explain_against_baseline(Diagnosis& diagnosis) {
   const ScaleFigure* scale = diagnosis.scale ? &*diagnosis.scale : nullptr;
-  const NormFigures* norms = diagnosis.norms ? &*diagnosis.norms : nullptr;
-  const ParameterDistance& distance = *diagnosis.baseline_distance;
   const std::string agree = diagnosis.ranks > 1 ? "the ranks agree bitwise" : "one rank's files (no agreement to check)";
-  const bool clip_off = norms && norms->to_reference && scale_is_off(*norms->to_reference) &&
-                        !(scale && scale->zero.empty() && std::abs(*norms->to_reference / scale->ratio - 1) <= 1e-3);
-  const bool scale_checked = scale || (norms && norms->to_reference);
-  if (distance.bitwise && (!scale || scale->unlike_reference == 0) && !clip_off) {
-    diagnosis.kind = Verdict::Identical;
+  if (diagnosis.kind == Verdict::Identical) {
     diagnosis.verdict_text = "the parameters" + std::string(scale ? " and gradients (" + scale->from + ")" : "") +
                              " equal the baseline's (one-rank training) bit for bit; " + agree + ".";
-  } else if (scale && !scale->zero.empty() && scale->zero != "both gradients") {
-    diagnosis.kind = Verdict::WrongGradient;
+  } else if (diagnosis.kind == Verdict::WrongGradient && !scale->zero.empty()) {
     diagnosis.verdict_text = agree + ", but " + scale->zero + " (" + scale->from + ") is all zeros and the other's "
                              "is not: no ratio or direction can be formed. A step that never reached backward, a "
                              "gradient saved before it was computed, or one zeroed before it was saved?";
-  } else if (scale && scale->zero.empty() &&
-             (!scale->cause.empty() ||
-              (scale_is_off(scale->ratio) && scale->direction_error <= kGradientRounding))) {
+  } else if (diagnosis.kind == Verdict::WrongGradientScale) {
     // A named factor, or a pure scale: the direction is right, only the size is off.
-    diagnosis.kind = Verdict::WrongGradientScale;
-    diagnosis.verdict_text = agree + ", but the gradient (" + scale->from + ") is " + number(scale->ratio) +
+    diagnosis.verdict_text = agree + ", but the gradient (" + scale->from + ") is " + number_text(scale->ratio) +
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
                              ". Adam hardly sees a steady scale; clipping does.";
     if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
     if (scale->direction_error > kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
-  } else if (scale && scale->zero.empty() && scale->direction_error > kGradientRounding) {
-    diagnosis.kind = Verdict::WrongGradient;
+  } else if (diagnosis.kind == Verdict::WrongGradient) {
     diagnosis.verdict_text = agree + "; the gradient (" + scale->from + ") has the one-rank size but points "
-                             "elsewhere: " + number(scale->direction_error) + " relative error with the scale taken out.";
+                             "elsewhere: " + number_text(scale->direction_error) + " relative error with the scale taken out.";
     add_direction_causes(diagnosis, scale->direction_error);
-  } else if (clip_off) {
-    decide_clip_norm(diagnosis, agree);
+  } else if (diagnosis.kind == Verdict::WrongClipNorm) {
+    explain_clip_norm(diagnosis, agree);
   } else {
-    decide_by_parameters(diagnosis, agree, scale_checked && !(scale && scale->zero == "both gradients"));
+    explain_by_parameters(diagnosis, agree);
   }
   add_clip_causes(diagnosis);
+}
+
+// What the figures in `diagnosis` tell the shared decision (apps/common/verdict.h).
+VerdictEvidence evidence_of(const Diagnosis& diagnosis) {
+  VerdictEvidence evidence;
+  evidence.ranks = diagnosis.ranks;
+  evidence.non_finite = diagnosis.non_finite > 0;
+  evidence.ranks_differ = !diagnosis.parameters.bitwise;
+  if (const auto& scale = diagnosis.scale) {
+    GradientEvidence gradient;
+    gradient.zero = scale->zero.empty()                   ? GradientEvidence::Zero::Neither
+                    : scale->zero == "both gradients"     ? GradientEvidence::Zero::Both
+                                                          : GradientEvidence::Zero::OneSide;
+    gradient.ratio = scale->ratio;
+    gradient.named_factor = !scale->cause.empty();
+    gradient.direction_error = scale->direction_error;
+    gradient.bitwise = scale->unlike_reference == 0;
+    evidence.gradient = gradient;
+  }
+  if (const auto& norms = diagnosis.norms) {
+    evidence.clip_norm_ratio = norms->to_reference;
+    evidence.clip_norm_formula_wrong =
+        norms->mean_of_partials || norms->to_gradient_cause.find("sqrt") != std::string::npos;
+  }
+  if (const auto& distance = diagnosis.baseline_distance) {
+    evidence.has_baseline = true;
+    evidence.parameters_bitwise = distance->bitwise;
+    evidence.distance = DistanceEvidence{distance->max_in_lr.has_value(), distance->elements,
+                                         distance->beyond_tolerance, distance->beyond_two_lr};
+  }
+  return evidence;
 }
 
 }  // namespace
@@ -277,20 +291,18 @@ std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, 
 }
 
 void decide(Diagnosis& diagnosis) {
-  if (diagnosis.non_finite > 0) {
-    diagnosis.kind = Verdict::NumericallyInvalid;
+  diagnosis.kind = decide_verdict(evidence_of(diagnosis));
+  if (diagnosis.kind == Verdict::NumericallyInvalid) {
     diagnosis.verdict_text = std::to_string(diagnosis.non_finite) +
                              " values are inf or NaN (the training overflowed): no comparison of them means anything.";
-  } else if (!diagnosis.parameters.bitwise) {
-    decide_divergent(diagnosis);
+  } else if (diagnosis.kind == Verdict::RanksDiverge) {
+    explain_divergent(diagnosis);
   } else if (diagnosis.baseline_distance) {
-    decide_against_baseline(diagnosis);
+    explain_against_baseline(diagnosis);
   } else {
-    diagnosis.kind = diagnosis.ranks > 1 ? Verdict::RanksAgree : Verdict::OneRank;
     diagnosis.verdict_text = diagnosis.ranks > 1 ? "the ranks hold bitwise-equal parameters." : "one rank's files.";
     diagnosis.verdict_text += " Without the one-rank training's files (--baseline) the gradient's scale cannot be checked.";
     add_clip_causes(diagnosis);
-    if (!diagnosis.causes.empty()) diagnosis.kind = Verdict::WrongClipNorm;
   }
   diagnosis.verdict = verdict_name(diagnosis.kind);
   if (diagnosis.causes.empty() && names_a_fault(diagnosis.kind)) {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <cstdio>
 #include <limits>
 
 #include "core/error.h"
@@ -11,8 +11,6 @@
 namespace seqpar::repro {
 
 namespace {
-
-bool bitwise_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
 // ||a - b|| / ||b||, accumulated in double.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
@@ -36,19 +34,35 @@ std::string format(const char* pattern, double a, double b = 0, double c = 0) {
   return text;
 }
 
-}  // namespace
-
-void LrHistogram::add(float a, float b, double lr) {
-  if (bitwise_equal(a, b)) {
-    ++identical;
-    return;
+// What seqpar-repro knows, for the shared decision (apps/common/verdict.h): every step
+// against the baseline, bit for bit, and the gradient's scale at step 1. It measures no
+// clip norm or lr-scaled distance: with the bits at hand, any difference is NotExact.
+VerdictEvidence evidence_of(const PolicyFigures& figures) {
+  VerdictEvidence evidence;
+  evidence.has_baseline = evidence.parameters_bitwise = true;
+  GradientEvidence gradient;
+  gradient.ratio = figures.gradient_scale;
+  gradient.bitwise = true;
+  for (const StepFigures& step : figures.steps) {
+    evidence.non_finite = evidence.non_finite || step.non_finite_values > 0;
+    evidence.ranks_differ = evidence.ranks_differ || step.differing_parameters > 0;
+    evidence.parameters_bitwise = evidence.parameters_bitwise && step.parameters_unlike_baseline == 0;
+    gradient.bitwise = gradient.bitwise && step.gradients_unlike_baseline == 0;
   }
-  const double units = std::abs(double(a) - double(b)) / lr;
-  if (units < 0.5) ++below_half;
-  else if (units < 1.5) ++about_one;
-  else if (units < 2.5) ++about_two;
-  else ++beyond;
+  evidence.gradient = gradient;
+  return evidence;
 }
+
+// The first step (1-based) where `broke` holds, 0 when none.
+template <typename Condition>
+int64_t first_step_where(const std::vector<StepFigures>& steps, Condition broke) {
+  for (size_t step = 0; step < steps.size(); ++step) {
+    if (broke(steps[step])) return static_cast<int64_t>(step + 1);
+  }
+  return 0;
+}
+
+}  // namespace
 
 double ulps_between(float a, float b) {
   if (bitwise_equal(a, b) || a == b) return 0;
@@ -105,70 +119,40 @@ StepFigures figures_of_step(const StepRecord& record, const BaselineStep& baseli
   return figures;
 }
 
-SignAgreement signs_of_first_step(const StepRecord& record, double lr) {
-  SignAgreement signs;
-  const auto& gradients = record.gradients;
-  const auto& parameters = record.parameters;
-  for (size_t rank = 1; rank < gradients.size(); ++rank) {
-    for (size_t i = 0; i < gradients[0].size(); ++i) {
-      const bool opposite = (gradients[rank][i] > 0) != (gradients[0][i] > 0);
-      const double units = std::abs(double(parameters[rank][i]) - parameters[0][i]) / lr;
-      if (opposite) {
-        ++signs.opposite;
-        if (units >= 1.5 && units < 2.5) ++signs.opposite_two_lr;
-      } else {
-        ++signs.same;
-        if (bitwise_equal(parameters[rank][i], parameters[0][i])) ++signs.same_identical;
-      }
-    }
-  }
-  return signs;
-}
-
 void decide(PolicyFigures& figures, double lr, int sp, int dp) {
-  const StepFigures* worst = &figures.steps.front();
+  const std::vector<StepFigures>& steps = figures.steps;
+  const StepFigures* worst = &steps.front();
   double gradient_error = 0;
-  for (const StepFigures& step : figures.steps) {
+  for (const StepFigures& step : steps) {
     if (step.max_cross_rank_difference > worst->max_cross_rank_difference) worst = &step;
     gradient_error = std::max(gradient_error, step.gradient_relative_error);
   }
-  const StepFigures& last = figures.steps.back();
-  // The first step (1-based) where `broke` holds, 0 when none.
-  const auto first_step_where = [&](auto broke) -> int64_t {
-    for (size_t step = 0; step < figures.steps.size(); ++step) {
-      if (broke(figures.steps[step])) return static_cast<int64_t>(step + 1);
-    }
-    return 0;
-  };
-  // Comparisons with NaN are false and inf - inf is NaN: figures from such values would
-  // read as agreement. So the first non-finite value ends the analysis.
-  figures.first_broken_step =
-      first_step_where([](const StepFigures& step) { return step.non_finite_values > 0; });
-  if (figures.first_broken_step > 0) {
-    const StepFigures& broken = figures.steps[size_t(figures.first_broken_step - 1)];
-    figures.verdict = Verdict::NumericallyInvalid;
+  const StepFigures& last = steps.back();
+  figures.verdict = decide_verdict(evidence_of(figures));
+  if (figures.verdict == Verdict::NumericallyInvalid) {
+    // Comparisons with NaN are false and inf - inf is NaN: figures from such values would
+    // read as agreement. So the first non-finite value ends the analysis.
     figures.broken_condition = "values not finite";
+    figures.first_broken_step =
+        first_step_where(steps, [](const StepFigures& step) { return step.non_finite_values > 0; });
     figures.verdict_text = format(
         "at step %.0f, %.0f parameters, gradients, losses or norms are inf or NaN (the "
         "training overflowed); no verdict can be drawn from them. Lower the learning rate "
         "or turn gradient clipping on.",
-        double(figures.first_broken_step), double(broken.non_finite_values));
-  } else if (worst->differing_parameters > 0) {
-    figures.verdict = Verdict::RanksDiverge;
+        double(figures.first_broken_step), double(steps[size_t(figures.first_broken_step - 1)].non_finite_values));
+  } else if (figures.verdict == Verdict::RanksDiverge) {
     figures.broken_condition = "ranks apart";
     figures.first_broken_step =
-        first_step_where([](const StepFigures& step) { return step.differing_parameters > 0; });
+        first_step_where(steps, [](const StepFigures& step) { return step.differing_parameters > 0; });
     figures.verdict_text = format(
         "the ranks hold different parameters: up to %.3g apart (%.2f lr) in %.0f parameters. "
         "Each rank stepped on its own shard's gradient; the copies of one model have diverged.",
         worst->max_cross_rank_difference, worst->max_cross_rank_difference / lr,
         double(worst->differing_parameters));
-  } else if (scale_is_off(figures.gradient_scale)) {
-    figures.verdict = Verdict::WrongGradientScale;
+  } else if (figures.verdict == Verdict::WrongGradientScale) {
     figures.broken_condition = "the gradient norm off the baseline's";
-    figures.first_broken_step = first_step_where([](const StepFigures& step) {
-      return step.baseline_norm > 0 &&
-             scale_is_off(double(step.used_norms[0]) / step.baseline_norm);
+    figures.first_broken_step = first_step_where(steps, [](const StepFigures& step) {
+      return step.baseline_norm > 0 && scale_is_off(double(step.used_norms[0]) / step.baseline_norm);
     });
     const std::string cause = dist::name_scale(figures.gradient_scale, sp, dp);
     figures.verdict_text = format(
@@ -182,23 +166,21 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
     // Anything short of the same bits is a difference: with exact row sums, summing the
     // rows of several ranks is the same arithmetic as summing them on one.
     figures.broken_condition = "parameters or gradients unlike one-rank training";
-    figures.first_broken_step = first_step_where([](const StepFigures& step) {
+    figures.first_broken_step = first_step_where(steps, [](const StepFigures& step) {
       return step.parameters_unlike_baseline > 0 || step.gradients_unlike_baseline > 0;
     });
-    if (figures.first_broken_step == 0) {
-      figures.verdict = Verdict::Identical;
+    if (figures.verdict == Verdict::Identical) {
       figures.verdict_text = format(
           "0 of %.0f parameters differ from one-rank training, bit for bit, at every one of "
           "the %.0f step(s); the ranks agree bitwise.",
-          double(last.parameter_count), double(figures.steps.size()));
+          double(last.parameter_count), double(steps.size()));
     } else {
-      const StepFigures* first_apart = &figures.steps[size_t(figures.first_broken_step - 1)];
-      figures.verdict = Verdict::NotExact;
+      const StepFigures& first_apart = steps[size_t(figures.first_broken_step - 1)];
       figures.verdict_text = format(
           "the ranks agree bitwise, but from step %.0f on they differ from one-rank training: "
           "%.0f parameters differ (by up to %.3g), ",
-          double(first_apart - figures.steps.data() + 1),
-          double(first_apart->parameters_unlike_baseline), last.max_difference_from_baseline);
+          double(figures.first_broken_step), double(first_apart.parameters_unlike_baseline),
+          last.max_difference_from_baseline);
       figures.verdict_text += format("the gradient by %.3g (relative).", gradient_error);
     }
   }

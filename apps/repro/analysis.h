@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/first_step.h"
 #include "apps/common/verdict.h"
 #include "apps/repro/policy.h"
 
@@ -29,26 +30,6 @@ struct BaselineStep {
   const std::vector<float>& parameters;  // [element]
   const std::vector<float>& gradients;   // [element]
   float loss = 0, norm = 0;
-};
-
-// |p_r - p_0| / lr for every rank r > 0 and every parameter, in bins around the
-// multiples of lr that Adam's first step produces.
-struct LrHistogram {
-  int64_t identical = 0;      // bitwise equal
-  int64_t below_half = 0;     // (0, 0.5) lr: rounding-level differences
-  int64_t about_one = 0;      // [0.5, 1.5) lr
-  int64_t about_two = 0;      // [1.5, 2.5) lr: opposite moves of ±lr
-  int64_t beyond = 0;         // >= 2.5 lr
-
-  // Counts one pair of copies of a parameter, a and b, into its bin.
-  void add(float a, float b, double lr);
-};
-
-// Rank r's gradient against rank 0's, element by element, with how far the parameter
-// copies ended apart: the mechanism behind the 2·lr peak.
-struct SignAgreement {
-  int64_t opposite = 0, opposite_two_lr = 0;  // signs differ / ... and ended ~2 lr apart
-  int64_t same = 0, same_identical = 0;       // signs agree / ... and ended bitwise equal
 };
 
 struct StepFigures {
@@ -73,14 +54,6 @@ struct StepFigures {
   int64_t non_finite_values = 0;
 };
 
-// The verdicts and tolerances are shared with seqpar-diagnose (apps/common/verdict.h);
-// seqpar-repro reaches Skipped through Identical.
-using seqpar::Verdict;
-using seqpar::verdict_name;
-using seqpar::kRoundingUlps;
-using seqpar::kGradientRounding;
-using seqpar::scale_is_off;
-
 struct PolicyFigures {
   const Policy* policy = nullptr;
   std::string skipped;
@@ -100,9 +73,6 @@ struct PolicyFigures {
 // One step's figures: every rank's state against the others and rank 0's against the
 // reference's state after the same step.
 StepFigures figures_of_step(const StepRecord& record, const BaselineStep& reference, double lr);
-
-// Step 1's gradient signs against the parameter differences they produced.
-SignAgreement signs_of_first_step(const StepRecord& record, double lr);
 
 // The verdict (and first_broken_step) from figures.steps and figures.gradient_scale; a
 // wrong scale is named against the mesh's sp and dp (dist::name_scale: "x sp (4)").

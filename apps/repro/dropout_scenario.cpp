@@ -14,12 +14,6 @@ namespace {
 
 using autograd::Variable;
 
-std::string percent(double fraction) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f%%", 100 * fraction);
-  return text;
-}
-
 // Where each step's mask starts: one whole mask over every replica's rows per step,
 // from the first word after the data's.
 struct MaskOffsets {
@@ -91,12 +85,12 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
                        " + column of repro.seed's stream, row the"),
         detail::concat("            global row of all ", dp * rows, " rows; offset ", offsets.first,
                        " (after the data's words), + ", offsets.per_step, " a step"),
-        detail::concat("masks       step 1's one-rank mask keeps ", percent(kept), " (1 - p = ", percent(q),
+        detail::concat("masks       step 1's one-rank mask keeps ", percent_text(kept, 2), " (1 - p = ", percent_text(q, 2),
                        "); with the same seed and"),
         detail::concat("            offset on every rank, ",
-                       percent(same_offset_mask_mismatch(config, data.random_offset, 0)),
+                       percent_text(same_offset_mask_mismatch(config, data.random_offset, 0), 2),
                        " of the mask's elements are wrong (independent"),
-        detail::concat("            words: 2p(1-p) x the rows beyond the first shards = ", percent(expected), ")"),
+        detail::concat("            words: 2p(1-p) x the rows beyond the first shards = ", percent_text(expected, 2), ")"),
     };
     plan.dump_tensors = {{"dropout_mask", mask}};
   }

@@ -21,8 +21,6 @@
 
 namespace seqpar::repro {
 
-const PitfallScenario& dropout_scenario();
-
 // Where step `step`'s mask starts in the stream (step 0 is the first step).
 uint64_t dropout_mask_offset(const ReproConfig& config, uint64_t random_offset, int64_t step);
 

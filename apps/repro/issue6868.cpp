@@ -1,6 +1,6 @@
 // Scenario issue-6868 (the default): the bug report's run under each gradient policy,
 // against one-rank training (scenario.cpp runs it, report.cpp words it). Its outputs:
-// the report, --json (the schema in apps/repro/README.md), the drift picture and its
+// the report, --json (the schema in docs/repro.md), the drift picture and its
 // series (--plot, 2 steps or more), and --dump (every rank's final state per policy).
 #include <cstdio>
 #include <memory>
@@ -91,14 +91,6 @@ json results_json(const RunResults& results) {
             {"gradient_norms", results.baseline.norms},
             {"seconds_per_step", results.baseline.seconds / double(c.steps)}}},
           {"policies", policies}};
-}
-
-NamedTensors parameters_and_gradients(const std::vector<float>& parameters,
-                                      const std::vector<float>& gradients,
-                                      const ReproConfig& config) {
-  NamedTensors tensors = unflatten(parameters, config, "");
-  for (auto& named : unflatten(gradients, config, "grad.")) tensors.push_back(std::move(named));
-  return tensors;
 }
 
 // The dump's files, each made as it is written, so the dump is never held whole.

@@ -68,11 +68,10 @@ Where choose_placement(const Options& options, const ReproConfig& config,
     return {Backend::Nccl, {Device::cuda(launched->local_rank),
             ranks + ", one process per GPU over NCCL (started by " + launched->launcher + ")"}};
   }
-  const bool nccl_built = kNcclBuilt;
   const bool want_nccl = options.backend == std::string("nccl") ||
-                         (!options.backend && !options.device && gpus >= world && nccl_built);
+                         (!options.backend && !options.device && gpus >= world && kNcclBuilt);
   if (want_nccl) {
-    SEQPAR_INPUT_CHECK(nccl_built, "--backend nccl: this seqpar was built without NCCL");
+    SEQPAR_INPUT_CHECK(kNcclBuilt, "--backend nccl: this seqpar was built without NCCL");
     SEQPAR_INPUT_CHECK(gpus >= world, "--backend nccl needs one GPU per rank: ", world,
                  " ranks, but this machine has ", gpus, " GPU(s); use --backend local");
     return {Backend::LaunchNccl, {Device::cuda(0), ranks + ", one process per GPU over NCCL"}};
@@ -105,18 +104,6 @@ ReproConfig read_config(const Options& options) {
   const std::string text = read_config_file(options.config_path);
   return parse_users_config(text, options.overrides, abbreviated(options.config_path),
                             config_format_for(options.config_path, text));
-}
-
-Request request_of(const Options& options) {
-  return {options.policy, !options.dump_directory.empty(), options.plot_path, options.plot_given,
-          options.device.value_or("")};
-}
-
-// Everything the run will need from its surroundings, checked before its work starts:
-// the outputs can be written and the scenario fits in memory.
-void check_before_running(const Options& options, const ReproConfig& config) {
-  check_output_paths(options);
-  if (const auto available = available_memory_bytes()) check_memory(config, *available);
 }
 
 std::chrono::milliseconds collective_timeout(const Options& options, const ReproConfig& config) {
@@ -220,7 +207,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   const Scenario& scenario = scenario_named(config.scenario);
-  const Request request = request_of(options);
+  const Request request{options.policy, !options.dump_directory.empty(), options.plot_path,
+                        options.plot_given, options.device.value_or("")};
   scenario.check(config, request);
   // --backend local runs every rank in this process, whatever a launcher's variables
   // (an sbatch shell's, say) claim.
@@ -243,7 +231,10 @@ int run(int argc, char** argv) {
     launch.arguments.assign(argv, argv + argc);
     return dist::launch_ranks(launch);
   }
-  check_before_running(options, config);
+  // Everything the run needs from its surroundings, checked before its work starts: the
+  // outputs can be written and the scenario fits in memory.
+  check_output_paths(options);
+  if (const auto available = available_memory_bytes()) check_memory(config, *available);
   const auto results = run_world(
       where.backend, launched, config, collective_timeout(options, config), options.quiet,
       [&](const std::shared_ptr<dist::ProcessGroup>& world, Progress* progress) {

@@ -56,26 +56,6 @@ int64_t valid_rows(const std::vector<float>& mask, RowRange rows) {
   return valid;
 }
 
-void average_over_all(const Parameters& parameters, const RankGroups& groups) {
-  for (const Variable& parameter : parameters) {
-    Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
-  }
-}
-
-void sum_over_all(const Parameters& parameters, const RankGroups& groups) {
-  for (const Variable& parameter : parameters) {
-    Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
-  }
-}
-
-std::string percent(double share) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%.0f%%", 100.0 * share);
-  return text;
-}
-
 ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGroups& groups) {
   const Tensor& x = data.inputs;
   const Device device = x.device();
@@ -166,7 +146,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   plan.notes = {
       detail::concat("mask        ", all_rows - total_valid, " of ", all_rows, " rows ignored (label -100); ",
                      total_valid, " valid: the one-rank mean's count"),
-      detail::concat("            ignored per rank and micro-batch: ", percent(lowest), " to ", percent(highest),
+      detail::concat("            ignored per rank and micro-batch: ", percent_text(lowest, 0), " to ", percent_text(highest, 0),
                      "; valid rows there: ", fewest, " to ", most),
       detail::concat("accumulate  ", ga, " micro-batch(es) per step of ", sizes, " rows per replica"),
       detail::concat("            valid rows per rank over the step: ", per_rank)};

@@ -28,8 +28,6 @@
 
 namespace seqpar::repro {
 
-const PitfallScenario& masked_tokens_scenario();
-
 // The rows of one replica that micro-batch k of ga holds (first is relative to the
 // replica's first row), as described above. For the scenario and its tests.
 std::vector<RowRange> micro_batches_of(int64_t rows, int64_t ga);

@@ -1,4 +1,4 @@
-// seqpar-repro's command line (apps/repro/README.md lists every option).
+// seqpar-repro's command line (docs/repro.md lists every option).
 #pragma once
 
 #include <optional>

@@ -3,12 +3,8 @@
 #include <map>
 #include <memory>
 
-#include "apps/repro/clipping_norms.h"
-#include "apps/repro/dropout_scenario.h"
-#include "apps/repro/masked_tokens.h"
 #include "apps/repro/pitfall.h"
 #include "apps/repro/report.h"
-#include "apps/repro/shifted_targets.h"
 #include "apps/repro/zero_stage.h"
 #include "core/error.h"
 
@@ -43,6 +39,13 @@ NamedTensors unflatten(const std::vector<float>& flat, const ReproConfig& config
                              std::vector<float>(flat.begin(), flat.begin() + weight_count))},
           {prefix + "bias", Tensor::from_data({config.out_features},
                                               std::vector<float>(flat.begin() + weight_count, flat.end()))}};
+}
+
+NamedTensors parameters_and_gradients(const std::vector<float>& parameters, const std::vector<float>& gradients,
+                                      const ReproConfig& config) {
+  NamedTensors tensors = unflatten(parameters, config, "");
+  for (auto& named : unflatten(gradients, config, "grad.")) tensors.push_back(std::move(named));
+  return tensors;
 }
 
 }  // namespace seqpar::repro

@@ -52,8 +52,7 @@ double norm_of(const std::vector<float>& values) {
 }
 
 NamedTensors run_tensors(const TrainedRun& run, const ReproConfig& config) {
-  NamedTensors tensors = unflatten(run.final_parameters, config, "");
-  for (auto& named : unflatten(run.first_gradient, config, "grad.")) tensors.push_back(std::move(named));
+  NamedTensors tensors = parameters_and_gradients(run.final_parameters, run.first_gradient, config);
   tensors.push_back({"clip_norm", Tensor::from_data({1}, {static_cast<float>(run.first_clip_norm)})});
   return tensors;
 }
@@ -68,23 +67,37 @@ Variable target_of(const Tensor& x, int64_t first, int64_t count, int64_t out) {
   return Variable(x.narrow(0, first, count).narrow(1, 0, out));
 }
 
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", value);
-  return text;
-}
-
 RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank) {
   const int64_t base = rows / sp, extra = rows % sp;
   return {sp_rank * base + std::min(sp_rank, extra), base + (sp_rank < extra ? 1 : 0)};
 }
 
-void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups) {
+namespace {
+
+void reduce_over_all(const Parameters& parameters, const RankGroups& groups, dist::ReduceOp op, int divisor) {
   for (const Variable& parameter : parameters) {
     Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Sum);
-    if (groups.dp > 1) mul_(gradient, 1.0f / static_cast<float>(groups.dp));
+    groups.sequence_data_parallel->all_reduce(gradient, op);
+    if (divisor > 1) mul_(gradient, 1.0f / static_cast<float>(divisor));
   }
+}
+
+}  // namespace
+
+void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups) {
+  reduce_over_all(parameters, groups, dist::ReduceOp::Sum, static_cast<int>(groups.dp));
+}
+void sum_over_all(const Parameters& parameters, const RankGroups& groups) {
+  reduce_over_all(parameters, groups, dist::ReduceOp::Sum, 1);
+}
+void average_over_all(const Parameters& parameters, const RankGroups& groups) {
+  reduce_over_all(parameters, groups, dist::ReduceOp::Avg, 1);
+}
+
+std::string percent_text(double share, int decimals) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f%%", decimals, 100.0 * share);
+  return text;
 }
 
 Tensor gradient_norm(const Parameters& parameters) { return optim::grad_norm(parameters); }
@@ -212,13 +225,7 @@ void print_run_header(std::ostream& out, const ReproConfig& c, const std::string
   out << "  model       Linear(" << c.in_features << ", " << c.out_features << "), L1 loss; "
       << c.rows << " rows per replica; " << c.steps << " step(s); gradient_clipping "
       << shortest_float_text(c.gradient_clipping) << '\n';
-  out << config_notes(c);
-  out << "  placement   " << placement << '\n';
-  out << "  mesh        ";
-  std::string layout = mesh_layout.rfind("mesh: ", 0) == 0 ? mesh_layout.substr(6) : mesh_layout;
-  while (!layout.empty() && layout.back() == '\n') layout.pop_back();
-  for (const char ch : layout) out << ch << (ch == '\n' ? "              " : "");
-  out << '\n';
+  print_setup(out, c, placement, mesh_layout);
 }
 
 void print_pitfall(std::ostream& out, const PitfallResults& results) {

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/text.h"
 #include "apps/repro/config.h"
 #include "apps/repro/pipeline.h"
 #include "apps/repro/policy_step.h"
@@ -151,6 +152,13 @@ void print_pitfall(std::ostream& out, const PitfallResults& results);
 // The figures as --json's document (schema seqpar-repro-pitfall/2).
 nlohmann::json pitfall_json(const PitfallResults& results);
 
+// The kit's scenarios, each described in its file (shifted_targets.cpp, clipping_norms.cpp,
+// dropout_scenario.h, masked_tokens.h).
+const PitfallScenario& shifted_targets_scenario();
+const PitfallScenario& clipping_norms_scenario();
+const PitfallScenario& dropout_scenario();
+const PitfallScenario& masked_tokens_scenario();
+
 // The pipeline's Scenario for one of the kit's scenarios (pipeline.h).
 std::unique_ptr<Scenario> kit_scenario(const PitfallScenario& scenario);
 
@@ -169,10 +177,14 @@ struct RowRange {
   int64_t first = 0, count = 0;
 };
 RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank);
-// The combined-gradient conventions of DeepSpeed's reductions over sp x dp.
+// The combined-gradient conventions of DeepSpeed's reductions over sp x dp: ZeRO 0-2's,
+// and the plain sum and average over every rank (DDP's; ZeRO-3's reduce-scatter).
 void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups);
-// A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05").
-std::string number_text(double value);
+void sum_over_all(const Parameters& parameters, const RankGroups& groups);
+void average_over_all(const Parameters& parameters, const RankGroups& groups);
+// A share as a percentage with `decimals` decimals ("12%", "0.25%"), for the reports
+// (whose other figures are apps/common/text.h's number_text).
+std::string percent_text(double share, int decimals);
 // The 2-norm of all gradients (what a step clips with by default).
 Tensor gradient_norm(const Parameters& parameters);
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "apps/repro/scenario_list.h"
+#include "core/error.h"
 
 namespace seqpar::repro {
 
@@ -41,24 +42,6 @@ std::string without_prefix(const std::string& text, const std::string& prefix) {
 }
 
 }  // namespace
-
-std::string wrap_text(const std::string& text, size_t indent, size_t width) {
-  std::string out, line;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(' ', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(start, end - start);
-    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
-      out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-    start = end + 1;
-  }
-  if (!line.empty()) out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
-  return out;
-}
 
 // The config's keys that were accepted without changing the scenario, grouped by why,
 // and those a user's config left to the scenario's defaults.
@@ -92,33 +75,31 @@ std::string config_notes(const ReproConfig& config) {
   return out;
 }
 
+void print_setup(std::ostream& out, const ReproConfig& config, const std::string& placement,
+                 const std::string& mesh_layout) {
+  out << config_notes(config) << "  placement   " << placement << '\n'
+      << "  mesh        " << indent_lines(without_prefix(mesh_layout, "mesh: "), 14) << '\n';
+}
+
 namespace {
 
 void print_scenario(std::ostream& out, const RunResults& results) {
   const ReproConfig& c = results.config;
+  const auto real = [](double value) { return shortest_float_text(value); };
   out << "seqpar-repro: DeepSpeed issue #6868, sequence-parallel ranks end a step with "
          "different parameters\n\n"
       << "  scenario    "
-      << wrap_text(printf_string("world %lld = sp %lld x dp %lld; %lld step(s); x: %lld x %lld "
-                                 "rows per replica (seed %llu); Linear(%lld -> %lld), L1 against "
-                                 "x[:, :%lld]; AdamW lr %s, betas (%s, %s), eps %s, weight_decay "
-                                 "%s; gradient_clipping %s",
-                                 (long long)c.world_size(), (long long)c.sequence_parallel_size,
-                                 (long long)c.data_parallel_size, (long long)c.steps,
-                                 (long long)c.rows, (long long)c.in_features,
-                                 (unsigned long long)c.seed, (long long)c.in_features,
-                                 (long long)c.out_features, (long long)c.out_features,
-                                 shortest_float_text(c.adamw.lr()).c_str(),
-                                 shortest_float_text(c.adamw.beta1()).c_str(),
-                                 shortest_float_text(c.adamw.beta2()).c_str(),
-                                 shortest_float_text(c.adamw.eps()).c_str(),
-                                 shortest_float_text(c.adamw.weight_decay()).c_str(),
-                                 shortest_float_text(c.gradient_clipping).c_str()),
+      << wrap_text(detail::concat("world ", c.world_size(), " = sp ", c.sequence_parallel_size, " x dp ",
+                                  c.data_parallel_size, "; ", c.steps, " step(s); x: ", c.rows, " x ",
+                                  c.in_features, " rows per replica (seed ", c.seed, "); Linear(",
+                                  c.in_features, " -> ", c.out_features, "), L1 against x[:, :",
+                                  c.out_features, "]; AdamW lr ", real(c.adamw.lr()), ", betas (",
+                                  real(c.adamw.beta1()), ", ", real(c.adamw.beta2()), "), eps ",
+                                  real(c.adamw.eps()), ", weight_decay ", real(c.adamw.weight_decay()),
+                                  "; gradient_clipping ", real(c.gradient_clipping)),
                    14, kReportWidth)
-      << '\n'
-      << config_notes(c)
-      << "  placement   " << results.placement << '\n'
-      << "  mesh        " << indent_lines(without_prefix(results.mesh_layout, "mesh: "), 14) << '\n';
+      << '\n';
+  print_setup(out, c, results.placement, results.mesh_layout);
   std::string prints;
   bool identical = true;
   for (size_t rank = 0; rank < results.initial_parameters.size(); ++rank) {

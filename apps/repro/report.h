@@ -10,6 +10,7 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/scenario.h"
 #include "apps/common/dump_directory.h"
+#include "apps/common/text.h"
 #include "apps/common/safetensors.h"
 
 namespace seqpar::repro {
@@ -17,13 +18,14 @@ namespace seqpar::repro {
 // The width report lines keep within.
 constexpr size_t kReportWidth = 100;
 
-// `text` broken at spaces into lines of at most `width` columns, every line after the
-// first indented by `indent` spaces (the first is where the caller has put it).
-std::string wrap_text(const std::string& text, size_t indent, size_t width);
-
 // The report's "ignored" lines (keys accepted without changing the scenario, grouped by
 // why) and its "not given" line (keys a user's config left to the scenario's defaults).
 std::string config_notes(const ReproConfig& config);
+
+// The lines under every report's first line of its run: config_notes, the placement and
+// the mesh's layout.
+void print_setup(std::ostream& out, const ReproConfig& config, const std::string& placement,
+                 const std::string& mesh_layout);
 
 // The per-step table shows the first steps, log-spaced ones (1, 2, 3, 5, 10, 20, 50,
 // ...), each policy's first broken step and the last; --json holds every step.
@@ -44,5 +46,8 @@ std::string drift_csv(const RunResults& results);
 // The flat [weight..., bias...] vector as the tensors `prefix`weight and `prefix`bias.
 NamedTensors unflatten(const std::vector<float>& flat, const ReproConfig& config,
                        const std::string& prefix);
+// A dump file's tensors: weight, bias, grad.weight and grad.bias.
+NamedTensors parameters_and_gradients(const std::vector<float>& parameters, const std::vector<float>& gradients,
+                                      const ReproConfig& config);
 
 }  // namespace seqpar::repro

@@ -280,7 +280,7 @@ RunResults run_scenario(const RankGroups& groups, const ReproConfig& config,
                                    results.baseline.norms.back()};
       figures.steps.push_back(figures_of_step(record, expected, lr));
       if (step == 0) {
-        figures.first_step_signs = signs_of_first_step(record, lr);
+        figures.first_step_signs = signs_of_first_step(record.parameters, record.gradients, lr);
         figures.gradient_scale = expected.norm > 0 ? record.used_norms[0] / expected.norm : 1;
       }
       if (step + 1 == config.steps) results.policies[i].last = std::move(record);

@@ -1,4 +1,13 @@
-#include "apps/repro/shifted_targets.h"
+// Scenario "shifted-targets": next-row targets under sequence parallelism.
+//
+// A causal language model learns to predict token t+1 from tokens up to t, so the
+// labels are the inputs shifted by one. Here each row's target is the next row's
+// leading features (the last row of a replica has none). When every rank shifts
+// inside its own shard, the row at the end of each shard has no target left, although
+// the next rank holds it: sp - 1 targets per replica are lost, and a shard-local mean
+// also weighs the rest by its shard's count. Shifting the whole replica's targets
+// before it is cut (DeepSpeed's and ALST's "pre-shifted labels") is exact.
+#include "apps/repro/pitfall.h"
 
 #include "autograd/ops.h"
 #include "core/error.h"
@@ -14,13 +23,6 @@ using autograd::Variable;
 // `first` are the rows from first + 1.
 Variable next_rows(const Tensor& x, int64_t first, int64_t count, int64_t out) {
   return target_of(x, first + 1, count, out);
-}
-
-void average_over_all(const Parameters& parameters, const RankGroups& groups) {
-  for (const Variable& parameter : parameters) {
-    Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
-  }
 }
 
 ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGroups& groups) {

@@ -79,14 +79,6 @@ StepFunction variant_step(LossConvention loss, const ReproConfig& config, const 
   };
 }
 
-void reduce_as(GradientReduction reduction, const Parameters& parameters, const RankGroups& groups) {
-  if (reduction == GradientReduction::SumSpAverageDp) return sum_over_sp_average_over_dp(parameters, groups);
-  for (const Variable& parameter : parameters) {
-    Tensor gradient = parameter.grad();
-    groups.sequence_data_parallel->all_reduce(gradient, dist::ReduceOp::Avg);
-  }
-}
-
 ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, const RankGroups& groups) {
   ScenarioPlan plan;
   const Tensor x = data.inputs;
@@ -102,10 +94,8 @@ ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, co
     variant.backward = variant_step(v.loss, config, data, groups);
     variant.exact = v.exact;
     if (!v.exact) {
-      const GradientReduction reduction = v.reduction;
-      variant.reduce = [reduction](const Parameters& parameters, const RankGroups& g) {
-        reduce_as(reduction, parameters, g);
-      };
+      variant.reduce = v.reduction == GradientReduction::SumSpAverageDp ? sum_over_sp_average_over_dp
+                                                                        : average_over_all;
     }
     plan.variants.push_back(std::move(variant));
   }
@@ -163,18 +153,7 @@ ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& con
   results.mesh_layout = groups.mesh_layout;
   results.baseline_norm = run.baseline_norm;
   const std::vector<ZeroStageVariant> variants = zero_stage_variants(config);
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const VariantFigures& f = run.variants[i];
-    ZeroStageFigures figures;
-    figures.variant = variants[i];
-    figures.scale = f.gradient_scale;
-    figures.cause = f.cause;
-    figures.ranks_agree = f.ranks_agree;
-    figures.equals_baseline = f.equals_baseline;
-    figures.max_difference_from_baseline = f.max_difference;
-    figures.seconds_per_step = f.seconds_per_step;
-    results.variants.push_back(figures);
-  }
+  for (size_t i = 0; i < variants.size(); ++i) results.variants.push_back({run.variants[i], variants[i]});
   return results;
 }
 
@@ -220,7 +199,7 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
     row.resize(31, ' ');
     for (size_t column = 0; column < columns.size(); ++column, ++i) {
       const ZeroStageFigures& f = results.variants[i];
-      std::string cell = number_text(f.scale) + (f.cause.empty() ? "" : " " + f.cause);
+      std::string cell = number_text(f.gradient_scale) + (f.cause.empty() ? "" : " " + f.cause);
       cell.resize(25, ' ');
       row += cell;
     }
@@ -232,11 +211,11 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
   for (const ZeroStageFigures& f : results.variants) {
     all_agree = all_agree && f.ranks_agree;
     if (f.cause.empty() && !f.variant.exact) {
-      worst_correct = std::max(worst_correct, f.max_difference_from_baseline);
+      worst_correct = std::max(worst_correct, f.max_difference);
     }
   }
   if (exact != nullptr) {
-    out << "  global row count, exact sums " << number_text(exact->scale)
+    out << "  global row count, exact sums " << number_text(exact->gradient_scale)
         << (exact->equals_baseline ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
         << "\n                               (rows summed exactly over sp x dp inside backward)\n";
   }
@@ -260,10 +239,10 @@ nlohmann::json zero_stage_json(const ZeroStageResults& results) {
                         {"reduction", f.variant.exact ? "exact sums"
                                                       : gradient_reduction_name(f.variant.reduction)},
                         {"equals_baseline", f.equals_baseline},
-                        {"gradient_scale", f.scale},
+                        {"gradient_scale", f.gradient_scale},
                         {"cause", f.cause},
                         {"ranks_agree", f.ranks_agree},
-                        {"max_difference_from_baseline", f.max_difference_from_baseline},
+                        {"max_difference_from_baseline", f.max_difference},
                         {"seconds_per_step", f.seconds_per_step}});
   }
   return {{"schema", "seqpar-repro-zero-stage/2"},

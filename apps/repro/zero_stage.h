@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "apps/repro/config.h"
+#include "apps/repro/pitfall.h"
 #include "apps/repro/policy_step.h"
 #include "core/device.h"
 
@@ -40,14 +41,9 @@ struct ZeroStageVariant {
   bool exact = false;
 };
 
-struct ZeroStageFigures {
+// The kit's figures of a variant (pitfall.h), with the variant they are of.
+struct ZeroStageFigures : VariantFigures {
   ZeroStageVariant variant;
-  double scale = 0;               // rank 0's first reduced gradient norm / the baseline's
-  std::string cause;              // the scale named ("x sp (4)"), "" when it is 1
-  bool ranks_agree = true;        // every rank's parameters bitwise equal after the last step
-  bool equals_baseline = false;  // rank 0's parameters bitwise the baseline's after the last step
-  double max_difference_from_baseline = 0;  // rank 0's parameters after the last step
-  double seconds_per_step = 0;
 };
 
 struct ZeroStageResults {

@@ -9,9 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "apps/repro/clipping_norms.h"
 #include "apps/repro/pitfall.h"
-#include "apps/repro/shifted_targets.h"
 #include "core/error.h"
 #include "nn/l1_loss.h"
 #include "core/device.h"
