@@ -302,8 +302,16 @@ void check_dump_directory(const std::string& directory, bool overwrite) {
   // and removed where it will be written.
   const int probe_in = dump.get() >= 0 ? dump.get() : parent.get();
   if (dump.get() >= 0) inspect(dump.get(), directory, overwrite);
+  // Made and registered for the signal cleanup with signals held, as the staging folder
+  // below: a signal between the two would leave the probe behind.
   std::string probe;
-  const int fd = create_temporary_at(probe_in, kStagingStem, probe);
+  int fd = -1;
+  CleanupEntry probe_entry;
+  {
+    const SignalsHeld held;
+    fd = create_temporary_at(probe_in, kStagingStem, probe);
+    if (fd >= 0) probe_entry = CleanupEntry(probe_in, probe.c_str(), CleanupKind::File);
+  }
   SEQPAR_INPUT_CHECK(fd >= 0, "--dump ", printable(directory), ": cannot create files in ",
                      printable(dump.get() >= 0 ? directory : where.parent), ": ",
                      std::strerror(errno));
