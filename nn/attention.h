@@ -27,7 +27,8 @@
 //   dv_j  = Σ_i P_ij g_i                  (fma chain over the queries i that see j, ascending)
 //
 // Dispatch (nn/attention.cpp): reference (nn/reference/attention.cpp, the plain loops
-// that define the bits), cpu (nn/cpu/attention.cpp) and cuda (nn/cuda/attention.cu).
+// that define the bits), cpu (nn/cpu/attention.cpp) and cuda, which refuses until its
+// kernels (nn/cuda/attention.cu) have been verified on a GPU.
 #pragma once
 
 #include <cstdint>
