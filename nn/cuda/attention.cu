@@ -40,6 +40,12 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// A row of S scores in shared memory takes this many floats: S rounded up to whole
+// 16-byte words, and one word more. compute-sanitizer's memcheck saw the forward's
+// serial loops read 12 bytes at the row's last element (at S = 1: past a 4-byte row);
+// the padding keeps every access the compiler makes inside the allocation.
+__host__ __device__ int64_t row_floats(int64_t tokens) { return (tokens + 3) / 4 * 4 + 4; }
+
 // Where each head's token lives in [S, H, D], and which keys each query sees.
 struct Layout {
   int tokens, heads, dim;
@@ -172,7 +178,7 @@ __global__ void dk_dv_kernel(Layout layout, RowStats stats, float scale, const f
                              float* dv) {
   extern __shared__ float shared[];  // P_ij and dS_ij for query i
   float* probability = shared;
-  float* ds = shared + layout.tokens;
+  float* ds = shared + row_floats(layout.tokens);
   const int j = blockIdx.x, h = blockIdx.y, first = layout.first_query(j);
   for (int i = first + static_cast<int>(threadIdx.x); i < layout.tokens; i += blockDim.x) {
     if (!layout.visible(i, j)) continue;
@@ -218,7 +224,8 @@ DeviceLayout device_layout(const Tensor& q, const AttentionMask& mask) {
 size_t shared_bytes(const char* op, const Tensor& q, int rows) {
   int limit = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device().index));
-  const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(q.size(0)) * sizeof(float);
+  const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(row_floats(q.size(0))) *
+                       sizeof(float);
   SEQPAR_CHECK(bytes <= static_cast<size_t>(limit), op, " on ", q.device(), ": S = ", q.size(0),
                " tokens need ", bytes, " bytes of shared memory a block, more than the GPU's ",
                limit, " (the CUDA kernels hold a row of S scores a block); run it on the cpu");
