@@ -8,6 +8,7 @@
 #include "core/checks.h"
 #include "core/error.h"
 #include "nn/cpu/attention.h"
+#include "nn/cuda/attention.h"
 #include "nn/reference/attention.h"
 
 namespace seqpar::nn {
@@ -56,8 +57,8 @@ void check_forward(const Tensor& q, const AttentionForward& forward) {
 }
 
 [[noreturn]] void refuse_cuda() {
-  SEQPAR_FAIL("attention on CUDA: not available yet (its kernels, nn/cuda/attention.cu, have "
-              "not been verified on a GPU); run it on the cpu or reference device");
+  SEQPAR_FAIL("attention on CUDA: this seqpar was built without CUDA; run it on the cpu or "
+              "reference device");
 }
 
 // ---------------------------------------------------------------- dispatch
@@ -68,10 +69,8 @@ void check_forward(const Tensor& q, const AttentionForward& forward) {
 //   cpu        nn/cpu/attention.cpp: the same chains, eight keys (or head dims) side by
 //              side in vector registers where the host has FMA (AVX2), else the
 //              reference's loops; tested bitwise against the reference.
-//   cuda       refuses: nn/cuda/attention.cu (the same chains, one thread each, the
-//              independent ones side by side) compiles but has not run on a GPU yet;
-//              tests/nn/attention_cuda_test.cpp calls it directly, and once that has
-//              passed on a GPU this row calls it.
+//   cuda       nn/cuda/attention.cu: the same chains, one thread each, the independent
+//              ones side by side; tested bitwise against the reference.
 
 AttentionForward dispatch_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionMask& mask) {
@@ -80,8 +79,12 @@ AttentionForward dispatch_forward(const Tensor& q, const Tensor& k, const Tensor
       return reference::attention_forward(q, k, v, mask);
     case DeviceType::CPU:
       return cpu::attention_forward(q, k, v, mask);
-    case DeviceType::CUDA:  // refused until tests/nn/attention_cuda_test.cpp has passed on a GPU
+    case DeviceType::CUDA:
+#ifdef SEQPAR_WITH_CUDA
+      return detail::attention_forward_cuda(q, k, v, mask);
+#else
       break;
+#endif
   }
   refuse_cuda();
 }
@@ -93,8 +96,12 @@ AttentionGrads dispatch_backward(const Tensor& g, const Tensor& q, const Tensor&
       return reference::attention_backward(g, q, k, v, forward, mask);
     case DeviceType::CPU:
       return cpu::attention_backward(g, q, k, v, forward, mask);
-    case DeviceType::CUDA:  // refused until tests/nn/attention_cuda_test.cpp has passed on a GPU
+    case DeviceType::CUDA:
+#ifdef SEQPAR_WITH_CUDA
+      return detail::attention_backward_cuda(g, q, k, v, forward, mask);
+#else
       break;
+#endif
   }
   refuse_cuda();
 }

@@ -27,8 +27,7 @@
 //   dv_j  = Σ_i P_ij g_i                  (fma chain over the queries i that see j, ascending)
 //
 // Dispatch (nn/attention.cpp): reference (nn/reference/attention.cpp, the plain loops
-// that define the bits), cpu (nn/cpu/attention.cpp) and cuda, which refuses until its
-// kernels (nn/cuda/attention.cu) have been verified on a GPU.
+// that define the bits), cpu (nn/cpu/attention.cpp) and cuda (nn/cuda/attention.cu).
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "nn/cuda/attention.h"
 #include "nn/reference/rope.h"
 
 namespace seqpar::nn {
@@ -94,19 +95,21 @@ void check_rope(const char* op, const Tensor& x, const RopeTable& table) {
 //
 //   reference, cpu  nn/reference/rope.cpp's loops: four products an element pair, one
 //                   pass over x; a faster path would save little beside attention.
-//   cuda            refuses: nn/cuda/rope.cu (a thread an element pair, the same
-//                   roundings) has not run on a GPU yet.
+//   cuda            nn/cuda/rope.cu: a thread an element pair, the same roundings.
 Tensor rotate(const char* op, const Tensor& x, const RopeTable& table, bool transposed) {
   check_rope(op, x, table);
   switch (x.device().type) {
     case DeviceType::Reference:
     case DeviceType::CPU:
       return reference::rope_rotate(x.contiguous(), table.cos(), table.sin(), transposed);
-    case DeviceType::CUDA:  // refused until tests/nn/attention_cuda_test.cpp has passed on a GPU
+    case DeviceType::CUDA:
+#ifdef SEQPAR_WITH_CUDA
+      return detail::rope_rotate_cuda(x.contiguous(), table.cos(), table.sin(), transposed);
+#else
       break;
+#endif
   }
-  SEQPAR_FAIL(op, " on CUDA: not available yet (its kernel, nn/cuda/rope.cu, has not been verified "
-              "on a GPU); run it on the cpu or reference device");
+  SEQPAR_FAIL(op, ": this seqpar was built without CUDA; run it on the cpu or reference device");
 }
 
 struct RopeBackward : autograd::Node {

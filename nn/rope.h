@@ -17,7 +17,7 @@
 //
 // Dispatch (nn/rope.cpp): reference and cpu run nn/reference/rope.cpp's loops (one
 // pass of four multiplies an element pair: nothing to gain from another path); cuda
-// refuses until nn/cuda/rope.cu has been verified on a GPU.
+// refuses in this build.
 #pragma once
 
 #include <cstdint>

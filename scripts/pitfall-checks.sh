@@ -12,8 +12,6 @@ export NCCL_NVLS_ENABLE=0
 repro=$build/apps/repro/seqpar-repro
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 # The scenarios the program lists, but the default one (exact-checks.sh runs that).
-# ulysses among them: until attention's CUDA row is verified it refuses --device cuda
-# (rc 2, no GPU dump), which the log shows as such.
 scenarios=$("$repro" --list-scenarios | awk '/^[a-z]/ && $1 != "issue-6868" {print $1}')
 {
   for s in $scenarios; do

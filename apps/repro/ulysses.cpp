@@ -297,14 +297,6 @@ class UlyssesScenario : public Scenario {
   void check(const ReproConfig& config, const Request& request) const override {
     check_takes_no_policy_or_plot("ulysses", request);
     check_ulysses_config(config);
-    SEQPAR_INPUT_CHECK(request.device.empty() || request.device == "cpu" || request.device == "reference",
-                       "--device ", abbreviated(request.device),
-                       ": the ulysses scenario runs on --device cpu or reference only in this build "
-                       "(attention's CUDA kernels have not been verified on a GPU yet)");
-    SEQPAR_INPUT_CHECK(!request.device.empty() || cuda_device_count() == 0,
-                       "the ulysses scenario runs on the CPU only in this build (attention's CUDA "
-                       "kernels have not been verified on a GPU yet), and this machine has a GPU: "
-                       "add --device cpu");
   }
 
   std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request& request,

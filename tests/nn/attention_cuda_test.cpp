@@ -2,10 +2,6 @@
 // and l, dq, dk and dv bit for bit, under every kind of mask, at shapes from one token
 // to a Ulysses rank's [1024, 2, 16] and the widest head; RoPE's rotation and its
 // transpose. Fresh random inputs (the seed is printed), outputs carved from NaN.
-//
-// The launchers are called directly: the dispatch tables' CUDA rows refuse until these
-// cases have passed on a GPU (then the rows call the launchers, and the autograd case
-// below goes through them).
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -14,7 +10,6 @@
 #include "autograd/variable.h"
 #include "core/generator.h"
 #include "nn/attention.h"
-#include "nn/cuda/attention.h"
 #include "nn/rope.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -30,17 +25,8 @@ struct Outputs {
 
 Outputs attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                const nn::AttentionMask& mask) {
-  nn::AttentionForward forward;
-  nn::AttentionGrads grads;
-  if (q.device().is_cuda()) {
-#ifdef SEQPAR_WITH_CUDA
-    forward = nn::detail::attention_forward_cuda(q, k, v, mask);
-    grads = nn::detail::attention_backward_cuda(g, q, k, v, forward, mask);
-#endif
-  } else {
-    forward = nn::attention_forward(q, k, v, mask);
-    grads = nn::attention_backward(g, q, k, v, forward, mask);
-  }
+  const nn::AttentionForward forward = nn::attention_forward(q, k, v, mask);
+  const nn::AttentionGrads grads = nn::attention_backward(g, q, k, v, forward, mask);
   return {{forward.out, forward.row_max, forward.row_sum, grads.q, grads.k, grads.v}};
 }
 
@@ -90,16 +76,7 @@ TEST_CASE("attention on the GPU gives the reference's bits under every mask", "[
   check_attention_case(1024, 2, 16, 1.0f);  // a Ulysses rank's share of the scenario
 }
 
-TEST_CASE("attention and RoPE on the GPU refuse until their kernels are verified", "[cuda]") {
-  SEQPAR_REQUIRE_CUDA();
-  const Tensor x = Tensor::zeros({4, 2, 8}, Device::cuda());
-  CHECK_THROWS_WITH(nn::attention_forward(x, x, x, true), Catch::Contains("not been verified on a GPU"));
-  const nn::RopeTable table({0, 1, 2, 3}, 8, 10000.0f, Device::cuda());
-  CHECK_THROWS_WITH(nn::rope_forward(x, table), Catch::Contains("not been verified on a GPU"));
-}
-
-// Through the dispatch: hidden ([.]) while its CUDA row refuses.
-TEST_CASE("attention's autograd on the GPU equals the CPU's", "[.][cuda]") {
+TEST_CASE("attention's autograd on the GPU equals the CPU's", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   const uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
@@ -131,13 +108,8 @@ TEST_CASE("RoPE on the GPU gives the reference's bits, forward and backward", "[
     const Tensor x = generator.uniform({c.tokens, c.heads, c.dim}, -10.0f, 10.0f);
     const nn::RopeTable host(positions, c.dim), device(positions, c.dim, 10000.0f, Device::cuda());
     test::poison_pool(Device::cuda());
-#ifdef SEQPAR_WITH_CUDA
-    const Tensor on_gpu = x.to(Device::cuda());
-    CHECK(test::bitwise_equal(nn::detail::rope_rotate_cuda(on_gpu, device.cos(), device.sin(), false),
-                              nn::rope_forward(x, host)));
+    CHECK(test::bitwise_equal(nn::rope_forward(x.to(Device::cuda()), device), nn::rope_forward(x, host)));
     test::poison_pool(Device::cuda());
-    CHECK(test::bitwise_equal(nn::detail::rope_rotate_cuda(on_gpu, device.cos(), device.sin(), true),
-                              nn::rope_backward(x, host)));
-#endif
+    CHECK(test::bitwise_equal(nn::rope_backward(x.to(Device::cuda()), device), nn::rope_backward(x, host)));
   }
 }
