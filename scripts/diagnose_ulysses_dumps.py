@@ -100,6 +100,8 @@ def check_mesh(checks, repro, program, work, mesh, arguments):
             checks.expect(what + ": max |difference| by shard", same, f"{shards} (seqpar-repro {expected})")
             checks.expect(what + ": verdict drawn only on attention", result["verdict"] == "SKIPPED",
                           result["verdict"])
+            checks.expect(what + ": no parameters compared", result["parameters_agree"] is None,
+                          result["parameters_agree"])
 
 
 def main():

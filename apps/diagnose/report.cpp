@@ -191,6 +191,7 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
                 {"relative_error", finite(figure->relative_error)},
                 {"direction_error", finite(figure->direction_error)}, {"unlike_reference", figure->unlike_reference}};
   };
+  const bool compared = diagnosis.parameters.elements > 0;
   json out = {{"schema", "seqpar-diagnose/1"},
               {"ranks", diagnosis.ranks},
               {"sequence_parallel_size", settings.sp},
@@ -198,9 +199,10 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
               {"lr", settings.lr ? json(*settings.lr) : json(nullptr)},
               {"verdict", diagnosis.verdict},
               {"verdict_text", diagnosis.verdict_text},
-              {"parameters_agree", diagnosis.parameters.bitwise},
-              {"differing_parameters", diagnosis.parameters.differing},
-              {"max_cross_rank_difference", diagnosis.parameters.max_difference},
+              // Over no parameters (files holding attention alone) nothing agreed or differed.
+              {"parameters_agree", compared ? json(diagnosis.parameters.bitwise) : json(nullptr)},
+              {"differing_parameters", compared ? json(diagnosis.parameters.differing) : json(nullptr)},
+              {"max_cross_rank_difference", compared ? json(diagnosis.parameters.max_difference) : json(nullptr)},
               {"rank_groups", diagnosis.parameters.groups},
               {"gradients_agree", diagnosis.gradients ? json(diagnosis.gradients->bitwise) : json(nullptr)},
               {"two_lr_signature", diagnosis.first_step ? json(diagnosis.first_step->two_lr_signature) : json(nullptr)},

@@ -4,12 +4,14 @@
 // against the one-rank attention. The same signatures on seqpar-repro's real dumps:
 // scripts/diagnose_ulysses_dumps.py.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <functional>
 #include <limits>
 
 #include "apps/diagnose/diagnosis.h"
+#include "apps/diagnose/report.h"
 #include "core/error.h"
 #include "core/generator.h"
 
@@ -264,4 +266,13 @@ TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
   REQUIRE(d.causes.size() == 1);
   CHECK(d.causes[0].pitfall == signature_name(AttentionSignature::FirstShardDiffers));
   CHECK(d.evidence.back().text == signature_name(AttentionSignature::FirstShardDiffers));
+  // No parameter was compared: --json says neither agree nor differ.
+  const RunFiles alone = run_files(mistaken, baseline, 4, false);
+  const nlohmann::json json = nlohmann::json::parse(diagnosis_json(alone, settings, d));
+  CHECK(json["parameters_agree"].is_null());
+  CHECK(json["differing_parameters"].is_null());
+  CHECK(json["attention"]["signature"] == signature_name(AttentionSignature::FirstShardDiffers));
+  const nlohmann::json with = nlohmann::json::parse(
+      diagnosis_json(with_parameters(alone), settings, diagnose::diagnose(with_parameters(alone), settings)));
+  CHECK(with["parameters_agree"] == true);
 }
