@@ -1,6 +1,7 @@
 #include "apps/common/text.h"
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <vector>
 
@@ -117,6 +118,15 @@ std::string wrap_text(const std::string& text, size_t indent, size_t width) {
 std::string number_text(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+std::string printf_text(const char* pattern, ...) {
+  char text[1024];
+  va_list arguments;
+  va_start(arguments, pattern);
+  std::vsnprintf(text, sizeof text, pattern, arguments);
+  va_end(arguments);
   return text;
 }
 

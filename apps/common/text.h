@@ -27,6 +27,9 @@ std::string printable_lines(const std::string& text);
 // first indented by `indent` spaces (the first is where the caller has put it).
 std::string wrap_text(const std::string& text, size_t indent, size_t width);
 
+// printf's formatting into a string (a report line: at most 1023 bytes).
+std::string printf_text(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
+
 // A figure for the reports: four significant digits ("0.2775", "4", "1.2e-05").
 std::string number_text(double value);
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 
+#include "apps/common/text.h"
 #include "core/error.h"
 #include "dist/consistency.h"
 
@@ -26,12 +26,6 @@ int64_t count_non_finite(const std::vector<float>& values) {
   int64_t count = 0;
   for (float value : values) count += std::isfinite(value) ? 0 : 1;
   return count;
-}
-
-std::string format(const char* pattern, double a, double b = 0, double c = 0) {
-  char text[512];
-  std::snprintf(text, sizeof text, pattern, a, b, c);
-  return text;
 }
 
 // What seqpar-repro knows, for the shared decision (apps/common/verdict.h): every step
@@ -135,7 +129,7 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
     figures.broken_condition = "values not finite";
     figures.first_broken_step =
         first_step_where(steps, [](const StepFigures& step) { return step.non_finite_values > 0; });
-    figures.verdict_text = format(
+    figures.verdict_text = printf_text(
         "at step %.0f, %.0f parameters, gradients, losses or norms are inf or NaN (the "
         "training overflowed); no verdict can be drawn from them. Lower the learning rate "
         "or turn gradient clipping on.",
@@ -144,7 +138,7 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
     figures.broken_condition = "ranks apart";
     figures.first_broken_step =
         first_step_where(steps, [](const StepFigures& step) { return step.differing_parameters > 0; });
-    figures.verdict_text = format(
+    figures.verdict_text = printf_text(
         "the ranks hold different parameters: up to %.3g apart (%.2f lr) in %.0f parameters. "
         "Each rank stepped on its own shard's gradient; the copies of one model have diverged.",
         worst->max_cross_rank_difference, worst->max_cross_rank_difference / lr,
@@ -155,10 +149,10 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
       return step.baseline_norm > 0 && scale_is_off(double(step.used_norms[0]) / step.baseline_norm);
     });
     const std::string cause = dist::name_scale(figures.gradient_scale, sp, dp);
-    figures.verdict_text = format(
+    figures.verdict_text = printf_text(
         "the ranks agree bitwise, but the gradient is %.3gx the one-rank gradient", figures.gradient_scale);
     if (!cause.empty()) figures.verdict_text += " (" + cause + ")";
-    figures.verdict_text += format(
+    figures.verdict_text += printf_text(
         ". Adam is nearly blind to a steady scale (max %.3g from one-rank training here); "
         "clipping is not: it acts as if its threshold were %.3gx the configured one.",
         last.max_difference_from_baseline, 1 / figures.gradient_scale);
@@ -170,18 +164,18 @@ void decide(PolicyFigures& figures, double lr, int sp, int dp) {
       return step.parameters_unlike_baseline > 0 || step.gradients_unlike_baseline > 0;
     });
     if (figures.verdict == Verdict::Identical) {
-      figures.verdict_text = format(
+      figures.verdict_text = printf_text(
           "0 of %.0f parameters differ from one-rank training, bit for bit, at every one of "
           "the %.0f step(s); the ranks agree bitwise.",
           double(last.parameter_count), double(steps.size()));
     } else {
       const StepFigures& first_apart = steps[size_t(figures.first_broken_step - 1)];
-      figures.verdict_text = format(
+      figures.verdict_text = printf_text(
           "the ranks agree bitwise, but from step %.0f on they differ from one-rank training: "
           "%.0f parameters differ (by up to %.3g), ",
           double(figures.first_broken_step), double(first_apart.parameters_unlike_baseline),
           last.max_difference_from_baseline);
-      figures.verdict_text += format("the gradient by %.3g (relative).", gradient_error);
+      figures.verdict_text += printf_text("the gradient by %.3g (relative).", gradient_error);
     }
   }
 }

@@ -2,7 +2,6 @@
 
 #include "apps/repro/config_input.h"
 
-#include <cstdarg>
 #include <cstdio>
 #include <algorithm>
 #include <iomanip>
@@ -15,16 +14,6 @@
 namespace seqpar::repro {
 
 namespace {
-
-std::string printf_string(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_string(const char* pattern, ...) {
-  char text[1024];
-  va_list arguments;
-  va_start(arguments, pattern);
-  std::vsnprintf(text, sizeof text, pattern, arguments);
-  va_end(arguments);
-  return text;
-}
 
 // Every line after the first indented by `width` spaces, so a block lines up in a column.
 std::string indent_lines(const std::string& text, size_t width) {
@@ -105,13 +94,13 @@ void print_scenario(std::ostream& out, const RunResults& results) {
   for (size_t rank = 0; rank < results.initial_parameters.size(); ++rank) {
     const uint64_t print = fingerprint(results.initial_parameters[rank]);
     identical = identical && print == fingerprint(results.initial_parameters[0]);
-    prints += printf_string(" %zu:%016llx", rank, (unsigned long long)print);
+    prints += printf_text(" %zu:%016llx", rank, (unsigned long long)print);
   }
   out << "  initial     " << wrap_text("parameters' fingerprint per rank:" + prints, 14, kReportWidth)
       << (identical ? "\n              identical on every rank: same seed, same calls, same numbers\n"
                     : "\n              NOT identical: the seeding is broken\n");
   const BaselineRun& baseline = results.baseline;
-  out << printf_string("\none-rank baseline (all %lld rows): mean loss %.6f, gradient norm "
+  out << printf_text("\none-rank baseline (all %lld rows): mean loss %.6f, gradient norm "
                        "%.6f, %.2f ms/step\n",
                        (long long)(c.rows * c.data_parallel_size), baseline.losses.front(),
                        baseline.norms.front(), 1e3 * baseline.seconds / double(c.steps));
@@ -121,8 +110,8 @@ void print_scenario(std::ostream& out, const RunResults& results) {
 std::string norm_range(const std::vector<float>& norms) {
   if (norms.empty()) return "-";
   const auto [low, high] = std::minmax_element(norms.begin(), norms.end());
-  if (*low == *high) return printf_string("%.4f", *low);
-  return printf_string("%.4f to %.4f", *low, *high);
+  if (*low == *high) return printf_text("%.4f", *low);
+  return printf_text("%.4f to %.4f", *low, *high);
 }
 
 void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
@@ -132,7 +121,7 @@ void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
          "  step  max |diff|             params differing   max |diff|  gradient  on the ranks (one rank)\n";
   for (const int64_t step : shown) {
     const StepFigures& s = figures.steps[size_t(step - 1)];
-    out << printf_string("  %4lld  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %8.2g  %s (%.4f)\n",
+    out << printf_text("  %4lld  %10.3g (%5.2f lr)  %7lld / %-7lld  %10.3g  %8.2g  %s (%.4f)\n",
                          (long long)step, s.max_cross_rank_difference,
                          s.max_cross_rank_difference / lr, (long long)s.differing_parameters,
                          (long long)s.parameter_count, s.max_difference_from_baseline,
@@ -141,7 +130,7 @@ void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
   }
   const int64_t left_out = steps - static_cast<int64_t>(shown.size());
   if (left_out > 0) {
-    out << printf_string("  (%lld of %lld rows left out; every step is in --json and the drift "
+    out << printf_text("  (%lld of %lld rows left out; every step is in --json and the drift "
                          "plot)\n",
                          (long long)left_out, (long long)steps);
   }
@@ -157,13 +146,13 @@ void print_steps(std::ostream& out, const PolicyFigures& figures, double lr) {
 
 void print_mechanism(std::ostream& out, const PolicyFigures& figures) {
   const LrHistogram& h = figures.steps.front().histogram;
-  out << printf_string("  step 1, each rank vs rank 0, |diff| in units of lr:\n"
+  out << printf_text("  step 1, each rank vs rank 0, |diff| in units of lr:\n"
                        "    0: %lld   (0, 0.5): %lld   ~1: %lld   ~2: %lld   >2.5: %lld\n",
                        (long long)h.identical, (long long)h.below_half, (long long)h.about_one,
                        (long long)h.about_two, (long long)h.beyond);
   const SignAgreement& s = figures.first_step_signs;
   if (s.opposite == 0) return;
-  out << printf_string(
+  out << printf_text(
       "  why 2 lr: Adam's first step moves a weight by about lr * sign(gradient). Where a rank's\n"
       "  gradient had the opposite sign from rank 0's (%lld pairs), the copies moved apart by\n"
       "  2 lr in %lld of them; where the signs agreed (%lld pairs), %.1f%% ended bitwise equal.\n",
@@ -191,10 +180,8 @@ std::vector<int64_t> steps_to_show(int64_t steps, int64_t also) {
 void print_report(std::ostream& out, const RunResults& results) {
   print_scenario(out, results);
   const double lr = results.config.adamw.lr();
-  std::vector<const PolicyFigures*> figures;
-  for (const PolicyRun& run : results.policies) figures.push_back(&run.figures);
-  for (const PolicyFigures* each : figures) {
-    const PolicyFigures& policy = *each;
+  for (const PolicyRun& run : results.policies) {
+    const PolicyFigures& policy = run.figures;
     out << '\n' << wrap_text("policy " + policy.policy->name + ": " + policy.policy->summary, 2,
                              kReportWidth)
         << '\n';
@@ -204,7 +191,7 @@ void print_report(std::ostream& out, const RunResults& results) {
     }
     print_steps(out, policy, lr);
     if (policy.verdict == Verdict::RanksDiverge) print_mechanism(out, policy);
-    out << printf_string("  %.2f ms/step on rank 0 (and %.2f ms/step gathering and analysing it)\n",
+    out << printf_text("  %.2f ms/step on rank 0 (and %.2f ms/step gathering and analysing it)\n",
                          1e3 * policy.seconds_per_step, 1e3 * policy.analysis_seconds_per_step);
     out << "  " << wrap_text(std::string("verdict: ") + verdict_name(policy.verdict) + ": " +
                                  policy.verdict_text,
@@ -212,8 +199,8 @@ void print_report(std::ostream& out, const RunResults& results) {
         << '\n';
   }
   out << "\nsummary\n";
-  for (const PolicyFigures* policy : figures) {
-    out << printf_string("  %-16s %s\n", policy->policy->name.c_str(), verdict_name(policy->verdict));
+  for (const PolicyRun& run : results.policies) {
+    out << printf_text("  %-16s %s\n", run.figures.policy->name.c_str(), verdict_name(run.figures.verdict));
   }
 }
 
