@@ -263,11 +263,6 @@ namespace {
 
 const char* const kAttentionCheck = "attention against one-rank training";
 
-bool names_a_mistake(AttentionSignature signature) {
-  return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
-         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers;
-}
-
 Cause attention_cause(const AttentionFigures& f) {
   const std::string exchange = "exchange q, k and v to head shards before the attention and back after it (the "
                                "all-to-alls of DeepSpeed's DistributedAttention)";
@@ -289,6 +284,11 @@ Cause attention_cause(const AttentionFigures& f) {
 }
 
 }  // namespace
+
+bool names_a_mistake(AttentionSignature signature) {
+  return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
+         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers;
+}
 
 void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
   diagnosis.attention = attention_figures(run, settings.sp, settings.dp);

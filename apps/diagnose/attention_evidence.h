@@ -92,6 +92,9 @@ struct AttentionFigures {
 TensorByShard compare_by_shard(const std::string& name, const std::vector<float>& values,
                                const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp);
 AttentionSignature classify(const AttentionFigures& figures);
+// Whether the signature is one of the Ulysses mistakes (lost keys or positions, a mask
+// on shard-local indices), which then explains a gradient that points elsewhere too.
+bool names_a_mistake(AttentionSignature signature);
 
 // The ranks' attention against the baseline's, over sp x dp; nullopt when the ranks or
 // the baseline did not save `attention`. InputError when the rows do not add up.

@@ -64,6 +64,9 @@ Cause scale_cause(const ScaleFigure& scale) {
 }
 
 void add_direction_causes(Diagnosis& diagnosis, double error) {
+  // A Ulysses mistake the attention tensors named (compare_attention) turns the gradient
+  // too: beside it, the loss-side pitfalls below would only be guesses.
+  if (diagnosis.attention && names_a_mistake(diagnosis.attention->signature)) return;
   const std::string evidence = "with the scale taken out, the gradient still differs from the "
                                "one-rank gradient by " + number_text(error) + " (relative): rows are "
                                "weighed differently or missing; the tensors alone cannot tell which";

@@ -243,6 +243,25 @@ TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
   CHECK(d.kind == Verdict::Identical);
   CHECK(d.causes.empty());
 
+  // Gradients saved too, and turned by the mistake: the attention names the cause; the
+  // loss-side pitfalls (shifted targets, dropout, masked tokens) are not listed beside it.
+  const auto with_gradients = [&](RunFiles run) {
+    run = with_parameters(std::move(run));
+    const std::vector<float> turned = random_values(64), right = random_values(65);
+    for (RankState& rank : run.ranks) rank.gradients.add({"grad.weight", "F32", {int64_t(turned.size())}, turned});
+    run.baseline->gradients.add({"grad.weight", "F32", {int64_t(right.size())}, right});
+    return run;
+  };
+  d = diagnose::diagnose(with_gradients(run_files(mistaken, baseline, 4, false)), settings);
+  REQUIRE(d.causes.size() == 1);
+  CHECK(d.causes[0].pitfall == signature_name(AttentionSignature::FirstShardDiffers));
+  RunFiles gradients_alone = with_gradients(run_files(mistaken, baseline, 4, false));
+  for (RankState& rank : gradients_alone.ranks) rank.activations = {};
+  gradients_alone.baseline->activations = {};
+  d = diagnose::diagnose(gradients_alone, settings);
+  CHECK(d.kind == Verdict::WrongGradient);
+  CHECK(d.causes.size() == 3);  // without the attention, the loss-side pitfalls are the guesses
+
   // Without attention tensors, a sequence-parallel run is told they cannot be seen.
   RunFiles plain = with_parameters(run_files(baseline, baseline, 4, false));
   for (RankState& rank : plain.ranks) rank.activations = {};
