@@ -176,14 +176,10 @@ std::vector<float> masked_tokens_mask(const ReproConfig& config) {
   for (const Shard& shard : shards_of(config)) {
     const double share = ignored_share(shard.micro_batch, shard.sp_rank, config.sequence_parallel_size);
     const auto first = static_cast<size_t>(shard.rows.first), end = first + static_cast<size_t>(shard.rows.count);
-    bool any_valid = false;
-    for (size_t i = first; i < end; ++i) {
-      mask[i] = uniform[i] <= share ? 0.0f : 1.0f;
-      any_valid = any_valid || mask[i] != 0.0f;
-    }
+    for (size_t i = first; i < end; ++i) mask[i] = uniform[i] <= share ? 0.0f : 1.0f;
     // A part with no valid row would make a local mean NaN (torch's mean of nothing):
     // a real failure, but another one; this scenario is about the weights.
-    if (!any_valid) mask[first] = 1.0f;
+    if (valid_rows(mask, shard.rows) == 0) mask[first] = 1.0f;
   }
   return mask;
 }

@@ -45,8 +45,7 @@ class StepContext {
   int64_t step() const { return step_; }
 
   // loss.backward(), once per micro-batch. Plain: the gradients accumulate in float32,
-  // as frameworks accumulate them. Exact: the row sums add up exactly in the
-  // ExactGradients, which the kit adds across ranks and rounds once.
+  // as frameworks accumulate them. Exact: the row sums add up exactly (see above).
   void backward(const autograd::Variable& loss);
 
  private:
@@ -61,8 +60,7 @@ struct Variant {
   std::string name;  // a row of the report: "shard-local shift"
   // Forward, loss and backward on this rank (all rows for the baseline).
   StepFunction backward;
-  // Combines the ranks' gradients; empty: nothing more to combine (exact variants: the
-  // kit adds their exact row sums across ranks).
+  // Combines the ranks' gradients; empty: nothing more to combine (exact variants).
   std::function<void(const Parameters&, const RankGroups&)> reduce;
   // The norm the step clips with; empty: the norm of the combined gradient.
   std::function<Tensor(const Parameters&, const RankGroups&)> clip_norm;
@@ -111,16 +109,14 @@ struct PitfallResults {
   double baseline_norm = 0;  // the one-rank gradient norm at step 1
   std::vector<std::string> notes;
   std::vector<VariantFigures> variants;
-  // With a dump asked for: inputs.safetensors (x, weight, bias and the plan's tensors),
-  // reference.safetensors and variant<i>.safetensors (grad.* at step 1, the final
-  // weight and bias, the clip norm).
+  // With --dump: inputs.safetensors (x, weight, bias, the plan's tensors), then
+  // reference and variant<i>.safetensors (grad.* at step 1, final weight, bias, clip_norm).
   DumpTensors dump;
 };
 
 // Runs `scenario` on every rank (the same arguments everywhere): the baseline on world
-// rank 0, every variant on every rank. Returns the figures on world rank 0, an empty
-// result elsewhere. With `keep_dump`, also the tensors of a --dump. World rank 0 tells
-// `progress`, when given, which variant and step it is at.
+// rank 0, every variant on every rank. The figures (with `keep_dump`, the dump's tensors)
+// on world rank 0, which tells `progress` where it is; an empty result elsewhere.
 PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& groups,
                            const ReproConfig& config, Device device, const std::string& placement,
                            bool keep_dump = false, Progress* progress = nullptr);
