@@ -1,17 +1,11 @@
 // Scenario "clipping-norms": the norm gradient clipping divides by, under sequence
-// parallelism.
-//
-// Every variant combines the gradient correctly (a loss normalized by the global row
-// count, summed over sp); they differ only in the norm they clip with:
-//   - the mean of the ranks' norms of their partial gradients, taken before the
-//     reduction (what DeepSpeed 0.16's clip_grad_norm_ computes over its group);
-//   - the sum over the ranks of the squares of the whole, replicated gradient: every
-//     element counted once per rank, sqrt(sp x dp) times too large (the inflation
-//     NeMo-RL and DeepSpeed fixed for replicated parameters);
-//   - each element counted once: every rank sums the squares of its own slice of the
-//     flattened gradient (as a ZeRO partition does) and the ranks add the sums;
-//   - exact: the exact gradient's norm, which every rank holds whole.
-// With gradient_clipping below the norm, a wrong norm changes every step's update.
+// parallelism. Every variant combines the gradient correctly (a loss over the global
+// row count, summed over sp); they differ only in the norm they clip with: the mean of
+// the ranks' partial norms (DeepSpeed 0.16's clip_grad_norm_ over its group), the
+// replicated gradient's squares summed over the ranks (the inflation NeMo-RL and
+// DeepSpeed fixed), each element once (a rank's slice, as a ZeRO partition holds it),
+// and the exact gradient's own norm. With gradient_clipping below the norm, a wrong
+// norm changes every step's update.
 #include "apps/repro/pitfall.h"
 
 #include <cmath>
@@ -19,6 +13,7 @@
 
 #include "core/error.h"
 #include "nn/l1_loss.h"
+#include "optim/clip.h"
 
 namespace seqpar::repro {
 
@@ -26,25 +21,17 @@ namespace {
 
 using autograd::Variable;
 
-Tensor scalar_like(double value, Device device) {
-  return Tensor::from_data({1}, {static_cast<float>(value)}, device);
-}
-
 // sqrt(Σ over the group of each rank's `square`), as a one-element tensor.
 Tensor root_of_group_sum(double square, dist::ProcessGroup& group, Device device) {
-  Tensor total = scalar_like(square, device);
+  Tensor total = Tensor::from_data({1}, {static_cast<float>(square)}, device);
   group.all_reduce(total, dist::ReduceOp::Sum);
-  return scalar_like(std::sqrt(static_cast<double>(total.item())), device);
+  return Tensor::from_data({1}, {static_cast<float>(std::sqrt(static_cast<double>(total.item())))}, device);
 }
 
 // The squares of this rank's slice of the flattened gradient: the group's size slices,
 // contiguous, in rank order.
 double slice_square(const Parameters& parameters, const dist::ProcessGroup& group) {
-  std::vector<float> flat;
-  for (const Variable& parameter : parameters) {
-    const std::vector<float> part = parameter.grad().to_vector();
-    flat.insert(flat.end(), part.begin(), part.end());
-  }
+  const std::vector<float> flat = flat_values(parameters, true);
   const RowRange slice = shard_of(static_cast<int64_t>(flat.size()), group.size(), group.rank());
   double square = 0;
   for (int64_t i = slice.first; i < slice.first + slice.count; ++i) {
@@ -78,7 +65,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   // The mean of the partial gradients' norms is taken before the reduction replaces them.
   auto mean_of_norms = std::make_shared<Tensor>();
   const auto reduce_after_local_norms = [=](const Parameters& parameters, const RankGroups& g) {
-    *mean_of_norms = gradient_norm(parameters).view({1});
+    *mean_of_norms = optim::grad_norm(parameters).view({1});
     g.sequence_data_parallel->all_reduce(*mean_of_norms, dist::ReduceOp::Avg);
     sum_over_sp_average_over_dp(parameters, g);
   };
@@ -87,7 +74,7 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
        [=](const Parameters&, const RankGroups&) { return *mean_of_norms; }, false},
       {"replicated gradient, squares summed", backward(rows * out), sum_over_sp_average_over_dp,
        [=](const Parameters& parameters, const RankGroups& g) {
-         const double norm = gradient_norm(parameters).item();
+         const double norm = optim::grad_norm(parameters).item();
          return root_of_group_sum(norm * norm, *g.sequence_data_parallel, device);
        },
        false},

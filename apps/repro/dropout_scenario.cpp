@@ -10,20 +10,14 @@
 
 namespace seqpar::repro {
 
+uint64_t dropout_mask_offset(const ReproConfig& config, uint64_t random_offset, int64_t step) {
+  const int64_t all_rows = config.data_parallel_size * config.rows;
+  return random_offset + static_cast<uint64_t>(step) * nn::dropout_positions(all_rows, config.out_features);
+}
+
 namespace {
 
 using autograd::Variable;
-
-// Where each step's mask starts: one whole mask over every replica's rows per step,
-// from the first word after the data's.
-struct MaskOffsets {
-  uint64_t first = 0, per_step = 0;
-  uint64_t at(int64_t step) const { return first + static_cast<uint64_t>(step) * per_step; }
-};
-
-MaskOffsets mask_offsets(const ReproConfig& config, uint64_t random_offset) {
-  return {random_offset, nn::dropout_positions(config.data_parallel_size * config.rows, config.out_features)};
-}
 
 // The one-rank mask of step `step` over every replica's rows (1 kept, 0 dropped), on the host.
 Tensor one_rank_mask(const ReproConfig& config, uint64_t random_offset, int64_t step) {
@@ -40,35 +34,32 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   const float p = static_cast<float>(config.dropout);
   const uint64_t seed = config.seed;
   // Every rank advances the offset by one whole mask per step, so each step draws fresh words.
-  const MaskOffsets offsets = mask_offsets(config, data.random_offset);
-  const auto offset_at = [=](int64_t step) { return offsets.at(step); };
-
-  ScenarioPlan plan;
-  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
-    const int64_t all = x.size(0);
-    const Variable y = nn::dropout(model.forward(rows_of(x, 0, all)), p, seed, offset_at(context.step()), 0);
-    context.backward(nn::l1_loss(y, target_of(x, 0, all, out), nn::Reduction::sum_divided_by(global_count)));
+  const auto offset_at = [config, first = data.random_offset](int64_t step) {
+    return dropout_mask_offset(config, first, step);
   };
-  const RowRange shard = shard_of(rows, sp, groups.sp_rank);
-  const int64_t replica_first = groups.dp_rank * rows, first = replica_first + shard.first;
-  // This rank's rows with the mask of rows [mask_first_row, mask_first_row + count).
-  const auto with_mask_from = [=](int64_t mask_first_row, int64_t divisor) {
+
+  // Rows [first, first + count) with the mask of rows [mask_first_row, + count).
+  const auto masked = [=](int64_t first, int64_t count, int64_t mask_first_row, int64_t divisor) {
     return [=](const nn::Linear& model, StepContext& context) {
-      const Variable y = nn::dropout(model.forward(rows_of(x, first, shard.count)), p, seed,
-                                     offset_at(context.step()), mask_first_row);
-      context.backward(nn::l1_loss(y, target_of(x, first, shard.count, out),
-                                   nn::Reduction::sum_divided_by(divisor)));
+      const Variable y = nn::dropout(model.forward(rows_of(x, first, count)), p, seed, offset_at(context.step()),
+                                     mask_first_row);
+      context.backward(nn::l1_loss(y, target_of(x, first, count, out), nn::Reduction::sum_divided_by(divisor)));
     };
   };
+  ScenarioPlan plan;
+  plan.baseline = masked(0, x.size(0), 0, global_count);
+  const RowRange shard = shard_of(rows, sp, groups.sp_rank);
+  const int64_t replica_first = groups.dp_rank * rows, first = replica_first + shard.first;
   // The same seed and offset on every sp rank: each shard's mask starts at its replica's
   // first row, as if the shard were the whole sequence. Divided by the replica's count
   // for DeepSpeed's sum over sp and average over dp; by every replica's for the exact
   // sums, which add over sp x dp.
   plan.variants = {
-      {"same seed and offset on every rank", with_mask_from(replica_first, rows * out),
+      {"same seed and offset on every rank", masked(first, shard.count, replica_first, rows * out),
        sum_over_sp_average_over_dp, {}, false},
-      {"mask keyed by global row", with_mask_from(first, rows * out), sum_over_sp_average_over_dp, {}, false},
-      {"global row, exact sums", with_mask_from(first, global_count), {}, {}, true},
+      {"mask keyed by global row", masked(first, shard.count, first, rows * out), sum_over_sp_average_over_dp, {},
+       false},
+      {"global row, exact sums", masked(first, shard.count, first, global_count), {}, {}, true},
   };
   if (groups.world->rank() == 0) {  // the notes and the dump are world rank 0's
     const Tensor mask = one_rank_mask(config, data.random_offset, 0);
@@ -83,8 +74,8 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
                        nn::dropout_scale(p), "; the mask of element"),
         detail::concat("            (row, column) is word offset + row x ", out,
                        " + column of repro.seed's stream, row the"),
-        detail::concat("            global row of all ", dp * rows, " rows; offset ", offsets.first,
-                       " (after the data's words), + ", offsets.per_step, " a step"),
+        detail::concat("            global row of all ", dp * rows, " rows; offset ", data.random_offset,
+                       " (after the data's words), + ", dropout_mask_offset(config, 0, 1), " a step"),
         detail::concat("masks       step 1's one-rank mask keeps ", percent_text(kept, 2), " (1 - p = ", percent_text(q, 2),
                        "); with the same seed and"),
         detail::concat("            offset on every rank, ",
@@ -108,10 +99,6 @@ void check(const ReproConfig& config) {
 }
 
 }  // namespace
-
-uint64_t dropout_mask_offset(const ReproConfig& config, uint64_t random_offset, int64_t step) {
-  return mask_offsets(config, random_offset).at(step);
-}
 
 double same_offset_mask_mismatch(const ReproConfig& config, uint64_t random_offset, int64_t step) {
   const int64_t rows = config.rows, out = config.out_features, sp = config.sequence_parallel_size;

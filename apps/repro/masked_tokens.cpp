@@ -60,28 +60,29 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   const Tensor& x = data.inputs;
   const Device device = x.device();
   const int64_t out = config.out_features, ga = config.gradient_accumulation_steps;
+  const int64_t sp = config.sequence_parallel_size;
   const std::vector<float> mask_values = masked_tokens_mask(config);
-  const Tensor mask = Tensor::from_data({static_cast<int64_t>(mask_values.size())}, mask_values, device);
-  const std::vector<Shard> shards = shards_of(config);
-  int64_t total_valid = 0;
-  for (const float value : mask_values) total_valid += value != 0.0f;
+  const int64_t all_rows = static_cast<int64_t>(mask_values.size());
+  const Tensor mask = Tensor::from_data({all_rows}, mask_values, device);
 
-  ScenarioPlan plan;
-  // One rank: every replica's rows at once, the mean over every valid row.
-  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
-    const int64_t all = x.size(0);
-    context.backward(nn::l1_loss(model.forward(rows_of(x, 0, all)), target_of(x, 0, all, out),
-                                 nn::Reduction::mean(), mask));
-  };
-
-  // This rank's part of each micro-batch, and its valid rows over all of them.
+  // This rank's part of each micro-batch, every rank's valid rows over the step, and
+  // how uneven the parts' counts are.
   std::vector<RowRange> mine;
-  int64_t rank_valid = 0;
-  for (const Shard& shard : shards) {
-    if (shard.replica != groups.dp_rank || shard.sp_rank != groups.sp_rank) continue;
-    mine.push_back(shard.rows);
-    rank_valid += valid_rows(mask_values, shard.rows);
+  std::vector<int64_t> valid_per_rank(static_cast<size_t>(config.data_parallel_size * sp), 0);
+  double lowest = 1, highest = 0;
+  int64_t fewest = all_rows, most = 0;
+  for (const Shard& shard : shards_of(config)) {
+    const int64_t valid = valid_rows(mask_values, shard.rows);
+    valid_per_rank[static_cast<size_t>(shard.replica * sp + shard.sp_rank)] += valid;
+    if (shard.replica == groups.dp_rank && shard.sp_rank == groups.sp_rank) mine.push_back(shard.rows);
+    const double ignored = 1.0 - static_cast<double>(valid) / static_cast<double>(shard.rows.count);
+    lowest = std::min(lowest, ignored);
+    highest = std::max(highest, ignored);
+    fewest = std::min(fewest, valid);
+    most = std::max(most, valid);
   }
+  const int64_t rank_valid = valid_per_rank[static_cast<size_t>(groups.dp_rank * sp + groups.sp_rank)];
+  const int64_t total_valid = valid_rows(mask_values, {0, all_rows});
   // num_items_in_batch: the valid rows of every rank's micro-batches, all-reduced over
   // sp x dp as the trainer gathers them. A count below 2^24 (check() sees to it) is
   // exact in float32, and the all-reduce adds exactly.
@@ -91,6 +92,12 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   SEQPAR_CHECK(global_valid == total_valid, "masked-tokens: the ranks' valid rows add up to ",
                global_valid, ", but the mask holds ", total_valid);
 
+  ScenarioPlan plan;
+  // One rank: every replica's rows at once, the mean over every valid row.
+  plan.baseline = [=](const nn::Linear& model, StepContext& context) {
+    context.backward(nn::l1_loss(model.forward(rows_of(x, 0, all_rows)), target_of(x, 0, all_rows, out),
+                                 nn::Reduction::mean(), mask));
+  };
   // One backward per micro-batch, each on this rank's part of it.
   const auto accumulate = [=](nn::Reduction reduction, float loss_factor) {
     return [=](const nn::Linear& model, StepContext& context) {
@@ -117,37 +124,16 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
       {"global count, exact sums", accumulate(global_count, 1.0f), {}, {}, true},
   };
 
-  // The data's facts: how uneven the counts are.
-  const int64_t all_rows = static_cast<int64_t>(mask_values.size());
-  double lowest = 1, highest = 0;
-  int64_t fewest = all_rows, most = 0;
-  for (const Shard& shard : shards) {
-    const int64_t valid = valid_rows(mask_values, shard.rows);
-    const double ignored = 1.0 - static_cast<double>(valid) / static_cast<double>(shard.rows.count);
-    lowest = std::min(lowest, ignored);
-    highest = std::max(highest, ignored);
-    fewest = std::min(fewest, valid);
-    most = std::max(most, valid);
-  }
-  std::string sizes;
+  std::string sizes, per_rank;
   for (const RowRange& batch : micro_batches_of(config.rows, ga)) {
     sizes += (sizes.empty() ? "" : ", ") + std::to_string(batch.count);
   }
-  std::string per_rank;
-  for (int64_t d = 0; d < config.data_parallel_size; ++d) {
-    for (int64_t r = 0; r < config.sequence_parallel_size; ++r) {
-      int64_t valid = 0;
-      for (const Shard& shard : shards) {
-        if (shard.replica == d && shard.sp_rank == r) valid += valid_rows(mask_values, shard.rows);
-      }
-      per_rank += (per_rank.empty() ? "" : " ") + std::to_string(valid);
-    }
-  }
+  for (const int64_t valid : valid_per_rank) per_rank += (per_rank.empty() ? "" : " ") + std::to_string(valid);
   plan.notes = {
       detail::concat("mask        ", all_rows - total_valid, " of ", all_rows, " rows ignored (label -100); ",
                      total_valid, " valid: the one-rank mean's count"),
-      detail::concat("            ignored per rank and micro-batch: ", percent_text(lowest, 0), " to ", percent_text(highest, 0),
-                     "; valid rows there: ", fewest, " to ", most),
+      detail::concat("            ignored per rank and micro-batch: ", percent_text(lowest, 0), " to ",
+                     percent_text(highest, 0), "; valid rows there: ", fewest, " to ", most),
       detail::concat("accumulate  ", ga, " micro-batch(es) per step of ", sizes, " rows per replica"),
       detail::concat("            valid rows per rank over the step: ", per_rank)};
   plan.dump_tensors = {{"mask", mask}};
@@ -190,14 +176,10 @@ std::vector<float> masked_tokens_mask(const ReproConfig& config) {
   for (const Shard& shard : shards_of(config)) {
     const double share = ignored_share(shard.micro_batch, shard.sp_rank, config.sequence_parallel_size);
     const auto first = static_cast<size_t>(shard.rows.first), end = first + static_cast<size_t>(shard.rows.count);
-    bool any_valid = false;
-    for (size_t i = first; i < end; ++i) {
-      mask[i] = uniform[i] <= share ? 0.0f : 1.0f;
-      any_valid = any_valid || mask[i] != 0.0f;
-    }
+    for (size_t i = first; i < end; ++i) mask[i] = uniform[i] <= share ? 0.0f : 1.0f;
     // A part with no valid row would make a local mean NaN (torch's mean of nothing):
     // a real failure, but another one; this scenario is about the weights.
-    if (!any_valid) mask[first] = 1.0f;
+    if (valid_rows(mask, shard.rows) == 0) mask[first] = 1.0f;
   }
   return mask;
 }

@@ -1,25 +1,16 @@
 // The kit seqpar-repro's pitfall scenarios are built from (shifted-targets,
-// clipping-norms, ...; zero-stage trains with it too).
+// clipping-norms, dropout, masked-tokens, zero-stage).
 //
-// A scenario is a one-rank baseline and a list of variants. A variant is one way a
+// A scenario is a one-rank baseline and a list of variants, each one way a
 // sequence-parallel job computes its gradient: the loss each rank takes on its rows
-// (and micro-batches), how the ranks' gradients are combined, and the norm it clips
-// with. The kit trains the baseline and every variant from the same initial state on
-// the same data, then measures each variant against the baseline:
-//
-//   gradient scale   ||g|| / ||g_ref|| at step 1 (rank 0's combined gradient), named
-//                    when it is a known mistake's factor (sp, 1/sp, sqrt(sp), ...)
-//   gradient error   ||g - g_ref|| / ||g_ref|| at step 1: a scale shows here too, and
-//                    so does a gradient of the right size that weighs rows wrongly
-//   clip norm scale  the norm the step clipped with / the baseline's
-//   ranks agree      every rank's parameters bitwise equal after the last step
-//   vs one rank      rank 0's parameters after the last step against the baseline's:
-//                    bitwise equal, or the largest difference
+// (and micro-batches), how the ranks' gradients are combined, the norm it clips with.
+// The kit trains the baseline and every variant from the same initial state on the same
+// data and measures each variant against the baseline (VariantFigures).
 //
 // A variant marked `exact` keeps the exact row sums of its backward passes
-// (nn/exact_gradients.h) and adds the digits of every micro-batch of the step and every
-// rank of sp x dp before it rounds once, so a loss normalized by the global count gives
-// the one-rank gradient bit for bit, and the kit checks that it does.
+// (nn/exact_gradients.h) and adds them over every micro-batch and every rank of sp x dp
+// before it rounds once, so a loss normalized by the global count gives the one-rank
+// gradient bit for bit, and the kit checks that it does.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,8 +19,10 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "apps/common/safetensors.h"
 #include "apps/common/text.h"
 #include "apps/repro/config.h"
 #include "apps/repro/pipeline.h"
@@ -39,7 +32,6 @@
 #include "autograd/variable.h"
 #include "core/device.h"
 #include "nn/exact_gradients.h"
-#include "apps/common/safetensors.h"
 #include "nn/linear.h"
 
 namespace seqpar::repro {
@@ -53,8 +45,7 @@ class StepContext {
   int64_t step() const { return step_; }
 
   // loss.backward(), once per micro-batch. Plain: the gradients accumulate in float32,
-  // as frameworks accumulate them. Exact: the row sums of every micro-batch add up
-  // exactly in the ExactGradients, which train_variant adds across ranks and rounds once.
+  // as frameworks accumulate them. Exact: the row sums add up exactly (see above).
   void backward(const autograd::Variable& loss);
 
  private:
@@ -69,8 +60,7 @@ struct Variant {
   std::string name;  // a row of the report: "shard-local shift"
   // Forward, loss and backward on this rank (all rows for the baseline).
   StepFunction backward;
-  // Combines the ranks' gradients; empty: nothing more to combine (exact variants: their
-  // exact row sums are added across ranks by train_variant).
+  // Combines the ranks' gradients; empty: nothing more to combine (exact variants).
   std::function<void(const Parameters&, const RankGroups&)> reduce;
   // The norm the step clips with; empty: the norm of the combined gradient.
   std::function<Tensor(const Parameters&, const RankGroups&)> clip_norm;
@@ -79,8 +69,8 @@ struct Variant {
 
 // One scenario's plan for this rank (the same on every rank but for the data it cuts).
 struct ScenarioPlan {
-  StepFunction baseline;          // one rank, all rows, no combining
-  std::vector<Variant> variants;  // in the report's order
+  StepFunction baseline;           // one rank, all rows, no combining
+  std::vector<Variant> variants;   // in the report's order
   std::vector<std::string> notes;  // facts of the data, printed above the table
   NamedTensors dump_tensors;       // scenario inputs beside x, W and b in --dump
 };
@@ -94,20 +84,23 @@ struct PitfallScenario {
   std::function<ScenarioPlan(const ReproConfig&, const RankData&, const RankGroups&)> plan;
 };
 
-
+// A variant against the one-rank baseline.
 struct VariantFigures {
   std::string name;
   bool exact = false;
-  double gradient_scale = 0;  // step 1
+  double gradient_scale = 0;  // ||g|| / ||g_ref|| at step 1 (rank 0's combined gradient)
   std::string cause;          // the scale named ("x sp (4)"), "" when it is 1 or unnamed
-  double gradient_error = 0;  // step 1, relative
-  double clip_norm_scale = 0;
+  double gradient_error = 0;  // ||g - g_ref|| / ||g_ref|| at step 1
+  double clip_norm_scale = 0;  // the norm the step clipped with / the baseline's
   std::string clip_cause;
-  bool ranks_agree = true;
-  bool equals_baseline = false;  // final parameters, bitwise
-  double max_difference = 0;      // final parameters
+  bool ranks_agree = true;       // every rank's parameters bitwise equal after the last step
+  bool equals_baseline = false;  // rank 0's final parameters, bitwise
+  double max_difference = 0;     // rank 0's final parameters, largest |difference|
   double seconds_per_step = 0;
 };
+
+// --dump's files: a name and its tensors.
+using DumpTensors = std::vector<std::pair<std::string, NamedTensors>>;
 
 struct PitfallResults {
   std::string scenario, title, why;
@@ -116,31 +109,14 @@ struct PitfallResults {
   double baseline_norm = 0;  // the one-rank gradient norm at step 1
   std::vector<std::string> notes;
   std::vector<VariantFigures> variants;
-  // With a dump asked for: inputs.safetensors (x, weight, bias and the plan's tensors),
-  // reference.safetensors and variant<i>.safetensors (grad.* at step 1, the final
-  // weight and bias, the clip norm), for write_dump_files.
-  std::vector<std::pair<std::string, NamedTensors>> dump;
+  // With --dump: inputs.safetensors (x, weight, bias, the plan's tensors), then
+  // reference and variant<i>.safetensors (grad.* at step 1, final weight, bias, clip_norm).
+  DumpTensors dump;
 };
-
-// What one training run of a step function gives on this rank.
-struct TrainedRun {
-  std::vector<float> first_gradient;  // combined, before clipping, at step 1 (weight, bias)
-  double first_norm = 0;              // its norm
-  double first_clip_norm = 0;         // the norm the step clipped with
-  std::vector<float> final_parameters;  // weight, bias
-  double seconds = 0;                   // the steps' wall time
-};
-
-// Trains a fresh model from `data`'s initial state with `variant` for config.steps
-// steps (zero_grad, backward, reduce, clip, AdamW); groups == nullptr: the baseline,
-// on this rank alone.
-TrainedRun train_variant(const Variant& variant, const ReproConfig& config, const RankData& data,
-                         Device device, const RankGroups* groups, Progress* progress = nullptr);
 
 // Runs `scenario` on every rank (the same arguments everywhere): the baseline on world
-// rank 0, every variant on every rank. Returns the figures on world rank 0, an empty
-// result elsewhere. With `keep_dump`, also the tensors of a --dump. World rank 0 tells
-// `progress`, when given, which variant and step it is at.
+// rank 0, every variant on every rank. The figures (with `keep_dump`, the dump's tensors)
+// on world rank 0, which tells `progress` where it is; an empty result elsewhere.
 PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& groups,
                            const ReproConfig& config, Device device, const std::string& placement,
                            bool keep_dump = false, Progress* progress = nullptr);
@@ -149,8 +125,6 @@ PitfallResults run_pitfall(const PitfallScenario& scenario, const RankGroups& gr
 void print_run_header(std::ostream& out, const ReproConfig& config, const std::string& placement,
                       const std::string& mesh_layout);
 void print_pitfall(std::ostream& out, const PitfallResults& results);
-// The figures as --json's document (schema seqpar-repro-pitfall/2).
-nlohmann::json pitfall_json(const PitfallResults& results);
 
 // The kit's scenarios, each described in its file (shifted_targets.cpp, clipping_norms.cpp,
 // dropout_scenario.h, masked_tokens.h).
@@ -159,8 +133,20 @@ const PitfallScenario& clipping_norms_scenario();
 const PitfallScenario& dropout_scenario();
 const PitfallScenario& masked_tokens_scenario();
 
-// The pipeline's Scenario for one of the kit's scenarios (pipeline.h).
-std::unique_ptr<Scenario> kit_scenario(const PitfallScenario& scenario);
+// The pipeline's Scenario for one of the kit's scenarios (pipeline.h), reported by
+// print_pitfall and --json's schema seqpar-repro-pitfall/2; or by `own_report`, with no
+// --dump.
+std::unique_ptr<Scenario> kit_scenario(
+    const PitfallScenario& scenario,
+    std::function<Results(const PitfallResults&)> own_report = nullptr);
+
+// The --json keys every kit scenario's document shares: the run's (with an empty
+// "variants") and each variant's figures.
+nlohmann::json run_json(const PitfallResults& results);
+nlohmann::json figures_json(const VariantFigures& figures);
+
+// What world rank 0 hands the pipeline: the report, --json's document and --dump's files.
+Results scenario_results(std::string text, nlohmann::json json, DumpTensors dump);
 
 // Refuses --policy and --plot, which only issue-6868 takes, naming `scenario`.
 void check_takes_no_policy_or_plot(const std::string& scenario, const Request& request);
@@ -182,10 +168,11 @@ RowRange shard_of(int64_t rows, int64_t sp, int64_t sp_rank);
 void sum_over_sp_average_over_dp(const Parameters& parameters, const RankGroups& groups);
 void sum_over_all(const Parameters& parameters, const RankGroups& groups);
 void average_over_all(const Parameters& parameters, const RankGroups& groups);
-// A share as a percentage with `decimals` decimals ("12%", "0.25%"), for the reports
-// (whose other figures are apps/common/text.h's number_text).
+// The parameters' gradients or values, one after another, on the host.
+std::vector<float> flat_values(const Parameters& parameters, bool gradients);
+// The largest |a[i] - b[i]| over i in [first, last).
+double max_difference(const std::vector<float>& a, const std::vector<float>& b, size_t first, size_t last);
+// A share as a percentage with `decimals` decimals ("12%", "0.25%"), for the reports.
 std::string percent_text(double share, int decimals);
-// The 2-norm of all gradients (what a step clips with by default).
-Tensor gradient_norm(const Parameters& parameters);
 
 }  // namespace seqpar::repro

@@ -1,12 +1,7 @@
-// Scenario "shifted-targets": next-row targets under sequence parallelism.
-//
-// A causal language model learns to predict token t+1 from tokens up to t, so the
-// labels are the inputs shifted by one. Here each row's target is the next row's
-// leading features (the last row of a replica has none). When every rank shifts
-// inside its own shard, the row at the end of each shard has no target left, although
-// the next rank holds it: sp - 1 targets per replica are lost, and a shard-local mean
-// also weighs the rest by its shard's count. Shifting the whole replica's targets
-// before it is cut (DeepSpeed's and ALST's "pre-shifted labels") is exact.
+// Scenario "shifted-targets": next-row targets under sequence parallelism, as a causal
+// language model's labels are its inputs shifted by one. Each row's target is the next
+// row's leading features (the last row of a replica has none); the `why` below says
+// what a shift inside each shard loses.
 #include "apps/repro/pitfall.h"
 
 #include "autograd/ops.h"
@@ -19,8 +14,7 @@ namespace {
 
 using autograd::Variable;
 
-// Row i's target is row i + 1's: within a replica, the targets of `count` rows from
-// `first` are the rows from first + 1.
+// The targets of `count` rows from `first`: the rows from first + 1.
 Variable next_rows(const Tensor& x, int64_t first, int64_t count, int64_t out) {
   return target_of(x, first + 1, count, out);
 }
@@ -45,35 +39,27 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
   };
   const RowRange shard = shard_of(rows, sp, groups.sp_rank);
   const int64_t first = groups.dp_rank * rows + shard.first;
-  const bool last_shard = groups.sp_rank == sp - 1;
-
-  // Shifted inside the shard: its last row has no target.
-  const auto shard_local = [=](nn::Reduction reduction) {
+  // This rank's rows but its last `untargeted`, each against the next row.
+  const auto shifted = [=](int64_t untargeted, nn::Reduction reduction) {
     return [=](const nn::Linear& model, StepContext& context) {
-      const int64_t n = shard.count - 1;
-      context.backward(nn::l1_loss(model.forward(rows_of(x, first, n)), next_rows(x, first, n, out),
-                                   reduction));
+      const int64_t n = shard.count - untargeted;
+      context.backward(nn::l1_loss(model.forward(rows_of(x, first, n)), next_rows(x, first, n, out), reduction));
     };
   };
-  // Shifted before sharding: only the replica's last row has no target. DeepSpeed sums
-  // over sp and averages over dp, so a loss over the replica's count gives the mean over
-  // every replica's targets; the exact sums add over sp x dp, so the exact variant
-  // divides by the count of every replica's targets.
-  const auto pre_shifted = [=](int64_t count) {
-    return [=](const nn::Linear& model, StepContext& context) {
-      const int64_t n = shard.count - (last_shard ? 1 : 0);
-      context.backward(nn::l1_loss(model.forward(rows_of(x, first, n)), next_rows(x, first, n, out),
-                                   nn::Reduction::sum_divided_by(count)));
-    };
-  };
-  // What a careful user counts after a shard-local shift: the replica's targets left.
-  const int64_t shard_local_targets = (rows - sp) * out;
+  // Shifted inside the shard, its last row has no target; shifted before sharding, only
+  // the replica's last row. A careful user counts the targets a shard-local shift
+  // leaves. DeepSpeed sums over sp and averages over dp, so the pre-shifted loss over
+  // the replica's count is the mean over every replica's targets; the exact sums add
+  // over sp x dp, so the exact variant divides by every replica's count.
+  const auto count = [](int64_t targets) { return nn::Reduction::sum_divided_by(targets); };
+  const int64_t pre_shifted = groups.sp_rank == sp - 1 ? 1 : 0;
   plan.variants = {
-      {"shard-local shift, mean, averaged", shard_local(nn::Reduction::mean()), average_over_all, {}, false},
-      {"shard-local shift, global count", shard_local(nn::Reduction::sum_divided_by(shard_local_targets)),
-       sum_over_sp_average_over_dp, {}, false},
-      {"pre-shifted, global count", pre_shifted((rows - 1) * out), sum_over_sp_average_over_dp, {}, false},
-      {"pre-shifted, exact sums", pre_shifted(global_targets), {}, {}, true},
+      {"shard-local shift, mean, averaged", shifted(1, nn::Reduction::mean()), average_over_all, {}, false},
+      {"shard-local shift, global count", shifted(1, count((rows - sp) * out)), sum_over_sp_average_over_dp, {},
+       false},
+      {"pre-shifted, global count", shifted(pre_shifted, count((rows - 1) * out)), sum_over_sp_average_over_dp, {},
+       false},
+      {"pre-shifted, exact sums", shifted(pre_shifted, count(global_targets)), {}, {}, true},
   };
   plan.notes = {detail::concat("targets     one rank: ", rows - 1, " per replica (row i's target is row i+1's ",
                                "leading ", out, " features);"),

@@ -4,35 +4,18 @@
 #include <cmath>
 #include <memory>
 #include <optional>
-#include <sstream>
 
-#include "apps/common/text.h"
-#include "apps/repro/pipeline.h"
-#include "apps/repro/pitfall.h"
 #include "apps/repro/ulysses_mask.h"
 #include "core/elementwise.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "nn/attention.h"
-#include "nn/exact_gradients.h"
 #include "nn/l1_loss.h"
 #include "nn/ulysses_block.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
 namespace seqpar::repro {
-
-const std::vector<UlyssesVariant>& ulysses_variants() {
-  static const std::vector<UlyssesVariant> variants = {
-      {"correct", "correct Ulysses", UlyssesMistake::None, UlyssesSync::Float},
-      {"exact", "exact", UlyssesMistake::None, UlyssesSync::Exact},
-      {"no-all-to-all", "no all-to-all", UlyssesMistake::NoAllToAll, UlyssesSync::Exact},
-      {"local-positions", "local positions", UlyssesMistake::LocalPositions, UlyssesSync::Exact},
-      {"local-mask", "local causal mask", UlyssesMistake::LocalMask, UlyssesSync::Exact},
-      {"issue-6868", "#6868 (deepspeed-0.16)", UlyssesMistake::None, UlyssesSync::DeepSpeed016},
-  };
-  return variants;
-}
 
 void check_ulysses_config(const ReproConfig& c) {
   SEQPAR_INPUT_CHECK(c.out_features == c.in_features, "config key repro.out_features = ", c.out_features,
@@ -53,6 +36,15 @@ void check_ulysses_config(const ReproConfig& c) {
 }
 
 namespace {
+
+const std::vector<UlyssesVariant> kVariants = {
+    {"correct", "correct Ulysses", UlyssesMistake::None, UlyssesSync::Float},
+    {"exact", "exact", UlyssesMistake::None, UlyssesSync::Exact},
+    {"no-all-to-all", "no all-to-all", UlyssesMistake::NoAllToAll, UlyssesSync::Exact},
+    {"local-positions", "local positions", UlyssesMistake::LocalPositions, UlyssesSync::Exact},
+    {"local-mask", "local causal mask", UlyssesMistake::LocalMask, UlyssesSync::Exact},
+    {"issue-6868", "#6868 (deepspeed-0.16)", UlyssesMistake::None, UlyssesSync::DeepSpeed016},
+};
 
 nn::UlyssesBlockOptions block_options(const ReproConfig& c) {
   nn::UlyssesBlockOptions options;
@@ -82,15 +74,6 @@ struct Data {
   Tensor inputs, targets;  // [dp * S, d_model]
 };
 
-std::vector<float> flattened(const std::vector<autograd::Variable>& parameters) {
-  std::vector<float> values;
-  for (const autograd::Variable& parameter : parameters) {
-    const std::vector<float> own = parameter.data().to_vector();
-    values.insert(values.end(), own.begin(), own.end());
-  }
-  return values;
-}
-
 // Where this rank's rows are, and the group its block exchanges over (one rank: all).
 struct Seat {
   std::shared_ptr<nn::SequenceGroup> group;
@@ -99,8 +82,8 @@ struct Seat {
 };
 
 // Combines the ranks' gradients as `sync` says, then clips.
-void synchronize(UlyssesSync sync, const std::vector<autograd::Variable>& parameters,
-                 nn::ExactGradients& exact, const RankGroups* groups, double clipping) {
+void synchronize(UlyssesSync sync, const Parameters& parameters, nn::ExactGradients& exact,
+                 const RankGroups* groups, double clipping) {
   if (sync == UlyssesSync::Exact) {
     if (groups != nullptr) {
       for (exact::ExactSums* sums : exact.sums()) groups->sequence_data_parallel->all_reduce_sums(*sums);
@@ -123,8 +106,8 @@ void synchronize(UlyssesSync sync, const std::vector<autograd::Variable>& parame
   if (clipping > 0) optim::clip_grads_with_norm(parameters, clipping, norm);
 }
 
-// This rank's `rows` x width tensor gathered from every rank, in one-rank row order
-// (world rank w = dp_rank * sp + sp_rank holds rows dp_rank * S + sp_rank * S/sp ...).
+// This rank's rows gathered from every rank, in one-rank row order (world rank
+// w = dp_rank * sp + sp_rank holds rows dp_rank * S + sp_rank * S/sp ...).
 Tensor gathered(const Tensor& local, const RankGroups* groups) {
   if (groups == nullptr) return local.clone();
   Tensor all = Tensor::empty({local.size(0) * groups->world->size(), local.size(1)}, local.device());
@@ -140,13 +123,6 @@ Tensor stacked(const std::vector<Tensor>& parts) {
     values.insert(values.end(), own.begin(), own.end());
   }
   return Tensor::from_data({int64_t(values.size()) / parts.front().size(1), parts.front().size(1)}, values);
-}
-
-double mean_absolute_difference(const Tensor& y, const Tensor& target) {
-  const std::vector<float> a = y.to_vector(), b = target.to_vector();
-  double sum = 0;
-  for (size_t i = 0; i < a.size(); ++i) sum += std::fabs(double(a[i]) - double(b[i]));
-  return sum / double(a.size());
 }
 
 // Where `groups` puts this rank's rows (one rank: every sequence whole).
@@ -167,13 +143,14 @@ struct StepRows {
   std::vector<Tensor> attentions, outputs;
 };
 StepRows forward_backward(const nn::UlyssesBlock& block, const Seat& seat, const Data& data,
-                          nn::Reduction reduction, Device device) {
+                          nn::Reduction reduction, Device device, StepContext& context) {
   StepRows rows;
   for (const int64_t first : seat.first_rows) {
     autograd::Variable attention;
     const autograd::Variable y =
         block.forward(autograd::Variable(data.inputs.narrow(0, first, seat.rows).to(device)), &attention);
-    nn::l1_loss(y, autograd::Variable(data.targets.narrow(0, first, seat.rows).to(device)), reduction).backward();
+    const autograd::Variable target(data.targets.narrow(0, first, seat.rows).to(device));
+    context.backward(nn::l1_loss(y, target, reduction));
     rows.attentions.push_back(attention.data().to(Device::cpu()));
     rows.outputs.push_back(y.data().to(Device::cpu()));
   }
@@ -182,15 +159,18 @@ StepRows forward_backward(const nn::UlyssesBlock& block, const Seat& seat, const
 
 // Adds a finished step to `trace`: the loss over every rank's rows, the first step's
 // tensors, rank 0's parameters and how far the other ranks' are from them.
-void record_step(UlyssesTrace& trace, const StepRows& rows, const std::vector<autograd::Variable>& parameters,
-                 const Data& data, const RankGroups* groups) {
+void record_step(UlyssesTrace& trace, const StepRows& rows, const Parameters& parameters, const Data& data,
+                 const RankGroups* groups) {
   const Tensor y = gathered(stacked(rows.outputs), groups);
-  trace.losses.push_back(mean_absolute_difference(y, data.targets));
+  const std::vector<float> outputs = y.to_vector(), targets = data.targets.to_vector();
+  double loss = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) loss += std::fabs(double(outputs[i]) - double(targets[i]));
+  trace.losses.push_back(loss / double(outputs.size()));
   if (trace.parameters.empty()) {
     trace.first_output = y;
     trace.first_attention = gathered(stacked(rows.attentions), groups);
   }
-  std::vector<float> mine = flattened(parameters);
+  std::vector<float> mine = flat_values(parameters, false);
   const std::vector<float> all = gathered(Tensor::from_data({1, int64_t(mine.size())}, mine), groups).to_vector();
   double spread = 0;
   for (size_t i = 0; i < all.size(); ++i) spread = std::fmax(spread, std::fabs(all[i] - mine[i % mine.size()]));
@@ -204,7 +184,7 @@ UlyssesTrace train(const UlyssesVariant& variant, const ReproConfig& c, const Da
   const Seat seat = seat_of(c, groups);
   Generator generator(c.seed + 2);  // the same initial block on every rank
   const nn::UlyssesBlock block(variant_options(c, variant.mistake), seat.group, generator, device);
-  const std::vector<autograd::Variable> parameters = block.parameters();
+  const Parameters parameters = block.parameters();
   optim::AdamW optimizer(parameters, c.adamw);
   // The exact and float syncs: each rank's share of the global mean. DeepSpeed 0.16's
   // script: the mean over the rank's own rows.
@@ -215,13 +195,8 @@ UlyssesTrace train(const UlyssesVariant& variant, const ReproConfig& c, const Da
   for (int64_t step = 0; step < c.steps; ++step) {
     optimizer.zero_grad();
     nn::ExactGradients exact;
-    StepRows rows;
-    if (variant.sync == UlyssesSync::Exact) {
-      const nn::ExactGradients::Recording recording(exact);  // backward keeps exact row sums
-      rows = forward_backward(block, seat, data, reduction, device);
-    } else {
-      rows = forward_backward(block, seat, data, reduction, device);
-    }
+    StepContext context(step, variant.sync == UlyssesSync::Exact ? &exact : nullptr);
+    const StepRows rows = forward_backward(block, seat, data, reduction, device, context);
     synchronize(variant.sync, parameters, exact, groups, c.gradient_clipping);
     optimizer.step();
     record_step(trace, rows, parameters, data, groups);
@@ -243,10 +218,6 @@ std::string uneven_heads_refusal(const ReproConfig& c, const RankGroups& groups,
   }
   return "";  // accepted: decide_ulysses names that a failure
 }
-
-}  // namespace
-
-namespace {
 
 // Without the all-to-all, token i of shard r > 0 cannot see keys 0..r*S/P-1. The mass
 // one-rank attention puts on them (first sequence, mean over heads and the shard's
@@ -301,26 +272,17 @@ class UlyssesScenario : public Scenario {
 
   std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request& request,
                              const Placement& placement, Progress*) const override {
-    auto results = std::make_shared<UlyssesResults>(
-        run_ulysses(groups, config, placement.device, placement.description));
+    UlyssesResults results = run_ulysses(groups, config, placement.device, placement.description);
     if (groups.world->rank() != 0) return std::nullopt;
-    decide_ulysses(*results);
-    Results out{ulysses_text(*results), ulysses_json(*results), {}, "", {}, ""};
+    decide_ulysses(results);
+    DumpTensors dump;
     if (request.dump) {
-      out.dump.push_back({"inputs.safetensors", [results] {
-                            NamedTensors tensors{{"x", results->inputs}, {"target", results->targets}};
-                            for (const auto& [name, value] : results->initial_parameters) {
-                              tensors.push_back({name, value});
-                            }
-                            return tensors;
-                          }});
-      out.dump.push_back({"reference.safetensors", [results] { return trace_tensors(results->baseline); }});
-      for (size_t i = 0; i < results->variants.size(); ++i) {
-        out.dump.push_back({results->variants[i].variant.key + ".safetensors",
-                            [results, i] { return trace_tensors(results->variants[i].trace); }});
+      dump = {{"inputs.safetensors", results.inputs}, {"reference.safetensors", trace_tensors(results.baseline)}};
+      for (const UlyssesFigures& f : results.variants) {
+        dump.push_back({f.variant.key + ".safetensors", trace_tensors(f.trace)});
       }
     }
-    return out;
+    return scenario_results(ulysses_text(results), ulysses_json(results), std::move(dump));
   }
 };
 
@@ -336,13 +298,9 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
     results.baseline = train({"baseline", "one rank", UlyssesMistake::None, UlyssesSync::Exact}, c, data, nullptr, device);
     results.mass_lost_by_shard = attention_mass_lost(c, device, data);
   }
-  for (const UlyssesVariant& variant : ulysses_variants()) {
+  for (const UlyssesVariant& variant : kVariants) {
     UlyssesTrace trace = train(variant, c, data, &groups, device);
-    if (!first) continue;
-    UlyssesFigures figures;
-    figures.variant = variant;
-    figures.trace = std::move(trace);
-    results.variants.push_back(std::move(figures));
+    if (first) results.variants.push_back({variant, std::move(trace), {}, 0, 0, 0, 0, "", false});
   }
   if (c.sequence_parallel_size > 1) {
     results.uneven_heads_case = "H = " + std::to_string(c.heads + 1) + ", sp = " + std::to_string(c.sequence_parallel_size);
@@ -351,11 +309,10 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
   if (!first) return {};
   results.config = c;
   results.placement = placement;
-  results.inputs = data.inputs;
-  results.targets = data.targets;
+  results.inputs = {{"x", data.inputs}, {"target", data.targets}};
   Generator generator(c.seed + 2);
   const nn::UlyssesBlock block(block_options(c), nn::single_rank_group(), generator);
-  for (const auto& [name, parameter] : block.named_parameters()) results.initial_parameters.push_back({name, parameter.data()});
+  for (const auto& [name, parameter] : block.named_parameters()) results.inputs.push_back({name, parameter.data()});
   return results;
 }
 

@@ -1,17 +1,8 @@
 // The ulysses scenario: a DeepSpeed-Ulysses attention block (nn/ulysses_block.h) trained
-// over sp x dp ranks, correctly and in the ways users get it wrong, each variant from
-// the same initial block on the same data as one rank training on whole sequences.
-//
-//   variant              attention                         gradient sync
-//   correct Ulysses      all-to-all, global positions/mask float32 sum over sp x dp
-//   exact                the same                          exact sums over sp x dp
-//   no all-to-all        each rank's own S/P tokens only   exact sums
-//   local positions      RoPE at 0..S/P-1 on every shard   exact sums
-//   local causal mask    mask on i mod S/P, j mod S/P      exact sums
-//   #6868 (ds 0.16)      correct                           own rows' mean, dp group only
-//
-// The mistakes of attention use the exact sync, so what differs from one-rank training
-// is the mistake alone. Heads that do not split over sp are shown by the layer's refusal.
+// over sp x dp ranks, correctly and in the ways users get it wrong (docs/ulysses.md),
+// each variant from the same initial block on the same data as one rank training on
+// whole sequences. The mistakes of attention use the exact gradient sync, so what
+// differs from one-rank training is the mistake alone.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "apps/repro/config.h"
-#include "apps/repro/policy_step.h"
-#include "core/tensor.h"
+#include "apps/repro/pitfall.h"
 
 namespace seqpar::repro {
 
+// Float: a float32 sum over sp x dp; Exact: exact sums over sp x dp; DeepSpeed016: each
+// rank's own rows' mean, summed over the dp group alone (#6868).
 enum class UlyssesSync { Float, Exact, DeepSpeed016 };
 enum class UlyssesMistake { None, NoAllToAll, LocalPositions, LocalMask };
 
@@ -34,7 +25,6 @@ struct UlyssesVariant {
   UlyssesMistake mistake = UlyssesMistake::None;
   UlyssesSync sync = UlyssesSync::Exact;
 };
-const std::vector<UlyssesVariant>& ulysses_variants();
 
 // What one variant's run gave, gathered on world rank 0 (rows in one-rank order:
 // sequence b's token t is row b * S + t).
@@ -67,8 +57,7 @@ struct UlyssesResults {
   std::vector<double> mass_lost_by_shard;  // no all-to-all: mean attention mass on other shards' keys
   std::string uneven_heads_message;        // the layer's refusal of H + 1 heads over sp
   std::string uneven_heads_case;           // "H = 9, sp = 4"
-  Tensor inputs, targets;                  // for the dump
-  std::vector<std::pair<std::string, Tensor>> initial_parameters;
+  NamedTensors inputs;                     // x, the targets and the initial block, for the dump
 };
 
 UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& config, Device device,

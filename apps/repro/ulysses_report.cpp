@@ -1,21 +1,35 @@
-// The ulysses scenario's figures, verdicts, report and JSON (ulysses.h).
+// The ulysses scenario's figures, verdicts, report and JSON (ulysses.h), and the
+// shard-local mask's (ulysses_mask.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
-#include "apps/repro/pitfall.h"
 #include "apps/repro/ulysses.h"
 #include "apps/repro/ulysses_mask.h"
 
 namespace seqpar::repro {
-namespace {
 
-double max_difference(const std::vector<float>& a, const std::vector<float>& b, size_t first, size_t last) {
-  double difference = 0;
-  for (size_t i = first; i < last; ++i) difference = std::fmax(difference, std::fabs(double(a[i]) - b[i]));
+std::vector<int64_t> shard_local_positions(int64_t tokens, int64_t tokens_per_shard) {
+  std::vector<int64_t> positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = t % tokens_per_shard;
+  return positions;
+}
+
+MaskDifference shard_local_mask_difference(int64_t tokens, int64_t tokens_per_shard) {
+  MaskDifference difference;
+  for (int64_t i = 0; i < tokens; ++i) {
+    for (int64_t j = 0; j < tokens; ++j) {
+      const bool causal = j <= i, local = j % tokens_per_shard <= i % tokens_per_shard;
+      difference.causal_pairs += causal;
+      difference.hidden_past += causal && !local;
+      difference.visible_future += !causal && local;
+    }
+  }
   return difference;
 }
+
+namespace {
 
 void measure(UlyssesFigures& f, const UlyssesTrace& baseline, const ReproConfig& c) {
   const std::vector<float> a = f.trace.first_attention.to_vector(), a0 = baseline.first_attention.to_vector();

@@ -7,7 +7,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "apps/repro/pitfall.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "nn/l1_loss.h"
@@ -79,6 +78,28 @@ StepFunction variant_step(LossConvention loss, const ReproConfig& config, const 
   };
 }
 
+std::vector<ZeroStageVariant> zero_stage_variants(const ReproConfig& config) {
+  // Each loss convention under each reduction (only the one
+  // ds_config.zero_optimization.stage selects, when given), then the exact one.
+  std::vector<GradientReduction> reductions = {GradientReduction::SumSpAverageDp,
+                                               GradientReduction::AverageAll};
+  if (config.zero_stage >= 0) {
+    reductions = {config.zero_stage == 3 ? GradientReduction::AverageAll
+                                         : GradientReduction::SumSpAverageDp};
+  }
+  std::vector<ZeroStageVariant> variants;
+  for (LossConvention loss : {LossConvention::LocalMean, LossConvention::GlobalCount,
+                              LossConvention::GatherSumBackward, LossConvention::GatherSliceBackward}) {
+    for (GradientReduction reduction : reductions) variants.push_back({loss, reduction, false});
+  }
+  variants.push_back({LossConvention::GlobalCount, GradientReduction::SumSpAverageDp, true});
+  return variants;
+}
+
+const char* reduction_name(const ZeroStageVariant& v) {
+  return v.exact ? "exact sums" : gradient_reduction_name(v.reduction);
+}
+
 ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, const RankGroups& groups) {
   ScenarioPlan plan;
   const Tensor x = data.inputs;
@@ -88,18 +109,39 @@ ScenarioPlan zero_stage_plan(const ReproConfig& config, const RankData& data, co
                                  nn::Reduction::mean()));
   };
   for (const ZeroStageVariant& v : zero_stage_variants(config)) {
-    Variant variant;
-    variant.name = std::string(loss_convention_name(v.loss)) + " / " +
-                   (v.exact ? "exact sums" : gradient_reduction_name(v.reduction));
-    variant.backward = variant_step(v.loss, config, data, groups);
-    variant.exact = v.exact;
-    if (!v.exact) {
-      variant.reduce = v.reduction == GradientReduction::SumSpAverageDp ? sum_over_sp_average_over_dp
-                                                                        : average_over_all;
-    }
-    plan.variants.push_back(std::move(variant));
+    const auto reduce =
+        v.reduction == GradientReduction::SumSpAverageDp ? sum_over_sp_average_over_dp : average_over_all;
+    plan.variants.push_back({std::string(loss_convention_name(v.loss)) + " / " + reduction_name(v),
+                             variant_step(v.loss, config, data, groups), v.exact ? nullptr : reduce, nullptr,
+                             v.exact});
   }
   return plan;
+}
+
+const PitfallScenario& zero_stage_kit() {
+  static const PitfallScenario scenario{"zero-stage", "", "", check_zero_stage_config, zero_stage_plan};
+  return scenario;
+}
+
+ZeroStageResults zero_stage_results(PitfallResults run) {
+  ZeroStageResults results{std::move(run), {}};
+  const std::vector<ZeroStageVariant> variants = zero_stage_variants(results.run.config);
+  for (size_t i = 0; i < results.run.variants.size(); ++i) {
+    results.variants.push_back({results.run.variants[i], variants[i]});
+  }
+  return results;
+}
+
+// --json's document (schema seqpar-repro-zero-stage/2).
+nlohmann::json zero_stage_json(const ZeroStageResults& results) {
+  nlohmann::json json = run_json(results.run);
+  json["schema"] = "seqpar-repro-zero-stage/2";
+  for (const ZeroStageFigures& f : results.variants) {
+    nlohmann::json variant = figures_json(f);
+    variant.update({{"loss", loss_convention_name(f.variant.loss)}, {"reduction", reduction_name(f.variant)}});
+    json["variants"].push_back(variant);
+  }
+  return json;
 }
 
 }  // namespace
@@ -118,23 +160,6 @@ const char* gradient_reduction_name(GradientReduction reduction) {
   return reduction == GradientReduction::SumSpAverageDp ? "ZeRO 0-2" : "ZeRO-3";
 }
 
-std::vector<ZeroStageVariant> zero_stage_variants(const ReproConfig& config) {
-  std::vector<GradientReduction> reductions = {GradientReduction::SumSpAverageDp,
-                                               GradientReduction::AverageAll};
-  if (config.zero_stage >= 0) {
-    reductions = {config.zero_stage == 3 ? GradientReduction::AverageAll
-                                         : GradientReduction::SumSpAverageDp};
-  }
-  std::vector<ZeroStageVariant> variants;
-  for (LossConvention loss : {LossConvention::LocalMean, LossConvention::GlobalCount,
-                              LossConvention::GatherSumBackward, LossConvention::GatherSliceBackward}) {
-    for (GradientReduction reduction : reductions) variants.push_back({loss, reduction, false});
-  }
-  // The global-count loss with its rows summed exactly over sp x dp inside backward.
-  variants.push_back({LossConvention::GlobalCount, GradientReduction::SumSpAverageDp, true});
-  return variants;
-}
-
 void check_zero_stage_config(const ReproConfig& config) {
   SEQPAR_INPUT_CHECK(config.rows % config.sequence_parallel_size == 0,
                      "scenario zero-stage: repro.rows = ", config.rows,
@@ -144,81 +169,57 @@ void check_zero_stage_config(const ReproConfig& config) {
 
 ZeroStageResults run_zero_stage(const RankGroups& groups, const ReproConfig& config, Device device,
                                 const std::string& placement) {
-  const PitfallScenario scenario{"zero-stage", "", "", check_zero_stage_config, zero_stage_plan};
-  const PitfallResults run = run_pitfall(scenario, groups, config, device, placement);
-  if (groups.world->rank() != 0) return {};
-  ZeroStageResults results;
-  results.config = config;
-  results.placement = placement;
-  results.mesh_layout = groups.mesh_layout;
-  results.baseline_norm = run.baseline_norm;
-  const std::vector<ZeroStageVariant> variants = zero_stage_variants(config);
-  for (size_t i = 0; i < variants.size(); ++i) results.variants.push_back({run.variants[i], variants[i]});
-  return results;
+  return zero_stage_results(run_pitfall(zero_stage_kit(), groups, config, device, placement));
 }
 
 void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
-  const ReproConfig& c = results.config;
+  const ReproConfig& c = results.run.config;
   out << "seqpar-repro scenario zero-stage: the gradient's scale under each ZeRO stage's\n"
          "reduction and each sequence-parallel loss convention, against one rank on all rows\n\n";
-  print_run_header(out, c, results.placement, results.mesh_layout);
+  print_run_header(out, c, results.run.placement, results.run.mesh_layout);
   out << "  reductions  ZeRO 0-2: gradients summed over sp, averaged over dp; ZeRO-3: averaged\n"
          "              over sp x dp (its reduce-scatter)";
   if (c.zero_stage >= 0) {
     out << "; ds_config.zero_optimization.stage = " << c.zero_stage << " selects " <<
         (c.zero_stage == 3 ? "ZeRO-3's" : "ZeRO 0-2's");
   }
-  out << "\n  one-rank baseline: gradient norm " << number_text(results.baseline_norm)
+  out << "\n  one-rank baseline: gradient norm " << number_text(results.run.baseline_norm)
       << " at step 1\n\n";
   out << "  gradient at step 1 / the one-rank gradient (norms; named where it is a mistake's factor):\n";
-  // The reductions that ran, in the table's column order.
-  std::vector<GradientReduction> columns;
-  for (const ZeroStageFigures& f : results.variants) {
-    if (f.variant.exact) continue;
-    if (std::find(columns.begin(), columns.end(), f.variant.reduction) == columns.end()) {
-      columns.push_back(f.variant.reduction);
-    }
-  }
-  std::string header = "  loss convention              ";
-  for (const GradientReduction reduction : columns) {
-    std::string name = gradient_reduction_name(reduction);
-    name.resize(25, ' ');
-    header += name;
-  }
-  while (!header.empty() && header.back() == ' ') header.pop_back();
-  out << header << '\n';
-  const ZeroStageFigures* exact = nullptr;
-  for (size_t i = 0; i < results.variants.size();) {
-    const ZeroStageFigures& first = results.variants[i];
-    if (first.variant.exact) {
-      exact = &first;
-      ++i;
-      continue;
-    }
-    std::string row = "  " + std::string(loss_convention_name(first.variant.loss));
-    row.resize(31, ' ');
-    for (size_t column = 0; column < columns.size(); ++column, ++i) {
-      const ZeroStageFigures& f = results.variants[i];
-      std::string cell = number_text(f.gradient_scale) + (f.cause.empty() ? "" : " " + f.cause);
-      cell.resize(25, ' ');
-      row += cell;
-    }
+  // A row per loss convention, a column per reduction that ran: the variants come loss
+  // by loss, then the exact one.
+  const size_t columns = (results.variants.size() - 1) / 4;
+  const auto cell = [](std::string text, size_t width) {
+    text.resize(width, ' ');
+    return text;
+  };
+  const auto print_row = [&](std::string row) {
     while (!row.empty() && row.back() == ' ') row.pop_back();
     out << row << '\n';
+  };
+  std::string header = cell("  loss convention", 31);
+  for (size_t i = 0; i < columns; ++i) {
+    header += cell(gradient_reduction_name(results.variants[i].variant.reduction), 25);
+  }
+  print_row(header);
+  for (size_t i = 0; i + 1 < results.variants.size(); i += columns) {
+    std::string row = cell("  " + std::string(loss_convention_name(results.variants[i].variant.loss)), 31);
+    for (size_t j = i; j < i + columns; ++j) {
+      const ZeroStageFigures& f = results.variants[j];
+      row += cell(number_text(f.gradient_scale) + (f.cause.empty() ? "" : " " + f.cause), 25);
+    }
+    print_row(row);
   }
   bool all_agree = true;
   double worst_correct = 0;
   for (const ZeroStageFigures& f : results.variants) {
     all_agree = all_agree && f.ranks_agree;
-    if (f.cause.empty() && !f.variant.exact) {
-      worst_correct = std::max(worst_correct, f.max_difference);
-    }
+    if (f.cause.empty() && !f.variant.exact) worst_correct = std::max(worst_correct, f.max_difference);
   }
-  if (exact != nullptr) {
-    out << "  global row count, exact sums " << number_text(exact->gradient_scale)
-        << (exact->equals_baseline ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
-        << "\n                               (rows summed exactly over sp x dp inside backward)\n";
-  }
+  const ZeroStageFigures& exact = results.variants.back();
+  out << "  global row count, exact sums " << number_text(exact.gradient_scale)
+      << (exact.equals_baseline ? ", one-rank training bit for bit" : ", NOT bitwise one-rank training: a bug")
+      << "\n                               (rows summed exactly over sp x dp inside backward)\n";
   out << "\n  after " << c.steps << " step(s): the ranks' parameters "
       << (all_agree ? "agree bitwise in every variant (each\n  reduction spans sp x dp)"
                     : "DIFFER in some variant")
@@ -231,58 +232,14 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
          "  1/sp under ZeRO-3's average.\n";
 }
 
-nlohmann::json zero_stage_json(const ZeroStageResults& results) {
-  const ReproConfig& c = results.config;
-  nlohmann::json variants = nlohmann::json::array();
-  for (const ZeroStageFigures& f : results.variants) {
-    variants.push_back({{"loss", loss_convention_name(f.variant.loss)},
-                        {"reduction", f.variant.exact ? "exact sums"
-                                                      : gradient_reduction_name(f.variant.reduction)},
-                        {"equals_baseline", f.equals_baseline},
-                        {"gradient_scale", f.gradient_scale},
-                        {"cause", f.cause},
-                        {"ranks_agree", f.ranks_agree},
-                        {"max_difference_from_baseline", f.max_difference},
-                        {"seconds_per_step", f.seconds_per_step}});
-  }
-  return {{"schema", "seqpar-repro-zero-stage/2"},
-                               {"sequence_parallel_size", c.sequence_parallel_size},
-                               {"data_parallel_size", c.data_parallel_size},
-                               {"rows", c.rows},
-                               {"in_features", c.in_features},
-                               {"out_features", c.out_features},
-                               {"steps", c.steps},
-                               {"placement", results.placement},
-                               {"baseline_gradient_norm", results.baseline_norm},
-                               {"variants", variants}};
-}
-
-namespace {
-
-class ZeroStageScenario : public Scenario {
- public:
-  void check(const ReproConfig& config, const Request& request) const override {
-    check_takes_no_policy_or_plot("zero-stage", request);
-    SEQPAR_INPUT_CHECK(!request.dump, "--dump: the zero-stage scenario writes no dump");
-    check_zero_stage_config(config);
-  }
-
-  std::optional<Results> run(const RankGroups& groups, const ReproConfig& config, const Request&,
-                             const Placement& placement, Progress*) const override {
-    const ZeroStageResults results =
-        run_zero_stage(groups, config, placement.device, placement.description);
-    if (groups.world->rank() != 0) return std::nullopt;
+const Scenario& zero_stage_scenario() {
+  static const std::unique_ptr<Scenario> scenario = kit_scenario(zero_stage_kit(), [](const PitfallResults& r) {
+    const ZeroStageResults results = zero_stage_results(r);
     std::ostringstream text;
     print_zero_stage(text, results);
-    return Results{text.str() + "\n", zero_stage_json(results), {}, "", {}, ""};
-  }
-};
-
-}  // namespace
-
-const Scenario& zero_stage_scenario() {
-  static const ZeroStageScenario scenario;
-  return scenario;
+    return scenario_results(text.str() + "\n", zero_stage_json(results), {});
+  });
+  return *scenario;
 }
 
 }  // namespace seqpar::repro
