@@ -56,10 +56,8 @@ int64_t read_integer(const Json& node, const std::string& key, int64_t low, int6
 // float32 without overflowing or flushing to zero, and lie in its range, whose open upper
 // end (Adam's betas, the drop probability: 1 divides by zero) holds in float32 too.
 struct Range {
-  double low;
-  bool low_included;
-  double high;
-  bool high_included;
+  double low, high;
+  bool low_included, high_included;
   const char* what = "";  // what the value is, when the key does not say
 };
 
@@ -117,7 +115,7 @@ Key adamw_key(optim::AdamWOptions& (optim::AdamWOptions::*set)(double), double (
 void read_betas(const Json& node, const std::string& key, C& c) {
   SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key, " must be an array of two numbers, got ",
                      describe(node));
-  const Range beta{0, true, 1, false};
+  const Range beta{0, 1, true, false};
   c.adamw.betas({read_number(node[0], key + "[0]", beta), read_number(node[1], key + "[1]", beta)});
 }
 
@@ -158,17 +156,17 @@ const std::map<std::string, Key>& keys() {
         [](const C& c) { return c.train_batch_size ? Json(*c.train_batch_size) : Json(); }}},
       // 1 but in scenario masked-tokens (validate.cpp).
       {"ds_config.gradient_accumulation_steps", integer_key(&C::gradient_accumulation_steps, 1, 1000)},
-      {"ds_config.gradient_clipping", number_key(&C::gradient_clipping, {0, true, FLT_MAX, true})},  // 0: off
+      {"ds_config.gradient_clipping", number_key(&C::gradient_clipping, {0, FLT_MAX, true, true})},  // 0: off
       {"ds_config.sequence_parallel_size", integer_key(&C::sequence_parallel_size, 1)},
       {"ds_config.data_parallel_size", integer_key(&C::data_parallel_size, 1)},
       {"ds_config.optimizer.type", {read_optimizer_type, [](const C& c) { return Json(c.optimizer_type); }}},
       // Larger values do not train (Adam moves every parameter by about lr a step).
-      {"ds_config.optimizer.params.lr", adamw_key(&AdamWOptions::lr, &AdamWOptions::lr, {0, false, 1, true})},
+      {"ds_config.optimizer.params.lr", adamw_key(&AdamWOptions::lr, &AdamWOptions::lr, {0, 1, false, true})},
       {"ds_config.optimizer.params.betas",
        {read_betas, [](const C& c) { return Json::array({c.adamw.beta1(), c.adamw.beta2()}); }}},
-      {"ds_config.optimizer.params.eps", adamw_key(&AdamWOptions::eps, &AdamWOptions::eps, {0, false, 1, true})},
+      {"ds_config.optimizer.params.eps", adamw_key(&AdamWOptions::eps, &AdamWOptions::eps, {0, 1, false, true})},
       {"ds_config.optimizer.params.weight_decay",
-       adamw_key(&AdamWOptions::weight_decay, &AdamWOptions::weight_decay, {0, true, 100, true})},
+       adamw_key(&AdamWOptions::weight_decay, &AdamWOptions::weight_decay, {0, 100, true, true})},
       {"ds_config.zero_optimization.stage",  // only the zero-stage scenario reads it
        {read_zero_stage,
         [](const C& c) { return c.scenario == "zero-stage" && c.zero_stage >= 0 ? Json(c.zero_stage) : Json(); }}},
@@ -177,7 +175,7 @@ const std::map<std::string, Key>& keys() {
       {"repro.in_features", integer_key(&C::in_features, 1)},
       {"repro.out_features", integer_key(&C::out_features, 1)},
       {"repro.steps", integer_key(&C::steps, 1, 1000000)},  // a million steps is days of compute
-      {"repro.dropout", number_key(&C::dropout, {0, true, 1, false, "the drop probability "})},
+      {"repro.dropout", number_key(&C::dropout, {0, 1, true, false, "the drop probability "})},
       {"repro.heads", integer_key(&C::heads, INT64_MIN, INT64_MAX, "ulysses")},  // checked by its scenario
       {"repro.head_dim", integer_key(&C::head_dim, INT64_MIN, INT64_MAX, "ulysses")},
       {"repro.scenario", {read_scenario, [](const C& c) { return Json(c.scenario); }}},
@@ -353,14 +351,11 @@ std::string shortest_float_text(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[64];
-  std::string text(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
+  const std::string text(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
   const size_t e = text.find('e');
   if (e == std::string::npos) return text.find('.') == std::string::npos ? text + ".0" : text;
-  // 1e-04 -> 1e-4: the exponent without a plus sign or leading zeros.
-  size_t digits = e + 1 + (text[e + 1] == '-' || text[e + 1] == '+');
-  while (digits + 1 < text.size() && text[digits] == '0') text.erase(digits, 1);
-  if (text[e + 1] == '+') text.erase(e + 1, 1);
-  return text;
+  // 1e-04 -> 1e-4, 5e+08 -> 5e8: the exponent without a plus sign or leading zeros.
+  return text.substr(0, e + 1) + std::to_string(std::stoi(text.substr(e + 1)));
 }
 
 ConfigFormat config_format_for(const std::string& path, const std::string& text) {
