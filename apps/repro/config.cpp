@@ -127,8 +127,9 @@ void read_optimizer_type(const Json& node, const std::string& key, C& c) {
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
   SEQPAR_INPUT_CHECK(name == "adamw" || name == "adam", "config key ", key, " = ", describe(node),
                      ": only \"AdamW\" is supported");
-  if (name == "adam") c.ignored.push_back({key + " = " + describe(node), "DeepSpeed's Adam with adam_w_mode (its "
-                                           "default) is AdamW"});
+  if (name == "adam") {
+    c.ignored.push_back({key + " = " + describe(node), "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
+  }
   c.optimizer_type = "AdamW";
 }
 

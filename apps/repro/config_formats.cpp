@@ -265,7 +265,8 @@ Json parse_json(const std::string& text, const std::string& source) {
   };
   try {
     Json document = Json::parse(text, check);
-    SEQPAR_INPUT_CHECK(document.is_object(), "config ", source, ": expected a JSON object of DeepSpeed keys");
+    SEQPAR_INPUT_CHECK(document.is_object(), "config ", source,
+                       ": expected a JSON object of DeepSpeed keys at the top");
     return document;
   } catch (const Json::exception& error) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
