@@ -85,23 +85,21 @@ void check_text(const std::string& text, const std::string& source, bool toml) {
 }
 
 Json from_toml(const toml::node& node) {
-  if (const toml::table* table = node.as_table()) {
-    Json value = Json::object();
-    for (const auto& [name, item] : *table) value[std::string(name.str())] = from_toml(item);
-    return value;
-  }
-  if (const toml::array* array = node.as_array()) {
-    Json value = Json::array();
-    for (const toml::node& item : *array) value.push_back(from_toml(item));
-    return value;
-  }
   if (node.is_integer()) return *node.value<int64_t>();
   if (node.is_floating_point()) return *node.value<double>();
   if (node.is_boolean()) return *node.value<bool>();
   if (node.is_string()) return *node.value<std::string>();
-  std::ostringstream text;  // a date or a time, which no key takes: its text, for the key's error
-  text << toml::node_view<const toml::node>(node);
-  return text.str();
+  Json value = node.is_table() ? Json::object() : Json::array();
+  if (const toml::table* table = node.as_table()) {
+    for (const auto& [name, item] : *table) value[std::string(name.str())] = from_toml(item);
+  } else if (const toml::array* array = node.as_array()) {
+    for (const toml::node& item : *array) value.push_back(from_toml(item));
+  } else {  // a date or a time, which no key takes: its text, for the key's error
+    std::ostringstream text;
+    text << toml::node_view<const toml::node>(node);
+    value = text.str();
+  }
+  return value;
 }
 
 Json parse_toml(const std::string& text, const std::string& source) {
