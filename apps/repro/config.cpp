@@ -84,8 +84,6 @@ double read_number(const Json& node, const std::string& key, const Range& range)
   return value;
 }
 
-// ---------------------------------------------------------------- the keys
-
 // Every key a config may set: how its value is checked and stored, and how to_toml
 // writes it (a null: left out). A key not listed is an error, so a typo never silently
 // falls back to a default.
@@ -189,10 +187,7 @@ bool is_known_table(const std::string& path) {
   return next != keys().end() && next->first.rfind(path + ".", 0) == 0;
 }
 
-// ---------------------------------------------------------------- reading
-
-// A configuration being read, with every refusal kept, so that all of a config's
-// problems are reported at once rather than one a run.
+// A configuration being read, with every refusal kept: all are reported at once.
 struct Reading {
   C& config;
   std::vector<std::string> refusals;

@@ -1,9 +1,8 @@
-// DeepSpeed keys the scenario does not read, and what each means for what is
-// reproduced. The scenario models how gradients are synchronized over the sequence- and
-// data-parallel ranks, in float32, with AdamW at a constant learning rate. A key that
-// leaves that untouched (logging, monitoring, communication buckets) is accepted and
-// listed in the report; one that would change the numbers (half precision, offload, a
-// learning-rate schedule) is refused with the reason: running without it would
+// DeepSpeed keys the scenario does not read. It models how gradients are synchronized
+// over the sequence- and data-parallel ranks, in float32, with AdamW at a constant
+// learning rate: a key that leaves that untouched (logging, communication buckets) is
+// accepted and listed in the report; one that would change the numbers (half precision,
+// offload, a schedule) is refused with the reason, since without it the run would
 // reproduce something other than what the config describes.
 #include <algorithm>
 #include <map>

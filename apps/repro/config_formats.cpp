@@ -112,8 +112,6 @@ Json parse_toml(const std::string& text, const std::string& source) {
   }
 }
 
-// ---------------------------------------------------------------- YAML
-
 // YAML 1.1's patterns as PyYAML's resolver has them, with OmegaConf's float (an exponent
 // without a dot: `1e-4`). std::regex recurses once per character, so they only see text
 // of at most kMaxNumberCharacters.
@@ -239,8 +237,6 @@ Json parse_yaml(const std::string& text, const std::string& source) {
   const bool has_ds_config = static_cast<const YAML::Node&>(document)["ds_config"].IsDefined();
   return YamlReader{source}.mapping(document, has_ds_config ? "" : "ds_config", 0, true);
 }
-
-// ---------------------------------------------------------------- JSON
 
 // nlohmann's parse callback sees each container open (with its depth), key and value: it
 // refuses nesting beyond kMaxConfigDepth before the parser goes deeper, more than
