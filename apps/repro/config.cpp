@@ -26,8 +26,6 @@ namespace {
 using detail::Json;
 using C = ReproConfig;
 
-// ---------------------------------------------------------------- values
-
 // A value as an error message quotes it.
 std::string describe(const Json& node) {
   if (node.is_string()) return '"' + abbreviated(node.get<std::string>()) + '"';
@@ -44,22 +42,7 @@ std::string toml_value(const Json& node) {
   return "[" + text + "]";
 }
 
-// A double with enough digits to tell 0.99999999 from 1.
-std::string digits(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.10g", value);
-  return text;
-}
-
-// Hugging Face's Trainer writes "auto" into a DeepSpeed config and fills the values in
-// before DeepSpeed reads it; seqpar-repro has no Trainer to ask.
-void check_not_auto(const Json& node, const std::string& key) {
-  SEQPAR_INPUT_CHECK(node != "auto", "config key ", key, " = \"auto\": a placeholder the Hugging Face Trainer "
-                     "fills in; write the value (or leave the key out for the scenario's)");
-}
-
-int64_t read_integer(const Json& node, const std::string& key, int64_t low, int64_t high) {
-  check_not_auto(node, key);
+int64_t read_integer(const Json& node, const std::string& key, int64_t low, int64_t high = INT64_MAX) {
   SEQPAR_INPUT_CHECK(node.is_number_integer(), "config key ", key, " must be an integer, got ", describe(node));
   SEQPAR_INPUT_CHECK(!node.is_number_unsigned() || node.get<uint64_t>() <= uint64_t(INT64_MAX), "config key ",
                      key, " = ", describe(node), " is too large");
@@ -73,25 +56,23 @@ int64_t read_integer(const Json& node, const std::string& key, int64_t low, int6
 // float32 without overflowing or flushing to zero, and lie in its range, whose open upper
 // end (Adam's betas, the drop probability: 1 divides by zero) holds in float32 too.
 struct Range {
-  double low;
-  bool low_included;
-  double high;
-  bool high_included;
+  double low, high;
+  bool low_included, high_included;
   const char* what = "";  // what the value is, when the key does not say
 };
 
 double read_number(const Json& node, const std::string& key, const Range& range) {
-  check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_number(), "config key ", key, " must be a number, got ", describe(node));
-  // An integer is a double exactly only up to 2^53 in magnitude; past it, an error
-  // rather than a value rounded unseen.
+  // Past 2^53 an integer would be rounded unseen.
   constexpr int64_t kExact = int64_t(1) << 53;
   SEQPAR_INPUT_CHECK(node.is_number_float() || (node.is_number_unsigned() ? node.get<uint64_t>() <= uint64_t(kExact)
                                                 : node >= -kExact && node <= kExact),
                      "config key ", key, " must be a number a double holds exactly (an integer at most 2^53 in "
                      "magnitude, or a float), got ", describe(node));
   const double value = node.get<double>();
-  const std::string at = "config key " + key + " = " + digits(value) + ": ";
+  char digits[32];  // enough to tell 0.99999999 from 1
+  std::snprintf(digits, sizeof digits, "%.10g", value);
+  const std::string at = "config key " + key + " = " + digits + ": ";
   SEQPAR_INPUT_CHECK(std::isfinite(value), at, "must be a finite number");
   SEQPAR_INPUT_CHECK(value == 0 || (std::abs(value) >= FLT_MIN && std::abs(value) <= FLT_MAX), at,
                      "not representable in float32 (", FLT_MIN, " to ", FLT_MAX, ")");
@@ -103,8 +84,6 @@ double read_number(const Json& node, const std::string& key, const Range& range)
   return value;
 }
 
-// ---------------------------------------------------------------- the keys
-
 // Every key a config may set: how its value is checked and stored, and how to_toml
 // writes it (a null: left out). A key not listed is an error, so a typo never silently
 // falls back to a default.
@@ -113,7 +92,8 @@ struct Key {
   std::function<Json(const C&)> write;
 };
 
-Key integer_key(int64_t C::*field, int64_t low, int64_t high = INT64_MAX, const char* only_in_scenario = nullptr) {
+template <typename Integer>
+Key integer_key(Integer C::*field, int64_t low, int64_t high = INT64_MAX, const char* only_in_scenario = nullptr) {
   return {[=](const Json& node, const std::string& key, C& c) { c.*field = read_integer(node, key, low, high); },
           [=](const C& c) { return !only_in_scenario || c.scenario == only_in_scenario ? Json(c.*field) : Json(); }};
 }
@@ -131,15 +111,13 @@ Key adamw_key(optim::AdamWOptions& (optim::AdamWOptions::*set)(double), double (
 }
 
 void read_betas(const Json& node, const std::string& key, C& c) {
-  check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_array() && node.size() == 2, "config key ", key, " must be an array of two numbers, got ",
                      describe(node));
-  const Range beta{0, true, 1, false};
+  const Range beta{0, 1, true, false};
   c.adamw.betas({read_number(node[0], key + "[0]", beta), read_number(node[1], key + "[1]", beta)});
 }
 
 void read_optimizer_type(const Json& node, const std::string& key, C& c) {
-  check_not_auto(node, key);
   SEQPAR_INPUT_CHECK(node.is_string(), "config key ", key, " must be a string, got ", describe(node));
   // DeepSpeed matches optimizer names without regard to case, and its "Adam" is AdamW
   // unless optimizer.params.adam_w_mode is false (which is refused).
@@ -147,21 +125,24 @@ void read_optimizer_type(const Json& node, const std::string& key, C& c) {
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
   SEQPAR_INPUT_CHECK(name == "adamw" || name == "adam", "config key ", key, " = ", describe(node),
                      ": only \"AdamW\" is supported");
-  if (name == "adam") c.ignored.push_back({key + " = " + describe(node), "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
+  if (name == "adam") {
+    c.ignored.push_back({key + " = " + describe(node), "DeepSpeed's Adam with adam_w_mode (its default) is AdamW"});
+  }
   c.optimizer_type = "AdamW";
 }
 
 void read_zero_stage(const Json& node, const std::string& key, C& c) {
   c.zero_stage = read_integer(node, key, 0, 3);
   if (c.zero_stage <= 2) {
-    c.ignored.push_back({key + " = " + std::to_string(c.zero_stage), "ZeRO stages 0-2 reduce gradients over the same "
-                         "group as stage 0, which the scenario models; they only partition optimizer state and gradients"});
+    c.ignored.push_back({key + " = " + std::to_string(c.zero_stage), "ZeRO stages 0-2 reduce gradients over the "
+                         "same group as stage 0, which the scenario models; they only partition optimizer state "
+                         "and gradients"});
   }
 }
 
 void read_scenario(const Json& node, const std::string& key, C& c) {
-  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key, " = ", describe(node),
-                     ": expected one of ", scenario_names(), " (seqpar-repro --list-scenarios)");
+  SEQPAR_INPUT_CHECK(node.is_string() && is_scenario(node.get<std::string>()), "config key ", key, " = ",
+                     describe(node), ": expected one of ", scenario_names(), " (seqpar-repro --list-scenarios)");
   c.scenario = node.get<std::string>();
 }
 
@@ -170,30 +151,30 @@ const std::map<std::string, Key>& keys() {
   static const std::map<std::string, Key> table = {
       {"ds_config.train_micro_batch_size_per_gpu", integer_key(&C::train_micro_batch_size_per_gpu, 1)},
       {"ds_config.train_batch_size",
-       {[](const Json& node, const std::string& key, C& c) { c.train_batch_size = read_integer(node, key, 1, INT64_MAX); },
+       {[](const Json& node, const std::string& key, C& c) { c.train_batch_size = read_integer(node, key, 1); },
         [](const C& c) { return c.train_batch_size ? Json(*c.train_batch_size) : Json(); }}},
       // 1 but in scenario masked-tokens (validate.cpp).
       {"ds_config.gradient_accumulation_steps", integer_key(&C::gradient_accumulation_steps, 1, 1000)},
-      {"ds_config.gradient_clipping", number_key(&C::gradient_clipping, {0, true, FLT_MAX, true})},  // 0: off
+      {"ds_config.gradient_clipping", number_key(&C::gradient_clipping, {0, FLT_MAX, true, true})},  // 0: off
       {"ds_config.sequence_parallel_size", integer_key(&C::sequence_parallel_size, 1)},
       {"ds_config.data_parallel_size", integer_key(&C::data_parallel_size, 1)},
       {"ds_config.optimizer.type", {read_optimizer_type, [](const C& c) { return Json(c.optimizer_type); }}},
       // Larger values do not train (Adam moves every parameter by about lr a step).
-      {"ds_config.optimizer.params.lr", adamw_key(&AdamWOptions::lr, &AdamWOptions::lr, {0, false, 1, true})},
+      {"ds_config.optimizer.params.lr", adamw_key(&AdamWOptions::lr, &AdamWOptions::lr, {0, 1, false, true})},
       {"ds_config.optimizer.params.betas",
        {read_betas, [](const C& c) { return Json::array({c.adamw.beta1(), c.adamw.beta2()}); }}},
-      {"ds_config.optimizer.params.eps", adamw_key(&AdamWOptions::eps, &AdamWOptions::eps, {0, false, 1, true})},
+      {"ds_config.optimizer.params.eps", adamw_key(&AdamWOptions::eps, &AdamWOptions::eps, {0, 1, false, true})},
       {"ds_config.optimizer.params.weight_decay",
-       adamw_key(&AdamWOptions::weight_decay, &AdamWOptions::weight_decay, {0, true, 100, true})},
+       adamw_key(&AdamWOptions::weight_decay, &AdamWOptions::weight_decay, {0, 100, true, true})},
       {"ds_config.zero_optimization.stage",  // only the zero-stage scenario reads it
-       {read_zero_stage, [](const C& c) { return c.scenario == "zero-stage" && c.zero_stage >= 0 ? Json(c.zero_stage) : Json(); }}},
-      {"repro.seed", {[](const Json& node, const std::string& key, C& c) { c.seed = read_integer(node, key, 0, INT64_MAX); },
-                      [](const C& c) { return Json(c.seed); }}},
+       {read_zero_stage,
+        [](const C& c) { return c.scenario == "zero-stage" && c.zero_stage >= 0 ? Json(c.zero_stage) : Json(); }}},
+      {"repro.seed", integer_key(&C::seed, 0)},
       {"repro.rows", integer_key(&C::rows, 1)},
       {"repro.in_features", integer_key(&C::in_features, 1)},
       {"repro.out_features", integer_key(&C::out_features, 1)},
       {"repro.steps", integer_key(&C::steps, 1, 1000000)},  // a million steps is days of compute
-      {"repro.dropout", number_key(&C::dropout, {0, true, 1, false, "the drop probability "})},
+      {"repro.dropout", number_key(&C::dropout, {0, 1, true, false, "the drop probability "})},
       {"repro.heads", integer_key(&C::heads, INT64_MIN, INT64_MAX, "ulysses")},  // checked by its scenario
       {"repro.head_dim", integer_key(&C::head_dim, INT64_MIN, INT64_MAX, "ulysses")},
       {"repro.scenario", {read_scenario, [](const C& c) { return Json(c.scenario); }}},
@@ -206,10 +187,7 @@ bool is_known_table(const std::string& path) {
   return next != keys().end() && next->first.rfind(path + ".", 0) == 0;
 }
 
-// ---------------------------------------------------------------- reading
-
-// A configuration being read, with every refusal kept, so that all of a config's
-// problems are reported at once rather than one a run.
+// A configuration being read, with every refusal kept: all are reported at once.
 struct Reading {
   C& config;
   std::vector<std::string> refusals;
@@ -221,19 +199,22 @@ void read_table(const Json& table, const std::string& prefix, Reading& reading);
 void read_other_key(const Json& node, const std::string& key, Reading& reading) {
   const detail::KeyDecision decision = detail::deepspeed_key_decision(key, node);
   const std::string shown = node.is_structured() ? printable(key) : printable(key) + " = " + describe(node);
-  if (decision.treatment == detail::KeyTreatment::Ignore) return reading.config.ignored.push_back({shown, decision.reason});
-  if (decision.treatment == detail::KeyTreatment::Descend) return read_table(node, key, reading);
-  SEQPAR_INPUT_CHECK(decision.treatment != detail::KeyTreatment::Refuse, "config key ", shown,
-                     " is not supported: ", decision.reason);
+  using detail::KeyTreatment;
+  if (decision.treatment == KeyTreatment::Ignore) return reading.config.ignored.push_back({shown, decision.reason});
+  if (decision.treatment == KeyTreatment::Descend) return read_table(node, key, reading);
+  SEQPAR_INPUT_CHECK(decision.treatment != KeyTreatment::Refuse, "config key ", shown, " is not supported: ",
+                     decision.reason);
   // A typo is looked for among the keys of the same table ("repro.setps": repro.steps).
   const std::string table = key.substr(0, key.rfind('.') + 1);
   std::vector<std::string> near;
   for (const auto& [name, known] : keys()) {
-    if (name.rfind(table, 0) == 0 && name.find('.', table.size()) == std::string::npos) near.push_back(name.substr(table.size()));
+    if (name.rfind(table, 0) == 0 && name.find('.', table.size()) == std::string::npos) {
+      near.push_back(name.substr(table.size()));
+    }
   }
   const std::string match = closest_name(key.substr(table.size()), near);
-  SEQPAR_INPUT_FAIL("unknown config key ", abbreviated(key), match.empty() ? "" : "; did you mean " + table + match + "?",
-                    " (seqpar-repro --print-config shows every key)");
+  const std::string hint = match.empty() ? "" : "; did you mean " + table + match + "?";
+  SEQPAR_INPUT_FAIL("unknown config key ", abbreviated(key), hint, " (seqpar-repro --print-config shows every key)");
 }
 
 // Reads every leaf of `table` (recursively) through the keys' table.
@@ -253,6 +234,9 @@ void read_table(const Json& table, const std::string& prefix, Reading& reading) 
                            ", or leave the key out to take the scenario's");
         reading.config.ignored.push_back({printable(key), "null: DeepSpeed's default"});
       } else if (known) {
+        // Hugging Face's Trainer fills "auto" in before DeepSpeed reads the config; here is no Trainer.
+        SEQPAR_INPUT_CHECK(node != "auto", "config key ", key, " = \"auto\": a placeholder the Hugging Face Trainer "
+                           "fills in; write the value (or leave the key out for the scenario's)");
         known->read(node, key, reading.config);
       } else if (node.is_object() && is_known_table(key)) {
         read_table(node, key, reading);
@@ -292,12 +276,15 @@ void throw_refusals(const std::vector<std::string>& refusals, const std::string&
   if (refusals.size() == 1) throw InputError(refusals.front());
   // One line, as every usage error: the refusals side by side, numbered.
   std::string message = "config " + source_name + ": " + std::to_string(refusals.size()) + " settings refused:";
-  for (size_t i = 0; i < refusals.size(); ++i) message += (i ? "; (" : " (") + std::to_string(i + 1) + ") " + refusals[i];
+  for (size_t i = 0; i < refusals.size(); ++i) {
+    message += (i ? "; (" : " (") + std::to_string(i + 1) + ") " + refusals[i];
+  }
   throw InputError(message);
 }
 
 bool has_settings(const Json& table) {
-  return std::any_of(table.begin(), table.end(), [](const Json& node) { return !node.is_object() || has_settings(node); });
+  return std::any_of(table.begin(), table.end(),
+                     [](const Json& node) { return !node.is_object() || has_settings(node); });
 }
 
 ReproConfig read_config(const std::string& text, const std::vector<std::string>& overrides,
@@ -360,14 +347,11 @@ std::string shortest_float_text(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[64];
-  std::string text(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
+  const std::string text(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
   const size_t e = text.find('e');
   if (e == std::string::npos) return text.find('.') == std::string::npos ? text + ".0" : text;
-  // 1e-04 -> 1e-4: the exponent without a plus sign or leading zeros.
-  size_t digits = e + 1 + (text[e + 1] == '-' || text[e + 1] == '+');
-  while (digits + 1 < text.size() && text[digits] == '0') text.erase(digits, 1);
-  if (text[e + 1] == '+') text.erase(e + 1, 1);
-  return text;
+  // 1e-04 -> 1e-4, 5e+08 -> 5e8: the exponent without a plus sign or leading zeros.
+  return text.substr(0, e + 1) + std::to_string(std::stoi(text.substr(e + 1)));
 }
 
 ConfigFormat config_format_for(const std::string& path, const std::string& text) {
@@ -380,10 +364,8 @@ ConfigFormat config_format_for(const std::string& path, const std::string& text)
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
     if (line[first] == '{') return ConfigFormat::Json;
-    const size_t equals = line.find('='), colon = line.find(':');
-    return line[first] == '[' || (equals != std::string::npos && (colon == std::string::npos || equals < colon))
-               ? ConfigFormat::Toml
-               : ConfigFormat::Yaml;
+    // `key =` is TOML: an '=' before any ':' (npos, when there is none, is the largest).
+    return line[first] == '[' || line.find('=') < line.find(':') ? ConfigFormat::Toml : ConfigFormat::Yaml;
   }
   return ConfigFormat::Toml;
 }

@@ -1,8 +1,6 @@
-// The scenario seqpar-repro runs, as configured (configs/issue6868.toml).
-//
-// [ds_config] holds the bug report's DeepSpeed keys with DeepSpeed's names; [repro]
-// holds what the report's script hard-codes. The defaults are the report's values, so
-// `seqpar-repro` with no arguments is the report's scenario.
+// The scenario seqpar-repro runs, as configured (configs/issue6868.toml): [ds_config]
+// holds the bug report's DeepSpeed keys by DeepSpeed's names, [repro] what its script
+// hard-codes. The defaults are the report's, so `seqpar-repro` alone runs its scenario.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +27,7 @@ struct ReproConfig {
   int64_t sequence_parallel_size = 4;
   int64_t data_parallel_size = 1;
   std::string optimizer_type = "AdamW";
-  // zero_optimization.stage; -1 when not given. Stages 0-2 reduce over the same group;
-  // the zero-stage scenario runs only the given stage's reduction.
+  // zero_optimization.stage, -1 when not given; the zero-stage scenario runs its reduction.
   int64_t zero_stage = -1;
   optim::AdamWOptions adamw =
       optim::AdamWOptions().lr(1e-4).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01);
@@ -41,32 +38,28 @@ struct ReproConfig {
   int64_t out_features = 16;
   int64_t steps = 1;
   double dropout = 0.1;  // the dropout scenario's drop probability
-  // The ulysses scenario's attention: H heads of head_dim features (d_model is
-  // in_features, S is rows).
+  // The ulysses scenario's attention: heads of head_dim features (d_model is in_features).
   int64_t heads = 8;
   int64_t head_dim = 16;
   std::string scenario = "issue-6868";  // apps/repro/scenario_list.h
   // Listed in the report: keys accepted without being modelled (DeepSpeed's logging,
-  // ZeRO stages 0-2, ...), and "key = value" for each key a user's config file leaves
-  // out and the scenario's defaults fill in (parse_users_config).
+  // ...), and "key = value" for each key a user's config leaves to the scenario.
   std::vector<ConfigNote> ignored;
   std::vector<std::string> taken_from_scenario;
 
   int64_t world_size() const { return sequence_parallel_size * data_parallel_size; }
 };
 
-// The formats --config reads (apps/repro/config_formats.h describes each).
+// The formats --config reads (apps/repro/config_formats.h describes each): by the
+// extension (.toml, .yaml/.yml, .json), else by the first line that is not blank or a
+// comment: '{' is JSON, '[' or `key =` TOML, anything else YAML.
 enum class ConfigFormat { Toml, Yaml, Json };
-
-// By the extension (.toml, .yaml/.yml, .json), else by the first character that is not
-// blank or a comment: '{' is JSON, '[' or a `key =` line TOML, anything else YAML.
 ConfigFormat config_format_for(const std::string& path, const std::string& text);
 
-// Reads `text` with the "section.key=value" overrides of --set applied (the value in
-// TOML: 3, 1e-4, [0.9, 0.99]; a bare word such as AdamW is a string) over the defaults
-// of the scenario it names (repro.scenario, else issue-6868: configs/NAME.toml), then
-// validates. Every key must be known and of the right type, or a DeepSpeed key that
-// does not change the scenario; all refusals come together, in one InputError.
+// Reads `text` with the "section.key=value" overrides of --set (the value in TOML, or a
+// bare word as a string) over the defaults of the scenario it names (repro.scenario,
+// else issue-6868), then validates. Every key must be known and of the right type, or a
+// DeepSpeed key that does not change the scenario; all refusals come in one InputError.
 ReproConfig parse_config(const std::string& text, const std::vector<std::string>& overrides,
                          const std::string& source_name, ConfigFormat format = ConfigFormat::Toml);
 

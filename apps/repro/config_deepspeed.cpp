@@ -1,11 +1,12 @@
-// DeepSpeed keys the scenario does not read, and what each means for what is
-// reproduced. The scenario models one thing: how gradients are synchronized over the
-// sequence- and data-parallel ranks, in float32, with AdamW at a constant learning
-// rate. A key that leaves that untouched (logging, monitoring, communication buckets)
-// is accepted and listed in the report; one that would change the numbers (half
-// precision, offload, a learning-rate schedule) is refused with the reason, because
-// running without it would reproduce something other than what the config describes.
+// DeepSpeed keys the scenario does not read. It models how gradients are synchronized
+// over the sequence- and data-parallel ranks, in float32, with AdamW at a constant
+// learning rate: a key that leaves that untouched (logging, communication buckets) is
+// accepted and listed in the report; one that would change the numbers (half precision,
+// offload, a schedule) is refused with the reason, since without it the run would
+// reproduce something other than what the config describes.
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include "apps/common/text.h"
 #include "apps/repro/config_formats.h"
@@ -14,42 +15,35 @@ namespace seqpar::repro::detail {
 
 namespace {
 
-// A key that is harmless only at some values: accepted at those (with `accepted`, why),
-// refused at any other (with `refused`).
+// A key that is harmless only at some values: accepted at those (`accepted` says why),
+// refused at any other (`refused` says why).
 struct Rule {
-  bool (*harmless)(const Json& node);
+  const char* member;          // the member of the key's table that decides ("enabled"), or null: the value itself
+  std::vector<Json> harmless;  // the values at which it changes nothing
   const char* accepted;
   const char* refused;
 };
 
-bool member_is(const Json& node, const char* name, const Json& value) {
-  return node.is_object() && node.contains(name) && node.at(name) == value;
-}
-bool disabled(const Json& node) { return member_is(node, "enabled", false); }
-bool no_device(const Json& node) { return member_is(node, "device", "none"); }
-bool float32(const Json& node) { return node == "fp32" || node == "float32"; }
-
 const std::map<std::string, Rule>& rules() {
-  static const Rule precision{disabled, "disabled", "lower precision changes every number the step computes; the "
-                              "scenario is float32 (set enabled: false, or remove it)"};
-  static const Rule offload{no_device, "device none", "offloading moves the optimizer step to another device and "
-                            "kernel, which the scenario does not model (use device: none, or remove it)"};
-  static const Rule reduction{float32, "float32, as the scenario", "a reduction in another type rounds the "
-                              "gradients differently; the scenario reduces in float32"};
+  static const Rule precision{"enabled", {false}, "disabled", "lower precision changes every number the step "
+                              "computes; the scenario is float32 (set enabled: false, or remove it)"};
+  static const Rule offload{"device", {"none"}, "device none", "offloading moves the optimizer step to another "
+                            "device and kernel, which the scenario does not model (use device: none, or remove it)"};
+  static const Rule reduction{nullptr, {"fp32", "float32"}, "float32, as the scenario", "a reduction in another "
+                              "type rounds the gradients differently; the scenario reduces in float32"};
   static const std::map<std::string, Rule> table = {
       {"ds_config.fp16", precision}, {"ds_config.bf16", precision}, {"ds_config.amp", precision},
       {"ds_config.zero_optimization.offload_optimizer", offload},
       {"ds_config.zero_optimization.offload_param", offload},
       {"ds_config.communication_data_type", reduction},
       {"ds_config.seq_parallel_communication_data_type", reduction},
-      {"ds_config.optimizer.params.adam_w_mode", {[](const Json& node) { return node == true; },
-       "true: decoupled weight decay, AdamW", "Adam with L2 weight decay in the gradient is not modelled; the "
-       "scenario is AdamW (adam_w_mode: true, DeepSpeed's default)"}},
-      {"ds_config.prescale_gradients", {[](const Json& node) { return node == false; }, "false: DeepSpeed's default",
-       "prescaling divides the gradients before the reduction; the scenario models DeepSpeed's default (false)"}},
-      {"ds_config.gradient_predivide_factor", {[](const Json& node) { return node.is_number() && node == 1.0; },
-       "1.0: DeepSpeed's default", "a predivide factor rescales the gradients around the reduction; the scenario "
-       "models DeepSpeed's default (1.0)"}},
+      {"ds_config.optimizer.params.adam_w_mode", {nullptr, {true}, "true: decoupled weight decay, AdamW", "Adam with "
+       "L2 weight decay in the gradient is not modelled; the scenario is AdamW (adam_w_mode: true, DeepSpeed's "
+       "default)"}},
+      {"ds_config.prescale_gradients", {nullptr, {false}, "false: DeepSpeed's default", "prescaling divides the "
+       "gradients before the reduction; the scenario models DeepSpeed's default (false)"}},
+      {"ds_config.gradient_predivide_factor", {nullptr, {1.0}, "1.0: DeepSpeed's default", "a predivide factor "
+       "rescales the gradients around the reduction; the scenario models DeepSpeed's default (1.0)"}},
   };
   return table;
 }
@@ -69,12 +63,15 @@ KeyDecision deepspeed_key_decision(const std::string& key, const Json& node) {
       {"ds_config.optimizer.params.torch_adam", "the same AdamW update, another kernel"},
   };
   if (const auto found = ignored.find(key); found != ignored.end()) return {KeyTreatment::Ignore, found->second};
-  if (const auto rule = rules().find(key); rule != rules().end()) {
-    const bool harmless = rule->second.harmless(node);
-    return {harmless ? KeyTreatment::Ignore : KeyTreatment::Refuse, harmless ? rule->second.accepted : rule->second.refused};
+  if (const auto found = rules().find(key); found != rules().end()) {
+    const Rule& rule = found->second;
+    const Json value = !rule.member ? node : node.is_object() ? node.value(rule.member, Json()) : Json();
+    // nlohmann compares numbers by value: 1 == 1.0, but true != 1.
+    const bool harmless = std::count(rule.harmless.begin(), rule.harmless.end(), value) > 0;
+    return {harmless ? KeyTreatment::Ignore : KeyTreatment::Refuse, harmless ? rule.accepted : rule.refused};
   }
   if (key == "ds_config.scheduler") {
-    const Json type = node.is_object() && node.contains("type") ? node.at("type") : Json("?");
+    const Json type = node.is_object() ? node.value("type", Json("?")) : Json("?");
     return {KeyTreatment::Refuse, "a learning-rate schedule (" + abbreviated(type.is_string() ? type.get<std::string>()
             : type.dump()) + ") changes the learning rate each step uses, from warm-up on; the scenario steps at a "
             "constant optimizer.params.lr: remove the scheduler"};

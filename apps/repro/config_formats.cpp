@@ -1,9 +1,6 @@
 // Reading a config: the file, its text, and each format into one tree (config_formats.h).
 #include "apps/repro/config_formats.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -11,9 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
-#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -26,24 +24,20 @@ namespace seqpar::repro {
 
 std::string read_config_file(const std::string& path) {
   const std::string name = "--config " + abbreviated(path);
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  SEQPAR_INPUT_CHECK(fd >= 0, name, ": cannot open: ", std::strerror(errno));
-  const std::unique_ptr<int, void (*)(int*)> closing(&fd, [](int* open) { ::close(*open); });
-  struct stat status {};
-  SEQPAR_INPUT_CHECK(::fstat(fd, &status) == 0, name, ": cannot stat: ", std::strerror(errno));
-  const mode_t mode = status.st_mode;
-  SEQPAR_INPUT_CHECK(S_ISREG(mode), name, ": ", S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
-                     : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device" : "a socket",
-                     ", not a regular file");
-  std::string text;
-  char buffer[16384];
-  for (ssize_t count; (count = ::read(fd, buffer, sizeof buffer)) != 0;) {
-    SEQPAR_INPUT_CHECK(count > 0 || errno == EINTR, name, ": cannot read: ", std::strerror(errno));
-    text.append(buffer, static_cast<size_t>(std::max<ssize_t>(count, 0)));
-    // Counted as it is read, so a file that grows meanwhile is held to the limit too.
-    SEQPAR_INPUT_CHECK(text.size() <= kMaxConfigBytes, name, ": more than the limit of ", kMaxConfigBytes, " bytes");
-  }
+  // A FIFO would block, a device never end, a directory read as empty.
+  using Type = std::filesystem::file_type;
+  std::error_code error;
+  const Type type = std::filesystem::status(path, error).type();
+  SEQPAR_INPUT_CHECK(!error, name, ": cannot open: ", error.message());
+  SEQPAR_INPUT_CHECK(type == Type::regular, name, ": ", type == Type::directory ? "a directory"
+                     : type == Type::fifo ? "a FIFO" : type == Type::character ? "a character device"
+                     : type == Type::block ? "a block device" : "a socket", ", not a regular file");
+  std::ifstream file(path, std::ios::binary);
+  SEQPAR_INPUT_CHECK(file, name, ": cannot open: ", std::strerror(errno));
+  std::string text(kMaxConfigBytes + 1, '\0');  // the byte past the limit tells a file over it
+  text.resize(static_cast<size_t>(file.read(&text[0], std::streamsize(text.size())).gcount()));
+  SEQPAR_INPUT_CHECK(!file.bad(), name, ": cannot read: ", std::strerror(errno));
+  SEQPAR_INPUT_CHECK(text.size() <= kMaxConfigBytes, name, ": more than the limit of ", kMaxConfigBytes, " bytes");
   return text;
 }
 
@@ -57,12 +51,11 @@ std::string hex(const char* format, uint32_t value) {
   return name;
 }
 
-// Refuses text that is not well-formed UTF-8, or holds a control character other than
-// tab, line feed and carriage return (a NUL ends nlohmann's JSON text, which then ignores
-// the rest), naming `source`, line and column. For TOML it also refuses what the TOML
-// parser Debian ships, toml++ 3.3, mishandles: its non-ASCII whitespace test reaches
+// Refuses, naming line and column, text that is not UTF-8 or holds a control character
+// but tab, LF and CR: nlohmann takes a NUL for the end and ignores the rest. For TOML it
+// also refuses what Debian's toml++ 3.3 mishandles: its whitespace test reaches
 // __builtin_unreachable on U+00A1-U+0499, U+2C5E-U+3057 and U+FAE6-U+FEFE, and takes
-// U+00A0, U+2000-U+200B and the other Unicode spaces for whitespace, which TOML is not.
+// U+00A0, U+2000-U+200B and other Unicode spaces, which TOML does not allow, for blanks.
 void check_text(const std::string& text, const std::string& source, bool toml) {
   size_t line = 1, column = 1;
   const auto where = [&] { return seqpar::detail::concat(source, " line ", line, " column ", column, ": "); };
@@ -109,7 +102,7 @@ Json from_toml(const toml::node& node) {
   return value;
 }
 
-Json read_toml(const std::string& text, const std::string& source) {
+Json parse_toml(const std::string& text, const std::string& source) {
   check_text(text, "config " + source, true);
   try {
     return from_toml(toml::parse(text, source));
@@ -118,8 +111,6 @@ Json read_toml(const std::string& text, const std::string& source) {
                       error.source().begin.column, ": ", error.description());
   }
 }
-
-// ---------------------------------------------------------------- YAML
 
 // YAML 1.1's patterns as PyYAML's resolver has them, with OmegaConf's float (an exponent
 // without a dot: `1e-4`). std::regex recurses once per character, so they only see text
@@ -154,8 +145,8 @@ struct YamlReader {
     text_bytes += node.IsScalar() ? node.Scalar().size() : 0;
     SEQPAR_INPUT_CHECK(text_bytes <= kMaxConfigTextBytes, where(node), ": more than the limit of ",
                        kMaxConfigTextBytes, " bytes of text (an alias counts each time it is used)");
-    const std::string& tag = node.Tag();
     if (node.IsScalar()) return scalar(node, key);
+    const std::string& tag = node.Tag();
     SEQPAR_INPUT_CHECK(tag == "?" || tag.empty() || tag == kYamlTag + "map" || tag == kYamlTag + "seq",
                        where(node), ": ", printable(key), ": the tag ", printable(tag), " is not supported");
     if (node.IsMap()) return mapping(node, key, depth, false);
@@ -225,7 +216,7 @@ int second_document(const std::string& text) {
   return parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts) ? std::max(starts.line, 1) : 0;
 }
 
-Json read_yaml(const std::string& text, const std::string& source) {
+Json parse_yaml(const std::string& text, const std::string& source) {
   YAML::Node document;
   int second_line = 0;
   try {
@@ -247,17 +238,14 @@ Json read_yaml(const std::string& text, const std::string& source) {
   return YamlReader{source}.mapping(document, has_ds_config ? "" : "ds_config", 0, true);
 }
 
-// ---------------------------------------------------------------- JSON
-
-// nlohmann's parse callback sees every container open (with its depth) and every key and
-// value: it refuses nesting beyond kMaxConfigDepth before the parser goes deeper, more
-// than kMaxConfigValues values (the file's size bounds the text), and a key given twice
-// in one object (which DeepSpeed takes, keeping the last).
-Json read_json(const std::string& text, const std::string& source) {
+// nlohmann's parse callback sees each container open (with its depth), key and value: it
+// refuses nesting beyond kMaxConfigDepth before the parser goes deeper, more than
+// kMaxConfigValues values, and a key given twice in one object (DeepSpeed keeps the last).
+Json parse_json(const std::string& text, const std::string& source) {
+  using Event = Json::parse_event_t;
   size_t values = 0;
   std::vector<std::set<std::string>> objects;  // the keys of each open object
-  const auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    using Event = Json::parse_event_t;
+  const auto check = [&](int depth, Event event, Json& parsed) {
     const bool opens = event == Event::object_start || event == Event::array_start;
     SEQPAR_INPUT_CHECK(!opens || depth < kMaxConfigDepth, "config ", source, ": nested deeper than the limit of ",
                        kMaxConfigDepth, " levels");
@@ -265,22 +253,20 @@ Json read_json(const std::string& text, const std::string& source) {
                        ": more than the limit of ", kMaxConfigValues, " values");
     if (event == Event::object_start) objects.emplace_back();
     if (event == Event::object_end) objects.pop_back();
-    if (event == Event::key) {
-      SEQPAR_INPUT_CHECK(objects.back().insert(parsed.get<std::string>()).second, "config ", source,
-                         ": duplicate key \"", printable(parsed.get<std::string>()), "\" in one object");
-    }
+    SEQPAR_INPUT_CHECK(event != Event::key || objects.back().insert(parsed.get<std::string>()).second, "config ",
+                       source, ": duplicate key \"", printable(parsed.get<std::string>()), "\" in one object");
     return true;
   };
-  Json document;
   try {
-    document = Json::parse(text, check);
+    Json document = Json::parse(text, check);
+    SEQPAR_INPUT_CHECK(document.is_object(), "config ", source,
+                       ": expected a JSON object of DeepSpeed keys at the top");
+    return document;
   } catch (const Json::exception& error) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     const std::string what = error.what();
     SEQPAR_INPUT_FAIL("config ", source, ": ", what.substr(std::min(what.find("] ") + 2, what.size())));
   }
-  SEQPAR_INPUT_CHECK(document.is_object(), "config ", source, ": expected a JSON object of DeepSpeed keys at the top");
-  return document;
 }
 
 // seqpar's layout from a YAML or JSON document: the report's (`ds_config` at the top) or
@@ -288,24 +274,19 @@ Json read_json(const std::string& text, const std::string& source) {
 Json arrange(Json document, const std::string& source, std::vector<ConfigNote>& ignored) {
   Json arranged = Json::object();
   for (const char* section : {"repro", "ds_config"}) {
-    if (document.contains(section) && document[section].is_null()) {
-      ignored.push_back({section, "null: DeepSpeed's default"});
-      document.erase(section);
-    }
+    const auto found = document.find(section);
+    if (found == document.end()) continue;
+    if (found->is_null()) ignored.push_back({section, "null: DeepSpeed's default"});
+    SEQPAR_INPUT_CHECK(found->is_null() || found->is_object(), "config ", source, ": ", section, " must be a mapping");
+    if (found->is_object()) arranged[section] = std::move(*found);
+    document.erase(found);
   }
-  if (document.contains("repro")) {
-    SEQPAR_INPUT_CHECK(document["repro"].is_object(), "config ", source, ": repro must be a mapping");
-    arranged["repro"] = std::move(document["repro"]);
-    document.erase("repro");
-  }
-  if (!document.contains("ds_config")) {
+  if (!arranged.contains("ds_config")) {
     arranged["ds_config"] = std::move(document);
-    return arranged;
-  }
-  SEQPAR_INPUT_CHECK(document["ds_config"].is_object(), "config ", source, ": ds_config must be a mapping of DeepSpeed keys");
-  arranged["ds_config"] = std::move(document["ds_config"]);
-  for (const auto& entry : document.items()) {
-    if (entry.key() != "ds_config") ignored.push_back({entry.key(), "outside ds_config: not a DeepSpeed key"});
+  } else {
+    for (const auto& entry : document.items()) {
+      ignored.push_back({entry.key(), "outside ds_config: not a DeepSpeed key"});
+    }
   }
   return arranged;
 }
@@ -338,9 +319,9 @@ Json typed_plain_scalar(const std::string& text, const std::string& where) {
 
 Json read_document(const std::string& text, const std::string& source, ConfigFormat format,
                    std::vector<ConfigNote>& ignored) {
-  if (format == ConfigFormat::Toml) return read_toml(text, source);
+  if (format == ConfigFormat::Toml) return parse_toml(text, source);
   check_text(text, "config " + source, false);
-  return arrange(format == ConfigFormat::Yaml ? read_yaml(text, source) : read_json(text, source), source, ignored);
+  return arrange(format == ConfigFormat::Yaml ? parse_yaml(text, source) : parse_json(text, source), source, ignored);
 }
 
 Json read_override(const std::string& assignment) {

@@ -8,8 +8,7 @@
 
 namespace seqpar::repro {
 
-// The whole file, which must be a regular file (not a directory, FIFO or device, which
-// would block, read forever or read as empty) of at most kMaxConfigBytes.
+// The whole file: a regular file (not a FIFO, device or directory) of at most kMaxConfigBytes.
 constexpr size_t kMaxConfigBytes = 1 << 20;  // the scenario's file is under 1 KiB
 std::string read_config_file(const std::string& path);
 
