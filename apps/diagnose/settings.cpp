@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/common/input_file.h"
 #include "apps/common/text.h"
+#include "apps/repro/config_input.h"
 #include "apps/repro/config.h"
 #include "core/error.h"
 
@@ -170,15 +169,14 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   bool lr_is_auto = false;
   const auto metadata = run.ranks[0].metadata.find("config");
   if (!flags.ds_config.empty()) {
-    std::ifstream file(flags.ds_config, std::ios::binary);
-    SEQPAR_INPUT_CHECK(file.is_open(), "--ds-config ", flags.ds_config, ": cannot read: ", std::strerror(errno));
-    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    if (repro::config_format_for(flags.ds_config, text) == repro::ConfigFormat::Json) {
+    const std::string text = read_input_file(flags.ds_config, "--ds-config", repro::kMaxConfigBytes);
+    const repro::ConfigFormat format = repro::config_format_for(flags.ds_config, text);
+    if (format == repro::ConfigFormat::Json) {
       DeepSpeedSettings read = read_ds_config(text, flags.ds_config);
       settings = std::move(read.settings);
       lr_is_auto = read.lr_is_auto;
     } else {
-      take(repro::load_config(flags.ds_config), settings);
+      take(repro::parse_users_config(text, {}, abbreviated(flags.ds_config), format), settings);
       settings.sources.push_back("optimizer and mesh from " + flags.ds_config +
                                  " (a seqpar config: keys left out take the bug report's values)");
     }

@@ -6,10 +6,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <regex>
@@ -20,28 +16,7 @@
 #include "core/error.h"
 #include "third_party/toml.h"
 
-namespace seqpar::repro {
-
-std::string read_config_file(const std::string& path) {
-  const std::string name = "--config " + abbreviated(path);
-  // A FIFO would block, a device never end, a directory read as empty.
-  using Type = std::filesystem::file_type;
-  std::error_code error;
-  const Type type = std::filesystem::status(path, error).type();
-  SEQPAR_INPUT_CHECK(!error, name, ": cannot open: ", error.message());
-  SEQPAR_INPUT_CHECK(type == Type::regular, name, ": ", type == Type::directory ? "a directory"
-                     : type == Type::fifo ? "a FIFO" : type == Type::character ? "a character device"
-                     : type == Type::block ? "a block device" : "a socket", ", not a regular file");
-  std::ifstream file(path, std::ios::binary);
-  SEQPAR_INPUT_CHECK(file, name, ": cannot open: ", std::strerror(errno));
-  std::string text(kMaxConfigBytes + 1, '\0');  // the byte past the limit tells a file over it
-  text.resize(static_cast<size_t>(file.read(&text[0], std::streamsize(text.size())).gcount()));
-  SEQPAR_INPUT_CHECK(!file.bad(), name, ": cannot read: ", std::strerror(errno));
-  SEQPAR_INPUT_CHECK(text.size() <= kMaxConfigBytes, name, ": more than the limit of ", kMaxConfigBytes, " bytes");
-  return text;
-}
-
-namespace detail {
+namespace seqpar::repro::detail {
 
 namespace {
 
@@ -354,6 +329,4 @@ Json read_override(const std::string& assignment) {
   return parse("'" + value + "'", "value");
 }
 
-}  // namespace detail
-
-}  // namespace seqpar::repro
+}  // namespace seqpar::repro::detail

@@ -33,6 +33,7 @@ cat > "$fx/hf.json" <<'JSON'
 JSON
 sed 's/"lr": 1e-4/"lr": "auto"/' "$fx/hf.json" > "$fx/hf_auto_lr.json"
 printf '{"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}\n' > "$fx/plain.json"
+head -c 1048577 /dev/zero | tr '\0' ' ' > "$fx/huge.json"
 ln -s "$fx/good_rank1.safetensors" "$fx/link_to_rank1.json"
 ln -s "$fx/noname.safetensors" "$fx/linked_rank0.safetensors"
 passed=0
@@ -135,6 +136,15 @@ check "an unknown option" 2 "--rank" -- --rank "$fx/good_rank0.safetensors"
 check "--json in a missing directory" 2 "--json" -- --ranks "$fx/good_rank*.safetensors" --json /nonexistent/dir/x.json
 check "a ds_config with a typo" 2 "sequence_paralel_size" -- --ranks "$fx/good_rank*.safetensors" \
   --ds-config "$fx/typo.json"
+# ---- --ds-config is read as --config is: a regular file of at most 1 MiB
+check "--ds-config a FIFO" 2 "--ds-config $fx/fifo_rank0.safetensors: a FIFO, not a regular file" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/fifo_rank0.safetensors"
+check "--ds-config /dev/zero" 2 "--ds-config /dev/zero: a character device, not a regular file" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config /dev/zero
+check "--ds-config over 1 MiB" 2 "more than the limit of 1048576 bytes" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/huge.json"
+check "--ds-config a directory" 2 "a directory, not a regular file" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx"
 
 # ---- --help and --version: stdout, exit 0
 for flag in --help --version; do
