@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -78,6 +79,11 @@ StepFunction variant_step(LossConvention loss, const ReproConfig& config, const 
   };
 }
 
+// The table's rows, in order.
+constexpr LossConvention kLossConventions[] = {LossConvention::LocalMean, LossConvention::GlobalCount,
+                                               LossConvention::GatherSumBackward,
+                                               LossConvention::GatherSliceBackward};
+
 std::vector<ZeroStageVariant> zero_stage_variants(const ReproConfig& config) {
   // Each loss convention under each reduction (only the one
   // ds_config.zero_optimization.stage selects, when given), then the exact one.
@@ -88,8 +94,7 @@ std::vector<ZeroStageVariant> zero_stage_variants(const ReproConfig& config) {
                                          : GradientReduction::SumSpAverageDp};
   }
   std::vector<ZeroStageVariant> variants;
-  for (LossConvention loss : {LossConvention::LocalMean, LossConvention::GlobalCount,
-                              LossConvention::GatherSumBackward, LossConvention::GatherSliceBackward}) {
+  for (LossConvention loss : kLossConventions) {
     for (GradientReduction reduction : reductions) variants.push_back({loss, reduction, false});
   }
   variants.push_back({LossConvention::GlobalCount, GradientReduction::SumSpAverageDp, true});
@@ -188,7 +193,7 @@ void print_zero_stage(std::ostream& out, const ZeroStageResults& results) {
   out << "  gradient at step 1 / the one-rank gradient (norms; named where it is a mistake's factor):\n";
   // A row per loss convention, a column per reduction that ran: the variants come loss
   // by loss, then the exact one.
-  const size_t columns = (results.variants.size() - 1) / 4;
+  const size_t columns = (results.variants.size() - 1) / std::size(kLossConventions);
   const auto cell = [](std::string text, size_t width) {
     text.resize(width, ' ');
     return text;
