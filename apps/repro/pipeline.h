@@ -1,8 +1,9 @@
 // The one path every scenario of seqpar-repro takes: main checks the configuration
 // with the scenario, runs it on every rank, and prints and writes what world rank 0
 // gets back. A scenario is one implementation of Scenario: the issue's (issue6868.cpp),
-// zero-stage's (zero_stage.cpp) and each of the pitfall kit's (pitfall.cpp). A new one
-// is a class and a line in scenario_named.
+// ulysses' (ulysses.cpp), and the pitfall kit's (pitfall.cpp's kit_scenario), of which
+// zero-stage is one with a report of its own. A new one is a class and a line in
+// scenario_named.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -65,10 +66,10 @@ class Scenario {
 // The scenario --scenario / repro.scenario names (scenario_list.h lists the names).
 const Scenario& scenario_named(const std::string& name);
 
-// The scenarios with a file of their own (the kit's are made by pitfall.h's kit_scenario).
+// The scenarios by file: issue6868.cpp, zero_stage.cpp (a kit_scenario), ulysses.cpp.
 const Scenario& issue6868_scenario();
 const Scenario& zero_stage_scenario();
-const Scenario& ulysses_scenario();  // ulysses.cpp
+const Scenario& ulysses_scenario();
 
 // The metadata of every dump file: the configuration as TOML and the producer.
 std::map<std::string, std::string> dump_metadata(const ReproConfig& config);
