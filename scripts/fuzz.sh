@@ -34,7 +34,8 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -I. -I"$out/include" -DTOML_HEADER_ONLY=1 -DTOML_EXCEPTIONS=1)
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
          apps/repro/validate.cpp apps/repro/options.cpp
-         apps/repro/policy_list.cpp apps/repro/scenario_list.cpp apps/common/command_line.cpp apps/common/text.cpp
+         apps/repro/policy_list.cpp apps/repro/scenario_list.cpp apps/common/command_line.cpp apps/common/input_file.cpp
+         apps/common/text.cpp
          core/error.cpp)
 # <seqpar/config.h> of a CPU-only build, which the headers include.
 cmake -DSEQPAR_GENERATED_INCLUDE_DIR="$PWD/$out/include" -P cmake/headers.cmake
