@@ -152,6 +152,28 @@ def bench_kernels(args):
             add("kernel/norm_clip/10256/torch", "clip_grad_norm_(1.0), foreach",
                 time_calls(lambda: torch.nn.utils.clip_grad_norm_(params, 1.0), args.warmup, args.repeats),
                 4.0 * 2 * count)
+    bench_attention(args)
+
+
+def bench_attention(args):
+    """seqpar-bench's attention rows: 1024 tokens, heads of 16, causal, fp32, through
+    F.scaled_dot_product_attention (PyTorch picks its kernel; fp32 rules out flash)."""
+    tokens, head_dim = 1024, 16
+    for heads in (2, 8):
+        q, k, v, g = (torch.randn(1, heads, tokens, head_dim, device="cuda") for _ in range(4))
+        shape = f"{tokens}x{heads}x{head_dim}"
+        nbytes, flops = 4.0 * 4 * tokens * heads * head_dim, 2.0 * tokens * tokens * heads * head_dim
+        with torch.no_grad():
+            add(f"kernel/attention_fwd/{shape}/torch_sdpa", "F.scaled_dot_product_attention(is_causal=True)",
+                time_calls(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), args.warmup,
+                           args.repeats), nbytes, flops)
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+
+        def step():
+            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+            torch.autograd.grad(out, (qg, kg, vg), g)
+        add(f"kernel/attention_fwd_bwd/{shape}/torch_sdpa", "the same, forward + backward (autograd)",
+            time_calls(step, args.warmup, args.repeats), 2 * nbytes, 3.5 * flops)
 
 
 def bench_stress(args):

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/elementwise.h"
 #include "core/generator.h"
+#include "nn/cuda/attention.h"
 #include "nn/cuda/l1_loss.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
@@ -120,6 +121,32 @@ void bench_dw_randn(Report& report, const std::string& name, const Tensor& grad_
              static_cast<double>(plan.moduli * (m * k + n * k + 4 * m * n)), 2.0 * plan.moduli * m * n * k);
 }
 
+// Exact attention (nn/attention.h) at the ulysses scenario's shape: 1024 tokens, heads of
+// 16, causal; 2 heads is one rank's share after sp 4's all-to-all, 8 the whole model's.
+// The forward alone, and forward plus backward as one training step pays them.
+void bench_attention(Report& report, const Settings& s) {
+  const int64_t tokens = 1024, head_dim = 16;
+  Generator generator(11);
+  for (int64_t heads : {int64_t{2}, int64_t{8}}) {
+    const Shape sizes = {tokens, heads, head_dim};
+    const Tensor q = generator.randn(sizes, kGpu), k = generator.randn(sizes, kGpu);
+    const Tensor v = generator.randn(sizes, kGpu), g = generator.randn(sizes, kGpu);
+    const nn::AttentionMask causal(true);
+    const std::string shape = std::to_string(tokens) + "x" + std::to_string(heads) + "x" + std::to_string(head_dim);
+    const double bytes = kF * 4 * tokens * heads * head_dim;
+    const double flops = 2.0 * tokens * tokens * heads * head_dim;  // q·k and p·v over half the pairs
+    report.add("kernel/attention_fwd/" + shape, "exact causal attention forward",
+               time_calls([&] { nn::detail::attention_forward_cuda(q, k, v, causal); }, s.warmup, s.repeats),
+               bytes, flops);
+    report.add("kernel/attention_fwd_bwd/" + shape, "exact causal attention forward + backward",
+               time_calls([&] {
+                 const nn::AttentionForward forward = nn::detail::attention_forward_cuda(q, k, v, causal);
+                 nn::detail::attention_backward_cuda(g, q, k, v, forward, causal);
+               }, s.warmup, s.repeats),
+               2 * bytes, 3.5 * flops);  // the backward: dP, dq, dk, dv, and P again
+  }
+}
+
 }  // namespace
 
 void bench_kernels(Report& report, const Settings& s) {
@@ -195,6 +222,7 @@ void bench_kernels(Report& report, const Settings& s) {
                  optim::detail::clip_grads_cuda(tensors.grads, tensors.sizes, 1.0f, norm, 0);
                }, s.warmup, s.repeats), kF * 2 * parameters);
   }
+  bench_attention(report, s);
 }
 
 void bench_kernel_parts(Report& report, const Settings& s) {
