@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 
+#include "apps/repro/pitfall.h"
 #include "autograd/engine.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -18,7 +19,6 @@ namespace {
 
 using autograd::Variable;
 using Clock = std::chrono::steady_clock;
-
 
 int64_t flatten_count(const std::vector<Tensor>& tensors) {
   int64_t total = 0;
@@ -59,7 +59,6 @@ std::vector<Tensor> values_of(const std::vector<Variable>& variables, bool gradi
   return tensors;
 }
 
-
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -96,8 +95,8 @@ class BaselineTrainer {
     run.losses.push_back(loss.data().item());  // item() waits for the device
     run.norms.push_back(norm.item());
     run.seconds += seconds_since(start);
-    run.parameters = flatten(values_of(parameters_, false), Device::cpu()).to_vector();
-    run.gradients = flatten(values_of(parameters_, true), Device::cpu()).to_vector();
+    run.parameters = flat_values(parameters_, false);
+    run.gradients = flat_values(parameters_, true);
   }
 
  private:
