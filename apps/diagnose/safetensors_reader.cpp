@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "apps/common/json_depth.h"
 #include "apps/common/text.h"
 #include "core/error.h"
 
@@ -93,7 +94,7 @@ struct TopLevelKeys : nlohmann::json_sax<json> {
 json parse_header(const std::string& path, const std::string& text) {
   json header;
   try {
-    header = json::parse(text);
+    header = json::parse(text, json_depth_limit(path + ": the header"));
   } catch (const json::exception& error) {
     SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
   }

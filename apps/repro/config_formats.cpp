@@ -214,16 +214,16 @@ Json parse_yaml(const std::string& text, const std::string& source) {
 }
 
 // nlohmann's parse callback sees each container open (with its depth), key and value: it
-// refuses nesting beyond kMaxConfigDepth before the parser goes deeper, more than
+// refuses nesting beyond kMaxJsonDepth before the parser goes deeper, more than
 // kMaxConfigValues values, and a key given twice in one object (DeepSpeed keeps the last).
 Json parse_json(const std::string& text, const std::string& source) {
   using Event = Json::parse_event_t;
   size_t values = 0;
   std::vector<std::set<std::string>> objects;  // the keys of each open object
+  const auto depth_limit = json_depth_limit("config " + source);
   const auto check = [&](int depth, Event event, Json& parsed) {
+    depth_limit(depth, event, parsed);
     const bool opens = event == Event::object_start || event == Event::array_start;
-    SEQPAR_INPUT_CHECK(!opens || depth < kMaxConfigDepth, "config ", source, ": nested deeper than the limit of ",
-                       kMaxConfigDepth, " levels");
     SEQPAR_INPUT_CHECK(!(opens || event == Event::value) || ++values <= kMaxConfigValues, "config ", source,
                        ": more than the limit of ", kMaxConfigValues, " values");
     if (event == Event::object_start) objects.emplace_back();

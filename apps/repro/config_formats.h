@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/json_depth.h"
 #include "apps/repro/config.h"
 
 namespace seqpar::repro::detail {
@@ -25,7 +26,7 @@ using Json = nlohmann::json;
 
 // A YAML or JSON config's limits. An alias counts each time it is used, so a "billion
 // laughs" stops at kMaxConfigValues, and an alias inside itself at kMaxConfigDepth.
-constexpr int kMaxConfigDepth = 64;           // DeepSpeed configs nest 3 or 4 levels
+constexpr int kMaxConfigDepth = kMaxJsonDepth;  // the same for YAML as for JSON
 constexpr size_t kMaxConfigValues = 100000;   // a DeepSpeed config holds about 100
 constexpr size_t kMaxConfigTextBytes = 16 << 20;
 constexpr size_t kMaxNumberCharacters = 100;  // a double needs 25 at most

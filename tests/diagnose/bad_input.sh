@@ -143,6 +143,8 @@ check "--ds-config /dev/zero" 2 "--ds-config /dev/zero: a character device, not 
   --ranks "$fx/good_rank*.safetensors" --ds-config /dev/zero
 check "--ds-config over 1 MiB" 2 "more than the limit of 1048576 bytes" -- \
   --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/huge.json"
+check "--ds-config nested 400,000 deep" 2 "--ds-config $fx/deep.json: nested deeper than the limit of 64 levels" -- \
+  --ranks "$fx/good_rank*.safetensors" --ds-config "$fx/deep.json"
 check "--ds-config a directory" 2 "a directory, not a regular file" -- \
   --ranks "$fx/good_rank*.safetensors" --ds-config "$fx"
 
@@ -191,6 +193,8 @@ check "ranks that start at 1" 2 "rank 0 is missing (files for ranks 1, 2)" -- --
 check "an optimizer state with its step" 0 'weight.step' -- --ranks "$fx/two_rank*.safetensors" \
   --optimizer "$fx/adam_rank*.safetensors"
 # ---- the format, as strict as the safetensors library
+check "a header nested 400,000 deep" 2 "the header: nested deeper than the limit of 64 levels" -- \
+  --ranks "$fx/deep_rank0.safetensors"
 check "a name twice in a header" 2 "the header names 'weight' twice" -- --ranks "$fx/twice_rank0.safetensors"
 check "bytes after the last tensor" 2 "data bytes 64 to 72 after the last tensor belong to no tensor" -- \
   --ranks "$fx/tail_rank0.safetensors"

@@ -106,6 +106,12 @@ def more_fixtures(at):
     weight = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
     write(at("twice_rank0.safetensors"), [("weight", "F32", [1], [1.0])],
           header_text='{"weight": %s, "weight": %s}' % (weight, weight))
+    # A shape nested 400,000 deep: quoting it in an error recursed past the stack.
+    deep = "[" * 400000 + "]" * 400000
+    write(at("deep_rank0.safetensors"), [("weight", "F32", [1], [1.0])],
+          header_text='{"weight": {"dtype": "F32", "shape": [%s], "data_offsets": [0, 4]}}' % deep)
+    with open(at("deep.json"), "w") as f:
+        f.write('{"gradient_clipping": %s}' % deep)
     write(at("tail_rank0.safetensors"), model(1), tail=b"\0" * 8)  # 8 bytes after the last tensor
     write(at("hole_rank0.safetensors"), [("weight", "F32", [4, 3], [0.5] * 12)],
           extra_header={"bias": {"dtype": "F32", "shape": [4], "data_offsets": [64, 80]}}, tail=b"\0" * 32)
