@@ -76,12 +76,13 @@ ScenarioPlan plan(const ReproConfig& config, const RankData& data, const RankGro
                        " + column of repro.seed's stream, row the"),
         detail::concat("            global row of all ", dp * rows, " rows; offset ", data.random_offset,
                        " (after the data's words), + ", dropout_mask_offset(config, 0, 1), " a step"),
-        detail::concat("masks       step 1's one-rank mask keeps ", percent_text(kept, 2), " (1 - p = ", percent_text(q, 2),
-                       "); with the same seed and"),
+        detail::concat("masks       step 1's one-rank mask keeps ", percent_text(kept, 2), " (1 - p = ",
+                       percent_text(q, 2), "); with the same seed and"),
         detail::concat("            offset on every rank, ",
                        percent_text(same_offset_mask_mismatch(config, data.random_offset, 0), 2),
                        " of the mask's elements are wrong (independent"),
-        detail::concat("            words: 2p(1-p) x the rows beyond the first shards = ", percent_text(expected, 2), ")"),
+        detail::concat("            words: 2p(1-p) x the rows beyond the first shards = ", percent_text(expected, 2),
+                       ")"),
     };
     plan.dump_tensors = {{"dropout_mask", mask}};
   }

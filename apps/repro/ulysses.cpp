@@ -244,7 +244,9 @@ std::vector<double> attention_mass_lost(const ReproConfig& c, Device device, con
       double max = -INFINITY, total = 0, outside = 0;
       for (int64_t j = 0; j <= i; ++j) {
         double s = 0;
-        for (int64_t d = 0; d < dim; ++d) s += double(qs[size_t((i * heads + h) * dim + d)]) * ks[size_t((j * heads + h) * dim + d)];
+        for (int64_t d = 0; d < dim; ++d) {
+          s += double(qs[size_t((i * heads + h) * dim + d)]) * ks[size_t((j * heads + h) * dim + d)];
+        }
         score[size_t(j)] = scale * s;
         max = std::fmax(max, score[size_t(j)]);
       }
@@ -295,7 +297,8 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
   UlyssesResults results;
   const bool first = groups.world->rank() == 0;
   if (first) {
-    results.baseline = train({"baseline", "one rank", UlyssesMistake::None, UlyssesSync::Exact}, c, data, nullptr, device);
+    const UlyssesVariant baseline{"baseline", "one rank", UlyssesMistake::None, UlyssesSync::Exact};
+    results.baseline = train(baseline, c, data, nullptr, device);
     results.mass_lost_by_shard = attention_mass_lost(c, device, data);
   }
   for (const UlyssesVariant& variant : kVariants) {
@@ -303,7 +306,8 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
     if (first) results.variants.push_back({variant, std::move(trace), {}, 0, 0, 0, 0, "", false});
   }
   if (c.sequence_parallel_size > 1) {
-    results.uneven_heads_case = "H = " + std::to_string(c.heads + 1) + ", sp = " + std::to_string(c.sequence_parallel_size);
+    results.uneven_heads_case =
+        "H = " + std::to_string(c.heads + 1) + ", sp = " + std::to_string(c.sequence_parallel_size);
     results.uneven_heads_message = uneven_heads_refusal(c, groups, device);
   }
   if (!first) return {};
