@@ -214,7 +214,11 @@ void check_tiling(const std::string& path, std::vector<std::pair<std::pair<uint6
 }  // namespace
 
 StoredFile read_safetensors(const std::string& path, bool (*skip)(const std::string& name)) {
-  const std::string bytes = whole_file(path);
+  return parse_safetensors(whole_file(path), path, skip);
+}
+
+StoredFile parse_safetensors(const std::string& bytes, const std::string& path,
+                             bool (*skip)(const std::string& name)) {
   refuse_torch_save(path, bytes);
   SEQPAR_INPUT_CHECK(bytes.size() >= 8, path, ": truncated: ", bytes.size(),
                      " bytes, not even the 8-byte header length (is it a safetensors file?)");
