@@ -4,7 +4,7 @@
 # SECONDS (default 60) on one core, from the seed corpus with its dictionary
 # (tests/fuzz/TARGET.dict, else toml.dict).
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     # targets: config set options yaml json
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     # targets: config set options yaml json safetensors
 #                                             # (default: all)
 #   FUZZ_RUNS=1000000 scripts/fuzz.sh 1200 yaml json
 #
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config set options yaml json)
+[ ${#targets[@]} -gt 0 ] || targets=(config set options yaml json safetensors)
 runs=${FUZZ_RUNS:-}
 seed=${FUZZ_SEED:-1}
 out=build-fuzz
@@ -35,7 +35,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
          apps/repro/validate.cpp apps/repro/options.cpp
          apps/repro/policy_list.cpp apps/repro/scenario_list.cpp apps/common/command_line.cpp apps/common/input_file.cpp
-         apps/common/text.cpp
+         apps/common/text.cpp apps/diagnose/safetensors_reader.cpp
          core/error.cpp)
 # <seqpar/config.h> of a CPU-only build, which the headers include.
 cmake -DSEQPAR_GENERATED_INCLUDE_DIR="$PWD/$out/include" -P cmake/headers.cmake

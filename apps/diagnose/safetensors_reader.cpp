@@ -64,21 +64,31 @@ void refuse_torch_save(const std::string& path, const std::string& bytes) {
                      "for k, v in torch.load('", path, "').items()}, '", path, ".safetensors')\"");
 }
 
-// The first top-level key given twice in a header, "" when none: nlohmann's DOM keeps
-// the last silently, so the keys are read once more through its SAX interface (its
-// callback parser would cost a scan of the object per key).
-struct TopLevelKeys : nlohmann::json_sax<json> {
+// One pass of nlohmann's SAX parser over the header before its DOM is built: a syntax
+// error, nesting deeper than kMaxJsonDepth (as json_depth_limit bounds the other JSON a
+// user gives: quoting a value recurses a level at a time) and the first top-level key
+// given twice, which the DOM keeps silently. Not json_depth_limit's parse callback:
+// nlohmann's callback parser scans the enclosing object each time an object in it ends,
+// and a header of 100,000 tensors took minutes.
+struct HeaderCheck : nlohmann::json_sax<json> {
+  const std::string& path;
   int depth = 0;
   std::unordered_set<std::string> seen;
   std::string twice;
 
+  explicit HeaderCheck(const std::string& file) : path(file) {}
+  bool open() {
+    SEQPAR_INPUT_CHECK(depth < kMaxJsonDepth, path, ": the header: nested deeper than the limit of ",
+                       kMaxJsonDepth, " levels");
+    return ++depth, true;
+  }
   bool key(string_t& name) override {
     if (depth == 1 && !seen.insert(name).second && twice.empty()) twice = name;
     return true;
   }
-  bool start_object(std::size_t) override { return ++depth, true; }
+  bool start_object(std::size_t) override { return open(); }
   bool end_object() override { return --depth, true; }
-  bool start_array(std::size_t) override { return ++depth, true; }
+  bool start_array(std::size_t) override { return open(); }
   bool end_array() override { return --depth, true; }
   bool null() override { return true; }
   bool boolean(bool) override { return true; }
@@ -87,22 +97,19 @@ struct TopLevelKeys : nlohmann::json_sax<json> {
   bool number_float(number_float_t, const string_t&) override { return true; }
   bool string(string_t&) override { return true; }
   bool binary(binary_t&) override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) override {
+    SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
+  }
 };
 
 // The header as JSON; a name given twice is refused, as the safetensors library does.
 json parse_header(const std::string& path, const std::string& text) {
-  json header;
-  try {
-    header = json::parse(text, json_depth_limit(path + ": the header"));
-  } catch (const json::exception& error) {
-    SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
-  }
-  SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
-  TopLevelKeys keys;
-  json::sax_parse(text, &keys);
-  SEQPAR_INPUT_CHECK(keys.twice.empty(), path, ": the header names '", abbreviated(keys.twice),
+  HeaderCheck check(path);
+  json::sax_parse(text, &check);
+  SEQPAR_INPUT_CHECK(check.twice.empty(), path, ": the header names '", abbreviated(check.twice),
                      "' twice (the safetensors library refuses such a file)");
+  const json header = json::parse(text);  // well-formed and shallow: checked above
+  SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
   return header;
 }
 
@@ -214,7 +221,11 @@ void check_tiling(const std::string& path, std::vector<std::pair<std::pair<uint6
 }  // namespace
 
 StoredFile read_safetensors(const std::string& path, bool (*skip)(const std::string& name)) {
-  const std::string bytes = whole_file(path);
+  return parse_safetensors(whole_file(path), path, skip);
+}
+
+StoredFile parse_safetensors(const std::string& bytes, const std::string& path,
+                             bool (*skip)(const std::string& name)) {
   refuse_torch_save(path, bytes);
   SEQPAR_INPUT_CHECK(bytes.size() >= 8, path, ": truncated: ", bytes.size(),
                      " bytes, not even the 8-byte header length (is it a safetensors file?)");

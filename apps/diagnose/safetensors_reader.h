@@ -46,6 +46,12 @@ struct StoredFile {
 // bytes still must lie in the data).
 StoredFile read_safetensors(const std::string& path, bool (*skip)(const std::string& name) = nullptr);
 
+// The same from the file's bytes, already read (`path` only names the file in the
+// errors): what read_safetensors does once it has checked that the path is a regular
+// file and read it. Every input ends in a StoredFile or an InputError.
+StoredFile parse_safetensors(const std::string& bytes, const std::string& path,
+                             bool (*skip)(const std::string& name) = nullptr);
+
 // Exact widenings of the two 16-bit formats.
 float float_from_half(uint16_t bits);
 float float_from_bfloat16(uint16_t bits);

@@ -199,6 +199,14 @@ check "a name twice in a header" 2 "the header names 'weight' twice" -- --ranks 
 check "bytes after the last tensor" 2 "data bytes 64 to 72 after the last tensor belong to no tensor" -- \
   --ranks "$fx/tail_rank0.safetensors"
 check "bytes between tensors" 2 "data bytes 48 to 64 belong to no tensor" -- --ranks "$fx/hole_rank0.safetensors"
+check "a header of 200,000 entries, read in one pass" 2 "tensor 't0' lacks dtype, shape or data_offsets" -- \
+  --ranks "$fx/many_rank0.safetensors"
+check "a shape of 2^64 elements" 2 "tensor 'weight': shape [4294967296, 4294967296] is too large" -- \
+  --ranks "$fx/overflow_rank0.safetensors"
+check "2^47 floats in a 4-byte data" 2 "truncated: tensor 'weight' ends at byte 562949953421312 of the data, but the file holds 4" -- \
+  --ranks "$fx/petabyte_rank0.safetensors"
+check "a negative dimension" 2 "tensor 'weight': shape [2,-2] is not a list of sizes" -- \
+  --ranks "$fx/negative_rank0.safetensors"
 # ---- names and paths printed escaped, errors on one line
 check "ESC and a newline in a tensor name" 2 "tensor 'w\\x1b[31mred\\x0aline' is I64" -- --ranks "$fx/esc_rank0.safetensors"
 check "ESC and BEL in a name in the report" 0 '"verdict": "BROKEN: RANKS DIVERGE"' -- \

@@ -117,6 +117,14 @@ def more_fixtures(at):
           extra_header={"bias": {"dtype": "F32", "shape": [4], "data_offsets": [64, 80]}}, tail=b"\0" * 32)
     write(at("both_grads_rank0.safetensors"), [("weight", "F32", [4, 3], [0.5] * 12), ("bias", "F32", [4], [0.5] * 4),
                                                ("grad.weight", "F32", [4, 3], [0.5] * 12)])
+    # 200,000 entries: nlohmann's callback parser scanned the header once per entry (minutes).
+    write(at("many_rank0.safetensors"), [], header_text="{%s}" % ", ".join('"t%d": {}' % i for i in range(200000)))
+    # Shapes and offsets past any file: refused before a byte is allocated for them.
+    entry = '{"weight": {"dtype": "F32", "shape": %s, "data_offsets": [0, %d]}}'
+    one = [("weight", "F32", [1], [1.0])]
+    write(at("overflow_rank0.safetensors"), one, header_text=entry % ("[4294967296, 4294967296]", 4))  # 2^64
+    write(at("petabyte_rank0.safetensors"), one, header_text=entry % ("[140737488355328]", 1 << 49))  # 2^47 floats
+    write(at("negative_rank0.safetensors"), one, header_text=entry % ("[2, -2]", 4))
     # names that would drive a terminal or split a line
     write(at("esc_rank0.safetensors"), [("w\x1b[31mred\nline", "I64", [1], [1])])
     for rank in range(2):
