@@ -35,6 +35,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
 sources=(apps/repro/config.cpp apps/repro/config_deepspeed.cpp apps/repro/config_formats.cpp
          apps/repro/validate.cpp apps/repro/options.cpp
          apps/repro/policy_list.cpp apps/repro/scenario_list.cpp apps/common/command_line.cpp apps/common/input_file.cpp
+         apps/common/json_limits.cpp
          apps/common/text.cpp apps/diagnose/safetensors_reader.cpp
          core/error.cpp)
 # <seqpar/config.h> of a CPU-only build, which the headers include.

@@ -9,9 +9,8 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 
-#include "apps/common/json_depth.h"
+#include "apps/common/json_limits.h"
 #include "apps/common/text.h"
 #include "core/error.h"
 
@@ -64,51 +63,18 @@ void refuse_torch_save(const std::string& path, const std::string& bytes) {
                      "for k, v in torch.load('", path, "').items()}, '", path, ".safetensors')\"");
 }
 
-// One pass of nlohmann's SAX parser over the header before its DOM is built: a syntax
-// error, nesting deeper than kMaxJsonDepth (as json_depth_limit bounds the other JSON a
-// user gives: quoting a value recurses a level at a time) and the first top-level key
-// given twice, which the DOM keeps silently. Not json_depth_limit's parse callback:
-// nlohmann's callback parser scans the enclosing object each time an object in it ends,
-// and a header of 100,000 tensors took minutes.
-struct HeaderCheck : nlohmann::json_sax<json> {
-  const std::string& path;
-  int depth = 0;
-  std::unordered_set<std::string> seen;
-  std::string twice;
-
-  explicit HeaderCheck(const std::string& file) : path(file) {}
-  bool open() {
-    SEQPAR_INPUT_CHECK(depth < kMaxJsonDepth, path, ": the header: nested deeper than the limit of ",
-                       kMaxJsonDepth, " levels");
-    return ++depth, true;
-  }
-  bool key(string_t& name) override {
-    if (depth == 1 && !seen.insert(name).second && twice.empty()) twice = name;
-    return true;
-  }
-  bool start_object(std::size_t) override { return open(); }
-  bool end_object() override { return --depth, true; }
-  bool start_array(std::size_t) override { return open(); }
-  bool end_array() override { return --depth, true; }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) override {
+// The header as JSON: within the limits of apps/common/json_limits.h, and no name given
+// twice, which the tree would keep the last of and the safetensors library refuses.
+json parse_header(const std::string& path, const std::string& text) {
+  const JsonScan scan = scan_json(text, path + ": the header");
+  SEQPAR_INPUT_CHECK(scan.duplicate_key.empty(), path, ": the header names '", abbreviated(scan.duplicate_key),
+                     "' twice (the safetensors library refuses such a file)");
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& error) {
     SEQPAR_INPUT_FAIL(path, ": the header is not JSON (", error.what(), ")");
   }
-};
-
-// The header as JSON; a name given twice is refused, as the safetensors library does.
-json parse_header(const std::string& path, const std::string& text) {
-  HeaderCheck check(path);
-  json::sax_parse(text, &check);
-  SEQPAR_INPUT_CHECK(check.twice.empty(), path, ": the header names '", abbreviated(check.twice),
-                     "' twice (the safetensors library refuses such a file)");
-  const json header = json::parse(text);  // well-formed and shallow: checked above
   SEQPAR_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
   return header;
 }

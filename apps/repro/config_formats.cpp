@@ -9,7 +9,6 @@
 #include <limits>
 #include <map>
 #include <regex>
-#include <set>
 #include <sstream>
 
 #include "apps/repro/config_input.h"
@@ -213,27 +212,14 @@ Json parse_yaml(const std::string& text, const std::string& source) {
   return YamlReader{source}.mapping(document, has_ds_config ? "" : "ds_config", 0, true);
 }
 
-// nlohmann's parse callback sees each container open (with its depth), key and value: it
-// refuses nesting beyond kMaxJsonDepth before the parser goes deeper, more than
-// kMaxConfigValues values, and a key given twice in one object (DeepSpeed keeps the last).
+// The limits (apps/common/json_limits.h) and a key given twice in one object, which
+// DeepSpeed would take the last of, before the tree is built.
 Json parse_json(const std::string& text, const std::string& source) {
-  using Event = Json::parse_event_t;
-  size_t values = 0;
-  std::vector<std::set<std::string>> objects;  // the keys of each open object
-  const auto depth_limit = json_depth_limit("config " + source);
-  const auto check = [&](int depth, Event event, Json& parsed) {
-    depth_limit(depth, event, parsed);
-    const bool opens = event == Event::object_start || event == Event::array_start;
-    SEQPAR_INPUT_CHECK(!(opens || event == Event::value) || ++values <= kMaxConfigValues, "config ", source,
-                       ": more than the limit of ", kMaxConfigValues, " values");
-    if (event == Event::object_start) objects.emplace_back();
-    if (event == Event::object_end) objects.pop_back();
-    SEQPAR_INPUT_CHECK(event != Event::key || objects.back().insert(parsed.get<std::string>()).second, "config ",
-                       source, ": duplicate key \"", printable(parsed.get<std::string>()), "\" in one object");
-    return true;
-  };
+  const JsonScan scan = scan_json(text, "config " + source, kMaxConfigValues);
+  SEQPAR_INPUT_CHECK(scan.duplicate_key.empty(), "config ", source, ": duplicate key \"",
+                     printable(scan.duplicate_key), "\" in one object");
   try {
-    Json document = Json::parse(text, check);
+    Json document = Json::parse(text);
     SEQPAR_INPUT_CHECK(document.is_object(), "config ", source,
                        ": expected a JSON object of DeepSpeed keys at the top");
     return document;

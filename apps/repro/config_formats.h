@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/common/json_depth.h"
+#include "apps/common/json_limits.h"
 #include "apps/repro/config.h"
 
 namespace seqpar::repro::detail {
