@@ -110,4 +110,17 @@ SEQPAR_HOST_DEVICE double round_to_double(const int64_t* digits, int64_t stride 
   return detail::round_digits<double>(digits, stride);
 }
 
+// The exact sum of a few floats (`count` of them, `stride` apart), rounded once: for
+// values that meet from different places, such as the query heads that share one kv
+// head in attention's backward, whose order of arrival must not matter. count is at
+// most kTermsPerFlush.
+SEQPAR_HOST_DEVICE float rounded_exact_sum(const float* terms, int64_t count, int64_t stride = 1) {
+  BinnedSum sum;
+  sum.clear();
+  for (int64_t n = 0; n < count; ++n) sum.add(terms[n * stride]);
+  int64_t digits[kDigits] = {};
+  sum.flush(digits);
+  return round_to_float(digits);
+}
+
 }  // namespace seqpar::exact

@@ -7,11 +7,11 @@
 
 namespace seqpar::nn::cpu {
 
-// As nn/reference/attention.h: contiguous [S, H, D] on the host, checked by the caller.
+// As nn/reference/attention.h: contiguous [B, S, H, D] on the host, checked by the caller.
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const AttentionMask& mask);
+                                   const AttentionMask& mask, float scale);
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const AttentionForward& forward,
-                                  const AttentionMask& mask);
+                                  const AttentionMask& mask, float scale, bool queries, bool keys);
 
 }  // namespace seqpar::nn::cpu
