@@ -61,7 +61,7 @@ nn::UlyssesBlockOptions variant_options(const ReproConfig& c, UlyssesMistake mis
   options.exchange = mistake != UlyssesMistake::NoAllToAll;
   if (mistake == UlyssesMistake::LocalMask) {
     const int64_t shard = c.rows / c.sequence_parallel_size;
-    const nn::AttentionMask mask = nn::AttentionMask::causal_over(shard_local_positions(c.rows, shard));
+    const nn::AttentionMask mask = nn::AttentionMask::causal().at_positions(shard_local_positions(c.rows, shard));
     options.attention = [mask](const autograd::Variable& q, const autograd::Variable& k,
                                const autograd::Variable& v) {
       return nn::scaled_dot_product_attention(q, k, v, mask);

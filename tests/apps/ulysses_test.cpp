@@ -124,14 +124,14 @@ TEST_CASE("ulysses: the shard-local mask is the causal mask over positions i mod
   const Tensor q = generator.randn(shape), k = generator.randn(shape), v = generator.randn(shape);
   const auto attend = [&](const nn::AttentionMask& mask) { return nn::attention_forward(q, k, v, mask).out; };
   const Tensor causal = attend(true);
-  CHECK(test::same_bits(attend(nn::AttentionMask::causal_over(shard_local_positions(32, 32))), causal));
-  CHECK_FALSE(test::same_bits(attend(nn::AttentionMask::causal_over(shard_local_positions(32, 8))), causal));
-  const nn::AttentionMask local = nn::AttentionMask::causal_over(shard_local_positions(8, 4));
+  CHECK(test::same_bits(attend(nn::AttentionMask::causal().at_positions(shard_local_positions(32, 32))), causal));
+  CHECK_FALSE(test::same_bits(attend(nn::AttentionMask::causal().at_positions(shard_local_positions(32, 8))), causal));
+  const nn::AttentionMask local = nn::AttentionMask::causal().at_positions(shard_local_positions(8, 4));
   int64_t hidden = 0, future = 0;
   for (int64_t i = 0; i < 8; ++i) {
     for (int64_t j = 0; j < 8; ++j) {
-      hidden += j <= i && !local.visible(i, j);
-      future += j > i && local.visible(i, j);
+      hidden += j <= i && !local.visible(0, i, j);
+      future += j > i && local.visible(0, i, j);
     }
   }
   const MaskDifference m = shard_local_mask_difference(8, 4);  // two shards of 4

@@ -47,8 +47,8 @@ void check_attention_case(int64_t tokens, int64_t heads, int64_t dim, float spre
   std::vector<int64_t> random_positions(tokens);
   for (int64_t& p : random_positions) p = static_cast<int64_t>(shuffle() % 7) - 2;
   const std::vector<nn::AttentionMask> masks = {
-      true, false, nn::AttentionMask::causal_over(modulo_positions(tokens, std::max<int64_t>(1, tokens / 4))),
-      nn::AttentionMask::causal_over(random_positions)};
+      true, false, nn::AttentionMask::causal().at_positions(modulo_positions(tokens, std::max<int64_t>(1, tokens / 4))),
+      nn::AttentionMask::causal().at_positions(random_positions)};
   const char* names[] = {"causal", "none", "causal over i mod S/4", "causal over random positions"};
   for (size_t m = 0; m < masks.size(); ++m) {
     INFO("S " << tokens << ", H " << heads << ", D " << dim << ", spread " << spread << ", mask "

@@ -1,18 +1,25 @@
-// nn/attention.h: gradients against central finite differences of a float64
-// re-implementation; the CPU row bitwise the reference row; invariance under the heads
-// a call holds; the causal mask, over indices and over given positions; bad input. Accuracy against float64 PyTorch:
-// scripts/crosscheck_attention.py (the [.torch] case below writes its inputs).
+// nn/attention.h: every mask and layout against a float64 attention written out here
+// (its masks too), gradients against central finite differences of it; the CPU row
+// bitwise the reference row; and the bitwise identities the numerics promise: a batch is
+// its sequences, packed documents are their documents, grouped-query heads are repeated
+// kv heads summed exactly, any subset of kv heads is those heads of the full call, and
+// the work split over ranks as context parallelism splits it (queries with the gathered
+// keys, keys with the gathered queries) is the whole call. Accuracy against float64
+// PyTorch: scripts/crosscheck_attention.py (the [.torch] case below writes its inputs).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "apps/common/safetensors.h"
 #include "autograd/variable.h"
 #include "core/generator.h"
-#include "apps/common/safetensors.h"
 #include "nn/attention.h"
+#include "tests/exact_reference.h"
 #include "tests/gradcheck.h"
 #include "tests/test_util.h"
 
@@ -23,112 +30,217 @@ using test::same_bits;
 
 namespace {
 
+// A call's shapes: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D].
+struct Shapes {
+  int64_t batch, queries, keys, heads, kv_heads, dim;
+  Shape q() const { return {batch, queries, heads, dim}; }
+  Shape kv() const { return {batch, keys, kv_heads, dim}; }
+};
+
 struct Inputs {
   Tensor q, k, v, g;
 };
 
-Inputs random_inputs(int64_t tokens, int64_t heads, int64_t dim, uint64_t seed, Device device,
-                     float spread = 1.0f) {
+Inputs random_inputs(const Shapes& s, uint64_t seed, Device device, float spread = 1.0f) {
   Generator generator(seed);
-  const Shape shape{tokens, heads, dim};
-  return {generator.uniform(shape, -spread, spread).to(device),
-          generator.uniform(shape, -spread, spread).to(device),
-          generator.randn(shape).to(device), generator.randn(shape).to(device)};
+  return {generator.uniform(s.q(), -spread, spread).to(device), generator.uniform(s.kv(), -spread, spread).to(device),
+          generator.randn(s.kv()).to(device), generator.randn(s.q()).to(device)};
+}
+
+Inputs on(const Inputs& in, Device device) {
+  return {in.q.to(device), in.k.to(device), in.v.to(device), in.g.to(device)};
 }
 
 // Forward and backward through autograd: out, dq, dk, dv.
-std::vector<Tensor> run(const Inputs& in, const nn::AttentionMask& mask) {
+std::vector<Tensor> run(const Inputs& in, const nn::AttentionMask& mask, std::optional<float> scale = {}) {
   Variable q(in.q, true), k(in.k, true), v(in.v, true);
-  Variable out = nn::scaled_dot_product_attention(q, k, v, mask);
+  Variable out = nn::scaled_dot_product_attention(q, k, v, mask, scale);
   out.backward(in.g);
   return {out.data(), q.grad(), k.grad(), v.grad()};
 }
 
-// The float64 attention of q, k, v given as [S, H·D] matrices.
-// A causal mask here is written out independently of nn::AttentionMask: key j is
-// visible to query i iff position[j] <= position[i].
-MatrixD attention_double(const MatrixD& q, const MatrixD& k, const MatrixD& v, int64_t heads,
-                         bool causal, std::vector<int64_t> positions = {}) {
-  const int64_t tokens = q.rows(), dim = q.cols() / heads;
-  if (positions.empty()) {
-    for (int64_t t = 0; t < tokens; ++t) positions.push_back(t);
-  }
-  MatrixD out = MatrixD::Zero(tokens, q.cols());
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t i = 0; i < tokens; ++i) {
-      std::vector<double> s(tokens, -INFINITY);
-      double m = -INFINITY, l = 0.0;
-      for (int64_t j = 0; j < tokens; ++j) {
-        if (causal && positions[j] > positions[i]) continue;
-        s[j] = q.row(i).segment(h * dim, dim).dot(k.row(j).segment(h * dim, dim)) / std::sqrt(double(dim));
-        m = std::max(m, s[j]);
-      }
-      for (int64_t j = 0; j < tokens; ++j) l += std::exp(s[j] - m);
-      for (int64_t j = 0; j < tokens; ++j) {
-        out.block(i, h * dim, 1, dim) += std::exp(s[j] - m) / l * v.block(j, h * dim, 1, dim);
+// ---------------------------------------------------------------- a float64 attention
+
+// Which keys a query sees, written out here independently of nn::AttentionMask.
+using Visible = std::function<bool(int64_t b, int64_t i, int64_t j)>;
+
+// A [B, S, H, D] tensor as the float64 matrix [B·S, H·D].
+MatrixD as_rows(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return test::to_double(c.view({c.size(0) * c.size(1), c.size(2) * c.size(3)}));
+}
+
+// softmax(scale · q kᵀ) v over the visible keys, query head h reading kv head h / (Hq / Hkv);
+// a row with no visible key gives 0.
+MatrixD attention_double(const MatrixD& q, const MatrixD& k, const MatrixD& v, const Shapes& s,
+                         double scale, const Visible& visible) {
+  const int64_t group = s.heads / s.kv_heads, dim = s.dim;
+  MatrixD out = MatrixD::Zero(q.rows(), q.cols());
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t kv = h / group;
+      for (int64_t i = 0; i < s.queries; ++i) {
+        const auto q_row = q.row(b * s.queries + i).segment(h * dim, dim);
+        std::vector<double> score(s.keys, -INFINITY);
+        double m = -INFINITY, l = 0.0;
+        for (int64_t j = 0; j < s.keys; ++j) {
+          if (!visible(b, i, j)) continue;
+          score[j] = scale * q_row.dot(k.row(b * s.keys + j).segment(kv * dim, dim));
+          m = std::max(m, score[j]);
+        }
+        if (m == -INFINITY) continue;
+        for (int64_t j = 0; j < s.keys; ++j) l += std::exp(score[j] - m);
+        for (int64_t j = 0; j < s.keys; ++j) {
+          out.block(b * s.queries + i, h * dim, 1, dim) +=
+              std::exp(score[j] - m) / l * v.block(b * s.keys + j, kv * dim, 1, dim);
+        }
       }
     }
   }
   return out;
 }
 
-// Positions as a sequence-parallel mistake makes them (each shard of `shard` tokens
-// numbered from 0) and as a packed batch might (runs restarting, repeats).
-std::vector<int64_t> shard_local_positions(int64_t tokens, int64_t shard) {
-  std::vector<int64_t> positions(tokens);
-  for (int64_t t = 0; t < tokens; ++t) positions[t] = t % shard;
-  return positions;
+// The document of `position` among ascending boundaries c_0 = 0 < c_1 < ...
+int64_t document(const std::vector<int64_t>& boundaries, int64_t position) {
+  int64_t n = 0;
+  while (n + 1 < static_cast<int64_t>(boundaries.size()) && boundaries[n + 1] <= position) ++n;
+  return n;
 }
 
-MatrixD as_rows(const Tensor& t) { return test::to_double(t.contiguous().view({t.size(0), t.size(1) * t.size(2)})); }
+// A mask as the library takes it, and the same mask written out.
+struct MaskCase {
+  std::string name;
+  nn::AttentionMask mask;
+  Visible visible;
+};
+
+// Masks for a call of B <= 2 sequences whose queries and keys are the same S tokens.
+std::vector<MaskCase> masks_for(int64_t batch, int64_t tokens) {
+  const std::vector<int64_t> docs = {0, tokens / 3, tokens / 3 + 1 + tokens / 4, tokens};
+  std::vector<std::vector<int64_t>> per_sequence = {{0, tokens / 2, tokens}, {0, 1, tokens}};
+  std::vector<int64_t> lengths = {tokens - tokens / 3, tokens};
+  per_sequence.resize(batch);
+  lengths.resize(batch);
+  std::vector<int64_t> shard_local(tokens);
+  for (int64_t t = 0; t < tokens; ++t) shard_local[t] = t % 4;
+  return {
+      {"causal", nn::AttentionMask::causal(), [](int64_t, int64_t i, int64_t j) { return j <= i; }},
+      {"none", nn::AttentionMask::none(), [](int64_t, int64_t, int64_t) { return true; }},
+      {"documents", nn::AttentionMask::documents(docs),
+       [=](int64_t, int64_t i, int64_t j) { return j <= i && document(docs, i) == document(docs, j); }},
+      {"documents per sequence, not causal", nn::AttentionMask::documents_per_sequence(per_sequence, false),
+       [=](int64_t b, int64_t i, int64_t j) {
+         return document(per_sequence[b], i) == document(per_sequence[b], j);
+       }},
+      {"key padding", nn::AttentionMask::none().with_key_lengths(lengths),
+       [=](int64_t b, int64_t, int64_t j) { return j < lengths[b]; }},
+      {"causal with key padding", nn::AttentionMask::causal().with_key_lengths(lengths),
+       [=](int64_t b, int64_t i, int64_t j) { return j <= i && j < lengths[b]; }},
+      {"causal over shard-local positions", nn::AttentionMask::causal().at_positions(shard_local),
+       [=](int64_t, int64_t i, int64_t j) { return shard_local[j] <= shard_local[i]; }},
+  };
+}
+
+Shapes square(int64_t batch, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim) {
+  return {batch, tokens, tokens, heads, kv_heads, dim};
+}
+
+// Rows `positions` of every sequence of a [B, S, H, D] tensor, in that order.
+Tensor tokens_at(const Tensor& t, const std::vector<int64_t>& positions) {
+  Tensor out = Tensor::empty({t.size(0), static_cast<int64_t>(positions.size()), t.size(2), t.size(3)}, t.device());
+  for (size_t n = 0; n < positions.size(); ++n) out.narrow(1, static_cast<int64_t>(n), 1).copy_(t.narrow(1, positions[n], 1));
+  return out;
+}
+
+std::vector<int64_t> range(int64_t first, int64_t end) {
+  std::vector<int64_t> r;
+  for (int64_t t = first; t < end; ++t) r.push_back(t);
+  return r;
+}
+
+// The positions rank r of C holds: contiguous shards, or zigzag (chunks r and 2C-1-r of
+// 2C), each ascending.
+std::vector<int64_t> shard_positions(int64_t tokens, int ranks, int rank, bool zigzag) {
+  if (!zigzag) return range(rank * tokens / ranks, (rank + 1) * tokens / ranks);
+  const int64_t chunk = tokens / (2 * ranks);
+  std::vector<int64_t> p = range(rank * chunk, (rank + 1) * chunk);
+  for (int64_t t : range((2 * ranks - 1 - rank) * chunk, (2 * ranks - rank) * chunk)) p.push_back(t);
+  return p;
+}
 
 }  // namespace
 
-TEST_CASE("attention: gradients match central finite differences in float64", "[attention]") {
-  struct Case { int64_t tokens, heads, dim; bool causal; std::vector<int64_t> positions; };
-  const Case cases[] = {{5, 2, 3, true, {}}, {6, 1, 8, false, {}}, {4, 3, 2, false, {}},
-                        {7, 2, 5, true, {}}, {6, 2, 4, true, {2, 0, 1, 2, 0, 1}}};
+TEST_CASE("attention: every mask and layout against float64, gradients against finite differences",
+          "[attention]") {
+  const Shapes layouts[] = {square(2, 7, 4, 2, 3), square(2, 6, 2, 2, 4), square(1, 9, 3, 1, 2),
+                            square(2, 5, 4, 4, 5)};
   uint64_t seed = 1100;
-  for (const Case& c : cases) {
-    const nn::AttentionMask mask =
-        c.positions.empty() ? nn::AttentionMask(c.causal) : nn::AttentionMask::causal_over(c.positions);
-    for (const Device device : {Device::reference(), Device::cpu()}) {
-      INFO("S " << c.tokens << ", H " << c.heads << ", D " << c.dim << ", causal " << c.causal
-                << (c.positions.empty() ? "" : " over positions") << " on " << device);
-      const Inputs in = random_inputs(c.tokens, c.heads, c.dim, ++seed, device, 1.5f);
-      const std::vector<Tensor> got = run(in, mask);
-      const MatrixD weights = as_rows(in.g);
-      const auto attend = [&](const std::vector<MatrixD>& x) {
-        return attention_double(x[0], x[1], x[2], c.heads, c.causal, c.positions);
-      };
-      const test::ScalarFunction loss = [&](const std::vector<MatrixD>& x) {
-        return test::weighted_sum(weights, attend(x));
-      };
-      const std::vector<MatrixD> x = {as_rows(in.q), as_rows(in.k), as_rows(in.v)};
-      CHECK((as_rows(got[0]) - attend(x)).cwiseAbs().maxCoeff() < 1e-6);
-      for (size_t which = 0; which < 3; ++which) {
-        INFO("input " << "qkv"[which]);
-        CHECK(test::relative_error(as_rows(got[which + 1]), test::numeric_gradient(loss, x, which)) < 1e-5);
+  for (const Shapes& s : layouts) {
+    for (const MaskCase& m : masks_for(s.batch, s.queries)) {
+      for (const Device device : {Device::reference(), Device::cpu()}) {
+        INFO("B " << s.batch << ", S " << s.queries << ", Hq " << s.heads << ", Hkv " << s.kv_heads << ", D "
+                  << s.dim << ", mask " << m.name << " on " << device);
+        const Inputs in = random_inputs(s, ++seed, device, 1.5f);
+        const float scale = seed % 2 == 0 ? nn::attention_scale(s.dim) : 0.3f;
+        const std::vector<Tensor> got = run(in, m.mask, seed % 2 == 0 ? std::nullopt : std::optional<float>(scale));
+        const MatrixD weights = as_rows(in.g);
+        const auto attend = [&](const std::vector<MatrixD>& x) {
+          return attention_double(x[0], x[1], x[2], s, scale, m.visible);
+        };
+        const test::ScalarFunction loss = [&](const std::vector<MatrixD>& x) {
+          return test::weighted_sum(weights, attend(x));
+        };
+        const std::vector<MatrixD> x = {as_rows(in.q), as_rows(in.k), as_rows(in.v)};
+        CHECK((as_rows(got[0]) - attend(x)).cwiseAbs().maxCoeff() < 1e-6);
+        for (size_t which = 0; which < 3; ++which) {
+          INFO("input " << "qkv"[which]);
+          CHECK(test::relative_error(as_rows(got[which + 1]), test::numeric_gradient(loss, x, which)) < 1e-5);
+        }
       }
     }
   }
 }
 
+TEST_CASE("attention: queries and keys at given positions (Sq != Sk) against float64", "[attention]") {
+  // A context-parallel rank's call: its 5 queries (a zigzag pair of chunks) against all
+  // 12 keys, causal within packed documents.
+  const Shapes s{2, 5, 12, 4, 2, 6};
+  const std::vector<int64_t> queries = {1, 2, 9, 10, 11}, keys = range(0, 12), docs = {0, 4, 10, 12};
+  const nn::AttentionMask mask = nn::AttentionMask::documents(docs).at_positions(queries, keys);
+  const Visible visible = [&](int64_t, int64_t i, int64_t j) {
+    return keys[j] <= queries[i] && document(docs, keys[j]) == document(docs, queries[i]);
+  };
+  for (const Device device : {Device::reference(), Device::cpu()}) {
+    INFO(device);
+    const Inputs in = random_inputs(s, 1900, device, 1.5f);
+    const std::vector<Tensor> got = run(in, mask);
+    const MatrixD weights = as_rows(in.g);
+    const test::ScalarFunction loss = [&](const std::vector<MatrixD>& x) {
+      return test::weighted_sum(weights, attention_double(x[0], x[1], x[2], s, nn::attention_scale(s.dim), visible));
+    };
+    const std::vector<MatrixD> x = {as_rows(in.q), as_rows(in.k), as_rows(in.v)};
+    CHECK((as_rows(got[0]) - attention_double(x[0], x[1], x[2], s, nn::attention_scale(s.dim), visible))
+              .cwiseAbs()
+              .maxCoeff() < 1e-6);
+    for (size_t which = 0; which < 3; ++which) {
+      CHECK(test::relative_error(as_rows(got[which + 1]), test::numeric_gradient(loss, x, which)) < 1e-5);
+    }
+  }
+}
+
 TEST_CASE("attention: the CPU row gives the reference row's bits", "[attention]") {
-  struct Case { int64_t tokens, heads, dim; };
-  const Case cases[] = {{1, 1, 1}, {9, 2, 7}, {17, 3, 16}, {40, 1, 128}, {64, 4, 16}, {33, 2, 64}};
+  const Shapes layouts[] = {square(1, 1, 1, 1, 1),   square(2, 9, 2, 2, 7),   square(1, 17, 3, 1, 16),
+                            square(2, 40, 8, 2, 128), square(1, 64, 4, 4, 16), square(2, 33, 6, 3, 64),
+                            square(1, 12, 2, 1, 256)};
   uint64_t seed = 2200;
-  for (const Case& c : cases) {
-    const std::vector<nn::AttentionMask> masks = {
-        true, false, nn::AttentionMask::causal_over(shard_local_positions(c.tokens, 4))};
-    for (size_t which = 0; which < masks.size(); ++which) {
-      INFO("S " << c.tokens << ", H " << c.heads << ", D " << c.dim
-                << ", mask " << (which == 0 ? "causal" : which == 1 ? "none" : "causal over i mod 4"));
+  for (const Shapes& s : layouts) {
+    for (const MaskCase& m : masks_for(s.batch, s.queries)) {
+      if (s.queries < 3 && m.name != "causal" && m.name != "none") continue;  // no room for documents
+      INFO("B " << s.batch << ", S " << s.queries << ", Hq " << s.heads << ", Hkv " << s.kv_heads << ", D "
+                << s.dim << ", mask " << m.name);
       // Spread 4: scores up to 16 D^(1/2), so the softmax ranges over many binades.
-      const Inputs cpu = random_inputs(c.tokens, c.heads, c.dim, ++seed, Device::cpu(), 4.0f);
-      const Inputs ref{cpu.q.to(Device::reference()), cpu.k.to(Device::reference()),
-                       cpu.v.to(Device::reference()), cpu.g.to(Device::reference())};
-      const std::vector<Tensor> a = run(cpu, masks[which]), b = run(ref, masks[which]);
+      const Inputs cpu = random_inputs(s, ++seed, Device::cpu(), 4.0f);
+      const std::vector<Tensor> a = run(cpu, m.mask), b = run(on(cpu, Device::reference()), m.mask);
       for (size_t t = 0; t < a.size(); ++t) {
         INFO("output " << t << " (out, dq, dk, dv)");
         CHECK(same_bits(a[t], b[t]));
@@ -137,107 +249,277 @@ TEST_CASE("attention: the CPU row gives the reference row's bits", "[attention]"
   }
 }
 
-TEST_CASE("attention: a causal mask over positions", "[attention]") {
-  const int64_t tokens = 24, heads = 2, dim = 8;
+TEST_CASE("attention: a batch gives each sequence's bits alone", "[attention]") {
+  const Shapes s = square(3, 14, 4, 2, 8);
+  const std::vector<std::vector<int64_t>> docs = {{0, 5, 14}, {0, 14}, {0, 1, 2, 9, 14}};
+  const std::vector<int64_t> lengths = {14, 10, 3};
   for (const Device device : {Device::reference(), Device::cpu()}) {
-    INFO(device);
-    const Inputs in = random_inputs(tokens, heads, dim, 2900, device, 2.0f);
-    // Positions 0..S-1 are the ordinary causal mask, bit for bit.
-    std::vector<int64_t> identity(tokens);
-    for (int64_t t = 0; t < tokens; ++t) identity[t] = t;
-    const std::vector<Tensor> plain = run(in, true), over = run(in, nn::AttentionMask::causal_over(identity));
-    for (size_t t = 0; t < plain.size(); ++t) CHECK(same_bits(plain[t], over[t]));
-    // Shard-local and shuffled positions (repeats, gaps, negatives) against float64.
-    const std::vector<std::vector<int64_t>> cases = {
-        shard_local_positions(tokens, 6), {5, -3, 5, 0, 9, 9, 1, 2, 40, -3, 7, 7,
-                                           8, 1, 0, 0, 3, 12, 11, 10, 6, 6, 2, 5}};
-    for (const std::vector<int64_t>& positions : cases) {
-      const std::vector<Tensor> got = run(in, nn::AttentionMask::causal_over(positions));
-      const MatrixD expected =
-          attention_double(as_rows(in.q), as_rows(in.k), as_rows(in.v), heads, true, positions);
-      CHECK((as_rows(got[0]) - expected).cwiseAbs().maxCoeff() < 1e-6);
-      CHECK((as_rows(got[0]) - as_rows(plain[0])).cwiseAbs().maxCoeff() > 1e-3);  // another mask
+    for (const bool causal : {true, false}) {
+      INFO(device << (causal ? ", causal" : ", not causal"));
+      const Inputs in = random_inputs(s, 2500 + causal, device, 2.0f);
+      const std::vector<Tensor> whole =
+          run(in, nn::AttentionMask::documents_per_sequence(docs, causal).with_key_lengths(lengths));
+      for (int64_t b = 0; b < s.batch; ++b) {
+        const Inputs one{in.q.narrow(0, b, 1), in.k.narrow(0, b, 1), in.v.narrow(0, b, 1), in.g.narrow(0, b, 1)};
+        const std::vector<Tensor> alone = run(one, nn::AttentionMask::documents(docs[b], causal).with_key_lengths({lengths[b]}));
+        for (size_t t = 0; t < alone.size(); ++t) CHECK(same_bits(alone[t], whole[t].narrow(0, b, 1)));
+      }
     }
   }
 }
 
-TEST_CASE("attention: any subset of heads gives those heads' bits of the full call", "[attention]") {
-  // As a Ulysses rank holding H/P heads (or an uneven share) computes them.
-  const int64_t tokens = 29, heads = 7, dim = 12;
+TEST_CASE("attention: packed documents give each document's bits alone", "[attention]") {
+  const Shapes s = square(2, 20, 4, 1, 8);
+  const std::vector<int64_t> docs = {0, 3, 4, 11, 20};
   for (const Device device : {Device::reference(), Device::cpu()}) {
-    const Inputs in = random_inputs(tokens, heads, dim, 3300, device, 3.0f);
-    const std::vector<Tensor> full = run(in, true);
-    for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {2, 3}, {4, 3}, {6, 1}}) {
-      INFO(device << ": heads " << first << " .. " << first + count - 1);
-      const Inputs part{in.q.narrow(1, first, count), in.k.narrow(1, first, count),
-                        in.v.narrow(1, first, count), in.g.narrow(1, first, count)};
-      const std::vector<Tensor> got = run(part, true);
-      for (size_t t = 0; t < got.size(); ++t) CHECK(same_bits(got[t], full[t].narrow(1, first, count)));
+    INFO(device);
+    const Inputs in = random_inputs(s, 2600, device, 2.0f);
+    const std::vector<Tensor> packed = run(in, nn::AttentionMask::documents(docs));
+    for (size_t n = 0; n + 1 < docs.size(); ++n) {
+      const int64_t first = docs[n], length = docs[n + 1] - docs[n];
+      const Inputs one{in.q.narrow(1, first, length), in.k.narrow(1, first, length), in.v.narrow(1, first, length),
+                       in.g.narrow(1, first, length)};
+      const std::vector<Tensor> alone = run(one, nn::AttentionMask::causal());
+      for (size_t t = 0; t < alone.size(); ++t) CHECK(same_bits(alone[t], packed[t].narrow(1, first, length)));
+    }
+    // Positions that restart at each document are not a document mask: the second
+    // document's first query would see the first document.
+    std::vector<int64_t> restarting;
+    for (size_t n = 0; n + 1 < docs.size(); ++n) {
+      for (int64_t t = docs[n]; t < docs[n + 1]; ++t) restarting.push_back(t - docs[n]);
+    }
+    CHECK_FALSE(same_bits(run(in, nn::AttentionMask::causal().at_positions(restarting))[0], packed[0]));
+  }
+}
+
+TEST_CASE("attention: grouped-query heads are the kv heads repeated, their dk and dv summed exactly",
+          "[attention]") {
+  for (const auto& [heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{{8, 2}, {4, 1}, {6, 3}}) {
+    const Shapes s = square(2, 13, heads, kv_heads, 16);
+    const int64_t group = heads / kv_heads;
+    for (const Device device : {Device::reference(), Device::cpu()}) {
+      INFO(device << ": " << heads << " query heads over " << kv_heads);
+      const Inputs in = random_inputs(s, 2700 + heads, device, 3.0f);
+      const nn::AttentionMask mask = nn::AttentionMask::documents({0, 6, 13});
+      const std::vector<Tensor> grouped = run(in, mask);
+      // Each kv head repeated for its query heads: plain multi-head attention.
+      const Shape repeated{s.batch, s.keys, heads, s.dim};
+      Inputs mha{in.q, Tensor::empty(repeated, device), Tensor::empty(repeated, device), in.g};
+      for (int64_t h = 0; h < heads; ++h) {
+        mha.k.narrow(2, h, 1).copy_(in.k.narrow(2, h / group, 1));
+        mha.v.narrow(2, h, 1).copy_(in.v.narrow(2, h / group, 1));
+      }
+      const std::vector<Tensor> multi = run(mha, mask);
+      CHECK(same_bits(grouped[0], multi[0]));
+      CHECK(same_bits(grouped[1], multi[1]));
+      for (size_t which : {size_t{2}, size_t{3}}) {
+        INFO("d" << (which == 2 ? "k" : "v"));
+        const Tensor per_head = multi[which].contiguous(), got = grouped[which].contiguous();
+        bool all_equal = true;
+        for (int64_t n = 0; n < got.numel(); ++n) {
+          const int64_t d = n % s.dim, kv = (n / s.dim) % kv_heads, row = n / (s.dim * kv_heads);
+          std::vector<double> terms;
+          for (int64_t r = 0; r < group; ++r) {
+            terms.push_back(per_head.data()[(row * heads + kv * group + r) * s.dim + d]);
+          }
+          all_equal = all_equal && same_bits(got.data()[n], test::exact_reference<float>(terms));
+        }
+        CHECK(all_equal);
+      }
     }
   }
+}
+
+TEST_CASE("attention: any subset of kv heads gives those heads' bits of the full call", "[attention]") {
+  // As a Ulysses rank holding its share of the kv heads and their query heads computes them.
+  const Shapes s = square(2, 29, 6, 3, 12);
+  for (const Device device : {Device::reference(), Device::cpu()}) {
+    const Inputs in = random_inputs(s, 3300, device, 3.0f);
+    const std::vector<Tensor> full = run(in, true);
+    for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}, {2, 1}}) {
+      INFO(device << ": kv heads " << first << " .. " << first + count - 1);
+      const Inputs part{in.q.narrow(2, 2 * first, 2 * count), in.k.narrow(2, first, count),
+                        in.v.narrow(2, first, count), in.g.narrow(2, 2 * first, 2 * count)};
+      const std::vector<Tensor> got = run(part, true);
+      CHECK(same_bits(got[0], full[0].narrow(2, 2 * first, 2 * count)));
+      CHECK(same_bits(got[1], full[1].narrow(2, 2 * first, 2 * count)));
+      CHECK(same_bits(got[2], full[2].narrow(2, first, count)));
+      CHECK(same_bits(got[3], full[3].narrow(2, first, count)));
+    }
+  }
+}
+
+// Context parallelism emulated on one rank: the sequence's queries cut into parts, each
+// attending to every key (gathered); its keys cut into parts, each given every query
+// with its g and forward (gathered). Contiguous and zigzag shards, documents whose
+// boundaries fall inside shards.
+TEST_CASE("attention: queries and keys in parts, as context parallelism splits them, give the whole's bits",
+          "[attention]") {
+  const Shapes s = square(2, 24, 4, 2, 8);
+  const std::vector<int64_t> all = range(0, s.queries);
+  const std::vector<std::pair<std::string, nn::AttentionMask>> masks = {
+      {"causal", nn::AttentionMask::causal()},
+      {"documents", nn::AttentionMask::documents({0, 5, 13, 24})},
+      {"none, key padding", nn::AttentionMask::none().with_key_lengths({17, 24})}};
+  for (const Device device : {Device::reference(), Device::cpu()}) {
+    const Inputs in = random_inputs(s, 3500, device, 3.0f);
+    for (const auto& [name, mask] : masks) {
+      const nn::AttentionForward whole = nn::attention_forward(in.q, in.k, in.v, mask);
+      const nn::AttentionGrads grads = nn::attention_backward(in.g, in.q, in.k, in.v, whole, mask);
+      for (const bool zigzag : {false, true}) {
+        for (const int ranks : {2, 3, 4}) {
+          INFO(device << ", " << name << ", " << ranks << (zigzag ? " zigzag" : " contiguous") << " parts");
+          for (int rank = 0; rank < ranks; ++rank) {
+            const std::vector<int64_t> mine = shard_positions(s.queries, ranks, rank, zigzag);
+            // The queries' side: forward and dq against every key.
+            const nn::AttentionMask queries = mask.at_positions(mine, all);
+            const Tensor q = tokens_at(in.q, mine), g = tokens_at(in.g, mine);
+            const nn::AttentionForward part = nn::attention_forward(q, in.k, in.v, queries);
+            CHECK(same_bits(part.out, tokens_at(whole.out, mine)));
+            const Tensor dq = nn::attention_backward_queries(g, q, in.k, in.v, part, queries);
+            CHECK(same_bits(dq, tokens_at(grads.q, mine)));
+            // The keys' side: dk and dv from every query.
+            const nn::AttentionMask keys = mask.at_positions(all, mine);
+            const nn::AttentionKeyGrads dkv = nn::attention_backward_keys(
+                in.g, in.q, tokens_at(in.k, mine), tokens_at(in.v, mine), whole, keys);
+            CHECK(same_bits(dkv.k, tokens_at(grads.k, mine)));
+            CHECK(same_bits(dkv.v, tokens_at(grads.v, mine)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: a row with no visible key outputs +0 and passes no gradient", "[attention]") {
+  const Shapes s = square(2, 6, 2, 1, 4);
+  for (const Device device : {Device::reference(), Device::cpu()}) {
+    INFO(device);
+    const Inputs in = random_inputs(s, 3700, device);
+    const nn::AttentionMask mask = nn::AttentionMask::none().with_key_lengths({0, 6});
+    const std::vector<Tensor> got = run(in, mask);
+    for (const Tensor& t : got) CHECK(same_bits(t.narrow(0, 0, 1), Tensor::zeros({1, t.size(1), t.size(2), t.size(3)})));
+    const nn::AttentionForward forward = nn::attention_forward(in.q, in.k, in.v, mask);
+    CHECK(forward.row_max.narrow(0, 0, 1).to_vector() == std::vector<float>(12, -INFINITY));
+    CHECK(forward.row_sum.narrow(0, 0, 1).to_vector() == std::vector<float>(12, 0.0f));
+    // The other sequence as if alone.
+    const Inputs second{in.q.narrow(0, 1, 1), in.k.narrow(0, 1, 1), in.v.narrow(0, 1, 1), in.g.narrow(0, 1, 1)};
+    const std::vector<Tensor> alone = run(second, false);
+    for (size_t t = 0; t < alone.size(); ++t) CHECK(same_bits(alone[t], got[t].narrow(0, 1, 1)));
+  }
+}
+
+TEST_CASE("attention: [S, H, D] is one sequence of [1, S, H, D]", "[attention]") {
+  const Inputs in = random_inputs(square(1, 11, 4, 2, 8), 3800, Device::cpu(), 2.0f);
+  const auto three = [](const Tensor& t) { return t.view({t.size(1), t.size(2), t.size(3)}); };
+  const std::vector<Tensor> four = run(in, true), flat = run({three(in.q), three(in.k), three(in.v), three(in.g)}, true);
+  for (size_t t = 0; t < four.size(); ++t) {
+    CHECK(flat[t].dim() == 3);
+    CHECK(same_bits(flat[t], four[t]));
+  }
+  CHECK(nn::attention_forward(three(in.q), three(in.k), three(in.v)).row_max.shape() == Shape{4, 11});
 }
 
 TEST_CASE("attention: under the causal mask, later tokens change nothing before them", "[attention]") {
-  const int64_t tokens = 12, heads = 2, dim = 8, cut = 5;
-  const Inputs in = random_inputs(tokens, heads, dim, 4400, Device::cpu());
-  const Inputs changed = random_inputs(tokens, heads, dim, 4401, Device::cpu());
+  const Shapes s = square(1, 12, 2, 2, 8);
+  const int64_t cut = 5;
+  const Inputs in = random_inputs(s, 4400, Device::cpu());
+  const Inputs changed = random_inputs(s, 4401, Device::cpu());
   // Tokens cut.. of k and v replaced: the outputs of queries 0..cut-1 keep their bits.
   Inputs mixed{in.q, in.k.clone(), in.v.clone(), in.g};
-  mixed.k.narrow(0, cut, tokens - cut).copy_(changed.k.narrow(0, cut, tokens - cut));
-  mixed.v.narrow(0, cut, tokens - cut).copy_(changed.v.narrow(0, cut, tokens - cut));
+  mixed.k.narrow(1, cut, s.keys - cut).copy_(changed.k.narrow(1, cut, s.keys - cut));
+  mixed.v.narrow(1, cut, s.keys - cut).copy_(changed.v.narrow(1, cut, s.keys - cut));
   const Tensor a = nn::attention_forward(in.q, in.k, in.v, true).out;
   const Tensor b = nn::attention_forward(mixed.q, mixed.k, mixed.v, true).out;
-  CHECK(same_bits(a.narrow(0, 0, cut), b.narrow(0, 0, cut)));
-  CHECK_FALSE(same_bits(a.narrow(0, cut, tokens - cut), b.narrow(0, cut, tokens - cut)));
+  CHECK(same_bits(a.narrow(1, 0, cut), b.narrow(1, 0, cut)));
+  CHECK_FALSE(same_bits(a.narrow(1, cut, s.queries - cut), b.narrow(1, cut, s.queries - cut)));
   // Without the mask every output sees every key.
   const Tensor c = nn::attention_forward(mixed.q, mixed.k, mixed.v, false).out;
-  CHECK_FALSE(same_bits(nn::attention_forward(in.q, in.k, in.v, false).out.narrow(0, 0, 1), c.narrow(0, 0, 1)));
+  CHECK_FALSE(same_bits(nn::attention_forward(in.q, in.k, in.v, false).out.narrow(1, 0, 1), c.narrow(1, 0, 1)));
 }
 
-TEST_CASE("attention: the scale is 1/sqrt(D) rounded once to float", "[attention]") {
+TEST_CASE("attention: the scale is 1/sqrt(D) rounded once to float, or the one given", "[attention]") {
   CHECK(nn::attention_scale(16) == 0.25f);
   CHECK(nn::attention_scale(1) == 1.0f);
   CHECK(nn::attention_scale(2) == static_cast<float>(0.70710678118654752440));
   CHECK(nn::attention_scale(128) == static_cast<float>(0.08838834764831844055));
+  const Inputs in = random_inputs(square(1, 6, 2, 2, 16), 4500, Device::cpu());
+  CHECK(same_bits(nn::attention_forward(in.q, in.k, in.v, true, 0.25f).out, nn::attention_forward(in.q, in.k, in.v).out));
+  CHECK_FALSE(same_bits(nn::attention_forward(in.q, in.k, in.v, true, 1.0f / 16).out,
+                        nn::attention_forward(in.q, in.k, in.v).out));
 }
 
 TEST_CASE("attention: bad input is a clear error", "[attention]") {
-  const Tensor a = Tensor::zeros({4, 2, 8}), b = Tensor::zeros({4, 2, 4});
-  const auto attend = [](const Tensor& q, const Tensor& k, const Tensor& v) {
-    nn::attention_forward(q, k, v, true);
+  const Tensor a = Tensor::zeros({1, 4, 2, 8}), kv = Tensor::zeros({1, 4, 1, 8});
+  const auto attend = [](const Tensor& q, const Tensor& k, const Tensor& v, const nn::AttentionMask& mask = true) {
+    nn::attention_forward(q, k, v, mask);
   };
-  CHECK_THROWS_WITH(attend(a, b, a), Catch::Contains("q, k and v must have one shape"));
+  using Catch::Contains;
+  CHECK_NOTHROW(attend(a, kv, kv));  // GQA
+  CHECK_THROWS_WITH(attend(a, kv, Tensor::zeros({1, 4, 2, 8})),
+                    Contains("k and v must be one shape"));
+  CHECK_THROWS_WITH(attend(Tensor::zeros({1, 4, 3, 8}), Tensor::zeros({1, 4, 2, 8}), Tensor::zeros({1, 4, 2, 8})),
+                    Contains("3 heads are not a multiple of k and v's 2"));
   CHECK_THROWS_WITH(attend(Tensor::zeros({4, 16}), Tensor::zeros({4, 16}), Tensor::zeros({4, 16})),
-                    Catch::Contains("q must be [S, H, D]"));
-  const Tensor wide = Tensor::zeros({2, 1, 129});
-  CHECK_THROWS_WITH(attend(wide, wide, wide), Catch::Contains("head dim D = 129"));
-  CHECK_THROWS_WITH(attend(a, a.to(Device::reference()), a), Catch::Contains("one device"));
-  const nn::AttentionForward forward = nn::attention_forward(a, a, a, true);
-  CHECK_THROWS_WITH(nn::attention_backward(b, a, a, a, forward, true), Catch::Contains("grad_out"));
-  CHECK_THROWS_WITH(nn::attention_forward(a, a, a, nn::AttentionMask::causal_over({0, 1, 2})),
-                    Catch::Contains("3 positions for S = 4 tokens"));
-  nn::AttentionMask unmasked = nn::AttentionMask::causal_over({0, 1, 2, 3});
-  unmasked.causal = false;
-  CHECK_THROWS_WITH(nn::attention_forward(a, a, a, unmasked), Catch::Contains("not causal"));
+                    Contains("q must be [B, S, Hq, D]"));
+  CHECK_THROWS_WITH(attend(a, Tensor::zeros({2, 4, 2, 8}), Tensor::zeros({2, 4, 2, 8})), Contains("q holds 1 sequences and k 2"));
+  CHECK_THROWS_WITH(attend(a, Tensor::zeros({1, 4, 2, 4}), Tensor::zeros({1, 4, 2, 4})), Contains("head dim 8 and k's 4"));
+  const Tensor wide = Tensor::zeros({1, 2, 1, 257});
+  CHECK_THROWS_WITH(attend(wide, wide, wide), Contains("head dim D = 257"));
+  CHECK_THROWS_WITH(attend(a, a.to(Device::reference()), a), Contains("one device"));
+  CHECK_THROWS_WITH(attend(a, Tensor::zeros({1, 6, 2, 8}), Tensor::zeros({1, 6, 2, 8})),
+                    Contains("q has 4 tokens and k 6; say where they sit"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::causal().at_positions({0, 1, 2})),
+                    Contains("3 query positions for 4 query tokens"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::documents({1, 4})), Contains("must start at 0"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::documents({0, 3, 3, 4})), Contains("boundary 2 is 3 after 3"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::documents({0, 2, 3})),
+                    Contains("query 3 at position 3 lies outside the documents [0, 3)"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::documents_per_sequence({{0, 4}, {0, 4}, {0, 4}})),
+                    Contains("boundaries for 3 sequences"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::none().with_key_lengths({4, 4})),
+                    Contains("2 key lengths for a batch of 1"));
+  CHECK_THROWS_WITH(attend(a, a, a, nn::AttentionMask::none().with_key_lengths({-1})), Contains("negative"));
+  CHECK_THROWS_WITH(nn::attention_forward(a, a, a, true, INFINITY), Contains("scale must be finite"));
+  const nn::AttentionForward forward = nn::attention_forward(a, a, a);
+  CHECK_THROWS_WITH(nn::attention_backward(kv, a, a, a, forward), Contains("grad_out"));
+  CHECK_THROWS_WITH(nn::attention_backward(a, a, a, a, nn::AttentionForward{a, a, a}),
+                    Contains("the forward's tensors must be this q's"));
 }
 
 // Writes random cases for scripts/crosscheck_attention.py into $SEQPAR_CROSSCHECK_DIR
-// (ctest's nn_attention_crosscheck runs both).
+// (ctest's nn_attention_crosscheck runs both): random shapes, grouped-query heads, and
+// each mask, described in the metadata for the script to rebuild on its own.
 TEST_CASE("attention: cases for the PyTorch cross-check", "[.torch]") {
   const char* directory = std::getenv("SEQPAR_CROSSCHECK_DIR");
   REQUIRE(directory != nullptr);
   Generator shapes(5500);
-  const Tensor draws = shapes.uniform({12, 3}, 0.0f, 1.0f);
-  for (int64_t n = 0; n < 12; ++n) {
-    const int64_t tokens = 1 + static_cast<int64_t>(draws.at({n, 0}) * 96);
-    const int64_t heads = 1 + static_cast<int64_t>(draws.at({n, 1}) * 4);
-    const int64_t dim = n == 0 ? 128 : 1 + static_cast<int64_t>(draws.at({n, 2}) * 64);
-    const bool causal = n % 2 == 0;
-    const Inputs in = random_inputs(tokens, heads, dim, 5600 + n, Device::cpu(), 3.0f);
-    const std::vector<Tensor> got = run(in, causal);
+  const Tensor draws = shapes.uniform({14, 4}, 0.0f, 1.0f);
+  const auto list = [](const std::vector<int64_t>& values) {
+    std::string text = "[";
+    for (size_t n = 0; n < values.size(); ++n) text += (n ? "," : "") + std::to_string(values[n]);
+    return text + "]";
+  };
+  for (int64_t n = 0; n < 14; ++n) {
+    const int64_t tokens = 4 + static_cast<int64_t>(draws.at({n, 0}) * 92);
+    const int64_t kv_heads = 1 + static_cast<int64_t>(draws.at({n, 1}) * 3);
+    const int64_t heads = kv_heads * (1 + static_cast<int64_t>(draws.at({n, 3}) * 3));
+    const int64_t dim = n == 0 ? 256 : n == 1 ? 128 : 1 + static_cast<int64_t>(draws.at({n, 2}) * 64);
+    const int64_t batch = 1 + n % 2;
+    const bool causal = n % 3 != 2;
+    const std::vector<int64_t> docs = n % 4 == 1 ? std::vector<int64_t>{0, tokens / 3, tokens} : std::vector<int64_t>{};
+    const std::vector<int64_t> lengths = n % 4 == 3 ? std::vector<int64_t>(batch, tokens - tokens / 4) : std::vector<int64_t>{};
+    nn::AttentionMask mask = docs.empty() ? nn::AttentionMask(causal) : nn::AttentionMask::documents(docs, causal);
+    if (!lengths.empty()) mask = mask.with_key_lengths(lengths);
+    const float scale = n % 5 == 4 ? 0.125f : nn::attention_scale(dim);
+    const Inputs in = random_inputs(square(batch, tokens, heads, kv_heads, dim), 5600 + n, Device::cpu(), 3.0f);
+    const std::vector<Tensor> got = run(in, mask, scale);
+    char scale_text[32];
+    std::snprintf(scale_text, sizeof scale_text, "%.9g", scale);
     save_safetensors(std::string(directory) + "/attention" + std::to_string(n) + ".safetensors",
                      {{"q", in.q}, {"k", in.k}, {"v", in.v}, {"grad_out", in.g}, {"out", got[0]},
                       {"grad_q", got[1]}, {"grad_k", got[2]}, {"grad_v", got[3]}},
-                     {{"causal", causal ? "1" : "0"}});
+                     {{"causal", causal ? "1" : "0"}, {"documents", list(docs)}, {"key_lengths", list(lengths)},
+                      {"scale", scale_text}});
   }
 }
