@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/checks.h"
+#include "core/exact_sums.h"
 #include "core/error.h"
 #include "nn/cpu/attention.h"
 #include "nn/cuda/attention.h"
@@ -359,6 +360,61 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   node->add_input(q);
   node->add_input(k);
   node->add_input(v);
+  return Variable::from_op(std::move(out), std::move(node));
+}
+
+// ---------------------------------------------------------------- repeat_kv_heads
+
+namespace {
+
+// The heads dim of [.., S, H, D] is the one before last.
+Tensor repeat_heads(const Tensor& kv, int64_t copies) {
+  Shape shape = kv.shape();
+  const int64_t heads = shape[shape.size() - 2];
+  shape[shape.size() - 2] = heads * copies;
+  Tensor out = Tensor::empty(shape, kv.device());
+  const int64_t dim = static_cast<int64_t>(shape.size()) - 2;
+  for (int64_t h = 0; h < heads * copies; ++h) out.narrow(dim, h, 1).copy_(kv.narrow(dim, h / copies, 1));
+  return out;
+}
+
+// Each kv head's gradient: the exact sum of its copies' (core/exact_sums.h: digits that
+// add as integers, rounded once), on whatever device the gradient is.
+struct RepeatHeadsBackward : autograd::Node {
+  RepeatHeadsBackward(Shape shape, int64_t copies) : shape(std::move(shape)), copies(copies) {}
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    const int64_t dim = static_cast<int64_t>(shape.size()) - 2, heads = shape[shape.size() - 2];
+    Tensor total = Tensor::empty(shape, grad_output.device());
+    exact::ExactSums sums;
+    for (int64_t c = 0; c < copies; ++c) {
+      Tensor copy = Tensor::empty(shape, grad_output.device());
+      for (int64_t h = 0; h < heads; ++h) copy.narrow(dim, h, 1).copy_(grad_output.narrow(dim, h * copies + c, 1));
+      exact::ExactSums terms = exact::ExactSums::of_values(copy);
+      if (c == 0) {
+        sums = std::move(terms);
+      } else {
+        sums.add(terms);
+      }
+    }
+    sums.round_into(total);
+    return {total};
+  }
+  std::string name() const override { return "RepeatHeadsBackward"; }
+  Shape shape;
+  int64_t copies;
+};
+
+}  // namespace
+
+Variable repeat_kv_heads(const Variable& kv, int64_t copies) {
+  SEQPAR_CHECK(kv.defined() && (kv.data().dim() == 3 || kv.data().dim() == 4),
+               "repeat_kv_heads: kv must be [S, H, D] or [B, S, H, D], got ", kv.defined() ? kv.shape() : Shape{});
+  SEQPAR_CHECK(copies >= 1, "repeat_kv_heads: copies must be at least 1, got ", copies);
+  if (copies == 1) return kv;
+  Tensor out = repeat_heads(kv.data(), copies);
+  if (!autograd::any_requires_grad({&kv})) return Variable(std::move(out));
+  auto node = std::make_shared<RepeatHeadsBackward>(kv.shape(), copies);
+  node->add_input(kv);
   return Variable::from_op(std::move(out), std::move(node));
 }
 

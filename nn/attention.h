@@ -190,4 +190,12 @@ autograd::Variable scaled_dot_product_attention(const autograd::Variable& q,
                                                 const AttentionMask& mask = true,
                                                 std::optional<float> scale = std::nullopt);
 
+// Grouped-query heads as multi-head ones: [B, S, Hkv, D] (or [S, Hkv, D]) becomes
+// [B, S, Hkv · copies, D], head h a copy of kv head h / copies (Hugging Face's
+// repeat_kv). Its backward adds each kv head's copies' gradients exactly, rounded once:
+// the rule attention's backward applies to the query heads that share a kv head, so
+// attention over the repeated heads gives grouped-query attention's bits, dk and dv
+// included. (UlyssesAttention uses it when sp does not divide the kv heads.)
+autograd::Variable repeat_kv_heads(const autograd::Variable& kv, int64_t copies);
+
 }  // namespace seqpar::nn

@@ -1,6 +1,8 @@
 #include "nn/rope.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <limits>
 #include <memory>
 
@@ -82,13 +84,22 @@ namespace {
 
 void check_rope(const char* op, const Tensor& x, const RopeTable& table) {
   SEQPAR_CHECK(x.defined(), op, ": x must be defined");
-  SEQPAR_CHECK(x.dim() == 3, op, ": x must be [S, H, D] (tokens, heads, head dim), got shape ",
-               x.shape());
-  SEQPAR_CHECK(x.size(0) == table.tokens() && x.size(2) == table.head_dim(), op, ": x of shape ",
-               x.shape(), " needs a table of ", x.size(0), " positions and head dim ", x.size(2),
-               "; the table has ", table.tokens(), " positions and head dim ", table.head_dim());
+  SEQPAR_CHECK(x.dim() == 3 || x.dim() == 4, op,
+               ": x must be [S, H, D] or [B, S, H, D] (batch, tokens, heads, head dim), got shape ", x.shape());
+  const int64_t tokens = x.size(-3), all = x.dim() == 4 ? x.size(0) * tokens : tokens;
+  SEQPAR_CHECK((table.tokens() == tokens || table.tokens() == all) && x.size(-1) == table.head_dim(), op,
+               ": x of shape ", x.shape(), " needs a table of ", tokens, " positions",
+               all != tokens ? " (or one per token of the batch, " + std::to_string(all) + ")" : std::string(),
+               " and head dim ", x.size(-1), "; the table has ", table.tokens(), " positions and head dim ",
+               table.head_dim());
   SEQPAR_CHECK(x.device() == table.device(), op, ": x is on ", x.device(),
                " but the table is on ", table.device());
+}
+
+// x as the kernels take it: [N, H, D], the batch's tokens one after another.
+Tensor token_rows(const Tensor& x) {
+  const Tensor c = x.contiguous();
+  return c.dim() == 3 ? c : c.view({c.size(0) * c.size(1), c.size(2), c.size(3)});
 }
 
 // ---------------------------------------------------------------- dispatch
@@ -101,10 +112,10 @@ Tensor rotate(const char* op, const Tensor& x, const RopeTable& table, bool tran
   switch (x.device().type) {
     case DeviceType::Reference:
     case DeviceType::CPU:
-      return reference::rope_rotate(x.contiguous(), table.cos(), table.sin(), transposed);
+      return reference::rope_rotate(token_rows(x), table.cos(), table.sin(), transposed).view(x.shape());
     case DeviceType::CUDA:
 #ifdef SEQPAR_WITH_CUDA
-      return detail::rope_rotate_cuda(x.contiguous(), table.cos(), table.sin(), transposed);
+      return detail::rope_rotate_cuda(token_rows(x), table.cos(), table.sin(), transposed).view(x.shape());
 #else
       break;
 #endif
@@ -142,9 +153,28 @@ Variable rope(const Variable& x, const RopeTable& table) {
 
 Variable rope(const Variable& x, const std::vector<int64_t>& positions, float base) {
   SEQPAR_CHECK(x.defined(), "rope: x must be defined");
-  SEQPAR_CHECK(x.data().dim() == 3, "rope: x must be [S, H, D] (tokens, heads, head dim), got shape ",
-               x.shape());
-  return rope(x, RopeTable(positions, x.shape()[2], base, x.device()));
+  SEQPAR_CHECK(x.data().dim() == 3 || x.data().dim() == 4,
+               "rope: x must be [S, H, D] or [B, S, H, D] (batch, tokens, heads, head dim), got shape ", x.shape());
+  return rope(x, RopeTable(positions, x.shape().back(), base, x.device()));
+}
+
+std::vector<int64_t> document_positions(const std::vector<int64_t>& boundaries,
+                                        const std::vector<int64_t>& positions) {
+  SEQPAR_CHECK(boundaries.size() >= 2 && boundaries.front() == 0,
+               "document_positions: boundaries must start at 0 and end at the sequence's length; got ",
+               boundaries.size(), " values");
+  for (size_t n = 1; n < boundaries.size(); ++n) {
+    SEQPAR_CHECK(boundaries[n] > boundaries[n - 1], "document_positions: boundaries must increase: boundary ",
+                 n, " is ", boundaries[n], " after ", boundaries[n - 1]);
+  }
+  std::vector<int64_t> within;
+  within.reserve(positions.size());
+  for (const int64_t p : positions) {
+    SEQPAR_CHECK(p >= 0 && p < boundaries.back(), "document_positions: position ", p,
+                 " lies outside the documents [0, ", boundaries.back(), ")");
+    within.push_back(p - *(std::upper_bound(boundaries.begin(), boundaries.end(), p) - 1));
+  }
+  return within;
 }
 
 }  // namespace seqpar::nn

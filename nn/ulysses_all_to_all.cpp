@@ -24,9 +24,18 @@ class SingleRankGroup final : public SequenceGroup {
   }
 };
 
-void check_three_dims(const char* op, const Tensor& x) {
-  SEQPAR_CHECK(x.defined() && x.dim() == 3, op, ": expects a tensor [tokens, heads, head_dim], got ",
-               x.shape());
+// x as [B, T, H, D]: a 3-D [T, H, D] is one sequence.
+Tensor four_dims(const char* op, const Tensor& x) {
+  SEQPAR_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), op,
+               ": expects a tensor [tokens, heads, head_dim] or [batch, tokens, heads, head_dim], got ",
+               x.defined() ? x.shape() : Shape{});
+  const Tensor c = x.contiguous();
+  return c.dim() == 4 ? c : c.view({1, c.size(0), c.size(1), c.size(2)});
+}
+
+// A [B, T, H, D] result back in the caller's rank.
+Tensor as_input(const Tensor& t, const Tensor& x) {
+  return x.dim() == 4 ? t : t.view({t.size(1), t.size(2), t.size(3)});
 }
 
 }  // namespace
@@ -39,38 +48,46 @@ void check_heads_split(const char* op, int64_t heads, const SequenceGroup& group
                " (H must be a multiple of sp; uneven head splits are not supported)");
 }
 
-// Rank r's [S/P, H, D] becomes P chunks [S/P, H/P, D], chunk j holding heads group j;
-// after the exchange, chunk i holds rank i's tokens of this rank's heads: the whole
-// sequence in order.
-Tensor shard_heads(const Tensor& x, SequenceGroup& group) {
-  check_three_dims("shard_heads", x);
-  check_heads_split("shard_heads", x.size(1), group);
-  const int64_t ranks = group.size(), tokens = x.size(0);
-  const int64_t group_heads = x.size(1) / ranks, head_dim = x.size(2);
-  Tensor send = Tensor::empty({ranks * tokens, group_heads, head_dim}, x.device());
+// Rank r's [B, S/P, H, D] becomes P chunks [B, S/P, H/P, D], chunk j holding heads
+// group j; after the exchange, chunk i holds rank i's tokens of this rank's heads, and
+// the chunks side by side along the tokens are the whole sequence in order.
+Tensor shard_heads(const Tensor& input, SequenceGroup& group) {
+  const Tensor x = four_dims("shard_heads", input);
+  check_heads_split("shard_heads", x.size(2), group);
+  const int64_t ranks = group.size(), batch = x.size(0), tokens = x.size(1);
+  const int64_t group_heads = x.size(2) / ranks, head_dim = x.size(3);
+  Tensor send = Tensor::empty({ranks * batch, tokens, group_heads, head_dim}, x.device());
   for (int64_t j = 0; j < ranks; ++j) {
-    send.narrow(0, j * tokens, tokens).copy_(x.narrow(1, j * group_heads, group_heads));
+    send.narrow(0, j * batch, batch).copy_(x.narrow(2, j * group_heads, group_heads));
   }
   Tensor received = Tensor::empty(send.shape(), x.device());
   group.all_to_all(received, send);
-  return received;
+  Tensor output = Tensor::empty({batch, ranks * tokens, group_heads, head_dim}, x.device());
+  for (int64_t i = 0; i < ranks; ++i) {
+    output.narrow(1, i * tokens, tokens).copy_(received.narrow(0, i * batch, batch));
+  }
+  return as_input(output, input);
 }
 
 // The sequence's P chunks of S/P tokens go back to their ranks; what arrives from rank
 // j is this rank's tokens of heads group j, put back in its columns of heads.
-Tensor shard_sequence(const Tensor& x, SequenceGroup& group) {
-  check_three_dims("shard_sequence", x);
-  const int64_t ranks = group.size();
-  SEQPAR_CHECK(x.size(0) % ranks == 0, "shard_sequence: ", x.size(0),
+Tensor shard_sequence(const Tensor& input, SequenceGroup& group) {
+  const Tensor x = four_dims("shard_sequence", input);
+  const int64_t ranks = group.size(), batch = x.size(0);
+  SEQPAR_CHECK(x.size(1) % ranks == 0, "shard_sequence: ", x.size(1),
                " tokens do not split evenly over sp = ", ranks, " ranks of group ", group.name());
-  const int64_t tokens = x.size(0) / ranks, group_heads = x.size(1), head_dim = x.size(2);
-  Tensor received = Tensor::empty(x.shape(), x.device());
-  group.all_to_all(received, x);
-  Tensor output = Tensor::empty({tokens, ranks * group_heads, head_dim}, x.device());
+  const int64_t tokens = x.size(1) / ranks, group_heads = x.size(2), head_dim = x.size(3);
+  Tensor send = Tensor::empty({ranks * batch, tokens, group_heads, head_dim}, x.device());
   for (int64_t j = 0; j < ranks; ++j) {
-    output.narrow(1, j * group_heads, group_heads).copy_(received.narrow(0, j * tokens, tokens));
+    send.narrow(0, j * batch, batch).copy_(x.narrow(1, j * tokens, tokens));
   }
-  return output;
+  Tensor received = Tensor::empty(send.shape(), x.device());
+  group.all_to_all(received, send);
+  Tensor output = Tensor::empty({batch, tokens, ranks * group_heads, head_dim}, x.device());
+  for (int64_t i = 0; i < ranks; ++i) {
+    output.narrow(2, i * group_heads, group_heads).copy_(received.narrow(0, i * batch, batch));
+  }
+  return as_input(output, input);
 }
 
 // ---------------------------------------------------------------- autograd

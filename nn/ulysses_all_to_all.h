@@ -1,13 +1,16 @@
 // The all-to-alls of Ulysses attention (DeepSpeed-Ulysses; DeepSpeed's
 // DistributedAttention), with their gradients.
 //
-// P ranks share a sequence of S tokens: rank r holds tokens [r * S/P, (r + 1) * S/P) of
-// every head. Attention needs every token of a head on one rank, so
+// P ranks share a batch of sequences of S tokens: rank r holds tokens
+// [r * S/P, (r + 1) * S/P) of every sequence and every head. Attention needs every token
+// of a head on one rank, so
 //
-//   shard_heads     [S/P, H, D] -> [S, H/P, D]   rank j keeps heads [j * H/P, (j + 1) * H/P)
-//                                                of every token, tokens in sequence order
-//   shard_sequence  [S, H/P, D] -> [S/P, H, D]   back: each rank its own tokens, all heads
+//   shard_heads     [B, S/P, H, D] -> [B, S, H/P, D]   rank j keeps heads
+//                                                      [j * H/P, (j + 1) * H/P) of every
+//                                                      token, tokens in sequence order
+//   shard_sequence  [B, S, H/P, D] -> [B, S/P, H, D]   back: each rank its own tokens, all heads
 //
+// (a 3-D [S/P, H, D] is one sequence, and stays 3-D).
 // Each is one equal-split all-to-all (dist/all_to_all.h) and a local copy that puts the
 // chunks in order; no arithmetic, so the bits move unchanged. Each undoes the other, and
 // the gradient of a permutation is its inverse: shard_heads's backward is

@@ -5,13 +5,16 @@
 
 DIR holds what the tests' [.torch] cases wrote (tests/nn/attention_test.cpp,
 tests/nn/rope_test.cpp):
-  - attention<n>.safetensors: q, k, v and grad_out [S, H, D] (random shapes, causal or
-    not: metadata "causal"), and seqpar's float32 out, grad_q, grad_k and grad_v;
+  - attention<n>.safetensors: q and grad_out [B, S, Hq, D], k and v [B, S, Hkv, D]
+    (random shapes, grouped-query heads), the mask in the metadata ("causal", packed
+    "documents" boundaries, "key_lengths" per sequence, JSON lists) and the "scale",
+    and seqpar's float32 out, grad_q, grad_k and grad_v;
   - rope.safetensors: x and grad_out [S, H, D] at positions first_position + 0..S-1, and
     seqpar's out and grad_x.
-PyTorch recomputes each in float64 from the same float32 inputs: softmax(q kᵀ / sqrt(D))
-v with keys j > i masked when causal (torch's scaled_dot_product_attention, which
-Debian's torch predates, written out), and autograd; RoPE with
+PyTorch recomputes each in float64 from the same float32 inputs: softmax(scale · q kᵀ) v,
+each kv head repeated for its query heads, with the mask built here from its
+description (torch's scaled_dot_product_attention, which Debian's torch predates,
+written out; a row with no visible key gives 0), and autograd; RoPE with
 θ_m = base^(-2m/D) rounded to float32 (as seqpar's table and torch's usual float32
 inv_freq), the angle pos · θ_m and cos/sin in float64, the pairs (m, m + D/2).
 
@@ -20,6 +23,7 @@ chains of at most a few hundred terms); the figures are printed. Exit status 1 w
 anything is beyond it.
 """
 import glob
+import json
 import os
 import sys
 
@@ -36,19 +40,37 @@ def relative_error(ours, want):
     return (ours.double() - want).abs().max().item() / scale
 
 
+def visible_keys(meta, tokens):
+    """[B or 1, S, S] booleans: key j visible to query i, from the metadata alone."""
+    j = torch.arange(tokens)
+    visible = torch.ones(tokens, tokens, dtype=torch.bool)
+    if meta["causal"] == "1":
+        visible &= j[None, :] <= j[:, None]
+    documents = json.loads(meta["documents"])
+    if documents:
+        doc = torch.bucketize(j, torch.tensor(documents[1:]), right=True)
+        visible &= doc[None, :] == doc[:, None]
+    visible = visible[None]
+    lengths = json.loads(meta["key_lengths"])
+    if lengths:
+        visible = visible & (j[None, None, :] < torch.tensor(lengths)[:, None, None])
+    return visible
+
+
 def check_attention(path):
     t, meta = read_safetensors(path)
-    causal = meta["causal"] == "1"
-    # [S, H, D] -> torch's [H, S, D]
-    q, k, v = (t[n].double().transpose(0, 1).requires_grad_() for n in ("q", "k", "v"))
-    scores = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
-    if causal:  # key j visible to query i iff j <= i
-        hidden = torch.ones(scores.shape[1:], dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v
-    out.backward(t["grad_out"].double().transpose(0, 1))
+    # [B, S, H, D] -> torch's [B, H, S, D]
+    q, k, v = (t[n].double().transpose(1, 2).requires_grad_() for n in ("q", "k", "v"))
+    group = q.shape[1] // k.shape[1]
+    keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = float(meta["scale"]) * q @ keys.transpose(2, 3)
+    visible = visible_keys(meta, q.shape[2])[:, None]  # [B or 1, 1, S, S]
+    scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with no visible key: 0
+    out = weights @ values
+    out.backward(t["grad_out"].double().transpose(1, 2))
     want = {"out": out.detach(), "grad_q": q.grad, "grad_k": k.grad, "grad_v": v.grad}
-    return {name: relative_error(t[name], value.transpose(0, 1)) for name, value in want.items()}
+    return {name: relative_error(t[name], value.transpose(1, 2)) for name, value in want.items()}
 
 
 def check_rope(path):

@@ -15,12 +15,12 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void rope_kernel(const float* x, const float* cos, const float* sin, int64_t tokens,
-                            int64_t heads, int64_t half, float sign, float* out) {
+                            int64_t rows, int64_t heads, int64_t half, float sign, float* out) {
   const int64_t pairs = tokens * heads * half;
   for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < pairs;
        n += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = n % half, token_head = n / half, t = token_head / heads;
-    const float c = cos[t * half + m], s = __fmul_rn(sign, sin[t * half + m]);
+    const int64_t m = n % half, token_head = n / half, row = token_head / heads % rows;
+    const float c = cos[row * half + m], s = __fmul_rn(sign, sin[row * half + m]);
     const float* in = x + token_head * 2 * half;
     float* o = out + token_head * 2 * half;
     const float first = in[m], second = in[m + half];
@@ -39,7 +39,8 @@ Tensor rope_rotate_cuda(const Tensor& x, const Tensor& cos, const Tensor& sin, b
   const int64_t pairs = tokens * heads * half;
   if (pairs == 0) return out;
   rope_kernel<<<cuda::blocks_for(pairs, kThreads, 65536), kThreads, 0, cuda::current_stream(device)>>>(
-      x.data(), cos.data(), sin.data(), tokens, heads, half, transposed ? -1.0f : 1.0f, out.data());
+      x.data(), cos.data(), sin.data(), tokens, cos.size(0), heads, half, transposed ? -1.0f : 1.0f,
+      out.data());
   CUDA_LAUNCH_CHECK();
   return out;
 }

@@ -5,7 +5,7 @@
 namespace seqpar::nn::reference {
 
 Tensor rope_rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transposed) {
-  const int64_t tokens = x.size(0), heads = x.size(1), half = x.size(2) / 2;
+  const int64_t tokens = x.size(0), heads = x.size(1), half = x.size(2) / 2, rows = cos.size(0);
   Tensor out = Tensor::empty(x.shape(), x.device());
   // The backward rotates by -angle: sin's sign flips, which is exact.
   const float sign = transposed ? -1.0f : 1.0f;
@@ -14,7 +14,8 @@ Tensor rope_rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, bool t
       const float* in = x.data() + (t * heads + h) * 2 * half;
       float* o = out.data() + (t * heads + h) * 2 * half;
       for (int64_t m = 0; m < half; ++m) {
-        const float c = cos.data()[t * half + m], s = sign * sin.data()[t * half + m];
+        const int64_t row = t % rows;
+        const float c = cos.data()[row * half + m], s = sign * sin.data()[row * half + m];
         const float first = in[m], second = in[m + half];
         o[m] = first * c - second * s;
         o[m + half] = second * c + first * s;

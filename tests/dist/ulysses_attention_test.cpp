@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -134,14 +136,66 @@ TEST_CASE("UlyssesAttention on 1, 2 and 4 ranks equals one rank's attention, bit
   }
 }
 
-TEST_CASE("UlyssesAttention refuses heads that do not split over sp, naming H and sp",
+// Grouped-query heads, a batch and packed documents whose boundaries fall inside the
+// ranks' shards: sp 1, 2 (the kv heads split), 4 and 8 (past the 2 kv heads: each rank
+// gets copies of the kv head its query heads read) give one rank's rows and gradients.
+TEST_CASE("UlyssesAttention with GQA, a batch and packed documents over sp {1, 2, 4, 8} equals one rank",
+          "[dist][cpu]") {
+  const int64_t batch = 2, sequence = 32, heads = 8, kv_heads = 2, head_dim = 16;
+  Generator generator(34);
+  const Tensor q = generator.randn({batch, sequence, heads, head_dim});
+  const Tensor k = generator.randn({batch, sequence, kv_heads, head_dim});
+  const Tensor v = generator.randn({batch, sequence, kv_heads, head_dim});
+  const Tensor grad_out = generator.randn({batch, sequence, heads * head_dim});
+  const nn::AttentionMask mask = nn::AttentionMask::documents({0, 5, 13, 19, 32});
+  const Variable q1(q, true), k1(k, true), v1(v, true);
+  const Variable one = nn::scaled_dot_product_attention(q1, k1, v1, mask);
+  one.backward(grad_out.view({batch, sequence, heads, head_dim}));
+  for (int ranks : {1, 2, 4, 8}) {
+    const int64_t tokens = sequence / ranks;
+    struct Seen { Tensor out, dq, dk, dv; };
+    std::vector<Seen> seen(static_cast<size_t>(ranks));
+    on_ranks(ranks, [&](int rank, std::shared_ptr<nn::SequenceGroup> group) {
+      auto mine = [&](const Tensor& t) { return Variable(t.narrow(1, rank * tokens, tokens).contiguous(), true); };
+      const Variable qr = mine(q), kr = mine(k), vr = mine(v);
+      const Variable out = nn::UlyssesAttention(group, nn::UlyssesAttentionOptions{mask, true, {}, {}}).forward(qr, kr, vr);
+      out.backward(grad_out.narrow(1, rank * tokens, tokens).contiguous());
+      seen[static_cast<size_t>(rank)] = {out.data(), qr.grad(), kr.grad(), vr.grad()};
+    });
+    for (int rank = 0; rank < ranks; ++rank) {
+      INFO("sp " << ranks << ", rank " << rank);
+      const Seen& s = seen[static_cast<size_t>(rank)];
+      auto rows = [&](const Tensor& t) { return t.narrow(1, rank * tokens, tokens).contiguous(); };
+      CHECK(test::same_bits(s.out, rows(one.data().view({batch, sequence, heads * head_dim}))));
+      CHECK(test::same_bits(s.dq, rows(q1.grad())));
+      CHECK(test::same_bits(s.dk, rows(k1.grad())));
+      CHECK(test::same_bits(s.dv, rows(v1.grad())));
+    }
+  }
+}
+
+// repeat_kv_heads' backward adds the copies exactly: attention over repeated heads is
+// grouped-query attention, bit for bit.
+TEST_CASE("attention over repeated kv heads gives grouped-query attention's bits", "[dist][cpu]") {
+  Generator generator(35);
+  const Tensor q = generator.randn({2, 9, 6, 8}), k = generator.randn({2, 9, 2, 8}), v = generator.randn({2, 9, 2, 8});
+  const Tensor g = generator.randn({2, 9, 6, 8});
+  const Variable qa(q, true), ka(k, true), va(v, true), qb(q, true), kb(k, true), vb(v, true);
+  nn::scaled_dot_product_attention(qa, ka, va).backward(g);
+  nn::scaled_dot_product_attention(qb, nn::repeat_kv_heads(kb, 3), nn::repeat_kv_heads(vb, 3)).backward(g);
+  CHECK(test::same_bits(qa.grad(), qb.grad()));
+  CHECK(test::same_bits(ka.grad(), kb.grad()));
+  CHECK(test::same_bits(va.grad(), vb.grad()));
+}
+
+TEST_CASE("UlyssesAttention refuses heads that do not split over sp, naming Hq and sp",
           "[dist][cpu]") {
   REQUIRE_THROWS_WITH(on_ranks(4,
                                [](int, std::shared_ptr<nn::SequenceGroup> group) {
                                  const Variable x(Tensor::zeros({2, 6, 4}));
                                  nn::UlyssesAttention(group).forward(x, x, x);
                                }),
-                      Contains("H = 6 heads do not split evenly over sp = 4 ranks of group world") &&
+                      Contains("Hq = 6 query heads do not split evenly over sp = 4 ranks of group world") &&
                           Contains("uneven head splits are not supported"));
   REQUIRE_THROWS_WITH(on_ranks(2,
                                [](int, std::shared_ptr<nn::SequenceGroup> group) {
@@ -149,9 +203,35 @@ TEST_CASE("UlyssesAttention refuses heads that do not split over sp, naming H an
                                  const Variable k(Tensor::zeros({2, 4, 2}));
                                  nn::UlyssesAttention(group).forward(q, k, q);
                                }),
-                      Contains("q [2, 4, 4], k [2, 4, 2] and v [2, 4, 4] must have the same shape"));
+                      Contains("k and v must be one shape, with q's batch, tokens and head dim; got q [2, 4, 4], "
+                               "k [2, 4, 2], v [2, 4, 4]"));
   REQUIRE_THROWS_WITH(nn::UlyssesAttention(nn::single_rank_group()).forward(
                           Variable(Tensor::zeros({2, 8})), Variable(Tensor::zeros({2, 8})),
                           Variable(Tensor::zeros({2, 8}))),
-                      Contains("q must be [S/P, H, D], got [2, 8]"));
+                      Contains("q must be [B, S/sp, Hq, D] or [S/sp, Hq, D], got [2, 8]"));
+}
+
+// A sequence cut unevenly, or ranks that disagree on the heads, are named in the user's
+// terms on every rank: S and sp, and what each rank passed (not the exchange's shapes).
+TEST_CASE("UlyssesAttention names S and sp, and each rank's shapes, when the ranks disagree", "[dist][cpu]") {
+  std::vector<std::string> messages(4);
+  const auto run = [&](const std::function<Shape(int)>& shape_of_rank) {
+    on_ranks(4, [&](int rank, std::shared_ptr<nn::SequenceGroup> group) {
+      const Variable x(Tensor::zeros(shape_of_rank(rank)));
+      try {
+        nn::UlyssesAttention(group).forward(x, x, x);
+      } catch (const Error& e) {
+        messages[static_cast<size_t>(rank)] = e.what();
+      }
+    });
+  };
+  run([](int rank) { return Shape{1, rank == 0 ? 258 : 256, 4, 16}; });
+  for (const std::string& m : messages) {
+    CHECK_THAT(m, Contains("rank 0: 258, rank 1: 256") && Contains("S = 1026 does not split evenly over sp = 4"));
+  }
+  run([](int rank) { return Shape{64, rank == 2 ? 8 : 4, 16}; });
+  for (const std::string& m : messages) {
+    CHECK_THAT(m, Contains("passed different batches, heads or head dims") &&
+                      Contains("rank 1 q [64, 4, 16], k and v [64, 4, 16]; rank 2 q [64, 8, 16]"));
+  }
 }
