@@ -12,23 +12,24 @@
 #include <vector>
 
 #include <seqpar/seqpar.h>
+#include <seqpar/autograd/reshape.h>
 #include <seqpar/nn/ulysses_block.h>
 
 using namespace seqpar;
 
 namespace {
 
-constexpr int kSp = 4, kDp = 2, kSteps = 12;
-constexpr int64_t kBatch = 2, kSequence = 128;
+constexpr int kSp = 4, kDp = 2, kSteps = 10;
+constexpr int64_t kBatch = 2, kSequence = 64;
 
 nn::UlyssesBlockOptions llama_attention() {
   nn::UlyssesBlockOptions options;
-  options.model_dim = 64;
+  options.model_dim = 32;
   options.heads = 8;
   options.kv_heads = 2;
   options.head_dim = 128;
-  // Document boundaries: 45 and 100 fall inside ranks' shards of 32 tokens.
-  options.documents = {0, 20, 45, 100, kSequence};
+  // Document boundaries: 10, 23 and 50 fall inside ranks' shards of 16 tokens.
+  options.documents = {0, 10, 23, 50, kSequence};
   return options;
 }
 
@@ -52,8 +53,8 @@ std::vector<float> train(nn::UlyssesBlock& block, const Tensor& inputs, const Te
       const nn::ExactGradients::Recording recording(exact);
       for (int r = 0; r < replicas; ++r) {
         const autograd::Variable x(inputs.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, width}));
-        const autograd::Variable y(targets.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, width}));
-        const autograd::Variable part = nn::l1_loss(block.forward(x), y, share);
+        const autograd::Variable y(targets.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, width}));
+        const autograd::Variable part = nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * rows, width}), y, share);
         part.backward();
         loss += part.data().item();
       }

@@ -11,6 +11,7 @@
 #include "core/generator.h"
 #include "dist/local_process_group.h"
 #include "dist/mesh.h"
+#include "autograd/reshape.h"
 #include "nn/exact_gradients.h"
 #include "nn/l1_loss.h"
 #include "nn/ulysses_block.h"
@@ -55,14 +56,14 @@ std::vector<std::vector<float>> train(const std::shared_ptr<nn::SequenceGroup>& 
   const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kBatch * kSequence * kModelDim);
   const Variable x(data.inputs.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, kModelDim}));
   const Variable target(
-      data.targets.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, kModelDim}));
+      data.targets.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, kModelDim}));
   std::vector<std::vector<float>> after;
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
     nn::ExactGradients exact;
     {
       const nn::ExactGradients::Recording recording(exact);
-      nn::l1_loss(block.forward(x), target, global_mean).backward();
+      nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * rows, kModelDim}), target, global_mean).backward();
     }
     for (exact::ExactSums* sums : exact.sums()) add_across_ranks(*sums);
     exact.round_into_grads();
@@ -100,8 +101,8 @@ TEST_CASE("a Llama-shaped Ulysses layer (GQA 8 over 2, batch 2, packed documents
           const nn::ExactGradients::Recording recording(exact);
           for (int r = 0; r < dp; ++r) {
             const Variable x(data.inputs.narrow(0, r, 1).contiguous().view({kBatch, kSequence, kModelDim}));
-            const Variable target(data.targets.narrow(0, r, 1).contiguous().view({kBatch, kSequence, kModelDim}));
-            nn::l1_loss(block.forward(x), target, global_mean).backward();
+            const Variable target(data.targets.narrow(0, r, 1).contiguous().view({kBatch * kSequence, kModelDim}));
+            nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * kSequence, kModelDim}), target, global_mean).backward();
           }
         }
         exact.round_into_grads();
