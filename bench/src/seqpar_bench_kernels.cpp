@@ -128,20 +128,21 @@ void bench_attention(Report& report, const Settings& s) {
   const int64_t tokens = 1024, head_dim = 16;
   Generator generator(11);
   for (int64_t heads : {int64_t{2}, int64_t{8}}) {
-    const Shape sizes = {tokens, heads, head_dim};
+    const Shape sizes = {1, tokens, heads, head_dim};  // one sequence, [B, S, H, D]
     const Tensor q = generator.randn(sizes, kGpu), k = generator.randn(sizes, kGpu);
     const Tensor v = generator.randn(sizes, kGpu), g = generator.randn(sizes, kGpu);
     const nn::AttentionMask causal(true);
+    const float scale = nn::attention_scale(head_dim);
     const std::string shape = std::to_string(tokens) + "x" + std::to_string(heads) + "x" + std::to_string(head_dim);
     const double bytes = kF * 4 * tokens * heads * head_dim;
     const double flops = 2.0 * tokens * tokens * heads * head_dim;  // q·k and p·v over half the pairs
     report.add("kernel/attention_fwd/" + shape, "exact causal attention forward",
-               time_calls([&] { nn::detail::attention_forward_cuda(q, k, v, causal); }, s.warmup, s.repeats),
+               time_calls([&] { nn::detail::attention_forward_cuda(q, k, v, causal, scale); }, s.warmup, s.repeats),
                bytes, flops);
     report.add("kernel/attention_fwd_bwd/" + shape, "exact causal attention forward + backward",
                time_calls([&] {
-                 const nn::AttentionForward forward = nn::detail::attention_forward_cuda(q, k, v, causal);
-                 nn::detail::attention_backward_cuda(g, q, k, v, forward, causal);
+                 const nn::AttentionForward forward = nn::detail::attention_forward_cuda(q, k, v, causal, scale);
+                 nn::detail::attention_backward_cuda(g, q, k, v, forward, causal, scale, true, true);
                }, s.warmup, s.repeats),
                2 * bytes, 3.5 * flops);  // the backward: dP, dq, dk, dv, and P again
   }

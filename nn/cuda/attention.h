@@ -8,13 +8,17 @@
 
 namespace seqpar::nn::detail {
 
-// q, k, v (and grad_out) contiguous [S, H, D] on one GPU, and the mask, checked by the
-// caller. Refuses (naming S) a sequence whose rows do not fit in a block's shared memory.
+// q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (and grad_out q's shape) contiguous on one
+// GPU, with the mask and the scale checked by the caller (nn/attention.cpp); row_max and
+// row_sum are [B, Hq, Sq]. Refuses, naming the sizes, a call whose rows of scores do not
+// fit in a block's shared memory or whose batch and heads do not fit a grid.
 AttentionForward attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const AttentionMask& mask);
+                                        const AttentionMask& mask, float scale);
+// queries: compute dq; keys: compute dk and dv. A part not asked for stays undefined.
 AttentionGrads attention_backward_cuda(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const AttentionForward& forward,
-                                       const AttentionMask& mask);
+                                       const AttentionMask& mask, float scale, bool queries,
+                                       bool keys);
 
 // x contiguous [S, H, D]; cos and sin [S, D/2] on x's GPU (nn/rope.h).
 Tensor rope_rotate_cuda(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transposed);
