@@ -20,7 +20,8 @@ AttentionGrads attention_backward_cuda(const Tensor& grad_out, const Tensor& q, 
                                        const AttentionMask& mask, float scale, bool queries,
                                        bool keys);
 
-// x contiguous [S, H, D]; cos and sin [S, D/2] on x's GPU (nn/rope.h).
+// x contiguous [N, H, D] (a batch's tokens one after another); cos and sin [T, D/2] on x's GPU,
+// T dividing N: token t rotates by row t mod T (nn/reference/rope.h).
 Tensor rope_rotate_cuda(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transposed);
 
 }  // namespace seqpar::nn::detail

@@ -97,7 +97,7 @@ TEST_CASE("ulysses: every variant's verdict, and the figure that names each mist
   CHECK(f.at("issue-6868")->output_difference == 0);
   CHECK(std::fabs(f.at("issue-6868")->trace.rank_spread[0] / config.adamw.lr() - 2.0) < 1e-3);
   // heads not divisible: the layer refuses, naming H and sp.
-  CHECK(results.uneven_heads_message.find("H = 5") != std::string::npos);
+  CHECK(results.uneven_heads_message.find("Hq = 5") != std::string::npos);
   CHECK(results.uneven_heads_message.find("sp = 4") != std::string::npos);
   CHECK(ulysses_text(results).find("refuses") != std::string::npos);
   CHECK(ulysses_json(results)["variants"].size() == results.variants.size());

@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "apps/common/safetensors.h"
 #include "nn/rope.h"
+#include "tests/cuda_test_util.h"
 #include "tests/gradcheck.h"
 #include "tests/mpfr_float.h"
 #include "tests/test_util.h"
@@ -102,6 +103,56 @@ TEST_CASE("rope: the rotation is the stated formula, and positions are global", 
   }
 }
 
+// A batch [B, S, H, D]: with S positions every sequence rotates at them, with B·S each
+// sequence at its own; either way each sequence's rows are its call alone, bit for bit.
+// Packed documents rotate at their positions within each document.
+TEST_CASE("rope: a batch rotates each sequence as alone; documents restart their positions", "[rope]") {
+  Generator generator(7300);
+  const int64_t batch = 3, tokens = 7, heads = 2, dim = 8;
+  const Tensor x = generator.randn({batch, tokens, heads, dim});
+  const std::vector<int64_t> shared = range(40, tokens);
+  std::vector<int64_t> each;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t p : range(100 * b, tokens)) each.push_back(p);
+  }
+  for (const Device device : {Device::reference(), Device::cpu()}) {
+    INFO(device);
+    const Tensor all_shared = nn::rope_forward(x.to(device), nn::RopeTable(shared, dim, 10000.0f, device));
+    const Tensor all_each = nn::rope_forward(x.to(device), nn::RopeTable(each, dim, 10000.0f, device));
+    const Tensor back = nn::rope_backward(x.to(device), nn::RopeTable(each, dim, 10000.0f, device));
+    for (int64_t b = 0; b < batch; ++b) {
+      const Tensor one = x.narrow(0, b, 1).contiguous().view({tokens, heads, dim}).to(device);
+      const std::vector<int64_t> own(each.begin() + b * tokens, each.begin() + (b + 1) * tokens);
+      CHECK(same_bits(all_shared.narrow(0, b, 1),
+                      nn::rope_forward(one, nn::RopeTable(shared, dim, 10000.0f, device))));
+      CHECK(same_bits(all_each.narrow(0, b, 1), nn::rope_forward(one, nn::RopeTable(own, dim, 10000.0f, device))));
+      CHECK(same_bits(back.narrow(0, b, 1), nn::rope_backward(one, nn::RopeTable(own, dim, 10000.0f, device))));
+    }
+  }
+  CHECK(nn::document_positions({0, 3, 7}, range(0, 7)) == std::vector<int64_t>{0, 1, 2, 0, 1, 2, 3});
+  CHECK(nn::document_positions({0, 3, 7}, {2, 5, 6}) == std::vector<int64_t>{2, 2, 3});  // a shard's tokens
+  CHECK_THROWS_WITH(nn::document_positions({0, 3, 7}, {7}), Catch::Contains("position 7 lies outside the documents [0, 7)"));
+  CHECK_THROWS_WITH(nn::document_positions({1, 3}, {2}), Catch::Contains("must start at 0"));
+  CHECK_THROWS_WITH(nn::rope_forward(x, nn::RopeTable(range(0, 5), dim)),
+                    Catch::Contains("needs a table of 7 positions (or one per token of the batch, 21)"));
+}
+
+TEST_CASE("rope over a batch on the GPU gives the reference's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  Generator generator(7301);
+  const int64_t batch = 3, tokens = 33, heads = 4, dim = 16;
+  const Tensor x = generator.uniform({batch, tokens, heads, dim}, -10.0f, 10.0f);
+  std::vector<int64_t> each;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t p : range(1000 * b + 7, tokens)) each.push_back(p);
+  }
+  for (const std::vector<int64_t>& positions : {range(5, tokens), each}) {
+    const nn::RopeTable host(positions, dim), gpu(positions, dim, 10000.0f, Device::cuda());
+    CHECK(test::bitwise_equal(nn::rope_forward(x.to(Device::cuda()), gpu), nn::rope_forward(x, host)));
+    CHECK(test::bitwise_equal(nn::rope_backward(x.to(Device::cuda()), gpu), nn::rope_backward(x, host)));
+  }
+}
+
 TEST_CASE("rope: the gradient matches central finite differences in float64", "[rope]") {
   Generator generator(7200);
   const int64_t tokens = 5, heads = 2, dim = 6;
@@ -136,7 +187,7 @@ TEST_CASE("rope: bad input is a clear error", "[rope]") {
   CHECK_THROWS_WITH(nn::RopeTable(range(0, 4), 8, 1.0f), Catch::Contains("base"));
   const nn::RopeTable table(range(0, 4), 8);
   CHECK_THROWS_WITH(nn::rope_forward(Tensor::zeros({5, 2, 8}), table), Catch::Contains("needs a table of 5 positions"));
-  CHECK_THROWS_WITH(nn::rope_forward(Tensor::zeros({4, 8}), table), Catch::Contains("[S, H, D]"));
+  CHECK_THROWS_WITH(nn::rope_forward(Tensor::zeros({4, 8}), table), Catch::Contains("[S, H, D] or [B, S, H, D]"));
   CHECK_THROWS_WITH(nn::rope_forward(Tensor::zeros({4, 2, 8}, Device::reference()), table),
                     Catch::Contains("table is on"));
 }
