@@ -76,6 +76,8 @@ Tensor transposed(const Tensor& matrix) {
 //              and dx kernels by shape (its     that choose_weight_grad_kernel picks
 //              table)                           (nn/cuda/weight_grad_choice.h)
 //
+// Each row's call chain down to its kernels, its decisions and its waits: docs/paths.md.
+//
 // Why a fast CPU path at all: the default run of seqpar-repro trains on 12,000 rows on
 // the CPU, and the plain loops take seconds where the fast ones take a fraction of one.
 //
@@ -169,7 +171,8 @@ exact::ExactSums row_sums(const Tensor& dy, const Tensor& x, bool want_weight, b
       return sums;
     case DeviceType::CUDA:
 #ifdef SEQPAR_WITH_CUDA
-      detail::linear_row_sums_cuda(dy_rows, x_rows, sums, want_weight, want_bias, state);
+      detail::accumulate_linear_grads_cuda(dy_rows, x_rows, sums, want_weight, want_bias,
+                                           detail::kept_x_maxima(state));
 #else
       (void)state;
       require_host("linear_backward", dy.device());

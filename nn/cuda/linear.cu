@@ -8,11 +8,12 @@
 //   forward  C = y  [n, out]   A = x  (m=row, k=in)     Bᵀ = W (n=out, k=in)
 //   dx       C = dx [n, in]    A = dy (m=row, k=out)    Bᵀ = W (n=in, k=out), read down columns
 //
-// Each element of C is one fma chain over k = 0, 1, ... from +0, then + bias: the
-// canonical order of nn/cpu/linear.h, which the CPU follows too, so the bits are
-// the CPU's. That is why K is never split: partial sums added afterwards would be
-// another order. Both kernels keep each element's sum in one register and walk K in
-// increasing order, whatever the tile.
+// Each element of C is one fma chain over k = 0, 1, ... from +0, then + bias: the order
+// of the reference's chains (nn/reference/linear.h), which define the bits and which
+// the fast CPU path follows too, so the bits are the reference's (and the CPU's). That
+// is why K is never split: partial sums added afterwards would be another order. Both
+// kernels keep each element's sum in one register and walk K in increasing order,
+// whatever the tile.
 //
 // The kernel here is the classic tiled GEMM with register blocking: a block of 256
 // threads owns a 64 x 64 tile of C, stages 64 x 16 slices of A and Bᵀ in shared memory,
@@ -222,9 +223,8 @@ std::shared_ptr<LinearBackendState> linear_forward_cuda_keeping_state(const Tens
   return state;
 }
 
-void linear_row_sums_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums, bool weight,
-                          bool bias, const LinearBackendState* state) {
-  accumulate_linear_grads_cuda(grad_y, x, sums, weight, bias, state ? state->x_largest.data() : nullptr);
+const unsigned int* kept_x_maxima(const LinearBackendState* state) {
+  return state != nullptr ? state->x_largest.data() : nullptr;
 }
 
 void linear_backward_cuda(const Tensor& grad_y, const Tensor& x, const Tensor& weight,

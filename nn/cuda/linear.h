@@ -1,6 +1,6 @@
 // The CUDA path of Linear: the launchers of its kernels (nn/cuda/linear.cu for y and
-// dx, nn/cuda/linear_row_sums.cu for dW and db), bitwise the reference's
-// (nn/reference/linear.h) in the numerics that nn/cpu/linear.h spells out. Declarations
+// dx, nn/cuda/linear_row_sums.cu for dW and db), bitwise the reference's: the plain
+// loops of nn/reference/linear.cpp define every bit (nn/reference/linear.h). Declarations
 // only, so that any build can include it: the CUDA row of nn/linear.cpp's table calls
 // them, and the files of nn/cuda/ define them.
 #pragma once
@@ -24,10 +24,9 @@ struct LinearBackendState;
 // The forward, keeping that state (the op asks for it when W takes a gradient).
 std::shared_ptr<LinearBackendState> linear_forward_cuda_keeping_state(const Tensor& x, const Tensor& weight,
                                                                       const Tensor& bias, const Tensor& y);
-// dW's and db's sums (accumulate_linear_grads_cuda below), with the forward's state if
-// it kept one (null: none).
-void linear_row_sums_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums, bool weight,
-                          bool bias, const LinearBackendState* state);
+// x's column maxima that the forward kept in `state`, for accumulate_linear_grads_cuda's
+// x_largest (null: no state, so none kept).
+const unsigned int* kept_x_maxima(const LinearBackendState* state);
 
 // How the many-outputs one-magnitude dW (one_magnitude_dw_many_outputs.cu) cuts the rows: rows converted
 // and multiplied at a time, rows between folds of its int32 products into the digits,
@@ -40,7 +39,8 @@ struct ManyOutputsChunks {
 };
 
 // dW's sums on the GPU (nn/cuda/linear_row_sums.cu), into sums on the device, on the
-// kernel that choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h).
+// kernel that choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h): for the
+// tests and benchmarks, accumulate_linear_grads_cuda without db.
 // x_largest: x's column maxima if the caller has them, as column_maxima_cuda finds them
 // (the forward's pass leaves them: linear_forward_cuda's x_largest); else found here.
 // kernel_taken: if not null, set to the path that ran (waits for the device).
@@ -52,7 +52,8 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
 // are db when dy has one magnitude (f times the count: no second read of dy, no binned
 // sums). Into one ExactSums: dW's out * in sums first (when `weight`), then db's out
 // (when `bias`), so that one allocation, one zeroing, one combine across ranks and one
-// rounding serve both.
+// rounding serve both. The CUDA row of nn/linear.cpp's table: its steps, decisions and
+// waits are listed at its definition and in docs/paths.md.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest = nullptr,
                                   const ManyOutputsChunks& chunks = {}, WeightGradKernel* kernel_taken = nullptr);
@@ -78,11 +79,11 @@ void column_maxima_cuda(const ConstRows& m, unsigned int* largest, unsigned int*
 // the one to work (the few-outputs one-magnitude kernel where it fits; with `signs`,
 // as column_maxima_cuda wrote them, the many-outputs one, cut as `chunks` says; where
 // neither applies, the binned kernel alone, doing the work whatever dy holds). What
-// accumulate_linear_grads_cuda does inside a graph capture or with few outputs, for a
-// caller that finds the maxima itself (the benchmarks' fused step): each as
+// accumulate_linear_grads_cuda launches inside a graph capture or with few outputs, for
+// a caller that finds the maxima itself (the benchmarks' fused step): each as
 // column_maxima_cuda finds it. Adds into digits[d * stride + j * in + k] (stride >= out
-// * in: dW may be the first sums of a larger set). Allocates nothing and never waits,
-// so a CUDA graph can capture it.
+// * in: dW may be the first sums of a larger set). Never waits, so a CUDA graph can
+// capture it; allocates only the many-outputs kernel's scratch, stream-ordered.
 struct WeightGradMaxima {
   const unsigned int* x_largest;   // [in]
   const unsigned int* dy_largest;  // [out]
@@ -137,15 +138,16 @@ void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t w
 // sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
 // nonzero magnitude bits (one_magnitude_dw.cuh): the kernel returns at once unless they
 // agree, and they tell the general kernel launched beside it to skip its work when
-// this path does it. Only where few_outputs_kernel_fits (nn/cuda/weight_grad_choice.h);
-// one_magnitude_dw_fits asks it of these operands.
-bool one_magnitude_dw_fits(const ConstRows& grad_y, const ConstRows& x);
+// this path does it. Only where few_outputs_kernel_fits (nn/cuda/weight_grad_choice.h).
 void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_largest,
                              const unsigned int* words, int64_t* digits, int64_t stride, cuda::Stream stream);
 // The same sums for a dy of many outputs (at least kManyOutputsMin; one_magnitude_dw_many_outputs.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
-// them in its pass over dy) on the tensor cores. Allocates its scratch (stream-ordered),
-// so only accumulate_weight_grad_cuda takes it, not a step that captures a graph.
+// them in its pass over dy) on the tensor cores. Allocates its scratch stream-ordered,
+// which a capture records as the graph's own allocations (core/cuda_runtime.cpp): so
+// accumulate_linear_grads_cuda takes it eager, once the host has read dy's words, and
+// inside a capture too, launched beside the binned kernel with the device deciding
+// (choose_weight_grad_kernel's table).
 void launch_one_magnitude_dw_many_outputs(const ConstRows& grad_y, const ConstRows& x,
                                      const unsigned int* x_largest, const unsigned int* words,
                                      SignMatrix signs, int64_t* digits, int64_t stride,

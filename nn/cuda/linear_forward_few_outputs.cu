@@ -2,14 +2,15 @@
 // 768: the issue's 640 -> 16), where a GEMM tile is mostly empty columns.
 //
 // A thread owns one row and kPerThread of its (up to 16) outputs: kPerThread fma chains
-// over k = 0, 1, ... from +0, then + bias, the canonical order of nn/cpu/linear.h,
-// so y has the CPU's bits whatever kPerThread is and whichever kernel runs. Wᵀ (in x 16
-// floats, at most 48 KB) is staged once per block in shared memory; the threads of one
-// row are adjacent lanes, and a warp's read of Wᵀ at one k touches 64 bytes (two
-// shared-memory wavefronts, the fewest a warp's 16-byte loads take). x comes through
-// shared memory too, in tiles each warp loads coalesced several tiles ahead (the staged
-// kernel, in nn/cuda/linear_forward_few_outputs.cuh), or, when its rows are not 16-byte
-// aligned, straight from each thread's row (here).
+// over k = 0, 1, ... from +0, then + bias, the order of the reference's chains
+// (nn/reference/linear.h), which define the bits: so y has the reference's bits
+// whatever kPerThread is and whichever kernel runs. Wᵀ (in x 16 floats, at most 48 KB)
+// is staged once per block in shared memory; the threads of one row are adjacent
+// lanes, and a warp's read of Wᵀ at one k touches 64 bytes (two shared-memory
+// wavefronts, the fewest a warp's 16-byte loads take). x comes through shared memory
+// too, in tiles each warp loads coalesced several tiles ahead (the staged kernel, in
+// nn/cuda/linear_forward_few_outputs.cuh), or, when its rows are not 16-byte aligned,
+// straight from each thread's row (here).
 //
 // Why not one thread per row and all 16 outputs: a few thousand rows are then fewer
 // blocks of four warps than there are SMs, one warp per scheduler, and every load's

@@ -1,6 +1,8 @@
-// CUDA kernels of Linear's sums over rows, dW = dyᵀ x and db = Σ_rows dy, in exact
-// arithmetic (core/exact_bins.h): the same digits as the CPU loops of nn/cpu/linear.cpp,
-// whatever the grid. Because the digits of partial sums add as integers, the rows can
+// Linear's sums over rows on a GPU, dW = dyᵀ x and db = Σ_rows dy: the function that
+// nn/linear.cpp's table calls (accumulate_linear_grads_cuda), which launches the dW
+// kernel that choose_weight_grad_kernel picks, and the general kernel of these sums,
+// binned in exact arithmetic (core/exact_bins.h): the reference's digits, whatever the
+// grid. Because the digits of partial sums add as integers, the rows can
 // be cut into chunks freely (here: enough chunks to fill the GPU) and the chunks' digits
 // meet through integer atomics, whose order cannot change the result. No
 // floating-point atomics: the bins are private to a thread.
@@ -110,15 +112,6 @@ void launch_binned_row_sums(ConstRows a, ConstRows b, int64_t rows, int64_t outp
   CUDA_LAUNCH_CHECK();
 }
 
-// db's sums: from the sign sums when dy had one magnitude (`words`), else by the binned
-// row sums, in one launch.
-void enqueue_column_sums(const ConstRows& grad_y, const unsigned int* dy_largest,
-                         const unsigned int* words, const int64_t* sign_sums, int64_t* digits,
-                         int64_t stride, cudaStream_t stream) {
-  launch_binned_row_sums<false>(grad_y, grad_y, grad_y.rows, 1, grad_y.cols, nullptr, dy_largest, words,
-                                sign_sums, digits, stride, stream);
-}
-
 // Scratch of a launch's own, in one buffer zeroed once (atomic sums and maxima start
 // from zeros): dy's sign sums [sign_sums_count], then the maxima's words.
 class RowSumsScratch {
@@ -135,18 +128,6 @@ class RowSumsScratch {
   DeviceBuffer<int64_t> buffer_;
 };
 
-// dW's sums for a dy of any values, on the kernel that `kernel` names (Crt or Binned).
-void enqueue_general_weight_sums(WeightGradKernel kernel, const ConstRows& grad_y, const ConstRows& x,
-                                 const unsigned int* x_largest, const unsigned int* dy_largest,
-                                 exact::ExactSums& sums, cudaStream_t stream) {
-  if (kernel == WeightGradKernel::Crt) {
-    accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_largest, {}, dy_largest);
-    return;
-  }
-  launch_binned_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, dy_largest, x_largest, nullptr,
-                               nullptr, sums.digits(), sums.count(), stream);
-}
-
 // Whether dy had one magnitude, from its two words read back: a wait for the pass over dy.
 bool dy_has_one_magnitude(const unsigned int* words, int device) {
   unsigned int host_words[2] = {};
@@ -154,50 +135,11 @@ bool dy_has_one_magnitude(const unsigned int* words, int device) {
   return one_magnitude_of(host_words[0], ~host_words[1]).holds;
 }
 
-// What the passes over x and dy leave on the device for dW's kernels.
-struct WeightGradInputs {
-  const unsigned int* x_largest;   // x's column maxima
-  const unsigned int* dy_largest;  // dy's
-  const unsigned int* dy_words;    // dy's two one-magnitude words
-  SignMatrix signs;                // dy's signs, where the choice may take the many-outputs kernel
-};
-
 // Whether the pass over dy must lay out dy's signs: where `choice` may end on the
 // many-outputs kernel (it asks for dy's structure first only with many outputs).
 bool needs_sign_matrix(const WeightGradChoice& choice) {
   return choice.launch == WeightGradLaunch::ReadDyStructure ||
          choice.kernel == WeightGradKernel::OneMagnitudeManyOutputs;
-}
-
-// dW's sums, into the first out * in sums, on the kernel that `choice` names, after the
-// passes over x and dy (the host reads dy's words back first where the choice asks).
-// Returns the kernel that did the work; where the device chose, only with `tell` (a
-// wait for dy's words), else the one-magnitude candidate.
-WeightGradKernel enqueue_chosen_weight_sums(WeightGradChoice choice, const WeightGradShape& shape,
-                                            bool capturing, const ConstRows& grad_y, const ConstRows& x,
-                                            const WeightGradInputs& in, const ManyOutputsChunks& chunks,
-                                            exact::ExactSums& sums, cudaStream_t stream, bool tell) {
-  const int device = sums.device().index;
-  if (choice.launch == WeightGradLaunch::ReadDyStructure) {
-    const DyStructure dy = dy_has_one_magnitude(in.dy_words, device) ? DyStructure::OneMagnitude
-                                                                     : DyStructure::General;
-    choice = choose_weight_grad_kernel(shape, capturing, dy);
-  }
-  if (choice.launch == WeightGradLaunch::DeviceChooses) {
-    enqueue_weight_grad_sums(grad_y, x, {in.x_largest, in.dy_largest, in.dy_words}, sums.digits(), sums.count(),
-                             stream, in.signs, chunks);
-    if (!tell) return choice.kernel;
-    SEQPAR_CHECK(!capturing, "accumulate_linear_grads_cuda: which kernel ran cannot be "
-                 "read back inside a graph capture (kernel_taken must be null there)");
-    return dy_has_one_magnitude(in.dy_words, device) ? choice.kernel : WeightGradKernel::Binned;
-  }
-  if (choice.kernel == WeightGradKernel::OneMagnitudeManyOutputs) {
-    launch_one_magnitude_dw_many_outputs(grad_y, x, in.x_largest, in.dy_words, in.signs, sums.digits(),
-                                         sums.count(), stream, chunks);
-  } else {
-    enqueue_general_weight_sums(choice.kernel, grad_y, x, in.x_largest, in.dy_largest, sums, stream);
-  }
-  return choice.kernel;
 }
 
 }  // namespace
@@ -208,19 +150,26 @@ void accumulate_weight_grad_cuda(const ConstRows& grad_y, const ConstRows& x, ex
   accumulate_linear_grads_cuda(grad_y, x, sums, true, false, x_largest, chunks, kernel_taken);
 }
 
-// dW's and db's exact row sums on the GPU (then rounded by nn/linear.cpp). Every path
-// adds the reference's exact values (nn/reference/linear.h), so the bits never depend on
-// which ran.
+// dW's and db's exact row sums on the GPU (then rounded by nn/linear.cpp), the CUDA row
+// of its table. Every path adds the reference's exact values (nn/reference/linear.h),
+// so the bits never depend on which ran. In order:
 //
-//   dW  the kernel that choose_weight_grad_kernel picks (nn/cuda/weight_grad_choice.h:
-//       the regimes, their thresholds and why)
-//   db  dy of one magnitude: f times each column's sign count, from the pass over dy's
-//       maxima (no second pass over dy); any other dy: row_sums_kernel<false> (binned)
+//   1. choose_weight_grad_kernel (nn/cuda/weight_grad_choice.h: the regimes, their
+//      thresholds and why): the host decides, from the shape and whether the stream is
+//      being captured, before anything is launched.
+//   2. The passes over x (unless the forward left x's maxima) and over dy
+//      (column_maxima.cu): dy's maxima, its two one-magnitude words, db's sign sums, and
+//      dy's signs as bytes where the choice may take the many-outputs kernel.
+//   3. Only where the choice says ReadDyStructure (many outputs, eager): the host reads
+//      dy's words back, a wait for the pass over dy, and chooses again.
+//   4. dW's launch, one switch on the choice: each case launches its kernels directly.
+//      DeviceChooses: the binned kernel and a one-magnitude one both, each reading dy's
+//      words and returning at once unless it is the one to work.
+//   5. db's launch: row_sums_kernel<false>, whose blocks read dy's words: f times each
+//      column's sign count where dy has one magnitude, else binned sums of dy.
 //
-// Whether dy has one magnitude is known first on the device: the pass over dy's column
-// maxima leaves its largest and smallest nonzero magnitude (its one-magnitude words,
-// nn/cuda/one_magnitude_dw.cuh). kernel_taken tells a caller (a test, a diagnosis) which
-// kernel did the work, reading the words back where the host did not.
+// kernel_taken tells a caller (a test, a diagnosis) which kernel did the work, reading
+// the words back (a wait) where the device decided.
 void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, exact::ExactSums& sums,
                                   bool weight, bool bias, const unsigned int* x_largest,
                                   const ManyOutputsChunks& chunks, WeightGradKernel* kernel_taken) {
@@ -258,21 +207,68 @@ void accumulate_linear_grads_cuda(const ConstRows& grad_y, const ConstRows& x, e
   const SignMatrix signs{lay_out_signs ? sign_bytes.data() : nullptr, signs_ld};
   column_maxima_cuda(grad_y, dy_largest, words, stream, bias ? scratch.sign_sums() : nullptr, signs);
   if (dw) {
-    const WeightGradInputs inputs{find_x ? scratch.largest() : x_largest, dy_largest, words, signs};
-    const WeightGradKernel taken = enqueue_chosen_weight_sums(choice, shape, capturing, grad_y, x, inputs,
-                                                              chunks, sums, stream, kernel_taken != nullptr);
-    if (kernel_taken != nullptr) *kernel_taken = taken;
+    const unsigned int* x_maxima = find_x ? scratch.largest() : x_largest;
+    int64_t* digits = sums.digits();
+    const int64_t stride = sums.count();
+    // Host decides, with a wait: with many outputs, eager, the host reads dy's two words
+    // back and asks the choice again with what they say.
+    if (choice.launch == WeightGradLaunch::ReadDyStructure) {
+      const DyStructure dy = dy_has_one_magnitude(words, device) ? DyStructure::OneMagnitude
+                                                                 : DyStructure::General;
+      choice = choose_weight_grad_kernel(shape, capturing, dy);
+    }
+    // Where the device decides (DeviceChooses), the binned kernel is launched first with
+    // dy's words and returns at once if dy has one magnitude; the one-magnitude kernel
+    // beside it returns at once if not. The binned one goes first: its blocks wait,
+    // resident, while the pass over dy runs and end as that pass does, where after the
+    // one-magnitude kernel, whose blocks fill the SMs, they would start only as those end.
+    const bool device_chooses = choice.launch == WeightGradLaunch::DeviceChooses;
+    switch (choice.kernel) {
+      case WeightGradKernel::OneMagnitudeFewOutputs:  // DeviceChooses: fits was asked by the choice
+        launch_binned_row_sums<true>(grad_y, x, rows, out, in, dy_largest, x_maxima, words, nullptr, digits,
+                                     stride, stream);
+        launch_one_magnitude_dw(grad_y, x, x_maxima, words, digits, stride, stream);
+        break;
+      case WeightGradKernel::OneMagnitudeManyOutputs:  // Run (dy read back) or DeviceChooses (captured)
+        if (device_chooses) {
+          launch_binned_row_sums<true>(grad_y, x, rows, out, in, dy_largest, x_maxima, words, nullptr, digits,
+                                       stride, stream);
+        }
+        launch_one_magnitude_dw_many_outputs(grad_y, x, x_maxima, words, signs, digits, stride, stream, chunks);
+        break;
+      case WeightGradKernel::Crt:
+        accumulate_weight_grad_crt_cuda(grad_y, x, sums, x_maxima, {}, dy_largest);
+        break;
+      case WeightGradKernel::Binned:
+        launch_binned_row_sums<true>(grad_y, x, rows, out, in, dy_largest, x_maxima, nullptr, nullptr, digits,
+                                     stride, stream);
+        break;
+      case WeightGradKernel::None:
+        SEQPAR_CHECK(false, "accumulate_linear_grads_cuda: no dW kernel was chosen");
+    }
+    if (kernel_taken != nullptr) {
+      if (device_chooses) {
+        SEQPAR_CHECK(!capturing, "accumulate_linear_grads_cuda: which kernel ran cannot be "
+                     "read back inside a graph capture (kernel_taken must be null there)");
+        *kernel_taken = dy_has_one_magnitude(words, device) ? choice.kernel : WeightGradKernel::Binned;
+      } else {
+        *kernel_taken = choice.kernel;
+      }
+    }
   }
   if (bias) {
-    enqueue_column_sums(grad_y, dy_largest, words, scratch.sign_sums(), sums.digits() + weight_count,
-                        sums.count(), stream);
+    // db: one launch, whose blocks read dy's words (device decides): f times the sign
+    // sums where dy has one magnitude, else the binned row sums.
+    launch_binned_row_sums<false>(grad_y, grad_y, rows, 1, out, nullptr, dy_largest, words, scratch.sign_sums(),
+                                  sums.digits() + weight_count, sums.count(), stream);
   }
 }
 
-// Both kernels are launched and each reads dy's words: the binned one first, as its
-// blocks wait, resident, while the pass before it runs and end as that pass does, where
-// after the one-magnitude kernel, whose blocks fill the SMs, they would start only as
-// those end.
+// The benchmarks' entry (bench/fused/, bench/src/), not Linear's path: the launches
+// that accumulate_linear_grads_cuda makes where the device decides, for a caller that
+// has the maxima and words already. The caller's `signs` say many outputs; else the
+// few-outputs kernel where it fits (few_outputs_kernel_fits, the choice's own test);
+// else the binned kernel alone, which does the work whatever dy holds.
 void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const WeightGradMaxima& maxima,
                               int64_t* digits, int64_t stride, cuda::Stream stream, SignMatrix signs,
                               const ManyOutputsChunks& chunks) {
@@ -281,7 +277,8 @@ void enqueue_weight_grad_sums(const ConstRows& grad_y, const ConstRows& x, const
                " x ", x.cols, ", digit stride ", stride);
   if (x.rows == 0 || x.cols == 0 || grad_y.cols == 0) return;  // (the binned launch checks the row count)
   const bool many_outputs = signs.data != nullptr;
-  const bool one_magnitude = many_outputs || one_magnitude_dw_fits(grad_y, x);
+  const bool one_magnitude =
+      many_outputs || few_outputs_kernel_fits({x.rows, x.cols, grad_y.cols, x.row_stride, grad_y.row_stride});
   launch_binned_row_sums<true>(grad_y, x, x.rows, grad_y.cols, x.cols, maxima.dy_largest, maxima.x_largest,
                                one_magnitude ? maxima.dy_words : nullptr, nullptr, digits, stride, stream);
   if (many_outputs) {

@@ -100,11 +100,14 @@ class SignsFromDy {
 
 }  // namespace
 
-bool one_magnitude_dw_fits(const ConstRows& grad_y, const ConstRows& x) { return few_outputs_dw::fits(grad_y, x); }
-
 void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_largest,
                              const unsigned int* words, int64_t* digits, int64_t stride, cuda::Stream stream) {
-  few_outputs_dw::launch<SignsFromDy>(grad_y, x, x_largest, words, digits, stride, stream, {});
+  const LaunchShape shape = launch_shape(grad_y, x);
+  const auto kernel = shape.aligned16 ? one_magnitude_dw_kernel<SignsFromDy, true>
+                                      : one_magnitude_dw_kernel<SignsFromDy, false>;
+  cuda::launch_dependent(kernel, shape.grid, dim3(kThreads), 0, stream, grad_y, x, x_largest, words, digits,
+                         stride, shape.rows_per_chunk, SignsFromDy::Params{});
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace seqpar::nn::detail

@@ -363,13 +363,17 @@ inline bool fits(const ConstRows& grad_y, const ConstRows& x) {
   return few_outputs_kernel_fits({x.rows, x.cols, grad_y.cols, x.row_stride, grad_y.row_stride});
 }
 
-// Launches the kernel with `Signs` over a grid that fills the device: blocks of 64
-// columns x 16 outputs, the rows cut into chunks (whole steps, at most kRowsPerChunk)
-// until there are about kBlocksPerSm blocks an SM. Only where fits(grad_y, x).
-template <class Signs>
-void launch(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_largest,
-            const unsigned int* words, int64_t* digits, int64_t stride, cudaStream_t stream,
-            const typename Signs::Params& params) {
+// The kernel's grid for these shapes, which fills the device: blocks of 64 columns x 16
+// outputs, the rows cut into chunks (whole steps, at most kRowsPerChunk) until there
+// are about kBlocksPerSm blocks an SM; and which of its two forms x's alignment allows.
+// Each caller launches one_magnitude_dw_kernel<its Signs, aligned16> itself, so that the
+// launch is one step from the function a reader comes from. Only where fits(grad_y, x).
+struct LaunchShape {
+  dim3 grid;
+  int64_t rows_per_chunk;
+  bool aligned16;  // x's rows start 16-byte aligned: the kernel's 16-byte copies
+};
+inline LaunchShape launch_shape(const ConstRows& grad_y, const ConstRows& x) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t column_blocks = cuda::ceil_div(x.cols, int64_t{kColumns});
@@ -381,16 +385,7 @@ void launch(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_l
       kStepRows, kRowsPerChunk);
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(groups),
                   static_cast<unsigned>(cuda::ceil_div(x.rows, rows_per_chunk)));
-  const auto run = [&](auto kernel) {
-    cuda::launch_dependent(kernel, grid, dim3(kThreads), 0, stream, grad_y, x, x_largest, words, digits,
-                           stride, rows_per_chunk, params);
-  };
-  if (cuda::aligned16(x.data) && x.row_stride % 4 == 0) {
-    run(one_magnitude_dw_kernel<Signs, true>);
-  } else {
-    run(one_magnitude_dw_kernel<Signs, false>);
-  }
-  CUDA_LAUNCH_CHECK();
+  return {grid, rows_per_chunk, cuda::aligned16(x.data) && x.row_stride % 4 == 0};
 }
 
 }  // namespace seqpar::nn::detail::few_outputs_dw

@@ -14,7 +14,7 @@
 //
 // Plain loops, no intrinsics, no shortcuts, no fusion: the reference device runs them
 // (Device::reference(), `seqpar-repro --device reference`), and every fast path (the CPU's
-// nn/cpu/linear.cpp, the GPU's nn/*.cu) is tested bit for bit against them.
+// nn/cpu/linear.cpp, the GPU's nn/cuda/*.cu) is tested bit for bit against them.
 #pragma once
 
 #include <cstdint>

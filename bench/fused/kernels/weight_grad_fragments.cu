@@ -92,8 +92,13 @@ void enqueue_weight_grad_sums_from_fragments(const ConstRows& grad_y, const Cons
                kSignFragmentOutputs, " outputs)");
   exact::check_term_count("enqueue_weight_grad_sums_from_fragments", x.rows);
   if (x.rows == 0 || x.cols == 0 || grad_y.cols == 0) return;
-  launch<SignsFromFragments>(grad_y, x, maxima.x_largest, maxima.dy_words, digits, stride, stream,
-                             {sign_fragments, maxima.dy_largest});
+  const LaunchShape shape = launch_shape(grad_y, x);
+  const auto kernel = shape.aligned16 ? one_magnitude_dw_kernel<SignsFromFragments, true>
+                                      : one_magnitude_dw_kernel<SignsFromFragments, false>;
+  cuda::launch_dependent(kernel, shape.grid, dim3(kThreads), 0, stream, grad_y, x, maxima.x_largest,
+                         maxima.dy_words, digits, stride, shape.rows_per_chunk,
+                         SignsFromFragments::Params{sign_fragments, maxima.dy_largest});
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace seqpar::fused::kernels
