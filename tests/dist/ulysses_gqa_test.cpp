@@ -8,16 +8,18 @@
 
 #include <vector>
 
+#include "autograd/reshape.h"
+#include "core/device.h"
 #include "core/generator.h"
 #include "dist/local_process_group.h"
 #include "dist/mesh.h"
-#include "autograd/reshape.h"
 #include "nn/exact_gradients.h"
 #include "nn/l1_loss.h"
 #include "nn/ulysses_block.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tests/dist/dist_test_util.h"
+#include "tests/test_util.h"
 
 using namespace seqpar;
 using autograd::Variable;
@@ -48,15 +50,17 @@ struct Data {
 // Each rank's parameters after every step, flattened.
 std::vector<std::vector<float>> train(const std::shared_ptr<nn::SequenceGroup>& group, const Data& data,
                                       int replica, int64_t first, int64_t rows, int dp,
-                                      const std::function<void(exact::ExactSums&)>& add_across_ranks) {
+                                      const std::function<void(exact::ExactSums&)>& add_across_ranks,
+                                      Device device = Device::cpu()) {
   Generator generator(9);
-  nn::UlyssesBlock block(llama_options(), group, generator);
+  nn::UlyssesBlock block(llama_options(), group, generator, device);
   const std::vector<Variable> parameters = block.parameters();
   optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-2).weight_decay(0.01));
   const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kBatch * kSequence * kModelDim);
-  const Variable x(data.inputs.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, kModelDim}));
+  const Variable x(
+      data.inputs.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, kModelDim}).to(device));
   const Variable target(
-      data.targets.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, kModelDim}));
+      data.targets.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, kModelDim}).to(device));
   std::vector<std::vector<float>> after;
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
@@ -134,6 +138,31 @@ TEST_CASE("a Llama-shaped Ulysses layer (GQA 8 over 2, batch 2, packed documents
                                 baseline[static_cast<size_t>(step)]));
         }
       }
+    }
+  }
+}
+
+// The same layer at sp 4 (past the kv heads) with its ranks as threads sharing one GPU:
+// every rank ends each step with the CPU's one-rank parameters, bit for bit.
+TEST_CASE("the Llama-shaped Ulysses layer at sp 4 on one GPU trains with the CPU's bits", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const Data data(1);
+  const int sp = 4;
+  std::vector<std::vector<float>> cpu;
+  dist::run_local_world(1, [&](std::shared_ptr<dist::ProcessGroup> world) {
+    cpu = train(nn::sequence_group(world), data, 0, 0, kSequence, 1, [](exact::ExactSums&) {});
+  });
+  std::vector<std::vector<std::vector<float>>> gpu(sp);
+  dist::run_local_world(sp, [&](std::shared_ptr<dist::ProcessGroup> world) {
+    const int64_t rows = kSequence / sp;
+    gpu[static_cast<size_t>(world->rank())] =
+        train(nn::sequence_group(world), data, 0, world->rank() * rows, rows, 1,
+              [&](exact::ExactSums& sums) { world->all_reduce_sums(sums); }, Device::cuda());
+  });
+  for (int rank = 0; rank < sp; ++rank) {
+    for (int step = 0; step < kSteps; ++step) {
+      INFO("rank " << rank << ", after step " << step + 1);
+      CHECK(test::same_bits(gpu[static_cast<size_t>(rank)][static_cast<size_t>(step)], cpu[static_cast<size_t>(step)]));
     }
   }
 }
