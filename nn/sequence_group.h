@@ -4,8 +4,8 @@
 // nn sits below dist (scripts/check-layering.sh: nn sees autograd and core only), so it
 // cannot name dist::ProcessGroup. It names this seam instead, as core's
 // exact::CrossRankSums lets dist add exact sums without core knowing dist. Any group
-// with rank(), size(), name() and all_to_all(output, input) fits (dist::ProcessGroup
-// has them):
+// with rank(), size(), name(), all_to_all(output, input) and all_gather(output, input)
+// fits (dist::ProcessGroup has them):
 //
 //   auto group = nn::sequence_group(mesh_groups.sp_group);   // a shared dist::ProcessGroup
 //   nn::UlyssesAttention attention(group);
@@ -31,6 +31,11 @@ class SequenceGroup {
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // for messages ("sp[0-3]")
   virtual void all_to_all(Tensor& output, const Tensor& input) = 0;
+  // output [size() * n, ...] for inputs of [n, ...]; rank r's input lands in slice r
+  // (dist::ProcessGroup's contract). What context parallelism gathers K and V with. By
+  // default an all-to-all of size() copies of the input, for groups (test doubles)
+  // that have only all_to_all: the same result, at size() times the bytes sent.
+  virtual void all_gather(Tensor& output, const Tensor& input);
 };
 
 // A group with those four methods, seen as a SequenceGroup; it shares the group's
@@ -43,6 +48,7 @@ class SequenceGroupOf final : public SequenceGroup {
   int size() const override { return group_->size(); }
   std::string name() const override { return group_->name(); }
   void all_to_all(Tensor& output, const Tensor& input) override { group_->all_to_all(output, input); }
+  void all_gather(Tensor& output, const Tensor& input) override { group_->all_gather(output, input); }
 
  private:
   std::shared_ptr<Group> group_;

@@ -42,6 +42,16 @@ Tensor as_input(const Tensor& t, const Tensor& x) {
 
 std::shared_ptr<SequenceGroup> single_rank_group() { return std::make_shared<SingleRankGroup>(); }
 
+void SequenceGroup::all_gather(Tensor& output, const Tensor& input) {
+  const Tensor one = input.contiguous();
+  Shape copies_shape = one.shape();
+  SEQPAR_CHECK(!copies_shape.empty(), "all_gather on group ", name(), ": the input needs a first dim");
+  copies_shape[0] *= size();
+  Tensor copies = Tensor::empty(copies_shape, one.device());
+  for (int r = 0; r < size(); ++r) copies.narrow(0, r * one.size(0), one.size(0)).copy_(one);
+  all_to_all(output, copies);
+}
+
 void check_heads_split(const char* op, int64_t heads, const SequenceGroup& group) {
   SEQPAR_CHECK(heads % group.size() == 0, op, ": H = ", heads, " heads do not split evenly over sp = ",
                group.size(), " ranks of group ", group.name(),
