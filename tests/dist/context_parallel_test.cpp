@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "dist/local_process_group.h"
@@ -63,16 +64,18 @@ struct Seen {
 };
 
 // Every rank's output and gradients, each over its own positions.
-std::vector<Seen> run_cp(const Inputs& in, int ranks, const nn::ContextParallelOptions& options, bool swap = false) {
+std::vector<Seen> run_cp(const Inputs& in, int ranks, const nn::ContextParallelOptions& options, bool swap = false,
+                         Device device = Device::cpu()) {
   std::vector<Seen> seen(static_cast<size_t>(ranks));
   dist::run_local_world(ranks, [&](std::shared_ptr<dist::ProcessGroup> world) {
     std::shared_ptr<nn::SequenceGroup> group = nn::sequence_group(world);
     if (swap) group = std::make_shared<SwappedGather>(group);
     const nn::ContextParallelAttention attention(group, options);
     const std::vector<int64_t> mine = attention.positions(kSequence / ranks);
-    const Variable q(tokens_at(in.q, mine), true), k(tokens_at(in.k, mine), true), v(tokens_at(in.v, mine), true);
+    const Variable q(tokens_at(in.q, mine).to(device), true), k(tokens_at(in.k, mine).to(device), true);
+    const Variable v(tokens_at(in.v, mine).to(device), true);
     const Variable out = attention.forward(q, k, v);
-    out.backward(tokens_at(in.g, mine));
+    out.backward(tokens_at(in.g, mine).to(device));
     seen[static_cast<size_t>(world->rank())] = {out.data().to_vector(), q.grad().to_vector(), k.grad().to_vector(),
                                                 v.grad().to_vector()};
   });
@@ -153,5 +156,31 @@ TEST_CASE("context parallelism's positions and refusals", "[dist][cpu]") {
   });
   for (const std::string& m : messages) {
     CHECK_THAT(m, Contains("rank 0: 5, rank 1: 4") && Contains("S = 9 does not split evenly over cp = 2"));
+  }
+}
+
+// The ranks as threads sharing one GPU, the kernels bitwise the reference's: cp 4,
+// zigzag, grouped-query heads, packed documents, against the CPU's one rank.
+TEST_CASE("context-parallel attention on one GPU gives the CPU's one-rank bits", "[dist][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  Generator generator(71);
+  const Inputs in{generator.randn({kBatch, kSequence, kHeads, kDim}), generator.randn({kBatch, kSequence, 2, kDim}),
+                  generator.randn({kBatch, kSequence, 2, kDim}), generator.randn({kBatch, kSequence, kHeads, kDim})};
+  const nn::AttentionMask mask = nn::AttentionMask::documents({0, 5, 11, 18, kSequence});
+  const Variable q(in.q, true), k(in.k, true), v(in.v, true);
+  const Variable one = nn::scaled_dot_product_attention(q, k, v, mask);
+  one.backward(in.g);
+  const std::vector<Seen> seen = run_cp(in, 4, {mask, nn::ContextParallelLayout::Zigzag, {}}, false, Device::cuda());
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    const std::vector<int64_t> mine = nn::context_parallel_positions(kSequence, 4, rank, nn::ContextParallelLayout::Zigzag);
+    const Seen& s = seen[static_cast<size_t>(rank)];
+    CHECK(test::same_bits(s.out, tokens_at(one.data(), mine).to_vector()));
+    CHECK(test::same_bits(s.dq, tokens_at(q.grad(), mine).to_vector()));
+    CHECK(test::same_bits(s.dk, tokens_at(k.grad(), mine).to_vector()));
+    CHECK(test::same_bits(s.dv, tokens_at(v.grad(), mine).to_vector()));
   }
 }
