@@ -31,6 +31,14 @@ std::vector<exact::ExactSums*> ExactGradients::sums() {
   return all;
 }
 
+std::vector<autograd::Variable> ExactGradients::recorded_parameters() const {
+  std::vector<autograd::Variable> parameters;
+  for (const Entry& entry : entries_) {
+    for (const Target& target : entry.targets) parameters.push_back(target.parameter);
+  }
+  return parameters;
+}
+
 void ExactGradients::round_into_grads() {
   for (Entry& entry : entries_) {
     for (const Target& target : entry.targets) {

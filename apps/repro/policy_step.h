@@ -4,13 +4,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/repro/policy.h"
 #include "autograd/variable.h"
 #include "dist/process_group.h"
-#include "nn/exact_gradients.h"
+#include "nn/exact_gradient_sync.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
 
@@ -41,7 +42,7 @@ class PolicyStep {
   // it reduces over: the data-parallel group in 0.16, the sp x dp group with an mpu.
   void broadcast_parameters();
   // The exact policy records the exact row sums of Linear's dW and db
-  // (nn::ExactGradients) for synchronize_gradients to add across ranks.
+  // (nn::ExactGradientSync) for synchronize_gradients to add across ranks.
   void backward(const autograd::Variable& loss);
   StepNorms step();
 
@@ -56,7 +57,7 @@ class PolicyStep {
   std::vector<autograd::Variable> parameters_;
   RankGroups groups_;
   optim::AdamW optimizer_;
-  nn::ExactGradients exact_gradients_;  // the exact policy's unrounded row sums
+  std::optional<nn::ExactGradientSync> exact_sync_;  // the exact policy's, over sp x dp
   double gradient_clipping_;
 };
 
