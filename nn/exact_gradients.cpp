@@ -31,14 +31,6 @@ std::vector<exact::ExactSums*> ExactGradients::sums() {
   return all;
 }
 
-std::vector<autograd::Variable> ExactGradients::recorded_parameters() const {
-  std::vector<autograd::Variable> parameters;
-  for (const Entry& entry : entries_) {
-    for (const Target& target : entry.targets) parameters.push_back(target.parameter);
-  }
-  return parameters;
-}
-
 void ExactGradients::round_into_grads() {
   for (Entry& entry : entries_) {
     for (const Target& target : entry.targets) {
@@ -66,6 +58,14 @@ bool ExactGradients::record(exact::ExactSums&& sums, std::vector<Target> targets
   }
   current_recording->entries_.push_back(Entry{std::move(targets), std::move(sums)});
   return true;
+}
+
+std::vector<autograd::Variable> ExactGradients::recorded_parameters() const {
+  std::vector<autograd::Variable> parameters;
+  for (const Entry& entry : entries_) {
+    for (const Target& target : entry.targets) parameters.push_back(target.parameter);
+  }
+  return parameters;
 }
 
 }  // namespace seqpar::nn

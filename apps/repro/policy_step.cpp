@@ -12,15 +12,14 @@ PolicyStep::PolicyStep(const Policy& policy, const nn::Linear& model, RankGroups
       parameters_(model.parameters()),
       groups_(std::move(groups)),
       optimizer_(parameters_, adamw),
-      gradient_clipping_(gradient_clipping) {
-  if (policy_.kind == PolicyKind::Exact) exact_sync_.emplace(parameters_, groups_.sequence_data_parallel);
-}
+      gradient_clipping_(gradient_clipping) {}
 
 void PolicyStep::backward(const autograd::Variable& loss) {
   if (policy_.kind != PolicyKind::Exact) return loss.backward();
-  // Linear's dW and db also keep their exact, unrounded row sums in the sync, for
-  // synchronize_gradients to add across ranks before the one rounding.
-  exact_sync_->backward(loss);
+  // Linear's dW and db also keep their exact, unrounded row sums in exact_gradients_,
+  // for synchronize_gradients to add across ranks before the one rounding.
+  const nn::ExactGradients::Recording recording(exact_gradients_);
+  loss.backward();
 }
 
 void PolicyStep::broadcast_parameters() {
@@ -57,7 +56,10 @@ void PolicyStep::synchronize_gradients() {
       // exact sums over its rows. Adding those digits over every rank of sp x dp (an
       // integer all-reduce) gives the exact sums over all rows; rounding them once gives
       // one-rank training's gradient, bit for bit.
-      exact_sync_->synchronize();
+      for (exact::ExactSums* sums : exact_gradients_.sums()) {
+        groups_.sequence_data_parallel->all_reduce_sums(*sums);
+      }
+      exact_gradients_.round_into_grads();
       break;
   }
 }

@@ -4,14 +4,13 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/repro/policy.h"
 #include "autograd/variable.h"
 #include "dist/process_group.h"
-#include "nn/exact_gradient_sync.h"
+#include "nn/exact_gradients.h"
 #include "nn/linear.h"
 #include "optim/adamw.h"
 
@@ -42,7 +41,7 @@ class PolicyStep {
   // it reduces over: the data-parallel group in 0.16, the sp x dp group with an mpu.
   void broadcast_parameters();
   // The exact policy records the exact row sums of Linear's dW and db
-  // (nn::ExactGradientSync) for synchronize_gradients to add across ranks.
+  // (nn::ExactGradients) for synchronize_gradients to add across ranks.
   void backward(const autograd::Variable& loss);
   StepNorms step();
 
@@ -57,7 +56,7 @@ class PolicyStep {
   std::vector<autograd::Variable> parameters_;
   RankGroups groups_;
   optim::AdamW optimizer_;
-  std::optional<nn::ExactGradientSync> exact_sync_;  // the exact policy's, over sp x dp
+  nn::ExactGradients exact_gradients_;  // the exact policy's unrounded row sums
   double gradient_clipping_;
 };
 

@@ -90,8 +90,7 @@ void synchronize(UlyssesSync sync, const Parameters& parameters, nn::ExactGradie
     }
     exact.round_into_grads();
   } else if (groups != nullptr) {
-    // RoundedPartials: the ranks' rounded gradients summed over sp x dp; DeepSpeed 0.16:
-    // over the dp group alone, x sp/dp.
+    // RoundedPartials: the ranks' rounded gradients over sp x dp; DeepSpeed 0.16: over dp alone, x sp/dp.
     dist::ProcessGroup& group =
         sync == UlyssesSync::RoundedPartials ? *groups->sequence_data_parallel : *groups->data_parallel;
     for (const autograd::Variable& parameter : parameters) {
