@@ -24,8 +24,8 @@
 // Misuse is an error that names it, never gradients that quietly differ between ranks.
 // A backward pass outside a recording leaves in .grad() this rank's partial gradient,
 // rounded, with no exact sums to add: synchronize() would add nothing and each rank would
-// step with its own gradient (DeepSpeed #6868's outcome). So synchronize(), and a
-// Recording as it begins, refuse:
+// step with its own gradient, the outcome of the DeepSpeed bug in docs/deepspeed-6868.md.
+// So synchronize(), and a Recording as it begins, refuse:
 //   - a parameter that received a gradient outside a recording (seen through
 //     Variable::grad_accumulations);
 //   - a sync of nothing while a parameter holds a gradient (from before the sync was made,
