@@ -13,6 +13,7 @@ struct Variable::Impl {
   Tensor data;
   bool requires_grad = false;
   Tensor grad;                                   // undefined until a backward pass reaches a leaf
+  uint64_t grad_accumulations = 0;               // backward passes that added into grad
   std::shared_ptr<Node> grad_fn;                 // null for leaves
   std::shared_ptr<AccumulateGrad> accumulator;   // a leaf's gradient sink, made on first use
 };
@@ -80,6 +81,11 @@ void Variable::zero_grad() const {
   if (grad().defined()) impl_->grad.fill_(0.0f);
 }
 
+uint64_t Variable::grad_accumulations() const {
+  SEQPAR_CHECK(defined(), "grad_accumulations: the Variable is undefined");
+  return impl_->grad_accumulations;
+}
+
 const std::shared_ptr<Node>& Variable::grad_fn() const {
   SEQPAR_CHECK(defined(), "grad_fn: the Variable is undefined");
   return impl_->grad_fn;
@@ -112,6 +118,7 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   const std::shared_ptr<Variable::Impl> leaf = leaf_.lock();
   if (!leaf) return {};  // the leaf is gone: nobody can read its gradient
   Tensor& grad = leaf->grad;
+  leaf->grad_accumulations += 1;
   if (!grad.defined()) {
     // A private copy: the engine's gradient may be a view of (or be) a tensor the
     // graph still holds, and the optimizer and clipping later change .grad() in place.

@@ -9,6 +9,7 @@
 //   loss.backward();                // w.grad() now holds d loss / d w
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -47,10 +48,20 @@ class Variable {
 
   // The accumulated gradient: undefined until a backward pass reaches this leaf;
   // later passes add into it until zero_grad().
+  //
+  // In training over several ranks it means two things in turn. After backward it is
+  // this rank's partial gradient: the sum over the rows this rank holds, in float32.
+  // After an exact gradient sync (nn/exact_gradient_sync.h) it is the total over every
+  // rank's rows, rounded once: the gradient one rank would hold with all the rows. Only
+  // the second is the model's gradient; clip and step after the sync, never before.
   const Tensor& grad() const;
   void set_grad(const Tensor& grad) const;
   // Zeros the gradient in place (its memory is kept), or leaves it undefined.
   void zero_grad() const;
+  // How many times a backward pass has added into grad() since this Variable was made
+  // (set_grad and zero_grad do not count). It lets a gradient sync see which passes ran
+  // while it was recording and which did not.
+  uint64_t grad_accumulations() const;
 
   // The Node that produced this Variable (null for leaves).
   const std::shared_ptr<Node>& grad_fn() const;

@@ -2,9 +2,11 @@
 #   find_package(seqpar 0.1 REQUIRED)   # with CMAKE_PREFIX_PATH=P
 #   target_link_libraries(app PRIVATE seqpar::nn seqpar::optim)
 # works, and so does find_package with seqpar_DIR pointing at a build folder; without
-# CMake, pkg-config's seqpar.pc (cmake/pkg_config.cmake) says the same.
+# CMake, pkg-config's seqpar.pc (cmake/pkg_config.cmake) says the same. A program on the
+# CPU alone links seqpar::cpu_nn ... (the CPU package, top-level CMakeLists.txt) or
+# seqpar-cpu.pc, and so no CUDA library and no NCCL.
 # examples/ is such a consumer; ctest's package_consumer (tests/package/check.sh) builds
-# it both ways.
+# it each way.
 include(CMakePackageConfigHelpers)
 
 set(SEQPAR_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/seqpar)

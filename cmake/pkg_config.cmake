@@ -11,6 +11,11 @@
 #           dist, core), then what they link: -pthread and, with CUDA, cudart and NCCL.
 #           The libraries' own private dependencies (cuRAND, cuBLASLt) join Libs where
 #           the libraries are static archives (the default), Libs.private where shared.
+#
+# And seqpar-cpu.pc, for a program that runs on the CPU alone: the same without any CUDA
+# library, NCCL or their include directories. In a CUDA build it names the CPU package
+# (the seqpar_cpu_* libraries, and include/seqpar-cpu first, whose <seqpar/config.h>
+# says "no CUDA"); in a CPU-only build it says what seqpar.pc says.
 
 # The prefix relative to the .pc file, so that `cmake --install --prefix P` anywhere
 # gives a file that points into P.
@@ -33,7 +38,22 @@ foreach(dir IN LISTS eigen_include_dirs)
   list(APPEND cflags "-I${dir}")
 endforeach()
 
-set(libs "-L\${libdir}" -lseqpar_nn -lseqpar_optim -lseqpar_autograd -lseqpar_dist -lseqpar_core)
+set(layers_in_link_order nn optim autograd dist core)  # each before the ones it uses
+set(libs "-L\${libdir}")
+set(cpu_libs "-L\${libdir}")
+foreach(layer IN LISTS layers_in_link_order)
+  list(APPEND libs -lseqpar_${layer})
+  if(SEQPAR_BUILD_CPU_VARIANT)
+    list(APPEND cpu_libs -lseqpar_cpu_${layer})
+  else()
+    list(APPEND cpu_libs -lseqpar_${layer})
+  endif()
+endforeach()
+list(APPEND cpu_libs -pthread)
+set(cpu_cflags ${cflags})
+if(SEQPAR_BUILD_CPU_VARIANT)
+  list(PREPEND cpu_cflags "-I\${includedir}/seqpar-cpu")
+endif()
 set(private_libs "")
 if(SEQPAR_WITH_NCCL)
   list(APPEND cflags "-I${NCCL_INCLUDE_DIR}")
@@ -56,6 +76,15 @@ list(REMOVE_DUPLICATES cflags)
 list(JOIN cflags " " SEQPAR_PC_CFLAGS)
 list(JOIN libs " " SEQPAR_PC_LIBS)
 list(JOIN private_libs " " SEQPAR_PC_LIBS_PRIVATE)
+set(SEQPAR_PC_NAME seqpar)
+set(SEQPAR_PC_DESCRIPTION "")
 configure_file(cmake/seqpar.pc.in ${PROJECT_BINARY_DIR}/install/seqpar.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/install/seqpar.pc
+
+set(SEQPAR_PC_NAME seqpar-cpu)
+set(SEQPAR_PC_DESCRIPTION " (the CPU backend alone: no CUDA, no NCCL)")
+list(JOIN cpu_cflags " " SEQPAR_PC_CFLAGS)
+list(JOIN cpu_libs " " SEQPAR_PC_LIBS)
+set(SEQPAR_PC_LIBS_PRIVATE "")
+configure_file(cmake/seqpar.pc.in ${PROJECT_BINARY_DIR}/install/seqpar-cpu.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/install/seqpar.pc ${PROJECT_BINARY_DIR}/install/seqpar-cpu.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

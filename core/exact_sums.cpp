@@ -56,8 +56,9 @@ void ExactSums::add(const ExactSums& other) {
   if (device().is_cuda()) return detail::add_digits_cuda(digits(), other.digits(), words(), device().index);
 #endif
   for (int64_t i = 0; i < words(); ++i) {
-    // The special digit's flags are or-ed within one rank but added across ranks
-    // (core/exact_bins.h): add() is the across-ranks addition of the threads group.
+    // The special digit's flags are or-ed within one set of digits but added between
+    // sets (core/exact_bins.h), so each flag field counts the sets that saw its value:
+    // the sets being ranks (the threads group's all-reduce) or micro-batches alike.
     // Two's complement wrap-around is harmless: the true totals stay in range.
     digits()[i] = static_cast<int64_t>(static_cast<uint64_t>(digits()[i]) +
                                        static_cast<uint64_t>(other.digits()[i]));

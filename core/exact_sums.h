@@ -32,7 +32,10 @@ class ExactSums {
 
   // Each element of `values` (float32, any device) as a sum of one term.
   static ExactSums of_values(const Tensor& values);
-  // Every sum of `other` added into this one's (same count and device).
+  // Every sum of `other` added into this one's (same count and device), digit by digit:
+  // each result is the exact sum of both sets of terms. Where the two sets came from
+  // makes no difference: two micro-batches of one rank (nn/exact_gradients.h) and two
+  // ranks (the threads group's all-reduce) are added the same way.
   void add(const ExactSums& other);
   // This one's digits become a copy of other's (same count and device).
   void copy_from(const ExactSums& other);

@@ -213,8 +213,11 @@ SEQPAR_HOST_DEVICE float double_double_exp(float x) {
 // A first evaluation in plain double (relative error below 2^-51: the table's hi, the
 // series' roundings, the last fma) settles almost every input: when y (1 - 2^-49) and
 // y (1 + 2^-49) round to the same float, so does e^x, which lies between them. Only
-// the others (about one input in 2^24) take the double-double evaluation. Either way
-// the result is the correctly rounded e^x, so the path taken changes no bit.
+// the others take the double-double evaluation: those whose e^x lies within a relative
+// 2^-49 of a point halfway between two floats. That is one in 2^24 to 2^25 of the
+// inputs whose e^x may fall anywhere in its binade, and far fewer of all floats, most
+// of which are so close to 0 that e^x is close to 1, where no halfway point is near.
+// Either way the result is the correctly rounded e^x, so the path taken changes no bit.
 SEQPAR_HOST_DEVICE float correctly_rounded_exp(float x) {
   using namespace exp_detail;
   if (x != x) return x;

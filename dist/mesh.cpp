@@ -75,9 +75,9 @@ std::string Mesh::str() const {
   return out.str();
 }
 
-// One split per kind of group: a few collectives however many groups the mesh has
-// (one new_group each would make a world of N ranks meet N times). split takes ranks
-// of the group it is called on; those are world ranks here.
+// One split per kind of group: a group that can create many groups at once does so
+// (the threads group); the others make one new_group per group (dist/mesh.h). split
+// takes ranks of the group it is called on; those are world ranks here.
 static std::shared_ptr<ProcessGroup> create_groups(ProcessGroup& world,
                                                    const std::vector<std::vector<int>>& groups,
                                                    std::string (*name_of)(const std::vector<int>&)) {

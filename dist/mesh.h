@@ -72,10 +72,13 @@ struct MeshGroups {
 };
 
 // Collective over `world` (whose ranks must be the mesh's world ranks 0..N-1):
-// creates every group of the mesh by split (ProcessGroup::split: many new groups in one
-// collective), in one fixed order on every rank (the sp groups, then the dp groups,
-// then the sp x dp group), because it is collective and must be called identically
-// everywhere. Returns the three this rank belongs to.
+// creates every group of the mesh, one ProcessGroup::split per kind of group, in one
+// fixed order on every rank (the sp groups, then the dp groups, then the sp x dp group),
+// because it is collective and must be called identically everywhere. Returns the three
+// this rank belongs to. What a split costs is the group's: the threads group makes all
+// of a kind's groups in one meeting of the ranks; NCCL's uses the default split, one
+// new_group (one ncclCommSplit over the whole world) per group, so a mesh of sp x dp
+// ranks makes dp + sp + 1 of them.
 MeshGroups build_mesh_groups(const Mesh& mesh, ProcessGroup& world);
 
 }  // namespace seqpar::dist

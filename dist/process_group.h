@@ -77,8 +77,8 @@ class ProcessGroup {
   // Collective over this group, like new_group for several disjoint groups at once:
   // `groups` lists each new group's members (group ranks of this group), `names` their
   // names, the same on every rank. Each rank gets the group it is in, or nullptr. This
-  // default makes one new_group per group; a group that can create them all in one
-  // collective overrides it, so a mesh of N ranks needs a few collectives, not N.
+  // default makes one new_group per group (NcclProcessGroup keeps it: one ncclCommSplit
+  // each); LocalProcessGroup overrides it to create them all in one collective.
   virtual std::shared_ptr<ProcessGroup> split(const std::vector<std::vector<int>>& groups,
                                               const std::vector<std::string>& names);
 

@@ -1,13 +1,13 @@
 // Trains a small attention block with its sequence split over 2 ranks (threads of this
 // process), as DeepSpeed-Ulysses splits it: each rank holds half of the 1024 tokens,
 // and two all-to-alls inside the attention give each rank every token of half the heads.
-// The projections' gradients are sums over rows both ranks hold; their exact digits are
-// added across the ranks and rounded once, so both ranks train as one rank would.
+// The projections' gradients are sums over rows both ranks hold; the exact gradient sync
+// adds their exact digits across the ranks and rounds them once, so both ranks train as
+// one rank would.
 #include <cstdio>
 #include <vector>
 
 #include <seqpar/seqpar.h>
-#include <seqpar/nn/ulysses_block.h>
 
 int main() {
   using namespace seqpar;
@@ -30,21 +30,16 @@ int main() {
     Generator generator(42);  // the same initial block on every rank
     nn::UlyssesBlock block(options, nn::sequence_group(group), generator);
     optim::AdamW optimizer(block.parameters(), optim::AdamWOptions(5e-3).weight_decay(0.01));
+    nn::ExactGradientSync sync(block.parameters(), group);
     const int64_t rows = sequence / sp, first = group->rank() * rows;  // this rank's tokens
     const autograd::Variable x_here(x.narrow(0, first, rows)), target_here(target.narrow(0, first, rows));
     // Each rank's loss is its rows' share of the mean over the whole sequence.
     const nn::Reduction share = nn::Reduction::sum_divided_by(sequence * options.model_dim);
     for (int step = 1; step <= 30; ++step) {
       optimizer.zero_grad();
-      nn::ExactGradients exact;
-      autograd::Variable loss;
-      {
-        const nn::ExactGradients::Recording recording(exact);
-        loss = nn::l1_loss(block.forward(x_here), target_here, share);
-        loss.backward();
-      }
-      for (exact::ExactSums* sums : exact.sums()) group->all_reduce_sums(*sums);
-      exact.round_into_grads();
+      const autograd::Variable loss = nn::l1_loss(block.forward(x_here), target_here, share);
+      sync.backward(loss);  // loss.backward(), its exact row sums recorded
+      sync.synchronize();   // added over the ranks, rounded once: one-rank gradients
       optim::clip_grad_norm(block.parameters(), /*max_norm=*/1.0);
       optimizer.step();
       Tensor total = loss.data().clone();

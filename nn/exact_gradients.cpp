@@ -60,4 +60,12 @@ bool ExactGradients::record(exact::ExactSums&& sums, std::vector<Target> targets
   return true;
 }
 
+std::vector<autograd::Variable> ExactGradients::recorded_parameters() const {
+  std::vector<autograd::Variable> parameters;
+  for (const Entry& entry : entries_) {
+    for (const Target& target : entry.targets) parameters.push_back(target.parameter);
+  }
+  return parameters;
+}
+
 }  // namespace seqpar::nn

@@ -13,7 +13,7 @@
 //     const nn::ExactGradients::Recording recording(exact);  // this thread, as NoGradGuard
 //     loss.backward();                                       // once per micro-batch
 //   }
-//   for (exact::ExactSums& sums : exact.sums()) group.all_reduce_sums(sums);  // integers
+//   for (exact::ExactSums* sums : exact.sums()) group.all_reduce_sums(*sums);  // integers
 //   exact.round_into_grads();                  // each .grad(): the exact total, rounded once
 //
 // Passes over the same parameters add into the same sums, so micro-batches accumulate
@@ -21,6 +21,9 @@
 // total (what backward accumulated there in float meanwhile is this rank's partial
 // gradient, superseded) and forgets the sums, ready for the next step. Every rank makes
 // the same passes over the same graph, so the lists line up rank by rank.
+//
+// This is the mechanism. A training loop uses nn::ExactGradientSync
+// (nn/exact_gradient_sync.h), which owns the three steps above and refuses their misuse.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +61,8 @@ class ExactGradients {
   // then the sums are forgotten.
   void round_into_grads();
   bool empty() const { return entries_.empty(); }
+  // Every parameter the recorded sums hold a gradient of, in the order of sums().
+  std::vector<autograd::Variable> recorded_parameters() const;
 
   // For ops: adds `sums` into the current recording's sums for the same targets, or
   // keeps them (moved in, no copy) as new ones. False, and nothing kept, outside a

@@ -58,16 +58,22 @@ void check_text(const std::string& text, const std::string& source, bool toml) {
   }
 }
 
-Json from_toml(const toml::node& node) {
+// `where` names the document in the depth limit's message; depth is node's (the top
+// table's is 0). This conversion recurses once per level, and a dotted key or table
+// header of many parts ("a.a.a...") is as many levels, so the depth is limited here, as
+// the YAML and JSON readers limit theirs.
+Json from_toml(const toml::node& node, const std::string& where, int depth = 0) {
+  SEQPAR_INPUT_CHECK(depth <= kMaxConfigDepth, where, ": nested deeper than the limit of ", kMaxConfigDepth,
+                     " levels");
   if (node.is_integer()) return *node.value<int64_t>();
   if (node.is_floating_point()) return *node.value<double>();
   if (node.is_boolean()) return *node.value<bool>();
   if (node.is_string()) return *node.value<std::string>();
   Json value = node.is_table() ? Json::object() : Json::array();
   if (const toml::table* table = node.as_table()) {
-    for (const auto& [name, item] : *table) value[std::string(name.str())] = from_toml(item);
+    for (const auto& [name, item] : *table) value[std::string(name.str())] = from_toml(item, where, depth + 1);
   } else if (const toml::array* array = node.as_array()) {
-    for (const toml::node& item : *array) value.push_back(from_toml(item));
+    for (const toml::node& item : *array) value.push_back(from_toml(item, where, depth + 1));
   } else {  // a date or a time, which no key takes: its text, for the key's error
     std::ostringstream text;
     text << toml::node_view<const toml::node>(node);
@@ -79,7 +85,7 @@ Json from_toml(const toml::node& node) {
 Json parse_toml(const std::string& text, const std::string& source) {
   check_text(text, "config " + source, true);
   try {
-    return from_toml(toml::parse(text, source));
+    return from_toml(toml::parse(text, source), "config " + source);
   } catch (const toml::parse_error& error) {
     SEQPAR_INPUT_FAIL("config ", source, " line ", error.source().begin.line, " column ",
                       error.source().begin.column, ": ", error.description());
@@ -295,10 +301,14 @@ Json read_override(const std::string& assignment) {
   const size_t equals = assignment.find('=');
   SEQPAR_INPUT_CHECK(equals != std::string::npos && equals > 0, shown, ": expected section.key=value");
   const std::string key = assignment.substr(0, equals), value = assignment.substr(equals + 1);
+  // A key far longer than any seqpar reads is refused before toml++ builds a table for
+  // each of its dotted parts; a shorter one still meets the depth limit of from_toml.
+  SEQPAR_INPUT_CHECK(key.size() <= kMaxOverrideKeyCharacters, "--set ", abbreviated(key), ": a key of ", key.size(),
+                     " characters, more than the limit of ", kMaxOverrideKeyCharacters);
   check_text(assignment, "--set " + abbreviated(key), true);
   const auto parse = [&](const std::string& text, const char* part) {
     try {
-      return from_toml(toml::parse(key + " = " + text));
+      return from_toml(toml::parse(key + " = " + text), "--set " + abbreviated(key));
     } catch (const toml::parse_error& error) {
       SEQPAR_INPUT_FAIL(shown, ": the ", part, " is not TOML (", error.description(), ")");
     }
@@ -308,7 +318,7 @@ Json read_override(const std::string& assignment) {
   const bool bare_word = !value.empty() && value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ"
       "abcdefghijklmnopqrstuvwxyz0123456789-_.+:/") == std::string::npos;
   try {
-    return from_toml(toml::parse(key + " = " + value));
+    return from_toml(toml::parse(key + " = " + value), "--set " + abbreviated(key));
   } catch (const toml::parse_error& error) {
     SEQPAR_INPUT_CHECK(bare_word, shown, ": the value is not TOML (", error.description(), ")");
   }

@@ -30,6 +30,9 @@ constexpr int kMaxConfigDepth = kMaxJsonDepth;  // the same for YAML as for JSON
 constexpr size_t kMaxConfigValues = 100000;   // a DeepSpeed config holds about 100
 constexpr size_t kMaxConfigTextBytes = 16 << 20;
 constexpr size_t kMaxNumberCharacters = 100;  // a double needs 25 at most
+// A --set key's length; its depth is kMaxConfigDepth's, as a file's. The longest key
+// seqpar reads has about 50 characters.
+constexpr size_t kMaxOverrideKeyCharacters = 256;
 
 // The document as a tree in seqpar's layout; `ignored` receives the top-level keys not read.
 Json read_document(const std::string& text, const std::string& source, ConfigFormat format,

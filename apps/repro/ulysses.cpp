@@ -38,7 +38,7 @@ void check_ulysses_config(const ReproConfig& c) {
 namespace {
 
 const std::vector<UlyssesVariant> kVariants = {
-    {"correct", "correct Ulysses", UlyssesMistake::None, UlyssesSync::Float},
+    {"correct", "correct Ulysses", UlyssesMistake::None, UlyssesSync::RoundedPartials},
     {"exact", "exact", UlyssesMistake::None, UlyssesSync::Exact},
     {"no-all-to-all", "no all-to-all", UlyssesMistake::NoAllToAll, UlyssesSync::Exact},
     {"local-positions", "local positions", UlyssesMistake::LocalPositions, UlyssesSync::Exact},
@@ -90,9 +90,9 @@ void synchronize(UlyssesSync sync, const Parameters& parameters, nn::ExactGradie
     }
     exact.round_into_grads();
   } else if (groups != nullptr) {
-    // Float: a float32 sum over sp x dp; DeepSpeed 0.16: over the dp group alone, x sp/dp.
+    // RoundedPartials: the ranks' rounded gradients over sp x dp; DeepSpeed 0.16: over dp alone, x sp/dp.
     dist::ProcessGroup& group =
-        sync == UlyssesSync::Float ? *groups->sequence_data_parallel : *groups->data_parallel;
+        sync == UlyssesSync::RoundedPartials ? *groups->sequence_data_parallel : *groups->data_parallel;
     for (const autograd::Variable& parameter : parameters) {
       Tensor gradient = parameter.grad();
       group.all_reduce(gradient, dist::ReduceOp::Sum);

@@ -14,9 +14,12 @@
 
 namespace seqpar::repro {
 
-// Float: a float32 sum over sp x dp; Exact: exact sums over sp x dp; DeepSpeed016: each
-// rank's own rows' mean, summed over the dp group alone (#6868).
-enum class UlyssesSync { Float, Exact, DeepSpeed016 };
+// RoundedPartials: each rank's gradient as its backward rounded it to float32, summed
+// over sp x dp (all_reduce's Sum: those rounded partials added exactly, rounded once; the
+// partials' own roundings are what differs from one rank). Exact: the rows' exact sums
+// added over sp x dp before the one rounding. DeepSpeed016: each rank's own rows' mean,
+// summed over the dp group alone (#6868).
+enum class UlyssesSync { RoundedPartials, Exact, DeepSpeed016 };
 enum class UlyssesMistake { None, NoAllToAll, LocalPositions, LocalMask };
 
 struct UlyssesVariant {

@@ -68,7 +68,7 @@ std::string verdict(UlyssesFigures& f, const ReproConfig& c) {
                                    " step(s) (--steps N for more)"
                              : "NOT bitwise one-rank training: a bug";
       }
-      if (f.variant.sync == UlyssesSync::Float) {
+      if (f.variant.sync == UlyssesSync::RoundedPartials) {
         f.as_expected = agree && attention_same && f.parameter_difference < 1e-2 * lr * double(c.steps) + 1e-6;
         return "consistent (ranks agree); attention bitwise one rank's; parameters within " +
                number_text(f.parameter_difference) + " (float32 gradient sums in another order)";

@@ -2,11 +2,13 @@
 //
 //   #include <seqpar/seqpar.h>
 //
-// Tensors and devices, autograd, the modules (Linear, attention, RoPE, the Ulysses layer)
-// and the L1 loss, AdamW and clipping, and the process groups. What it leaves out is still installed and included by its own path:
-// the exact-sum arithmetic (core/exact_*.h) and nn's kernels. (The command line, output
-// files, safetensors writing and signal cleanup of seqpar's own programs are theirs, in
-// apps/common.) The CUDA-only headers come in only when this copy of seqpar was built
+// Tensors and devices, autograd (reshape included), the modules (Linear, attention, RoPE,
+// the Ulysses layer), the L1 loss and the exact gradient sync, AdamW and clipping, and
+// the process groups: everything docs/library.md shows. What it leaves out is still
+// installed and included by its own path: the exact-sum arithmetic (core/exact_*.h), the
+// internals that other headers include for themselves, and nn's kernels. (The command
+// line, output files, safetensors writing and signal cleanup of seqpar's own programs
+// are theirs, in apps/common.) The CUDA-only headers come in only when this copy of seqpar was built
 // with CUDA (NCCL's with NCCL), as <seqpar/config.h> says.
 #pragma once
 
@@ -17,20 +19,26 @@
 #include <seqpar/core/copy.h>
 #include <seqpar/core/cuda_runtime.h>
 #include <seqpar/core/device.h>
+#include <seqpar/core/device_buffer.h>
 #include <seqpar/core/elementwise.h>
 #include <seqpar/core/error.h>
+#include <seqpar/core/exp.h>
 #include <seqpar/core/generator.h>
+#include <seqpar/core/nvtx.h>
+#include <seqpar/core/storage.h>
 #include <seqpar/core/tensor.h>
 
 // autograd: Variables, the ops that record a graph, the backward engine.
 #include <seqpar/autograd/engine.h>
 #include <seqpar/autograd/node.h>
 #include <seqpar/autograd/ops.h>
+#include <seqpar/autograd/reshape.h>
 #include <seqpar/autograd/variable.h>
 
 // nn: modules, Linear, the L1 loss, dropout, gradients exact across ranks.
 #include <seqpar/nn/attention.h>
 #include <seqpar/nn/dropout.h>
+#include <seqpar/nn/exact_gradient_sync.h>
 #include <seqpar/nn/exact_gradients.h>
 #include <seqpar/nn/l1_loss.h>
 #include <seqpar/nn/linear.h>

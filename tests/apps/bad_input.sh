@@ -51,6 +51,7 @@ printf 'repro:\n  rows: !!str 64\n' > "$fixtures/tagged-str.yaml"
 printf 'ds_config:\n  "optimizer.params.lr": 0.5\n' > "$fixtures/dotted.yaml"
 printf '{"optimizer.params.lr": 0.5}\n' > "$fixtures/dotted.json"
 printf '[ds_config]\n"optimizer.params.lr" = 0.5\n' > "$fixtures/dotted.toml"
+python3 -c 'print("[" + ".".join(["a"] * 60000) + "]")' > "$fixtures/deep-header.toml"
 printf '{"repro": {"rows": 18446744073709551615}}\n' > "$fixtures/rows-2-64.json"
 printf '{"repro": {"rows": 1e400}}\n' > "$fixtures/overflow.json"
 printf 'ds_config:\n  [a]: 1\n' > "$fixtures/list-key.yaml"
@@ -191,6 +192,14 @@ check "YAML 3,000 nested lists" 2 "deep.yaml line 1: nested deeper than the YAML
   --config "$fixtures/deep.yaml"
 check "YAML billion laughs" 2 "laughs.yaml line 1: more than the limit of 100000 values" -- \
   --config "$fixtures/laughs.yaml"
+# ---- keys of many dotted parts: each part one level of recursion, in --set as in a file
+long_key=$(python3 -c 'print(".".join(["a"] * 60000))')
+check "--set key of 60,000 parts" 2 "a key of 119999 characters, more than the limit of 256" -- \
+  --set "$long_key=1"
+deep_key=$(python3 -c 'print(".".join(["a"] * 100))')
+check "--set key 100 deep" 2 "nested deeper than the limit of 64 levels" -- --set "$deep_key=1"
+check "TOML table of 60,000 parts" 2 "deep-header.toml: nested deeper than the limit of 64 levels" -- \
+  --config "$fixtures/deep-header.toml"
 # ---- wrong accepts
 check "YAML duplicate key" 2 "duplicate.yaml line 3: duplicate key repro.rows (first at line 2)" -- \
   --config "$fixtures/duplicate.yaml"

@@ -83,7 +83,7 @@ TEST_CASE("exp: random floats are MPFR's correctly rounded values", "[exp]") {
 }
 
 // Both evaluations: the function, and its double-double path alone (which the function
-// takes for about one input in 2^23, too few to check it through the function).
+// takes for only a handful of floats, too few to check it through the function).
 TEST_CASE("exp: every float is correctly rounded", "[exp][.exhaustive]") {
   ExpOracle oracle;
   int64_t mismatches = 0, double_double_mismatches = 0;
