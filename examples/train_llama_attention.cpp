@@ -12,8 +12,6 @@
 #include <vector>
 
 #include <seqpar/seqpar.h>
-#include <seqpar/autograd/reshape.h>
-#include <seqpar/nn/ulysses_block.h>
 
 using namespace seqpar;
 
@@ -33,38 +31,36 @@ nn::UlyssesBlockOptions llama_attention() {
   return options;
 }
 
-// One training run of `block` on rows [first, first + rows) of replica `replica`'s batch.
-// `sum_over_ranks` adds the exact sums' digits over every rank (nothing for one rank).
-// Returns the parameters after the last step; rank 0 prints the whole run's loss.
-template <typename SumOverRanks, typename LossOverRanks>
-std::vector<float> train(nn::UlyssesBlock& block, const Tensor& inputs, const Tensor& targets, int replicas,
-                         int64_t first, int64_t rows, SumOverRanks sum_over_ranks, LossOverRanks loss_over_ranks,
-                         bool print) {
+// One training run of `block` on rows [first, first + rows) of the `replicas` batches it
+// is given; the gradients are summed exactly over `gradients` (sp x dp), the loss over
+// `world` for the printout. Returns the parameters after the last step.
+std::vector<float> train(nn::UlyssesBlock& block, const std::shared_ptr<dist::ProcessGroup>& gradients,
+                         const std::shared_ptr<dist::ProcessGroup>& world, const Tensor& inputs,
+                         const Tensor& targets, int64_t first, int64_t rows) {
   const std::vector<autograd::Variable> parameters = block.parameters();
   optim::AdamW optimizer(parameters, optim::AdamWOptions(3e-3).weight_decay(0.01));
+  nn::ExactGradientSync sync(parameters, gradients);
   const int64_t width = block.options().model_dim;
   // Each loss is its rows' share of the mean over every replica's batch.
   const nn::Reduction share = nn::Reduction::sum_divided_by(kDp * kBatch * kSequence * width);
   for (int step = 1; step <= kSteps; ++step) {
     optimizer.zero_grad();
-    nn::ExactGradients exact;
-    float loss = 0.0f;
-    {
-      const nn::ExactGradients::Recording recording(exact);
-      for (int r = 0; r < replicas; ++r) {
-        const autograd::Variable x(inputs.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, width}));
-        const autograd::Variable y(targets.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, width}));
-        const autograd::Variable part = nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * rows, width}), y, share);
-        part.backward();
-        loss += part.data().item();
-      }
+    Tensor loss = Tensor::zeros({1});
+    for (int64_t r = 0; r < inputs.size(0); ++r) {  // one micro-batch per replica held
+      const Tensor x = inputs.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, width});
+      const Tensor y = targets.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, width});
+      const autograd::Variable out = autograd::reshape(block.forward(autograd::Variable(x)), {kBatch * rows, width});
+      const autograd::Variable part = nn::l1_loss(out, autograd::Variable(y), share);
+      sync.backward(part);  // part.backward(), its exact row sums recorded
+      loss.set({0}, loss.item() + part.data().item());
     }
-    for (exact::ExactSums* sums : exact.sums()) sum_over_ranks(*sums);
-    exact.round_into_grads();
+    sync.synchronize();  // added over sp x dp, rounded once: one-rank training's gradients
     optim::clip_grad_norm(parameters, /*max_norm=*/1.0);
     optimizer.step();
-    loss = loss_over_ranks(loss);
-    if (print && (step == 1 || step % 2 == 0)) std::printf("step %2d  loss %.4f\n", step, loss);
+    world->all_reduce(loss);  // every rank's rows
+    if (world->rank() == 0 && world->size() > 1 && (step == 1 || step % 2 == 0)) {
+      std::printf("step %2d  loss %.4f\n", step, loss.item());
+    }
   }
   std::vector<float> values;
   for (const autograd::Variable& p : parameters) {
@@ -107,23 +103,19 @@ int main() {
     const dist::MeshGroups groups = dist::build_mesh_groups(mesh, *world);
     Generator generator(42);  // the same initial layer on every rank
     nn::UlyssesBlock block(options, nn::sequence_group(groups.sp_group), generator);
-    const int64_t rows = kSequence / kSp;
-    trained[static_cast<size_t>(world->rank())] = train(
-        block, inputs.narrow(0, groups.coordinates.dp_rank, 1), targets.narrow(0, groups.coordinates.dp_rank, 1), 1,
-        groups.coordinates.sp_rank * rows, rows, [&](exact::ExactSums& sums) { groups.sp_dp_group->all_reduce_sums(sums); },
-        [&](float loss) {
-          Tensor total = Tensor::full({1}, loss);
-          world->all_reduce(total);  // the loss of every rank's rows
-          return total.item();
-        },
-        world->rank() == 0);
+    const int64_t rows = kSequence / kSp, replica = groups.coordinates.dp_rank;
+    trained[static_cast<size_t>(world->rank())] =
+        train(block, groups.sp_dp_group, world, inputs.narrow(0, replica, 1), targets.narrow(0, replica, 1),
+              groups.coordinates.sp_rank * rows, rows);
   });
 
   // One rank holding both replicas' batches whole.
-  Generator generator(42);
-  nn::UlyssesBlock alone(options, nn::single_rank_group(), generator);
-  const std::vector<float> one_rank = train(alone, inputs, targets, kDp, 0, kSequence, [](exact::ExactSums&) {},
-                                            [](float loss) { return loss; }, false);
+  std::vector<float> one_rank;
+  dist::run_local_world(1, [&](std::shared_ptr<dist::ProcessGroup> alone) {
+    Generator generator(42);
+    nn::UlyssesBlock block(options, nn::sequence_group(alone), generator);
+    one_rank = train(block, alone, alone, inputs, targets, 0, kSequence);
+  });
   for (const std::vector<float>& rank : trained) {
     const bool same_bits = rank.size() == one_rank.size() &&
                            std::memcmp(rank.data(), one_rank.data(), rank.size() * sizeof(float)) == 0;

@@ -37,6 +37,7 @@
 
 // nn: modules, Linear, the L1 loss, dropout, gradients exact across ranks.
 #include <seqpar/nn/attention.h>
+#include <seqpar/nn/context_parallel_attention.h>
 #include <seqpar/nn/dropout.h>
 #include <seqpar/nn/exact_gradient_sync.h>
 #include <seqpar/nn/exact_gradients.h>
