@@ -13,7 +13,7 @@
 #include "core/generator.h"
 #include "dist/local_process_group.h"
 #include "dist/mesh.h"
-#include "nn/exact_gradients.h"
+#include "nn/exact_gradient_sync.h"
 #include "nn/l1_loss.h"
 #include "nn/ulysses_block.h"
 #include "optim/adamw.h"
@@ -47,30 +47,30 @@ struct Data {
         targets(Generator(82).randn({dp, kBatch, kSequence, kModelDim})) {}
 };
 
-// Each rank's parameters after every step, flattened.
-std::vector<std::vector<float>> train(const std::shared_ptr<nn::SequenceGroup>& group, const Data& data,
-                                      int replica, int64_t first, int64_t rows, int dp,
-                                      const std::function<void(exact::ExactSums&)>& add_across_ranks,
+// Each rank's parameters after every step, flattened: the rank holds rows
+// [first, first + rows) of replicas [replica, replica + replicas), one micro-batch each,
+// and its gradient sums are added over `gradients` (sp x dp).
+std::vector<std::vector<float>> train(const std::shared_ptr<nn::SequenceGroup>& group,
+                                      const std::shared_ptr<dist::ProcessGroup>& gradients, const Data& data,
+                                      int replica, int replicas, int64_t first, int64_t rows, int dp,
                                       Device device = Device::cpu()) {
   Generator generator(9);
   nn::UlyssesBlock block(llama_options(), group, generator, device);
   const std::vector<Variable> parameters = block.parameters();
   optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-2).weight_decay(0.01));
+  nn::ExactGradientSync sync(parameters, gradients);
   const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kBatch * kSequence * kModelDim);
-  const Variable x(
-      data.inputs.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, kModelDim}).to(device));
-  const Variable target(
-      data.targets.narrow(0, replica, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, kModelDim}).to(device));
   std::vector<std::vector<float>> after;
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
-    nn::ExactGradients exact;
-    {
-      const nn::ExactGradients::Recording recording(exact);
-      nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * rows, kModelDim}), target, global_mean).backward();
+    for (int r = replica; r < replica + replicas; ++r) {
+      const Variable x(
+          data.inputs.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch, rows, kModelDim}).to(device));
+      const Variable target(
+          data.targets.narrow(0, r, 1).narrow(2, first, rows).contiguous().view({kBatch * rows, kModelDim}).to(device));
+      sync.backward(nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * rows, kModelDim}), target, global_mean));
     }
-    for (exact::ExactSums* sums : exact.sums()) add_across_ranks(*sums);
-    exact.round_into_grads();
+    sync.synchronize();
     optim::clip_grad_norm(parameters, /*max_norm=*/1.0);
     optimizer.step();
     std::vector<float> values;
@@ -83,6 +83,15 @@ std::vector<std::vector<float>> train(const std::shared_ptr<nn::SequenceGroup>& 
   return after;
 }
 
+// One rank holding every replica's batches whole, on `device`.
+std::vector<std::vector<float>> train_one_rank(const Data& data, int dp, Device device = Device::cpu()) {
+  std::vector<std::vector<float>> after;
+  dist::run_local_world(1, [&](std::shared_ptr<dist::ProcessGroup> alone) {
+    after = train(nn::sequence_group(alone), alone, data, 0, dp, 0, kSequence, dp, device);
+  });
+  return after;
+}
+
 }  // namespace
 
 TEST_CASE("a Llama-shaped Ulysses layer (GQA 8 over 2, batch 2, packed documents) over sp {1, 2, 4, 8} x "
@@ -90,36 +99,7 @@ TEST_CASE("a Llama-shaped Ulysses layer (GQA 8 over 2, batch 2, packed documents
           "[dist][cpu]") {
   for (int dp : {1, 2}) {
     const Data data(dp);
-    // One rank: every replica's batch whole, in one pass each.
-    std::vector<std::vector<float>> baseline;
-    {
-      Generator generator(9);
-      nn::UlyssesBlock block(llama_options(), nn::single_rank_group(), generator);
-      const std::vector<Variable> parameters = block.parameters();
-      optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-2).weight_decay(0.01));
-      const nn::Reduction global_mean = nn::Reduction::sum_divided_by(dp * kBatch * kSequence * kModelDim);
-      for (int step = 0; step < kSteps; ++step) {
-        optimizer.zero_grad();
-        nn::ExactGradients exact;
-        {
-          const nn::ExactGradients::Recording recording(exact);
-          for (int r = 0; r < dp; ++r) {
-            const Variable x(data.inputs.narrow(0, r, 1).contiguous().view({kBatch, kSequence, kModelDim}));
-            const Variable target(data.targets.narrow(0, r, 1).contiguous().view({kBatch * kSequence, kModelDim}));
-            nn::l1_loss(autograd::reshape(block.forward(x), {kBatch * kSequence, kModelDim}), target, global_mean).backward();
-          }
-        }
-        exact.round_into_grads();
-        optim::clip_grad_norm(parameters, /*max_norm=*/1.0);
-        optimizer.step();
-        std::vector<float> values;
-        for (const Variable& p : parameters) {
-          const std::vector<float> own = p.data().to_vector();
-          values.insert(values.end(), own.begin(), own.end());
-        }
-        baseline.push_back(values);
-      }
-    }
+    const std::vector<std::vector<float>> baseline = train_one_rank(data, dp);
     for (int sp : {1, 2, 4, 8}) {
       const dist::Mesh mesh(sp * dp, sp, dp);
       std::vector<std::vector<std::vector<float>>> traces(static_cast<size_t>(sp * dp));
@@ -127,9 +107,8 @@ TEST_CASE("a Llama-shaped Ulysses layer (GQA 8 over 2, batch 2, packed documents
         const dist::MeshGroups groups = dist::build_mesh_groups(mesh, *world);
         const int64_t rows = kSequence / sp;
         traces[static_cast<size_t>(world->rank())] =
-            train(nn::sequence_group(groups.sp_group), data, groups.coordinates.dp_rank,
-                  groups.coordinates.sp_rank * rows, rows, dp,
-                  [&](exact::ExactSums& sums) { groups.sp_dp_group->all_reduce_sums(sums); });
+            train(nn::sequence_group(groups.sp_group), groups.sp_dp_group, data, groups.coordinates.dp_rank, 1,
+                  groups.coordinates.sp_rank * rows, rows, dp);
       });
       for (int rank = 0; rank < sp * dp; ++rank) {
         for (int step = 0; step < kSteps; ++step) {
@@ -148,16 +127,12 @@ TEST_CASE("the Llama-shaped Ulysses layer at sp 4 on one GPU trains with the CPU
   SEQPAR_REQUIRE_CUDA();
   const Data data(1);
   const int sp = 4;
-  std::vector<std::vector<float>> cpu;
-  dist::run_local_world(1, [&](std::shared_ptr<dist::ProcessGroup> world) {
-    cpu = train(nn::sequence_group(world), data, 0, 0, kSequence, 1, [](exact::ExactSums&) {});
-  });
+  const std::vector<std::vector<float>> cpu = train_one_rank(data, 1);
   std::vector<std::vector<std::vector<float>>> gpu(sp);
   dist::run_local_world(sp, [&](std::shared_ptr<dist::ProcessGroup> world) {
     const int64_t rows = kSequence / sp;
     gpu[static_cast<size_t>(world->rank())] =
-        train(nn::sequence_group(world), data, 0, world->rank() * rows, rows, 1,
-              [&](exact::ExactSums& sums) { world->all_reduce_sums(sums); }, Device::cuda());
+        train(nn::sequence_group(world), world, data, 0, 1, world->rank() * rows, rows, 1, Device::cuda());
   });
   for (int rank = 0; rank < sp; ++rank) {
     for (int step = 0; step < kSteps; ++step) {
