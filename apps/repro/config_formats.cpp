@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <map>
 #include <regex>
@@ -82,8 +83,53 @@ Json from_toml(const toml::node& node, const std::string& where, int depth = 0) 
   return value;
 }
 
+// The most parts of any dotted key or table header in TOML text ("a.b.c" has 3): toml++
+// builds, and its parser revisits, a table per part, recursively, so a header of tens of
+// thousands of parts overflows the stack before from_toml could count its levels. A part
+// is a bare run of key characters or a quoted string (whose dots are its own); spaces may
+// stand around a dot; anything else ends the key. Dotted numbers and dates count as keys
+// here (1.5 is 2 parts): harmless, as the limit is far above them.
+int longest_dotted_key(const std::string& text) {
+  const auto bare = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  int longest = 0, parts = 0;
+  bool after_dot = false;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t') {
+      ++i;
+    } else if (c == '.') {
+      after_dot = true;
+      ++i;
+    } else if (bare(c) || c == '"' || c == '\'') {
+      if (bare(c)) {
+        while (i < text.size() && bare(text[i])) ++i;
+      } else {  // a string: to its closing quote (three for a multi-line one), escapes in "..."
+        const std::string quote = text.compare(i, 3, std::string(3, c)) == 0 ? std::string(3, c) : std::string(1, c);
+        i += quote.size();
+        while (i < text.size() && text.compare(i, quote.size(), quote) != 0) i += (c == '"' && text[i] == '\\') ? 2 : 1;
+        i += quote.size();
+      }
+      parts = after_dot ? parts + 1 : 1;
+      after_dot = false;
+      longest = std::max(longest, parts);
+    } else {
+      if (c == '#') {
+        while (i < text.size() && text[i] != '\n') ++i;
+      } else {
+        ++i;
+      }
+      parts = 0;
+      after_dot = false;
+    }
+  }
+  return longest;
+}
+
 Json parse_toml(const std::string& text, const std::string& source) {
   check_text(text, "config " + source, true);
+  SEQPAR_INPUT_CHECK(longest_dotted_key(text) <= kMaxConfigDepth, "config ", source,
+                     ": nested deeper than the limit of ", kMaxConfigDepth, " levels (a dotted key or table "
+                     "header of more parts)");
   try {
     return from_toml(toml::parse(text, source), "config " + source);
   } catch (const toml::parse_error& error) {
