@@ -18,6 +18,22 @@ namespace seqpar::nn {
 
 using autograd::Variable;
 
+namespace detail {
+
+Tensor batch_first(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return c.dim() == 4 ? c : c.view({1, c.size(0), c.size(1), c.size(2)});
+}
+
+Tensor in_callers_rank(const Tensor& t, bool three_dims) {
+  return three_dims ? t.view({t.size(1), t.size(2), t.size(3)}) : t;
+}
+
+}  // namespace detail
+
+using detail::batch_first;
+using detail::in_callers_rank;
+
 float attention_scale(int64_t head_dim) {
   SEQPAR_CHECK(head_dim >= 1, "attention_scale: the head dim must be positive, got ", head_dim);
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -183,14 +199,6 @@ Shape rows_shape(const Call& call) {
   return call.three_dims ? Shape{call.heads, call.queries} : Shape{call.batch, call.heads, call.queries};
 }
 
-// A contiguous 4-D view of a [B, S, H, D] or [S, H, D] tensor, and back.
-Tensor four_dims(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return c.dim() == 4 ? c : c.view({1, c.size(0), c.size(1), c.size(2)});
-}
-Tensor as_call(const Tensor& t, const Call& call) {
-  return call.three_dims ? t.view({t.size(1), t.size(2), t.size(3)}) : t;
-}
 Tensor rows_four_dims(const Tensor& t, const Call& call) {
   return t.contiguous().view({call.batch, call.heads, call.queries});
 }
@@ -271,20 +279,20 @@ AttentionGrads backward(const char* op, const Tensor& grad_out, const Tensor& q,
                ": grad_out must be q's shape ", q.shape(), " on ", q.device(), "; got ",
                grad_out.defined() ? grad_out.shape() : Shape{});
   check_forward(op, q, call, forward);
-  const AttentionForward saved{four_dims(forward.out), rows_four_dims(forward.row_max, call),
+  const AttentionForward saved{batch_first(forward.out), rows_four_dims(forward.row_max, call),
                                rows_four_dims(forward.row_sum, call)};
-  AttentionGrads grads = dispatch_backward(four_dims(grad_out), four_dims(q), four_dims(k), four_dims(v),
+  AttentionGrads grads = dispatch_backward(batch_first(grad_out), batch_first(q), batch_first(k), batch_first(v),
                                            saved, mask, c, queries, keys);
-  if (grads.q.defined()) grads.q = as_call(grads.q, call);
-  if (grads.k.defined()) grads.k = as_call(grads.k, call);
-  if (grads.v.defined()) grads.v = as_call(grads.v, call);
+  if (grads.q.defined()) grads.q = in_callers_rank(grads.q, call.three_dims);
+  if (grads.k.defined()) grads.k = in_callers_rank(grads.k, call.three_dims);
+  if (grads.v.defined()) grads.v = in_callers_rank(grads.v, call.three_dims);
   return grads;
 }
 
 AttentionForward forward(const Call& call, const Tensor& q, const Tensor& k, const Tensor& v,
                          const AttentionMask& mask, float scale) {
-  AttentionForward result = dispatch_forward(four_dims(q), four_dims(k), four_dims(v), mask, scale);
-  result.out = as_call(result.out, call);
+  AttentionForward result = dispatch_forward(batch_first(q), batch_first(k), batch_first(v), mask, scale);
+  result.out = in_callers_rank(result.out, call.three_dims);
   result.row_max = result.row_max.view(rows_shape(call));
   result.row_sum = result.row_sum.view(rows_shape(call));
   return result;

@@ -190,6 +190,14 @@ autograd::Variable scaled_dot_product_attention(const autograd::Variable& q,
                                                 const AttentionMask& mask = true,
                                                 std::optional<float> scale = std::nullopt);
 
+namespace detail {
+// The layout's two forms, for the ops and layers that take both: a 3-D [S, H, D] is one
+// sequence, viewed (contiguous) as [1, S, H, D]; a 4-D tensor comes back contiguous.
+// And a [B, S, H, D] result viewed as [S, H, D] again where the caller's tensors were 3-D.
+Tensor batch_first(const Tensor& t);
+Tensor in_callers_rank(const Tensor& t, bool three_dims);
+}  // namespace detail
+
 // Grouped-query heads as multi-head ones: [B, S, Hkv, D] (or [S, Hkv, D]) becomes
 // [B, S, Hkv · copies, D], head h a copy of kv head h / copies (Hugging Face's
 // repeat_kv). Its backward adds each kv head's copies' gradients exactly, rounded once:

@@ -11,6 +11,8 @@
 namespace seqpar::nn {
 
 using autograd::Variable;
+using detail::batch_first;
+using detail::in_callers_rank;
 
 namespace {
 
@@ -60,15 +62,6 @@ Tensor gather_in_order(const Tensor& local, int64_t dim, SequenceGroup& group, C
   return out;
 }
 
-// [S, H, D] as [1, S, H, D], and back.
-Tensor four_dims(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return c.dim() == 4 ? c : c.view({1, c.size(0), c.size(1), c.size(2)});
-}
-Tensor as_caller(const Tensor& t, bool three_dims) {
-  return three_dims ? t.view({t.size(1), t.size(2), t.size(3)}) : t;
-}
-
 // What one rank's call needs in backward, and the backward itself.
 struct ContextParallelBackward : autograd::Node {
   std::shared_ptr<SequenceGroup> group;
@@ -80,7 +73,7 @@ struct ContextParallelBackward : autograd::Node {
   AttentionMask queries_mask, keys_mask;  // this rank's queries against every key, and the converse
 
   std::vector<Tensor> apply(const Tensor& grad_output) override {
-    const Tensor g = four_dims(grad_output);
+    const Tensor g = batch_first(grad_output);
     const std::optional<float> c = options.scale;
     const Tensor dq = attention_backward_queries(g, q, keys, values, forward, queries_mask, c);
     // Every rank's queries, their dO and their forward, for this rank's keys' chains.
@@ -90,7 +83,7 @@ struct ContextParallelBackward : autograd::Node {
                                     gather_in_order(forward.row_sum, 2, *group, layout)};
     const AttentionKeyGrads dkv = attention_backward_keys(
         gather_in_order(g, 1, *group, layout), gather_in_order(q, 1, *group, layout), k, v, all_rows, keys_mask, c);
-    return {as_caller(dq, three_dims), as_caller(dkv.k, three_dims), as_caller(dkv.v, three_dims)};
+    return {in_callers_rank(dq, three_dims), in_callers_rank(dkv.k, three_dims), in_callers_rank(dkv.v, three_dims)};
   }
   std::string name() const override { return "ContextParallelAttentionBackward"; }
 };
@@ -133,15 +126,15 @@ Variable ContextParallelAttention::forward(const Variable& q, const Variable& k,
   node->group = group_;
   node->options = options_;
   node->three_dims = shape.three_dims;
-  node->q = four_dims(q.data());
-  node->k = four_dims(k.data());
-  node->v = four_dims(v.data());
+  node->q = batch_first(q.data());
+  node->k = batch_first(k.data());
+  node->v = batch_first(v.data());
   node->keys = gather_in_order(node->k, 1, *group_, options_.layout);
   node->values = gather_in_order(node->v, 1, *group_, options_.layout);
   node->queries_mask = options_.mask.at_positions(mine, every);
   node->keys_mask = options_.mask.at_positions(every, mine);
   node->forward = attention_forward(node->q, node->keys, node->values, node->queries_mask, options_.scale);
-  Tensor out = as_caller(node->forward.out, shape.three_dims);
+  Tensor out = in_callers_rank(node->forward.out, shape.three_dims);
   if (!autograd::any_requires_grad({&q, &k, &v})) return Variable(std::move(out));
   node->add_input(q);
   node->add_input(k);

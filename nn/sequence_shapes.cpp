@@ -56,7 +56,9 @@ std::vector<CallShape> shapes_of_ranks(const CallShape& mine, SequenceGroup& gro
   for (int r = 0; r < ranks; ++r) {
     Fields f{};
     for (int n = 0; n < kFields; ++n) {
-      for (int w = 0; w < 3; ++w) f[n] = (f[n] << 21) | static_cast<int64_t>(got[static_cast<size_t>(r * kWords + 3 * n + w)]);
+      for (int w = 0; w < 3; ++w) {
+        f[n] = (f[n] << 21) | static_cast<int64_t>(got[static_cast<size_t>(r * kWords + 3 * n + w)]);
+      }
     }
     shapes.push_back(shape_of(f));
   }

@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "nn/attention.h"
 
 namespace seqpar::nn {
 
@@ -29,13 +30,7 @@ Tensor four_dims(const char* op, const Tensor& x) {
   SEQPAR_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), op,
                ": expects a tensor [tokens, heads, head_dim] or [batch, tokens, heads, head_dim], got ",
                x.defined() ? x.shape() : Shape{});
-  const Tensor c = x.contiguous();
-  return c.dim() == 4 ? c : c.view({1, c.size(0), c.size(1), c.size(2)});
-}
-
-// A [B, T, H, D] result back in the caller's rank.
-Tensor as_input(const Tensor& t, const Tensor& x) {
-  return x.dim() == 4 ? t : t.view({t.size(1), t.size(2), t.size(3)});
+  return detail::batch_first(x);
 }
 
 }  // namespace
@@ -76,7 +71,7 @@ Tensor shard_heads(const Tensor& input, SequenceGroup& group) {
   for (int64_t i = 0; i < ranks; ++i) {
     output.narrow(1, i * tokens, tokens).copy_(received.narrow(0, i * batch, batch));
   }
-  return as_input(output, input);
+  return detail::in_callers_rank(output, input.dim() == 3);
 }
 
 // The sequence's P chunks of S/P tokens go back to their ranks; what arrives from rank
@@ -97,7 +92,7 @@ Tensor shard_sequence(const Tensor& input, SequenceGroup& group) {
   for (int64_t i = 0; i < ranks; ++i) {
     output.narrow(2, i * group_heads, group_heads).copy_(received.narrow(0, i * batch, batch));
   }
-  return as_input(output, input);
+  return detail::in_callers_rank(output, input.dim() == 3);
 }
 
 // ---------------------------------------------------------------- autograd

@@ -185,11 +185,12 @@ SEQPAR_VECTOR_TARGET void backward_head(const HeadRows& g, const HeadRows& q, co
 // The exact sum over the heads that share a kv head, of each element of their chains
 // (one head: its chain's value).
 std::vector<float> head_sum(const std::vector<HeadGrads>& heads, std::vector<float> HeadGrads::*part) {
+  if (heads.size() == 1) return heads[0].*part;
   std::vector<float> total((heads[0].*part).size());
   std::vector<float> terms(heads.size());
   for (size_t e = 0; e < total.size(); ++e) {
     for (size_t h = 0; h < heads.size(); ++h) terms[h] = (heads[h].*part)[e];
-    total[e] = heads.size() == 1 ? terms[0] : exact::rounded_exact_sum(terms.data(), terms.size());
+    total[e] = exact::rounded_exact_sum(terms.data(), static_cast<int64_t>(terms.size()));
   }
   return total;
 }

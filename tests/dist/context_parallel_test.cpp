@@ -16,6 +16,7 @@
 #include "nn/attention.h"
 #include "nn/context_parallel_attention.h"
 #include "tests/dist/dist_test_util.h"
+#include "tests/dist/swapped_group.h"
 
 using namespace seqpar;
 using autograd::Variable;
@@ -34,27 +35,6 @@ Tensor tokens_at(const Tensor& t, const std::vector<int64_t>& positions) {
   return out;
 }
 
-// A test double: the real all-gather, then the first two ranks' slices swapped, as if
-// the gather had filed rank 0's K and V under rank 1.
-class SwappedGather final : public nn::SequenceGroup {
- public:
-  explicit SwappedGather(std::shared_ptr<nn::SequenceGroup> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return inner_->name() + " (gather swapped)"; }
-  void all_to_all(Tensor& output, const Tensor& input) override { inner_->all_to_all(output, input); }
-  void all_gather(Tensor& output, const Tensor& input) override {
-    inner_->all_gather(output, input);
-    const int64_t slice = output.size(0) / size();
-    const Tensor first = output.narrow(0, 0, slice).clone();
-    output.narrow(0, 0, slice).copy_(output.narrow(0, slice, slice));
-    output.narrow(0, slice, slice).copy_(first);
-  }
-
- private:
-  std::shared_ptr<nn::SequenceGroup> inner_;
-};
-
 struct Inputs {
   Tensor q, k, v, g;
 };
@@ -69,7 +49,7 @@ std::vector<Seen> run_cp(const Inputs& in, int ranks, const nn::ContextParallelO
   std::vector<Seen> seen(static_cast<size_t>(ranks));
   dist::run_local_world(ranks, [&](std::shared_ptr<dist::ProcessGroup> world) {
     std::shared_ptr<nn::SequenceGroup> group = nn::sequence_group(world);
-    if (swap) group = std::make_shared<SwappedGather>(group);
+    if (swap) group = std::make_shared<test::SwappedSlices>(group, test::SwappedSlices::Which::AllGather);
     const nn::ContextParallelAttention attention(group, options);
     const std::vector<int64_t> mine = attention.positions(kSequence / ranks);
     const Variable q(tokens_at(in.q, mine).to(device), true), k(tokens_at(in.k, mine).to(device), true);

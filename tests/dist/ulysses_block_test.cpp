@@ -17,6 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tests/dist/dist_test_util.h"
+#include "tests/dist/swapped_group.h"
 
 using namespace seqpar;
 using autograd::Variable;
@@ -154,26 +155,6 @@ void check_same_training(const Trace& baseline, const std::vector<Trace>& traces
   }
 }
 
-// A wrong layout: the real exchange, then this rank's first two chunks swapped (as if
-// the all-to-all had filed rank 0's data under rank 1 and the other way round).
-class SwappedChunks final : public nn::SequenceGroup {
- public:
-  explicit SwappedChunks(std::shared_ptr<nn::SequenceGroup> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return inner_->name() + " (chunks swapped)"; }
-  void all_to_all(Tensor& output, const Tensor& input) override {
-    inner_->all_to_all(output, input);
-    const int64_t chunk = output.size(0) / size();
-    const Tensor first = output.narrow(0, 0, chunk).clone();
-    output.narrow(0, 0, chunk).copy_(output.narrow(0, chunk, chunk));
-    output.narrow(0, chunk, chunk).copy_(first);
-  }
-
- private:
-  std::shared_ptr<nn::SequenceGroup> inner_;
-};
-
 }  // namespace
 
 TEST_CASE("the Ulysses block over sp {1, 2, 4} x dp {1, 2} trains as one rank, bit for bit",
@@ -223,7 +204,7 @@ TEST_CASE("a wrong all-to-all layout breaks the equality the exactness test chec
   const Trace baseline = train_baseline(1, true);
   for (int sp : {2, 4}) {
     const std::vector<Trace> traces = train_distributed(sp, 1, true, [](std::shared_ptr<nn::SequenceGroup> group) {
-      return std::make_shared<SwappedChunks>(std::move(group));
+      return std::make_shared<test::SwappedSlices>(std::move(group), test::SwappedSlices::Which::AllToAll);
     });
     bool outputs_differ = false, parameters_differ = false;
     for (int rank = 0; rank < sp; ++rank) {
