@@ -176,6 +176,51 @@ def bench_attention(args):
             time_calls(step, args.warmup, args.repeats), 2 * nbytes, 3.5 * flops)
 
 
+def bench_attention_long(args):
+    """seqpar-bench's long attention rows: 8 query heads over 2 and over 8 kv heads, D 128,
+    causal, at 4,096 to 131,072 tokens. The anchors: SDPA in fp32 through its
+    memory-efficient backend (TF32 off), its math backend where its S x S scores fit, and
+    FlashAttention in bf16, the speed of light. Flops as seqpar-bench counts them."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    heads, head_dim = 8, 128
+    free = torch.cuda.mem_get_info()[0]
+    for tokens in (4096, 16384, 65536, 131072):
+        repeats = min(args.repeats, 3 if tokens >= 65536 else 10 if tokens >= 16384 else 30)
+        warmup = min(args.warmup, 1)
+        for kv_heads in (2, 8):
+            shape = f"{tokens}x{heads}over{kv_heads}x{head_dim}"
+            flops = 2.0 * tokens * tokens * heads * head_dim
+            nbytes = 4.0 * (2 * tokens * heads + 2 * tokens * kv_heads) * head_dim
+            anchors = [("torch_sdpa_mem_efficient", SDPBackend.EFFICIENT_ATTENTION, torch.float32),
+                       ("torch_flash_bf16", SDPBackend.FLASH_ATTENTION, torch.bfloat16)]
+            # The math backend keeps S x S scores per head, and as many again in backward.
+            if 3 * 4.0 * tokens * tokens * heads < 0.6 * free:
+                anchors.append(("torch_sdpa_math", SDPBackend.MATH, torch.float32))
+            for name, backend, dtype in anchors:
+                q = torch.randn(1, heads, tokens, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+                k, v = (torch.randn(1, kv_heads, tokens, head_dim, device="cuda", dtype=dtype,
+                                    requires_grad=True) for _ in range(2))
+                g = torch.randn(1, heads, tokens, head_dim, device="cuda", dtype=dtype)
+
+                def forward():
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                              enable_gqa=kv_heads != heads)
+
+                def step():
+                    torch.autograd.grad(forward(), (q, k, v), g)
+                try:
+                    with torch.no_grad():
+                        add(f"kernel/attention_long_fwd/{shape}/{name}", f"SDPA {backend.name} {dtype}",
+                            time_calls(forward, warmup, repeats), nbytes, flops)
+                    add(f"kernel/attention_long_fwd_bwd/{shape}/{name}", "the same, forward + backward",
+                        time_calls(step, warmup, repeats), 2 * nbytes, 2.5 * flops)
+                except Exception as error:  # a backend that refuses the shape
+                    print(f"kernel/attention_long/{shape}/{name}: {error!r}"[:300], flush=True)
+                del q, k, v, g
+                torch.cuda.empty_cache()
+
+
 def bench_stress(args):
     n = 4096
     a, bmat = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
@@ -446,6 +491,8 @@ def main():
     parser.add_argument("--json", default="torch_reference.json")
     parser.add_argument("--no-stress", action="store_true")
     parser.add_argument("--only-nccl", action="store_true", help="only the step on GPUs over NCCL")
+    parser.add_argument("--attention-only", action="store_true",
+                        help="only attention at 4,096 to 131,072 tokens (seqpar-bench --attention-only)")
     parser.add_argument("--nccl-world", type=int, default=2,
                         help="GPUs for the NCCL step (default 2; seqpar-bench --nproc N is its twin)")
     args = parser.parse_args()
@@ -454,8 +501,15 @@ def main():
     props = torch.cuda.get_device_properties(0)
     print(f"torch {torch.__version__} on {props.name}: median of {args.repeats} calls "
           f"after {args.warmup} warm-up calls")
-    sections = (bench_copy, bench_steps, bench_kernels) + (() if args.no_stress else (bench_stress,))
-    for section in ((bench_nccl_step,) if args.only_nccl else sections + (bench_nccl_step,)):
+    sections = (bench_copy, bench_steps, bench_kernels, bench_attention_long) + \
+        (() if args.no_stress else (bench_stress,))
+    if args.only_nccl:
+        sections = (bench_nccl_step,)
+    elif args.attention_only:
+        sections = (bench_attention_long,)
+    else:
+        sections += (bench_nccl_step,)
+    for section in sections:
         try:
             section(args)
         except Exception as error:  # one failing section must not lose the others

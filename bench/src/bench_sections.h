@@ -21,10 +21,13 @@ struct Settings {
   bool stress = true;
   bool kernel_parts = false, kernel_parts_only = false;
   bool exact_dw_only = false;
+  bool attention_only = false;
 };
 
 // Kernels at the shapes (seqpar_bench_kernels.cpp).
 void bench_kernels(Report& report, const Settings& settings);
+// Exact attention at 4,096 to 131,072 tokens, GQA, D 128 (seqpar_bench_kernels.cpp).
+void bench_attention_long(Report& report, const Settings& settings);
 // The kernels one launcher at a time, where bench_kernels times them in pairs
 // (seqpar-bench --kernel-parts; seqpar_bench_kernels.cpp).
 void bench_kernel_parts(Report& report, const Settings& settings);

@@ -186,12 +186,14 @@ int main(int argc, char** argv) {
   Settings settings;
   const std::string usage =
       "usage: seqpar-bench [--nproc N] [--repeats N] [--warmup N] [--json PATH] [--no-stress]\n"
-      "                    [--kernel-parts | --kernel-parts-only | --exact-dw-only] [--help] [--version]\n"
+      "                    [--kernel-parts | --kernel-parts-only | --exact-dw-only | --attention-only]\n"
+      "                    [--help] [--version]\n"
       "  --kernel-parts       also time the issue's kernels one launcher at a time (dx, L1\n"
       "                       forward, L1 backward, grad norm, clip, axpby)\n"
       "  --kernel-parts-only  only that section\n"
       "  --exact-dw-only      only exact dW with a randn dy (binned and CRT; with the stress\n"
-      "                       shape unless --no-stress)\n";
+      "                       shape unless --no-stress)\n"
+      "  --attention-only     only exact attention at 4,096 to 131,072 tokens\n";
   const int status = bench::parse_arguments(argc, argv, "seqpar-bench", usage, {
       bench::integer_option("--repeats", settings.repeats, 1),
       bench::integer_option("--warmup", settings.warmup, 0),
@@ -200,6 +202,7 @@ int main(int argc, char** argv) {
       {{"--kernel-parts"}, false, [&](const std::string&) { settings.kernel_parts = true; }},
       {{"--kernel-parts-only"}, false, [&](const std::string&) { settings.kernel_parts_only = true; }},
       {{"--exact-dw-only"}, false, [&](const std::string&) { settings.exact_dw_only = true; }},
+      {{"--attention-only"}, false, [&](const std::string&) { settings.attention_only = true; }},
   });
   if (status >= 0) return status;
   if (cuda_device_count() == 0) {
@@ -226,6 +229,11 @@ int main(int argc, char** argv) {
               properties.name, properties.multiProcessorCount, properties.l2CacheSize >> 20,
               settings.repeats, settings.warmup);
   Report report;
+  if (settings.attention_only) {
+    bench::bench_attention_long(report, settings);
+    report.write_json(settings.json, properties.name);
+    return 0;
+  }
   if (settings.exact_dw_only) {
     bench::bench_exact_dw(report, settings);
     report.write_json(settings.json, properties.name);

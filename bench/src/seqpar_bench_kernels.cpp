@@ -150,6 +150,39 @@ void bench_attention(Report& report, const Settings& s) {
 
 }  // namespace
 
+// Exact attention at long context, through the public calls: 8 query heads over 2 and
+// over 8 kv heads, D 128, causal, at 4,096 to 131,072 tokens. Flops as the issue counts
+// them: 2·S²·H·D for a causal forward (q·k and p·v over half the pairs), 2.5 times that
+// for forward plus backward, whatever the kernels recompute.
+void bench_attention_long(Report& report, const Settings& s) {
+  const int64_t head_dim = 128, heads = 8;
+  Generator generator(13);
+  const nn::AttentionMask causal = nn::AttentionMask::causal();
+  for (const int64_t tokens : {int64_t{4096}, int64_t{16384}, int64_t{65536}, int64_t{131072}}) {
+    // Calls of seconds need few repetitions for a stable median.
+    const int repeats = std::min(s.repeats, tokens >= 65536 ? 3 : tokens >= 16384 ? 10 : 30);
+    const int warmup = std::min(s.warmup, 1);
+    for (const int64_t kv_heads : {int64_t{2}, int64_t{8}}) {
+      const Tensor q = generator.randn({1, tokens, heads, head_dim}, kGpu);
+      const Tensor k = generator.randn({1, tokens, kv_heads, head_dim}, kGpu);
+      const Tensor v = generator.randn({1, tokens, kv_heads, head_dim}, kGpu);
+      const Tensor g = generator.randn({1, tokens, heads, head_dim}, kGpu);
+      const std::string shape = std::to_string(tokens) + "x" + std::to_string(heads) + "over" +
+                                std::to_string(kv_heads) + "x" + std::to_string(head_dim);
+      const double bytes = kF * (2 * tokens * heads + 2 * tokens * kv_heads) * head_dim;
+      const double flops = 2.0 * tokens * tokens * heads * head_dim;
+      report.add("kernel/attention_long_fwd/" + shape, "exact causal attention forward (public call)",
+                 time_calls([&] { nn::attention_forward(q, k, v, causal); }, warmup, repeats), bytes, flops);
+      report.add("kernel/attention_long_fwd_bwd/" + shape, "exact causal attention forward + backward",
+                 time_calls([&] {
+                   const nn::AttentionForward forward = nn::attention_forward(q, k, v, causal);
+                   nn::attention_backward(g, q, k, v, forward, causal);
+                 }, warmup, repeats),
+                 2 * bytes, 2.5 * flops);
+    }
+  }
+}
+
 void bench_kernels(Report& report, const Settings& s) {
   const int64_t n = 12000, in = 640, out = 16;
   Generator generator(7);
@@ -224,6 +257,7 @@ void bench_kernels(Report& report, const Settings& s) {
                }, s.warmup, s.repeats), kF * 2 * parameters);
   }
   bench_attention(report, s);
+  bench_attention_long(report, s);
 }
 
 void bench_kernel_parts(Report& report, const Settings& s) {

@@ -1,43 +1,60 @@
-// CUDA path of nn/attention.h: the reference's chains (nn/reference/attention.cpp), each
-// run by one thread in the reference's order; what runs side by side are independent
-// chains. Tensors are contiguous [B, S, H, D]; query head h reads kv head h / R
-// (R = Hq / Hkv) in place, with no repeated copy of K and V.
+// CUDA path of nn/attention.h: the reference's chains (nn/reference/attention.cpp) in
+// tiles, as FlashAttention schedules them, with one difference that keeps the bits: a
+// chain is never split. Every sum over tokens is one thread's fma chain, continued tile
+// after tile in the call's token order; what runs side by side are independent chains.
+// Tensors are contiguous [B, S, H, D]; query head h reads kv head h / R (R = Hq / Hkv)
+// in place, with no repeated copy of K and V.
 //
-//   forward   block (query i, query head h, sequence b): the scores of every visible
-//             key side by side (a thread a key), then the max and the softmax
-//             denominator by one thread in key order, the exponentials side by side,
-//             and out_i[d] by a thread per d, its chain over the visible keys in order.
+// Tiles are 64 tokens; a block of 256 threads is a 16 x 16 grid, thread (tx, ty) owning
+// rows ty*4 .. ty*4+3 of every 64-row tile it computes and columns tx*4 .. tx*4+3 of
+// every 64 columns. Two kinds of tile product, both over shared memory:
+//
+//   over d      a 64 x 64 tile of scores (q_i · k_j) or of dP (g_i · v_j): each of the
+//               thread's 16 elements an fma chain over d in order, from +0, as `dot` in
+//               the reference. The row operand stays in shared memory for the whole
+//               block; the column operand comes in transposed chunks of 64 d.
+//   over tokens out (P·V), dq (dS·K), dv (Pᵀ·dO) and dk (dSᵀ·Q): each of the thread's
+//               elements continues its chain with the tile's 64 tokens in order. A term
+//               the mask hides is skipped, not added as 0 (an fma with 0 can turn -0
+//               into +0, and 0 · inf is NaN).
+//
+// The kernels:
+//   forward   block (query tile, query head, sequence). Pass 1 walks the key tiles for
+//             each row's max (the first key in order holding it, so that ±0 ties give
+//             the reference's sign: a max has no order otherwise). Pass 2 walks them
+//             again: the same scores, p = exp(s - m), l by one thread a row in key
+//             order, out += p · v. Then out = out / l, or +0 for a row with no visible
+//             key.
 //   delta     a thread per (b, h, i): δ_i = g_i · out_i, laid out as row_max.
-//   dq        block (query i, query head h, sequence b): P_ij and dS_ij for every
-//             visible key j side by side, then dq_i[d] by a thread per d, its chain
-//             over the keys in order, times the scale.
-//   dk, dv    block (key j, kv head, sequence b): for each of the R query heads that
-//             read the kv head in turn, P_ij and dS_ij for every query i that sees j
-//             side by side, then that head's dk_j[d] and dv_j[d] by a thread each, chains
-//             over the queries in order (the reference's outer loop), kept in shared
-//             memory; then each (d, part) by the thread that made its R chains: the
-//             exact sum of the R values rounded once (core/exact_rounding.h), or with
-//             R = 1 the one head's value, as the reference does.
+//   dq        block (query tile, query head, sequence): key tiles in order; P, dS of
+//             the tile, then dq += dS · K; times the scale at the end.
+//   dk, dv    block (key tile, kv head, sequence): for each of the R query heads in
+//             turn, query tiles in order; Pᵀ and dSᵀ of the tile, dv += Pᵀ · dO and
+//             dk += dSᵀ · Q; dk times the scale. With R = 1 these are dk and dv; with
+//             R > 1 each head's go to a [B, Sk, Hq, D] buffer and a last kernel gives
+//             each kv element the exact sum of its R heads' values, rounded once
+//             (core/exact_rounding.h), as the reference does.
 //
-// The mask is AttentionMask::Table copied to the GPU (positions and documents, -1 for a
-// padded key) with the same visible() test. A row's visible tokens lie between its first
-// and last visible one; the serial loops walk only that span, still testing visible()
-// inside it, so skipping what lies outside changes no value.
+// Skipping. AttentionMask::Table (positions, documents, -1 for a padded key) is copied
+// to the GPU with, for each 64-token tile, its positions' and documents' least and
+// greatest values. A pair of tiles is hidden (skipped: it holds no visible pair) when
+// their documents cannot meet or, causal, every key lies after every query; full (no
+// test inside) when all of them share one document and, causal, every key lies at or
+// before every query; otherwise each pair is tested as visible() does. A skipped tile
+// adds no term, exactly as the reference adds none for a hidden key.
 //
 // Every rounding is written out (__fmaf_rn, __fmul_rn, __fsub_rn, __fadd_rn, __fdiv_rn:
 // nvcc contracts none of them into a different operation) and the exponential is
 // core/exp.h's, correctly rounded, so every value is the reference's bit for bit. Each
-// output element is written by one thread: no float atomics. A row's scores live in
-// shared memory: Sk floats a block forward and in dq, two rows of Sq floats (and the R
-// heads' chains of one key) in the dk/dv kernel, which bounds Sk and Sq by the device's
-// shared memory per block; a longer call is refused, naming its S.
-//
-// These are plain kernels, correct before fast: one query (or key) a block, the serial
-// sums by one thread. Tiling several queries a block, as FlashAttention does, keeps
-// every chain's order and is the way to make them fast.
+// output element is written by one thread: no float atomics. Shared memory holds tiles,
+// not rows, so S is bounded by the device's memory only.
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -53,33 +70,35 @@ namespace seqpar::nn::detail {
 
 namespace {
 
-constexpr int kThreads = 128;
-// A grid's y and z dims (heads and sequences) hold at most this many blocks.
-constexpr int64_t kMaxGridYZ = 65535;
-
-// A row of S scores in shared memory takes this many floats: S rounded up to whole
-// 16-byte words, and one word more. compute-sanitizer's memcheck saw the forward's
-// serial loops read 12 bytes at the row's last element (at S = 1: past a 4-byte row);
-// the padding keeps every access the compiler makes inside the allocation.
-__host__ __device__ int64_t row_floats(int64_t tokens) { return (tokens + 3) / 4 * 4 + 4; }
+constexpr int kTile = 64;       // tokens a tile, and d a chunk
+constexpr int kThreads = 256;   // a 16 x 16 grid, 4 x 4 elements each
+constexpr int kStage = 68;      // row stride of a staged 64 x 64 tile: 16-byte rows, no bank conflicts
+constexpr int64_t kMaxGridYZ = 65535;  // a grid's y and z dims (heads, sequences)
 
 // Where each head vector of one call lives in its contiguous [B, S, H, D] tensors, and
 // where a row's statistics live in [B, Hq, Sq].
 struct Shapes {
-  int batch, queries, keys;  // B, Sq, Sk
+  int batch, queries, keys;    // B, Sq, Sk
   int heads, kv_heads, group;  // Hq, Hkv and R = Hq / Hkv
   int dim;
+  bool vectors;  // D a multiple of 4 and every tensor 16-byte aligned: float4 loads
 
-  __device__ int64_t query_at(int b, int i, int h) const {
+  __host__ __device__ int64_t query_at(int b, int i, int h) const {
     return ((int64_t{b} * queries + i) * heads + h) * dim;
   }
-  __device__ int64_t key_at(int b, int j, int kv) const {
+  __host__ __device__ int64_t key_at(int b, int j, int kv) const {
     return ((int64_t{b} * keys + j) * kv_heads + kv) * dim;
   }
   __device__ int64_t row(int b, int h, int i) const { return (int64_t{b} * heads + h) * queries + i; }
 };
 
-// AttentionMask::Table on the GPU: the same arrays and the same test.
+// The least and greatest position and document of a tile's tokens.
+struct TileRange {
+  int64_t position_min, position_max, document_min, document_max;
+};
+
+// AttentionMask::Table on the GPU: the same arrays and the same test, and each tile's
+// range, [B][tiles] for the queries and for the keys.
 struct Mask {
   bool causal;
   int queries, keys;
@@ -87,44 +106,371 @@ struct Mask {
   const int64_t* key_position;    // [Sk]
   const int64_t* query_document;  // [B * Sq]
   const int64_t* key_document;    // [B * Sk]; -1: a padded key, in no query's document
-
-  __device__ bool visible(int b, int i, int j) const {
-    return key_document[int64_t{b} * keys + j] == query_document[int64_t{b} * queries + i] &&
-           (!causal || key_position[j] <= query_position[i]);
-  }
+  const TileRange* query_tiles;   // [B * ceil(Sq / 64)]
+  const TileRange* key_tiles;     // [B * ceil(Sk / 64)]
 };
 
-// The tokens [first, end) that hold every visible token of a row; empty: {0, 0}.
-struct Span {
-  int first = INT_MAX, end = 0;
-  __device__ void add(int token) {
-    first = token < first ? token : first;
-    end = token + 1 > end ? token + 1 : end;
-  }
-};
+__host__ __device__ int tiles(int tokens) { return (tokens + kTile - 1) / kTile; }
 
-// The block's span from each thread's own. Integer min and max give the same span
-// whatever order the threads arrive in. Synchronizes the block (so what the threads
-// wrote to shared memory before it is visible after it); called once a kernel, as its
-// shared words are not reset between calls.
-__device__ Span block_span(const Span& mine) {
-  __shared__ int first, end;
-  if (threadIdx.x == 0) {
-    first = INT_MAX;
-    end = 0;
+enum class Cover { kHidden, kPartial, kFull };
+
+// How the mask covers query tile qt and key tile kt of sequence b; a tile cut short by
+// the end of the sequence is partial, so the full path needs no bounds.
+__device__ Cover cover(const Mask& mask, int b, int qt, int kt) {
+  const TileRange q = mask.query_tiles[int64_t{b} * tiles(mask.queries) + qt];
+  const TileRange k = mask.key_tiles[int64_t{b} * tiles(mask.keys) + kt];
+  if (k.document_max < q.document_min || k.document_min > q.document_max) return Cover::kHidden;
+  if (mask.causal && k.position_min > q.position_max) return Cover::kHidden;
+  const bool whole = (qt + 1) * kTile <= mask.queries && (kt + 1) * kTile <= mask.keys;
+  const bool one_document = q.document_min == q.document_max && k.document_min == k.document_max &&
+                            q.document_min == k.document_min;
+  if (whole && one_document && (!mask.causal || k.position_max <= q.position_min)) return Cover::kFull;
+  return Cover::kPartial;
+}
+
+// One tile's positions and documents in shared memory; a token past the sequence's end
+// gets a document no other token has, so visible() hides it.
+struct TileMask {
+  int64_t position[kTile], document[kTile];
+};
+constexpr int64_t kNoQuery = -3, kNoKey = -2;
+
+__device__ void stage_mask(TileMask& tile, const int64_t* position, const int64_t* document, int first,
+                           int count, int64_t absent) {
+  for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+    tile.position[t] = t < count ? position[first + t] : 0;
+    tile.document[t] = t < count ? document[first + t] : absent;
   }
-  __syncthreads();
-  atomicMin(&first, mine.first);
-  atomicMax(&end, mine.end);
-  __syncthreads();
-  Span span;
-  if (first < end) {
-    span.first = first;
-    span.end = end;
+}
+
+__device__ bool visible(bool causal, const TileMask& queries, int i, const TileMask& keys, int j) {
+  return keys.document[j] == queries.document[i] && (!causal || keys.position[j] <= queries.position[i]);
+}
+
+__device__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ float part(const float4& v, int n) { return n == 0 ? v.x : n == 1 ? v.y : n == 2 ? v.z : v.w; }
+
+// Loads rows [first, first + count) of a [tokens, stride] matrix, columns
+// [col, col + width) (width <= 64), into a staged tile: `transposed` puts token t's
+// element d at stage[d * 68 + t], else at stage[t * 68 + d]. What lies outside is 0.
+__device__ void stage(float* tile, const float* src, int64_t stride, int count, int width, bool transposed,
+                      bool vectors) {
+  if (vectors) {
+    // Consecutive threads read consecutive float4 of a row (row-major) or the same
+    // float4 of consecutive rows (transposed), so that their shared stores do not
+    // collide.
+    for (int n = threadIdx.x; n < kTile * (kTile / 4); n += blockDim.x) {
+      const int t = transposed ? n % kTile : n / (kTile / 4);
+      const int d = 4 * (transposed ? n / kTile : n % (kTile / 4));
+      float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (t < count && d < width) value = load4(src + t * stride + d);  // width is a multiple of 4
+      if (transposed) {
+        for (int e = 0; e < 4; ++e) tile[(d + e) * kStage + t] = part(value, e);
+      } else {
+        *reinterpret_cast<float4*>(tile + t * kStage + d) = value;
+      }
+    }
   } else {
-    span.first = 0;  // no visible token: loops from `first` start inside int's range
+    for (int n = threadIdx.x; n < kTile * kTile; n += blockDim.x) {
+      const int t = transposed ? n % kTile : n / kTile, d = transposed ? n / kTile : n % kTile;
+      const float value = t < count && d < width ? src[t * stride + d] : 0.0f;
+      tile[transposed ? d * kStage + t : t * kStage + d] = value;
+    }
   }
-  return span;
+}
+
+// Rows [first, first + count) of a [tokens, stride] matrix, all D columns, into a
+// resident [64][width_stride] array; missing rows are 0.
+__device__ void stage_rows(float* rows, int row_stride, const float* src, int64_t stride, int count, int dim,
+                           bool vectors) {
+  const int per_row = vectors ? dim / 4 : dim;
+  for (int n = threadIdx.x; n < kTile * per_row; n += blockDim.x) {
+    const int t = n / per_row, d = (n % per_row) * (vectors ? 4 : 1);
+    if (vectors) {
+      const float4 value = t < count ? load4(src + t * stride + d) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *reinterpret_cast<float4*>(rows + t * row_stride + d) = value;
+    } else {
+      rows[t * row_stride + d] = t < count ? src[t * stride + d] : 0.0f;
+    }
+  }
+}
+
+// The first row and the first column of the thread's 4 x 4 elements in a 64 x 64 tile.
+__device__ int thread_row() { return static_cast<int>(threadIdx.x >> 4) * 4; }
+__device__ int thread_col() { return static_cast<int>(threadIdx.x & 15) * 4; }
+
+// acc[a][c] continues the chain over d of row thread_row()+a of `rows` (resident, from
+// column `first`) times column thread_col()+c of a transposed staged chunk, d < width.
+__device__ __forceinline__ void product_over_d(float (&acc)[4][4], const float* rows, int row_stride, int first,
+                                               const float* chunk, int width) {
+  const float* w = rows + thread_row() * row_stride + first;
+  const float* t = chunk + thread_col();
+  int d = 0;
+  for (; d + 4 <= width; d += 4) {
+    float4 weights[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) weights[a] = load4(w + a * row_stride + d);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float4 terms = load4(t + (d + e) * kStage);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][c] = __fmaf_rn(part(weights[a], e), part(terms, c), acc[a][c]);
+      }
+    }
+  }
+  for (; d < width; ++d) {
+    const float4 terms = load4(t + d * kStage);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const float x = w[a * row_stride + d];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][c] = __fmaf_rn(x, part(terms, c), acc[a][c]);
+    }
+  }
+}
+
+// acc = the chains over d of the resident rows times the rows [0, count) of a
+// [tokens, stride] matrix `src` (its 64 tokens as columns), staged a chunk of 64 d at a
+// time. Synchronizes the block first, so what was written to shared memory before is
+// seen by every thread.
+template <int kChunks>
+__device__ __forceinline__ void tile_over_d(float (&acc)[4][4], const float* rows, int row_stride, float* staged,
+                                            const float* src, int64_t stride, int count, const Shapes& shapes) {
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
+  }
+#pragma unroll
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    if (chunk * kTile >= shapes.dim) break;
+    const int width = min(kTile, shapes.dim - chunk * kTile);
+    __syncthreads();  // the staged tile is free, and earlier shared writes are seen
+    stage(staged, src + chunk * kTile, stride, count, width, true, shapes.vectors);
+    __syncthreads();
+    product_over_d(acc, rows, row_stride, chunk * kTile, staged, width);
+  }
+}
+
+// acc[a][4 chunk + c] continues its chain over the tile's tokens t < count in order:
+// weights[row thread_row()+a][t] (a staged tile by row and token) times terms[t][column
+// thread_col()+c] (a staged row-major chunk). kMasked: a pair visible() hides adds no term.
+template <bool kMasked, int N, typename Visible>
+__device__ __forceinline__ void product_over_tokens(float (&acc)[4][N], int chunk, const float* weights,
+                                                    const float* terms, int count, const Visible& visible) {
+  const int row = thread_row();
+  const float* w = weights + row * kStage;
+  const float* t = terms + thread_col();
+  const auto step = [&](int token, const float4& term, const float (&weight)[4]) {
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      if (kMasked && !visible(row + a, token)) continue;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        acc[a][4 * chunk + c] = __fmaf_rn(weight[a], part(term, c), acc[a][4 * chunk + c]);
+      }
+    }
+  };
+  int token = 0;
+  for (; token + 4 <= count; token += 4) {
+    float4 weights4[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) weights4[a] = load4(w + a * kStage + token);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float weight[4] = {part(weights4[0], e), part(weights4[1], e), part(weights4[2], e),
+                               part(weights4[3], e)};
+      step(token + e, load4(t + (token + e) * kStage), weight);
+    }
+  }
+  for (; token < count; ++token) {
+    const float weight[4] = {w[token], w[kStage + token], w[2 * kStage + token], w[3 * kStage + token]};
+    step(token, load4(t + token * kStage), weight);
+  }
+}
+
+// acc continues its chains with the tile's tokens: `weights` (staged by row and token)
+// times rows [0, count) of the [tokens, stride] matrix `src`, staged a chunk of 64
+// columns at a time. Synchronizes the block first, as tile_over_d does.
+template <int kChunks, int N, typename Visible>
+__device__ __forceinline__ void tile_over_tokens(float (&acc)[4][N], const float* weights, float* staged,
+                                                 const float* src, int64_t stride, int count, const Shapes& shapes,
+                                                 Cover how, const Visible& visible) {
+#pragma unroll
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    if (chunk * kTile >= shapes.dim) break;
+    const int width = min(kTile, shapes.dim - chunk * kTile);
+    __syncthreads();
+    stage(staged, src + chunk * kTile, stride, count, width, false, shapes.vectors);
+    __syncthreads();
+    if (how == Cover::kFull) {
+      product_over_tokens<false>(acc, chunk, weights, staged, kTile, visible);
+    } else {
+      product_over_tokens<true>(acc, chunk, weights, staged, count, visible);
+    }
+  }
+}
+
+// Writes a 4 x 4 block of values to a staged tile at (thread_row() + a, thread_col() + c).
+__device__ void store_tile(float* tile, const float (&values)[4][4]) {
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    *reinterpret_cast<float4*>(tile + (thread_row() + a) * kStage + thread_col()) =
+        make_float4(values[a][0], values[a][1], values[a][2], values[a][3]);
+  }
+}
+
+// Writes row `row` of a thread's accumulators (columns thread_col() + c of each chunk),
+// times `factor` if given, to dst[d] for d < D.
+template <int N, typename Value>
+__device__ void store_row(float* dst, const float (&acc)[N], const Shapes& shapes, const Value& value) {
+#pragma unroll
+  for (int chunk = 0; chunk < N / 4; ++chunk) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = chunk * kTile + thread_col() + c;
+      if (d < shapes.dim) dst[d] = value(acc[4 * chunk + c]);
+    }
+  }
+}
+
+template <int kDimMax>
+constexpr int resident_stride() {
+  return kDimMax + 4;
+}
+
+// Shared memory of each kernel, in floats: resident 64-row operands, then two staged tiles.
+template <int kDimMax>
+constexpr int64_t shared_floats(int resident) {
+  return int64_t{resident} * kTile * resident_stride<kDimMax>() + 2 * kTile * kStage;
+}
+
+template <int kDimMax>
+__global__ void __launch_bounds__(kThreads) forward_kernel(Shapes shapes, Mask mask, float scale, const float* q,
+                                                           const float* k, const float* v, float* out,
+                                                           float* row_max, float* row_sum) {
+  constexpr int kRowStride = resident_stride<kDimMax>(), kChunks = kDimMax / kTile, kN = kDimMax / 16;
+  extern __shared__ float4 shared_words[];
+  float* q_rows = reinterpret_cast<float*>(shared_words);  // [64][kRowStride]
+  float* staged = q_rows + kTile * kRowStride;            // K or V chunks
+  float* p_tile = staged + kTile * kStage;                // p by (query, key)
+  __shared__ TileMask query_mask, key_mask;
+  __shared__ float m_row[kTile], l_row[kTile];
+  __shared__ int any_row[kTile];
+
+  const int qt = gridDim.x - 1 - blockIdx.x;  // the causal mask's longest rows start first
+  const int h = blockIdx.y, b = blockIdx.z, kv = h / shapes.group;
+  const int first = qt * kTile, count = min(kTile, shapes.queries - first);
+  const int64_t q_stride = int64_t{shapes.heads} * shapes.dim, kv_stride = int64_t{shapes.kv_heads} * shapes.dim;
+  stage_rows(q_rows, kRowStride, q + shapes.query_at(b, first, h), q_stride, count, shapes.dim, shapes.vectors);
+  stage_mask(query_mask, mask.query_position, mask.query_document + int64_t{b} * shapes.queries, first, count,
+             kNoQuery);
+  const int row = thread_row(), col = thread_col();
+  const auto seen = [&](int i, int j) { return visible(mask.causal, query_mask, i, key_mask, j); };
+
+  // The scores of key tile kt, scaled, with the key mask staged where a test is needed.
+  const auto scores = [&](int kt, Cover how, float (&s)[4][4]) {
+    const int key_count = min(kTile, shapes.keys - kt * kTile);
+    __syncthreads();  // the previous tile's readers of key_mask are done
+    if (how == Cover::kPartial) {
+      stage_mask(key_mask, mask.key_position, mask.key_document + int64_t{b} * shapes.keys, kt * kTile,
+                 key_count, kNoKey);
+    }
+    tile_over_d<kChunks>(s, q_rows, kRowStride, staged, k + shapes.key_at(b, kt * kTile, kv), kv_stride,
+                         key_count, shapes);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[a][c] = __fmul_rn(scale, s[a][c]);
+    }
+  };
+
+  // Pass 1: each row's max, and the first key in order that holds it.
+  float best[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int best_key[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, any[4] = {0, 0, 0, 0};
+  for (int kt = 0; kt < tiles(shapes.keys); ++kt) {
+    const Cover how = cover(mask, b, qt, kt);
+    if (how == Cover::kHidden) continue;
+    float s[4][4];
+    scores(kt, how, s);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (how != Cover::kFull && !seen(row + a, col + c)) continue;
+        const int key = kt * kTile + col + c;
+        any[a] = 1;
+        if (s[a][c] > best[a] || (s[a][c] == best[a] && key < best_key[a])) {
+          best[a] = s[a][c];
+          best_key[a] = key;
+        }
+      }
+    }
+  }
+  // The 16 threads of a row (lanes differing in their low 4 bits) agree on it; the
+  // order of the comparisons does not matter, the key breaks ties.
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    for (int lane = 1; lane < 16; lane <<= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, best[a], lane);
+      const int other_key = __shfl_xor_sync(0xffffffffu, best_key[a], lane);
+      any[a] |= __shfl_xor_sync(0xffffffffu, any[a], lane);
+      if (other > best[a] || (other == best[a] && other_key < best_key[a])) {
+        best[a] = other;
+        best_key[a] = other_key;
+      }
+    }
+    if (col == 0) {
+      m_row[row + a] = best[a];
+      any_row[row + a] = any[a];
+    }
+  }
+
+  // Pass 2: p, l by the thread of its row (threads 0..63), out += p · v.
+  float acc[4][kN] = {};
+  float l = 0.0f;
+  for (int kt = 0; kt < tiles(shapes.keys); ++kt) {
+    const Cover how = cover(mask, b, qt, kt);
+    if (how == Cover::kHidden) continue;
+    const int key_count = min(kTile, shapes.keys - kt * kTile);
+    float s[4][4];
+    scores(kt, how, s);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool shown = how == Cover::kFull || seen(row + a, col + c);
+        s[a][c] = shown ? correctly_rounded_exp(__fsub_rn(s[a][c], m_row[row + a])) : 0.0f;
+      }
+    }
+    store_tile(p_tile, s);
+    __syncthreads();
+    if (threadIdx.x < kTile) {
+      const int i = static_cast<int>(threadIdx.x);
+      for (int j = 0; j < key_count; ++j) {
+        if (how == Cover::kFull || seen(i, j)) l = __fadd_rn(l, p_tile[i * kStage + j]);
+      }
+    }
+    tile_over_tokens<kChunks>(acc, p_tile, staged, v + shapes.key_at(b, kt * kTile, kv), kv_stride, key_count,
+                              shapes, how, seen);
+  }
+  if (threadIdx.x < kTile) l_row[threadIdx.x] = l;
+  __syncthreads();
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int i = row + a;
+    if (i >= count) continue;
+    const bool shown = any_row[i] != 0;
+    const float denominator = l_row[i];
+    store_row(out + shapes.query_at(b, first + i, h), acc[a], shapes,
+              [&](float sum) { return shown ? __fdiv_rn(sum, denominator) : 0.0f; });  // no visible key: +0
+  }
+  if (static_cast<int>(threadIdx.x) < count) {
+    row_max[shapes.row(b, h, first + threadIdx.x)] = m_row[threadIdx.x];
+    row_sum[shapes.row(b, h, first + threadIdx.x)] = l_row[threadIdx.x];
+  }
 }
 
 // a · b over d, an fma chain in index order from +0.
@@ -132,54 +478,6 @@ __device__ float dot(const float* a, const float* b, int dim) {
   float sum = 0.0f;
   for (int d = 0; d < dim; ++d) sum = __fmaf_rn(a[d], b[d], sum);
   return sum;
-}
-
-__global__ void forward_kernel(Shapes shapes, Mask mask, float scale, const float* q,
-                               const float* k, const float* v, float* out, float* row_max,
-                               float* row_sum) {
-  extern __shared__ float p[];  // p[j]: key j's score, then its exponential
-  __shared__ float m_shared, l_shared;
-  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kv = h / shapes.group;
-  const float* q_i = q + shapes.query_at(b, i, h);
-  Span mine;
-  for (int j = threadIdx.x; j < shapes.keys; j += blockDim.x) {
-    if (!mask.visible(b, i, j)) continue;
-    p[j] = __fmul_rn(scale, dot(q_i, k + shapes.key_at(b, j, kv), shapes.dim));
-    mine.add(j);
-  }
-  const Span span = block_span(mine);
-  if (threadIdx.x == 0) {
-    float m = -INFINITY;
-    for (int j = span.first; j < span.end; ++j) {
-      if (mask.visible(b, i, j)) m = p[j] > m ? p[j] : m;
-    }
-    m_shared = m;
-  }
-  __syncthreads();
-  const float m = m_shared;
-  for (int j = span.first + static_cast<int>(threadIdx.x); j < span.end; j += blockDim.x) {
-    if (mask.visible(b, i, j)) p[j] = correctly_rounded_exp(__fsub_rn(p[j], m));
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float l = 0.0f;
-    for (int j = span.first; j < span.end; ++j) {
-      if (mask.visible(b, i, j)) l = __fadd_rn(l, p[j]);
-    }
-    l_shared = l;
-    row_max[shapes.row(b, h, i)] = m;
-    row_sum[shapes.row(b, h, i)] = l;
-  }
-  __syncthreads();
-  const float l = l_shared;
-  const bool any = span.first < span.end;
-  for (int d = threadIdx.x; d < shapes.dim; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int j = span.first; j < span.end; ++j) {
-      if (mask.visible(b, i, j)) sum = __fmaf_rn(p[j], v[shapes.key_at(b, j, kv) + d], sum);
-    }
-    out[shapes.query_at(b, i, h) + d] = any ? __fdiv_rn(sum, l) : 0.0f;  // no visible key: +0
-  }
 }
 
 // δ of every row, in row_max's layout [B, Hq, Sq].
@@ -199,118 +497,216 @@ struct Rows {
   const float *row_max, *row_sum, *delta;
 };
 
-// P_ij = fl(exp(s_ij - m_i) / l_i) and dS_ij = fl(P_ij · fl(dP_ij - δ_i)) of query i,
-// key j and query head h of sequence b, as the reference computes them.
+// P = fl(exp(s - m) / l) and dS = fl(P · fl(dP - δ)) of one pair, as the reference
+// computes them from the scaled score s and dP.
 struct ScoreGrad {
   float probability, ds;
 };
-__device__ ScoreGrad score_grad(const Shapes& shapes, const Rows& rows, float scale,
-                                const float* q, const float* k, const float* v, const float* g,
-                                int b, int i, int j, int h) {
-  const int kv = h / shapes.group;
-  const int64_t row = shapes.row(b, h, i);
-  const float s = __fmul_rn(scale, dot(q + shapes.query_at(b, i, h), k + shapes.key_at(b, j, kv), shapes.dim));
-  const float probability =
-      __fdiv_rn(correctly_rounded_exp(__fsub_rn(s, rows.row_max[row])), rows.row_sum[row]);
-  const float dp = dot(g + shapes.query_at(b, i, h), v + shapes.key_at(b, j, kv), shapes.dim);
-  return {probability, __fmul_rn(probability, __fsub_rn(dp, rows.delta[row]))};
+__device__ ScoreGrad score_grad(float s, float dp, float m, float l, float delta) {
+  const float probability = __fdiv_rn(correctly_rounded_exp(__fsub_rn(s, m)), l);
+  return {probability, __fmul_rn(probability, __fsub_rn(dp, delta))};
 }
 
-__global__ void dq_kernel(Shapes shapes, Mask mask, Rows rows, float scale, const float* q,
-                          const float* k, const float* v, const float* g, float* dq) {
-  extern __shared__ float ds[];  // ds[j] for key j
-  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kv = h / shapes.group;
-  Span mine;
-  for (int j = threadIdx.x; j < shapes.keys; j += blockDim.x) {
-    if (!mask.visible(b, i, j)) continue;
-    ds[j] = score_grad(shapes, rows, scale, q, k, v, g, b, i, j, h).ds;
-    mine.add(j);
+// Row statistics of query tile `first` for head h into shared memory.
+__device__ void stage_rows_statistics(const Shapes& shapes, const Rows& rows, int b, int h, int first, int count,
+                                      float* m, float* l, float* delta) {
+  for (int t = threadIdx.x; t < count; t += blockDim.x) {
+    const int64_t n = shapes.row(b, h, first + t);
+    m[t] = rows.row_max[n];
+    l[t] = rows.row_sum[n];
+    delta[t] = rows.delta[n];
   }
-  const Span span = block_span(mine);
-  for (int d = threadIdx.x; d < shapes.dim; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int j = span.first; j < span.end; ++j) {
-      if (mask.visible(b, i, j)) sum = __fmaf_rn(ds[j], k[shapes.key_at(b, j, kv) + d], sum);
+}
+
+template <int kDimMax>
+__global__ void __launch_bounds__(kThreads) dq_kernel(Shapes shapes, Mask mask, Rows rows, float scale,
+                                                      const float* q, const float* k, const float* v,
+                                                      const float* g, float* dq) {
+  constexpr int kRowStride = resident_stride<kDimMax>(), kChunks = kDimMax / kTile, kN = kDimMax / 16;
+  extern __shared__ float4 shared_words[];
+  float* q_rows = reinterpret_cast<float*>(shared_words);
+  float* g_rows = q_rows + kTile * kRowStride;
+  float* staged = g_rows + kTile * kRowStride;
+  float* ds_tile = staged + kTile * kStage;  // dS by (query, key)
+  __shared__ TileMask query_mask, key_mask;
+  __shared__ float m_row[kTile], l_row[kTile], delta_row[kTile];
+
+  const int qt = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, kv = h / shapes.group;
+  const int first = qt * kTile, count = min(kTile, shapes.queries - first);
+  const int64_t q_stride = int64_t{shapes.heads} * shapes.dim, kv_stride = int64_t{shapes.kv_heads} * shapes.dim;
+  stage_rows(q_rows, kRowStride, q + shapes.query_at(b, first, h), q_stride, count, shapes.dim, shapes.vectors);
+  stage_rows(g_rows, kRowStride, g + shapes.query_at(b, first, h), q_stride, count, shapes.dim, shapes.vectors);
+  stage_mask(query_mask, mask.query_position, mask.query_document + int64_t{b} * shapes.queries, first, count,
+             kNoQuery);
+  stage_rows_statistics(shapes, rows, b, h, first, count, m_row, l_row, delta_row);
+  const int row = thread_row(), col = thread_col();
+  const auto seen = [&](int i, int j) { return visible(mask.causal, query_mask, i, key_mask, j); };
+
+  float acc[4][kN] = {};
+  for (int kt = 0; kt < tiles(shapes.keys); ++kt) {
+    const Cover how = cover(mask, b, qt, kt);
+    if (how == Cover::kHidden) continue;
+    const int key_count = min(kTile, shapes.keys - kt * kTile);
+    const int64_t key = shapes.key_at(b, kt * kTile, kv);
+    __syncthreads();
+    if (how == Cover::kPartial) {
+      stage_mask(key_mask, mask.key_position, mask.key_document + int64_t{b} * shapes.keys, kt * kTile,
+                 key_count, kNoKey);
     }
-    dq[shapes.query_at(b, i, h) + d] = __fmul_rn(scale, sum);
+    float s[4][4], dp[4][4];
+    tile_over_d<kChunks>(s, q_rows, kRowStride, staged, k + key, kv_stride, key_count, shapes);
+    tile_over_d<kChunks>(dp, g_rows, kRowStride, staged, v + key, kv_stride, key_count, shapes);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = row + a;
+        const bool shown = how == Cover::kFull || seen(i, col + c);
+        s[a][c] = shown ? score_grad(__fmul_rn(scale, s[a][c]), dp[a][c], m_row[i], l_row[i], delta_row[i]).ds
+                        : 0.0f;
+      }
+    }
+    store_tile(ds_tile, s);
+    tile_over_tokens<kChunks>(acc, ds_tile, staged, k + key, kv_stride, key_count, shapes, how, seen);
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    if (row + a >= count) continue;
+    store_row(dq + shapes.query_at(b, first + row + a, h), acc[a], shapes,
+              [&](float sum) { return __fmul_rn(scale, sum); });
   }
 }
 
-// Dynamic shared memory of the dk/dv kernel, in floats: P and dS of one query head by
-// query (a row of Sq each), then the R heads' chains of the block's key, 2 D each.
-__host__ __device__ int64_t dk_dv_floats(int64_t queries, int64_t group, int64_t dim) {
-  return 2 * row_floats(queries) + group * 2 * dim;
-}
+// dk and dv of key tile blockIdx.x, kv head blockIdx.y, sequence blockIdx.z: for each
+// of its R query heads, the chains over the query tiles in order. `per_head`: write
+// head h's values at [B, Sk, Hq, D] for the heads' exact sum (R > 1), else the results.
+template <int kDimMax>
+__global__ void __launch_bounds__(kThreads) dk_dv_kernel(Shapes shapes, Mask mask, Rows rows, float scale,
+                                                         const float* q, const float* k, const float* v,
+                                                         const float* g, float* dk, float* dv, bool per_head) {
+  constexpr int kRowStride = resident_stride<kDimMax>(), kChunks = kDimMax / kTile, kN = kDimMax / 16;
+  extern __shared__ float4 shared_words[];
+  float* k_rows = reinterpret_cast<float*>(shared_words);
+  float* v_rows = k_rows + kTile * kRowStride;
+  float* staged = v_rows + kTile * kRowStride;
+  float* w_tile = staged + kTile * kStage;  // Pᵀ, then dSᵀ, by (key, query)
+  __shared__ TileMask query_mask, key_mask;
+  __shared__ float m_row[kTile], l_row[kTile], delta_row[kTile];
 
-__global__ void dk_dv_kernel(Shapes shapes, Mask mask, Rows rows, float scale, const float* q,
-                             const float* k, const float* v, const float* g, float* dk,
-                             float* dv) {
-  extern __shared__ float shared[];
-  float* probability = shared;                             // P_ij of one query head, by i
-  float* ds = shared + row_floats(shapes.queries);         // dS_ij of that head, by i
-  float* chains = ds + row_floats(shapes.queries);         // [R][2 D]: dv_j[d], then dk_j[d]
-  const int j = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
-  const int channels = 2 * shapes.dim;  // channel c < D: dv_j[c]; c >= D: dk_j[c - D]
-  // Which queries see key j does not depend on the head.
-  Span mine;
-  for (int i = threadIdx.x; i < shapes.queries; i += blockDim.x) {
-    if (mask.visible(b, i, j)) mine.add(i);
-  }
-  const Span span = block_span(mine);
+  const int kt = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
+  const int first_key = kt * kTile, key_count = min(kTile, shapes.keys - first_key);
+  const int64_t q_stride = int64_t{shapes.heads} * shapes.dim, kv_stride = int64_t{shapes.kv_heads} * shapes.dim;
+  stage_rows(k_rows, kRowStride, k + shapes.key_at(b, first_key, kv), kv_stride, key_count, shapes.dim,
+             shapes.vectors);
+  stage_rows(v_rows, kRowStride, v + shapes.key_at(b, first_key, kv), kv_stride, key_count, shapes.dim,
+             shapes.vectors);
+  stage_mask(key_mask, mask.key_position, mask.key_document + int64_t{b} * shapes.keys, first_key, key_count,
+             kNoKey);
+  const int row = thread_row(), col = thread_col();
+  // Rows of these tiles are keys, columns and tokens queries.
+  const auto seen = [&](int j, int i) { return visible(mask.causal, query_mask, i, key_mask, j); };
+
   for (int r = 0; r < shapes.group; ++r) {
     const int h = kv * shapes.group + r;
-    for (int i = span.first + static_cast<int>(threadIdx.x); i < span.end; i += blockDim.x) {
-      if (!mask.visible(b, i, j)) continue;
-      const ScoreGrad terms = score_grad(shapes, rows, scale, q, k, v, g, b, i, j, h);
-      probability[i] = terms.probability;
-      ds[i] = terms.ds;
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < channels; c += blockDim.x) {
-      const bool key_side = c >= shapes.dim;
-      const int d = key_side ? c - shapes.dim : c;
-      const float* weights = key_side ? ds : probability;
-      const float* terms = key_side ? q : g;
-      float sum = 0.0f;
-      for (int i = span.first; i < span.end; ++i) {
-        if (mask.visible(b, i, j)) sum = __fmaf_rn(weights[i], terms[shapes.query_at(b, i, h) + d], sum);
+    float dk_acc[4][kN] = {}, dv_acc[4][kN] = {};
+    for (int qt = 0; qt < tiles(shapes.queries); ++qt) {
+      const Cover how = cover(mask, b, qt, kt);
+      if (how == Cover::kHidden) continue;
+      const int first = qt * kTile, count = min(kTile, shapes.queries - first);
+      const int64_t query = shapes.query_at(b, first, h);
+      __syncthreads();  // the previous tile's readers of the query mask and statistics are done
+      stage_mask(query_mask, mask.query_position, mask.query_document + int64_t{b} * shapes.queries, first,
+                 count, kNoQuery);
+      stage_rows_statistics(shapes, rows, b, h, first, count, m_row, l_row, delta_row);
+      float s[4][4], dp[4][4];
+      tile_over_d<kChunks>(s, k_rows, kRowStride, staged, q + query, q_stride, count, shapes);
+      tile_over_d<kChunks>(dp, v_rows, kRowStride, staged, g + query, q_stride, count, shapes);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int i = col + c;
+          ScoreGrad terms{0.0f, 0.0f};
+          if (how == Cover::kFull || seen(row + a, i)) {
+            terms = score_grad(__fmul_rn(scale, s[a][c]), dp[a][c], m_row[i], l_row[i], delta_row[i]);
+          }
+          s[a][c] = terms.probability;
+          dp[a][c] = terms.ds;
+        }
       }
-      // The reference scales each head's dk chain before the heads meet.
-      chains[r * channels + c] = key_side ? __fmul_rn(scale, sum) : sum;
+      store_tile(w_tile, s);
+      tile_over_tokens<kChunks>(dv_acc, w_tile, staged, g + query, q_stride, count, shapes, how, seen);
+      __syncthreads();  // every thread is done with Pᵀ
+      store_tile(w_tile, dp);
+      tile_over_tokens<kChunks>(dk_acc, w_tile, staged, q + query, q_stride, count, shapes, how, seen);
     }
-    __syncthreads();  // the next head overwrites P and dS
-  }
-  // Channel c's R values were written by this same thread (the loops above give c to
-  // the same thread for every head). Their exact sum does not depend on the heads'
-  // order; one head has nothing to add.
-  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
-    const float value =
-        shapes.group == 1 ? chains[c] : exact::rounded_exact_sum(chains + c, shapes.group, channels);
-    if (c >= shapes.dim) {
-      dk[shapes.key_at(b, j, kv) + (c - shapes.dim)] = value;
-    } else {
-      dv[shapes.key_at(b, j, kv) + c] = value;
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int j = first_key + row + a;
+      if (row + a >= key_count) continue;
+      const int64_t at = per_head ? ((int64_t{b} * shapes.keys + j) * shapes.heads + h) * shapes.dim
+                                  : shapes.key_at(b, j, kv);
+      // The reference scales each head's dk chain before the heads meet.
+      store_row(dk + at, dk_acc[a], shapes, [&](float sum) { return __fmul_rn(scale, sum); });
+      store_row(dv + at, dv_acc[a], shapes, [](float sum) { return sum; });
     }
   }
 }
 
-// The call's sizes, refused where they do not fit the grids: the tokens go in x (up to
-// 2^31 - 1 blocks), the heads in y and the sequences in z.
-Shapes check_shapes(const Tensor& q, const Tensor& k) {
+// dk, dv [B, Sk, Hkv, D] from the R heads' values [B, Sk, Hq, D]: each element the exact
+// sum of its R values, rounded once; the sum does not depend on the heads' order.
+__global__ void head_sum_kernel(Shapes shapes, const float* dk_heads, const float* dv_heads, float* dk,
+                                float* dv) {
+  const int64_t count = int64_t{shapes.batch} * shapes.keys * shapes.kv_heads * shapes.dim;
+  for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < count;
+       n += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = n % shapes.dim, key_head = n / shapes.dim;  // (b * Sk + j) * Hkv + kv
+    const int64_t kv = key_head % shapes.kv_heads, key = key_head / shapes.kv_heads;
+    const int64_t at = (key * shapes.heads + kv * shapes.group) * shapes.dim + d;
+    dk[n] = exact::rounded_exact_sum(dk_heads + at, shapes.group, shapes.dim);
+    dv[n] = exact::rounded_exact_sum(dv_heads + at, shapes.group, shapes.dim);
+  }
+}
+
+bool aligned(const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The call's sizes, refused where they do not fit the grids: the tiles go in x, the
+// heads in y and the sequences in z.
+Shapes check_shapes(const Tensor& q, const Tensor& k, std::initializer_list<const Tensor*> tensors) {
   const int64_t batch = q.size(0), queries = q.size(1), heads = q.size(2);
   const int64_t keys = k.size(1), kv_heads = k.size(2), dim = q.size(3);
-  SEQPAR_CHECK(queries <= INT_MAX && keys <= INT_MAX, "attention on CUDA: Sq = ", queries,
-               " query tokens and Sk = ", keys, " key tokens must each be at most ", INT_MAX,
-               " (a grid's x dim)");
+  SEQPAR_CHECK(queries <= INT_MAX - kTile && keys <= INT_MAX - kTile, "attention on CUDA: Sq = ", queries,
+               " query tokens and Sk = ", keys, " key tokens must each be at most ", INT_MAX - kTile);
   SEQPAR_CHECK(batch <= kMaxGridYZ && heads <= kMaxGridYZ, "attention on CUDA: B = ", batch,
                " sequences and Hq = ", heads, " query heads must each be at most ", kMaxGridYZ,
                " (a grid's z and y dims)");
+  bool vectors = dim % 4 == 0;
+  for (const Tensor* t : tensors) vectors = vectors && aligned(t->data());
   return Shapes{static_cast<int>(batch),    static_cast<int>(queries),  static_cast<int>(keys),
                 static_cast<int>(heads),    static_cast<int>(kv_heads), static_cast<int>(heads / kv_heads),
-                static_cast<int>(dim)};
+                static_cast<int>(dim),      vectors};
 }
 
-// AttentionMask::Table's four arrays in one device buffer, and the Mask that reads them.
+// Each tile's least and greatest position and document, for `batch` sequences of `tokens`.
+void append_tile_ranges(std::vector<int64_t>& out, const std::vector<int64_t>& position,
+                        const std::vector<int64_t>& document, int64_t batch, int64_t tokens) {
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t first = 0; first < tokens; first += kTile) {
+      TileRange range{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+      for (int64_t t = first; t < std::min(tokens, first + kTile); ++t) {
+        range.position_min = std::min(range.position_min, position[t]);
+        range.position_max = std::max(range.position_max, position[t]);
+        range.document_min = std::min(range.document_min, document[b * tokens + t]);
+        range.document_max = std::max(range.document_max, document[b * tokens + t]);
+      }
+      out.insert(out.end(), {range.position_min, range.position_max, range.document_min, range.document_max});
+    }
+  }
+}
+
+// AttentionMask::Table's four arrays and the tiles' ranges in one device buffer, and the
+// Mask that reads them.
 struct DeviceMask {
   DeviceBuffer<int64_t> arrays;
   Mask mask;
@@ -322,58 +718,85 @@ DeviceMask device_mask(const AttentionMask& mask, const Shapes& shapes, Device d
        {&table.query_position, &table.key_position, &table.query_document, &table.key_document}) {
     host.insert(host.end(), part->begin(), part->end());
   }
+  const size_t query_tiles_at = host.size();
+  append_tile_ranges(host, table.query_position, table.query_document, shapes.batch, shapes.queries);
+  const size_t key_tiles_at = host.size();
+  append_tile_ranges(host, table.key_position, table.key_document, shapes.batch, shapes.keys);
   DeviceMask result;
-  result.arrays = DeviceBuffer<int64_t>(static_cast<int64_t>(host.size()), device);
+  result.arrays = DeviceBuffer<int64_t>(std::max<int64_t>(1, static_cast<int64_t>(host.size())), device);
   result.arrays.copy_from_host(host.data(), static_cast<int64_t>(host.size()));
-  const int64_t* query_position = result.arrays.data();
+  const int64_t* base = result.arrays.data();
+  const int64_t* query_position = base;
   const int64_t* key_position = query_position + shapes.queries;
   const int64_t* query_document = key_position + shapes.keys;
   const int64_t* key_document = query_document + int64_t{shapes.batch} * shapes.queries;
-  result.mask = {table.causal, shapes.queries,  shapes.keys, query_position,
-                 key_position, query_document, key_document};
+  result.mask = {table.causal,
+                 shapes.queries,
+                 shapes.keys,
+                 query_position,
+                 key_position,
+                 query_document,
+                 key_document,
+                 reinterpret_cast<const TileRange*>(base + query_tiles_at),
+                 reinterpret_cast<const TileRange*>(base + key_tiles_at)};
   return result;
 }
 
 // Bytes of `floats` floats of dynamic shared memory for `kernel`, refused past what a
-// block of the device holds beside the kernel's own shared variables. `need` opens the
-// message: what the rows are for.
+// block of the device holds beside the kernel's own shared variables.
 template <typename... Parameters>
-size_t shared_bytes(void (*kernel)(Parameters...), int64_t floats, Device device, const std::string& need) {
+size_t shared_bytes(void (*kernel)(Parameters...), int64_t floats, Device device, const Shapes& shapes) {
   int limit = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index));
   cudaFuncAttributes attributes{};
   CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
   const size_t available = static_cast<size_t>(limit) - attributes.sharedSizeBytes;
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  SEQPAR_CHECK(bytes <= available, need, " need ", bytes, " bytes of shared memory a block, more than the ",
-               available, " that ", device, " gives; run it on the cpu");
+  SEQPAR_CHECK(bytes <= available, "attention on CUDA: tiles of 64 tokens at D = ", shapes.dim, " need ", bytes,
+               " bytes of shared memory a block, more than the ", available, " that ", device,
+               " gives; run it on the cpu");
   cuda::allow_dynamic_shared_memory(kernel, bytes);
   return bytes;
 }
 
 dim3 grid(int tokens, int heads, int batch) {
-  return dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  return dim3(static_cast<unsigned>(tiles(tokens)), static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+}
+
+// The kernels' tile code is compiled for D up to 64, 128 and 256 (the accumulators
+// live in registers, so their count is fixed at compile time); a call takes the
+// smallest that holds its D.
+template <typename Run>
+void with_dim_max(int dim, const Run& run) {
+  if (dim <= 64) {
+    run(std::integral_constant<int, 64>{});
+  } else if (dim <= 128) {
+    run(std::integral_constant<int, 128>{});
+  } else {
+    run(std::integral_constant<int, 256>{});
+  }
 }
 
 }  // namespace
 
 AttentionForward attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const AttentionMask& mask, float scale) {
-  const Shapes shapes = check_shapes(q, k);
   const Device device = q.device();
   cuda::set_device(device.index);
-  const size_t bytes = shared_bytes(forward_kernel, row_floats(shapes.keys), device,
-                                    "attention forward on CUDA: a row of Sk = " + std::to_string(shapes.keys) +
-                                        " key scores");
-  const Shape rows{shapes.batch, shapes.heads, shapes.queries};
+  const Shape rows{q.size(0), q.size(2), q.size(1)};
   AttentionForward result{Tensor::empty(q.shape(), device), Tensor::empty(rows, device),
                           Tensor::empty(rows, device)};
+  const Shapes shapes = check_shapes(q, k, {&q, &k, &v, &result.out});
   const DeviceMask where = device_mask(mask, shapes, device);
-  forward_kernel<<<grid(shapes.queries, shapes.heads, shapes.batch), kThreads, bytes,
-                   cuda::current_stream(device.index)>>>(shapes, where.mask, scale, q.data(), k.data(),
-                                                         v.data(), result.out.data(),
-                                                         result.row_max.data(), result.row_sum.data());
-  CUDA_LAUNCH_CHECK();
+  with_dim_max(shapes.dim, [&](auto dim_max) {
+    constexpr int kDimMax = decltype(dim_max)::value;
+    const size_t bytes = shared_bytes(forward_kernel<kDimMax>, shared_floats<kDimMax>(1), device, shapes);
+    forward_kernel<kDimMax><<<grid(shapes.queries, shapes.heads, shapes.batch), kThreads, bytes,
+                              cuda::current_stream(device.index)>>>(
+        shapes, where.mask, scale, q.data(), k.data(), v.data(), result.out.data(), result.row_max.data(),
+        result.row_sum.data());
+    CUDA_LAUNCH_CHECK();
+  });
   return result;
 }
 
@@ -381,46 +804,49 @@ AttentionGrads attention_backward_cuda(const Tensor& grad_out, const Tensor& q, 
                                        const Tensor& v, const AttentionForward& forward,
                                        const AttentionMask& mask, float scale, bool queries,
                                        bool keys) {
-  const Shapes shapes = check_shapes(q, k);
   const Device device = q.device();
   cuda::set_device(device.index);
   AttentionGrads grads;
   if (!queries && !keys) return grads;
-  // Both refusals before any work, so a call that cannot run does none of it.
-  const size_t dq_bytes =
-      queries ? shared_bytes(dq_kernel, row_floats(shapes.keys), device,
-                             "attention backward (dq) on CUDA: a row of Sk = " + std::to_string(shapes.keys) +
-                                 " key scores")
-              : 0;
-  const size_t dk_dv_bytes =
-      keys ? shared_bytes(dk_dv_kernel, dk_dv_floats(shapes.queries, shapes.group, shapes.dim), device,
-                          "attention backward (dk, dv) on CUDA: two rows of Sq = " +
-                              std::to_string(shapes.queries) + " query values and the chains of " +
-                              std::to_string(shapes.group) + " query heads of D = " +
-                              std::to_string(shapes.dim))
-           : 0;
+  if (queries) grads.q = Tensor::empty(q.shape(), device);
+  if (keys) {
+    grads.k = Tensor::empty(k.shape(), device);
+    grads.v = Tensor::empty(v.shape(), device);
+  }
+  const Shapes shapes = check_shapes(q, k, {&grad_out, &q, &k, &v, &forward.out});
   const DeviceMask where = device_mask(mask, shapes, device);
   const cuda::Stream stream = cuda::current_stream(device.index);
   const Tensor delta = Tensor::empty({shapes.batch, shapes.heads, shapes.queries}, device);
   const int64_t row_count = int64_t{shapes.batch} * shapes.heads * shapes.queries;
-  delta_kernel<<<cuda::blocks_for(row_count, kThreads, 65536), kThreads, 0, stream>>>(
-      shapes, grad_out.data(), forward.out.data(), delta.data());
+  delta_kernel<<<cuda::blocks_for(row_count, 128, 65536), 128, 0, stream>>>(shapes, grad_out.data(),
+                                                                          forward.out.data(), delta.data());
   CUDA_LAUNCH_CHECK();
   const Rows rows{forward.row_max.data(), forward.row_sum.data(), delta.data()};
-  if (queries) {
-    grads.q = Tensor::empty(q.shape(), device);
-    dq_kernel<<<grid(shapes.queries, shapes.heads, shapes.batch), kThreads, dq_bytes, stream>>>(
-        shapes, where.mask, rows, scale, q.data(), k.data(), v.data(), grad_out.data(), grads.q.data());
-    CUDA_LAUNCH_CHECK();
-  }
-  if (keys) {
-    grads.k = Tensor::empty(k.shape(), device);
-    grads.v = Tensor::empty(v.shape(), device);
-    dk_dv_kernel<<<grid(shapes.keys, shapes.kv_heads, shapes.batch), kThreads, dk_dv_bytes, stream>>>(
-        shapes, where.mask, rows, scale, q.data(), k.data(), v.data(), grad_out.data(), grads.k.data(),
-        grads.v.data());
-    CUDA_LAUNCH_CHECK();
-  }
+  with_dim_max(shapes.dim, [&](auto dim_max) {
+    constexpr int kDimMax = decltype(dim_max)::value;
+    if (queries) {
+      const size_t bytes = shared_bytes(dq_kernel<kDimMax>, shared_floats<kDimMax>(2), device, shapes);
+      dq_kernel<kDimMax><<<grid(shapes.queries, shapes.heads, shapes.batch), kThreads, bytes, stream>>>(
+          shapes, where.mask, rows, scale, q.data(), k.data(), v.data(), grad_out.data(), grads.q.data());
+      CUDA_LAUNCH_CHECK();
+    }
+    if (keys) {
+      const size_t bytes = shared_bytes(dk_dv_kernel<kDimMax>, shared_floats<kDimMax>(2), device, shapes);
+      const bool per_head = shapes.group > 1;
+      const Shape heads_shape{shapes.batch, shapes.keys, shapes.heads, shapes.dim};
+      const Tensor dk_heads = per_head ? Tensor::empty(heads_shape, device) : grads.k;
+      const Tensor dv_heads = per_head ? Tensor::empty(heads_shape, device) : grads.v;
+      dk_dv_kernel<kDimMax><<<grid(shapes.keys, shapes.kv_heads, shapes.batch), kThreads, bytes, stream>>>(
+          shapes, where.mask, rows, scale, q.data(), k.data(), v.data(), grad_out.data(), dk_heads.data(),
+          dv_heads.data(), per_head);
+      CUDA_LAUNCH_CHECK();
+      if (per_head) {
+        head_sum_kernel<<<cuda::blocks_for(grads.k.numel(), 128, 65536), 128, 0, stream>>>(
+            shapes, dk_heads.data(), dv_heads.data(), grads.k.data(), grads.v.data());
+        CUDA_LAUNCH_CHECK();
+      }
+    }
+  });
   return grads;
 }
 

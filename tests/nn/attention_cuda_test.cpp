@@ -2,11 +2,13 @@
 // and l, dq, dk and dv bit for bit under every kind of mask (causal, none, packed
 // documents, key padding, a context-parallel rank's query and key positions, positions
 // that repeat), for batches of 1 and 2, MHA, GQA and MQA, head dims from 1 to 256 and
-// several scales; the backward's two halves against the whole; rows longer than a block
-// of threads; the refusals; RoPE's rotation and its transpose. Fresh random inputs (the
+// several scales; the backward's two halves against the whole; rows longer than a tile
+// and sequences of many tiles, whole up to 1,024 tokens and sampled at 16,384 and
+// 131,072; the refusals; RoPE's rotation and its transpose. Fresh random inputs (the
 // seed is printed), outputs carved from NaN.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <string>
@@ -157,7 +159,7 @@ TEST_CASE("attention on the GPU gives the reference's bits under every mask, lay
   }
 }
 
-TEST_CASE("attention on the GPU gives the reference's bits for rows longer than a block of threads",
+TEST_CASE("attention on the GPU gives the reference's bits over many tiles",
           "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
   const uint64_t seed = std::random_device{}();
@@ -169,7 +171,8 @@ TEST_CASE("attention on the GPU gives the reference's bits for rows longer than 
     float spread;
   };
   for (const Long l : {Long{2, 300, 64, kGqa, 2.0f}, Long{1, 129, 256, kMqa, 8.0f},  // 8: exponentials down to 0
-                       Long{1, 1024, 16, Heads{2, 2, "MHA 2"}, 1.0f}}) {       // a Ulysses rank's share
+                       Long{1, 1024, 16, Heads{2, 2, "MHA 2"}, 1.0f},           // a Ulysses rank's share
+                       Long{1, 700, 128, kGqa, 2.0f}, Long{1, 200, 200, kMha, 2.0f}}) {  // tiles cut short
     for (const MaskCase& c : masks(l.batch, l.tokens, random)) {
       if (c.name == "none" || c.name == "scattered positions") continue;  // the others cover them
       INFO("B " << l.batch << ", " << l.heads.name << ", D " << l.dim << ", mask " << c.name << ", Sq "
@@ -179,26 +182,136 @@ TEST_CASE("attention on the GPU gives the reference's bits for rows longer than 
   }
 }
 
-TEST_CASE("attention on the GPU refuses rows that do not fit a block and sizes that do not fit a grid",
-          "[cuda]") {
+TEST_CASE("attention on the GPU takes rows of any length, and refuses sizes that do not fit a grid", "[cuda]") {
   SEQPAR_REQUIRE_CUDA();
-  const Device gpu = Device::cuda();
-  // One query over 100,000 keys: the forward's and dq's rows of Sk scores do not fit.
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  Generator generator(seed);
+  // One query over 100,000 keys, and 100,000 queries over one key: tiles, not rows, in
+  // shared memory.
   const int64_t many = 100000;
-  const Tensor one = Tensor::zeros({1, 1, 1, 1}, gpu), long_keys = Tensor::zeros({1, many, 1, 1}, gpu);
-  const nn::AttentionMask one_query = nn::AttentionMask::none().at_positions({0}, iota(0, many));
-  CHECK_THROWS_WITH(nn::attention_forward(one, long_keys, long_keys, one_query),
-                    Catch::Contains("Sk = 100000") && Catch::Contains("shared memory"));
-  // 100,000 queries over one key: dk and dv's rows of Sq values do not fit, dq's do.
-  const Tensor long_queries = Tensor::zeros({1, many, 1, 1}, gpu);
-  const nn::AttentionMask one_key = nn::AttentionMask::none().at_positions(iota(0, many), {0});
-  const nn::AttentionForward forward = nn::attention_forward(long_queries, one, one, one_key);
-  CHECK_NOTHROW(nn::attention_backward_queries(long_queries, long_queries, one, one, forward, one_key));
-  CHECK_THROWS_WITH(nn::attention_backward_keys(long_queries, long_queries, one, one, forward, one_key),
-                    Catch::Contains("Sq = 100000") && Catch::Contains("shared memory"));
+  const Tensor one = generator.randn({1, 1, 1, 8}), long_keys = generator.randn({1, many, 1, 8});
+  const Tensor long_values = generator.randn({1, many, 1, 8});
+  for (const bool long_rows : {true, false}) {
+    INFO((long_rows ? "one query over 100,000 keys" : "100,000 queries over one key"));
+    const Tensor& q = long_rows ? one : long_keys;
+    const Tensor& k = long_rows ? long_keys : one;
+    const Tensor& v = long_rows ? long_values : one;
+    const Tensor g = generator.randn(q.shape());
+    const nn::AttentionMask mask = long_rows ? nn::AttentionMask::none().at_positions({0}, iota(0, many))
+                                             : nn::AttentionMask::none().at_positions(iota(0, many), {0});
+    const std::vector<Tensor> expected = attend(q, k, v, g, mask, std::nullopt);
+    test::poison_pool(Device::cuda());
+    const std::vector<Tensor> got =
+        attend(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()), g.to(Device::cuda()), mask,
+               std::nullopt);
+    for (size_t t = 0; t < got.size(); ++t) CHECK(test::bitwise_equal(got[t], expected[t]));
+  }
   // 65,536 sequences: more than a grid's z dim.
-  const Tensor wide = Tensor::zeros({65536, 1, 1, 1}, gpu);
+  const Tensor wide = Tensor::zeros({65536, 1, 1, 1}, Device::cuda());
   CHECK_THROWS_WITH(nn::attention_forward(wide, wide, wide), Catch::Contains("B = 65536"));
+}
+
+namespace {
+
+// Tokens `tokens` of a [B, S, H, D] tensor, as a [B, tokens.size(), H, D] tensor on the CPU.
+Tensor tokens_of(const Tensor& t, const std::vector<int64_t>& tokens) {
+  const Tensor host = t.to(Device::cpu());
+  const int64_t batch = t.size(0), length = t.size(1), width = t.size(2) * t.size(3);
+  const int64_t picked = static_cast<int64_t>(tokens.size());
+  Tensor out = Tensor::empty({batch, picked, t.size(2), t.size(3)}, Device::cpu());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t n = 0; n < picked; ++n) {
+      std::copy_n(host.data() + (b * length + tokens[n]) * width, width, out.data() + (b * picked + n) * width);
+    }
+  }
+  return out;
+}
+
+// Rows `tokens` of row statistics [B, H, S], as [B, H, tokens.size()] on the CPU.
+Tensor statistics_of(const Tensor& t, const std::vector<int64_t>& tokens) {
+  const Tensor host = t.to(Device::cpu());
+  const int64_t planes = t.size(0) * t.size(1), length = t.size(2), picked = static_cast<int64_t>(tokens.size());
+  Tensor out = Tensor::empty({t.size(0), t.size(1), picked}, Device::cpu());
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t n = 0; n < picked; ++n) out.data()[p * picked + n] = host.data()[p * length + tokens[n]];
+  }
+  return out;
+}
+
+// `count` distinct tokens of [0, length) in order, the first and the last among them.
+std::vector<int64_t> sample_tokens(int64_t length, int64_t count, std::mt19937_64& random) {
+  std::vector<int64_t> tokens = {0, length - 1};
+  while (static_cast<int64_t>(tokens.size()) < count) tokens.push_back(static_cast<int64_t>(random() % length));
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  return tokens;
+}
+
+// Attention at a length whose whole recomputation on the CPU would take minutes: the
+// GPU's whole forward and backward, then sampled query rows (out, m, l, dq) and key
+// columns (dk, dv) recomputed on the CPU at those rows' and columns' positions. A row's
+// values depend on its query and every key only, a key column's on its key and every
+// query's row statistics, so the samples are checked exactly.
+void check_long(Generator& generator, std::mt19937_64& random, int64_t tokens, const Heads& heads, int64_t dim,
+                const std::vector<int64_t>& documents, int64_t key_length) {
+  const Device gpu = Device::cuda(), cpu = Device::cpu();
+  const Tensor q = generator.uniform({1, tokens, heads.heads, dim}, -2.0f, 2.0f).to(gpu);
+  const Tensor k = generator.uniform({1, tokens, heads.kv_heads, dim}, -2.0f, 2.0f).to(gpu);
+  const Tensor v = generator.randn({1, tokens, heads.kv_heads, dim}).to(gpu);
+  const Tensor g = generator.randn({1, tokens, heads.heads, dim}).to(gpu);
+  nn::AttentionMask mask = documents.empty() ? nn::AttentionMask::causal() : nn::AttentionMask::documents(documents);
+  if (key_length < tokens) mask = mask.with_key_lengths({key_length});
+  const nn::AttentionForward forward = nn::attention_forward(q, k, v, mask);
+  const nn::AttentionGrads grads = nn::attention_backward(g, q, k, v, forward, mask);
+  const std::vector<int64_t> all = iota(0, tokens);
+
+  const std::vector<int64_t> rows = sample_tokens(tokens, 40, random);
+  const nn::AttentionMask row_mask = mask.at_positions(rows, all);
+  const Tensor q_rows = tokens_of(q, rows), g_rows = tokens_of(g, rows);
+  const Tensor k_cpu = k.to(cpu), v_cpu = v.to(cpu);
+  const nn::AttentionForward expected = nn::attention_forward(q_rows, k_cpu, v_cpu, row_mask);
+  CHECK(test::bitwise_equal(tokens_of(forward.out, rows), expected.out));
+  CHECK(test::bitwise_equal(statistics_of(forward.row_max, rows), expected.row_max));
+  CHECK(test::bitwise_equal(statistics_of(forward.row_sum, rows), expected.row_sum));
+  CHECK(test::bitwise_equal(tokens_of(grads.q, rows),
+                            nn::attention_backward_queries(g_rows, q_rows, k_cpu, v_cpu, expected, row_mask)));
+
+  const std::vector<int64_t> columns = sample_tokens(tokens, 40, random);
+  const nn::AttentionMask column_mask = mask.at_positions(all, columns);
+  const nn::AttentionForward gpu_forward{forward.out.to(cpu), forward.row_max.to(cpu), forward.row_sum.to(cpu)};
+  const nn::AttentionKeyGrads key_grads = nn::attention_backward_keys(
+      g.to(cpu), q.to(cpu), tokens_of(k, columns), tokens_of(v, columns), gpu_forward, column_mask);
+  CHECK(test::bitwise_equal(tokens_of(grads.k, columns), key_grads.k));
+  CHECK(test::bitwise_equal(tokens_of(grads.v, columns), key_grads.v));
+}
+
+}  // namespace
+
+TEST_CASE("attention on the GPU at 16,384 tokens: sampled rows and key columns are the CPU's", "[cuda]") {
+  SEQPAR_REQUIRE_CUDA();
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  Generator generator(seed);
+  std::mt19937_64 random(seed);
+  const int64_t tokens = 16384;
+  SECTION("causal, GQA 8 over 2, D 128") { check_long(generator, random, tokens, {8, 2, "GQA 8 over 2"}, 128, {}, tokens); }
+  SECTION("packed documents off the tiles' edges and key padding, MHA, D 64") {
+    check_long(generator, random, tokens, {4, 4, "MHA 4"}, 64, {0, 1000, 1001, 5000, 9999, tokens}, tokens - 300);
+  }
+  SECTION("causal, MQA, D 100 (no float4 loads)") {
+    check_long(generator, random, tokens, {4, 1, "MQA 4 over 1"}, 100, {}, tokens);
+  }
+}
+
+TEST_CASE("attention on the GPU at 131,072 tokens: sampled rows and key columns are the CPU's",
+          "[cuda][long]") {
+  SEQPAR_REQUIRE_CUDA();
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  Generator generator(seed);
+  std::mt19937_64 random(seed);
+  check_long(generator, random, 131072, {8, 2, "GQA 8 over 2"}, 128, {}, 131072);
 }
 
 TEST_CASE("attention's autograd on the GPU equals the CPU's", "[cuda]") {
