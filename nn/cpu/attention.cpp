@@ -6,6 +6,10 @@
 //   - P·V, dQ, dK, dV: the chains of all head dims at once, over contiguous rows [S, D].
 // The exponentials, the max and the softmax denominator stay scalar, in key order; the
 // query heads that share a kv head meet in the same exact sum as the reference's.
+// Cores take blocks of rows: the forward and dq blocks of 256 queries of one head (a
+// row's chains need only its own query), dk and dv blocks of 256 keys of one kv head
+// (a key's chains walk every query, of each of the R heads in turn). Each block writes
+// only its own rows (core/parallel.h), so the bits do not depend on the threads.
 // Compiled for AVX2 with FMA, where std::fma is one instruction; a host without them
 // runs the reference's loops (the same bits, slower).
 #include "nn/cpu/attention.h"
@@ -15,6 +19,7 @@
 
 #include "core/exact_rounding.h"
 #include "core/exp.h"
+#include "core/parallel.h"
 #include "nn/reference/attention.h"
 
 namespace seqpar::nn::cpu {
@@ -52,11 +57,14 @@ struct HeadRows {
   const float* row(int64_t s) const { return rows.data() + s * dim; }
 };
 
-void store_head(const std::vector<float>& rows, int64_t b, int64_t h, const Tensor& t) {
+// Rows [first, first + count) of one head, `rows` holding them from its start.
+void store_head(const std::vector<float>& rows, int64_t b, int64_t h, const Tensor& t, int64_t first = 0,
+                int64_t count = -1) {
   const int64_t tokens = t.size(1), dim = t.size(3), stride = t.size(2) * dim;
-  float* first = t.data() + (b * tokens * t.size(2) + h) * dim;
-  for (int64_t s = 0; s < tokens; ++s) {
-    for (int64_t d = 0; d < dim; ++d) first[s * stride + d] = rows[s * dim + d];
+  if (count < 0) count = tokens;
+  float* start = t.data() + ((b * tokens + first) * t.size(2) + h) * dim;
+  for (int64_t s = 0; s < count; ++s) {
+    for (int64_t d = 0; d < dim; ++d) start[s * stride + d] = rows[s * dim + d];
   }
 }
 
@@ -100,9 +108,10 @@ SEQPAR_VECTOR_TARGET void add_query_terms(float weight, const float* row, int64_
 struct Visible {
   std::vector<int64_t> keys;
   int64_t first = 0, end = 0;
-  void find(const AttentionMask::Table& mask, int64_t b, int64_t i) {
+  // Among keys [key_first, key_end), all keys by default.
+  void find(const AttentionMask::Table& mask, int64_t b, int64_t i, int64_t key_first = 0, int64_t key_end = -1) {
     keys.clear();
-    for (int64_t j = 0; j < mask.keys; ++j) {
+    for (int64_t j = key_first; j < (key_end < 0 ? mask.keys : key_end); ++j) {
       if (mask.visible(b, i, j)) keys.push_back(j);
     }
     first = keys.empty() ? 0 : keys.front();
@@ -114,13 +123,19 @@ int64_t row_index(int64_t b, int64_t h, int64_t i, int64_t heads, int64_t querie
   return (b * heads + h) * queries + i;
 }
 
-SEQPAR_VECTOR_TARGET void forward_head(const HeadRows& q, const HeadRows& k, const HeadRows& v,
-                                       const AttentionMask::Table& mask, int64_t b, float scale,
-                                       std::vector<float>& out, float* row_max, float* row_sum) {
+// Blocks of this many rows go to one thread at a time.
+constexpr int64_t kBlock = 256;
+
+int64_t blocks(int64_t tokens) { return (tokens + kBlock - 1) / kBlock; }
+
+// Queries [first, end) of one head: out (from the block's first row), m and l.
+SEQPAR_VECTOR_TARGET void forward_rows(const HeadRows& q, const HeadRows& k, const HeadRows& v,
+                                       const AttentionMask::Table& mask, int64_t b, float scale, int64_t first,
+                                       int64_t end, std::vector<float>& out, float* row_max, float* row_sum) {
   std::vector<float> all(k.tokens), p(k.tokens);
   Visible visible;
-  out.assign(q.tokens * q.dim, 0.0f);
-  for (int64_t i = 0; i < q.tokens; ++i) {
+  out.assign((end - first) * q.dim, 0.0f);
+  for (int64_t i = first; i < end; ++i) {
     visible.find(mask, b, i);
     const std::vector<int64_t>& keys = visible.keys;
     chains_over_keys(q.row(i), k, visible.first, visible.end, all.data());
@@ -134,7 +149,7 @@ SEQPAR_VECTOR_TARGET void forward_head(const HeadRows& q, const HeadRows& k, con
       p[n] = correctly_rounded_exp(p[n] - m);
       l += p[n];
     }
-    float* o = out.data() + i * q.dim;
+    float* o = out.data() + (i - first) * q.dim;
     chains_over_rows(p.data(), keys, v, o);
     for (int64_t d = 0; d < q.dim; ++d) o[d] = keys.empty() ? 0.0f : o[d] / l;
     row_max[i] = m;
@@ -142,54 +157,84 @@ SEQPAR_VECTOR_TARGET void forward_head(const HeadRows& q, const HeadRows& k, con
   }
 }
 
-// One query head's gradients: dq (when asked) and that head's own dk and dv chains
-// (dk already times c), which the caller adds over the heads that share the kv head.
-struct HeadGrads {
-  std::vector<float> q, k, v;
+// What the backward of one head reads: its rows, the kv head's, and its row statistics.
+struct HeadInputs {
+  HeadRows g, q, out;
+  const float *row_max, *row_sum;
 };
 
-SEQPAR_VECTOR_TARGET void backward_head(const HeadRows& g, const HeadRows& q, const HeadRows& k,
-                                        const HeadRows& v, const HeadRows& out,
-                                        const float* row_max, const float* row_sum,
-                                        const AttentionMask::Table& mask, int64_t b, float scale,
-                                        bool queries, bool keys, HeadGrads& grads) {
-  const int64_t dim = q.dim;
-  grads.q.assign(queries ? q.tokens * dim : 0, 0.0f);
-  grads.k.assign(keys ? k.tokens * dim : 0, 0.0f);
-  grads.v.assign(keys ? k.tokens * dim : 0, 0.0f);
+// P and dS of query i and key j, and δ_i, as the reference computes them.
+struct PairGrad {
+  float probability, ds;
+};
+PairGrad pair_grad(float score, float dp, float delta, float m, float l, float scale) {
+  const float probability = correctly_rounded_exp(scale * score - m) / l;
+  return {probability, probability * (dp - delta)};
+}
+
+float row_delta(const HeadInputs& in, int64_t i) {
+  float delta = 0.0f;
+  for (int64_t d = 0; d < in.q.dim; ++d) delta = std::fma(in.g.row(i)[d], in.out.row(i)[d], delta);
+  return delta;
+}
+
+// dq of queries [first, end) of one head (from the block's first row).
+SEQPAR_VECTOR_TARGET void dq_rows(const HeadInputs& in, const HeadRows& k, const HeadRows& v,
+                                  const AttentionMask::Table& mask, int64_t b, float scale, int64_t first,
+                                  int64_t end, std::vector<float>& dq) {
+  const int64_t dim = in.q.dim;
   std::vector<float> scores(k.tokens), dp(k.tokens), ds(k.tokens);
   Visible visible;
-  for (int64_t i = 0; i < q.tokens; ++i) {
+  dq.assign((end - first) * dim, 0.0f);
+  for (int64_t i = first; i < end; ++i) {
     visible.find(mask, b, i);
     const std::vector<int64_t>& seen = visible.keys;
-    float delta = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) delta = std::fma(g.row(i)[d], out.row(i)[d], delta);
-    chains_over_keys(q.row(i), k, visible.first, visible.end, scores.data());
-    chains_over_keys(g.row(i), v, visible.first, visible.end, dp.data());
+    const float delta = row_delta(in, i);
+    chains_over_keys(in.q.row(i), k, visible.first, visible.end, scores.data());
+    chains_over_keys(in.g.row(i), v, visible.first, visible.end, dp.data());
     for (size_t n = 0; n < seen.size(); ++n) {
       const int64_t j = seen[n];
-      const float probability = correctly_rounded_exp(scale * scores[j] - row_max[i]) / row_sum[i];
-      ds[n] = probability * (dp[j] - delta);
-      if (!keys) continue;
-      add_query_terms(probability, g.row(i), dim, grads.v.data() + j * dim);
-      add_query_terms(ds[n], q.row(i), dim, grads.k.data() + j * dim);
+      ds[n] = pair_grad(scores[j], dp[j], delta, in.row_max[i], in.row_sum[i], scale).ds;
     }
-    if (!queries) continue;
-    float* dq = grads.q.data() + i * dim;
-    chains_over_rows(ds.data(), seen, k, dq);
-    for (int64_t d = 0; d < dim; ++d) dq[d] = scale * dq[d];
+    float* row = dq.data() + (i - first) * dim;
+    chains_over_rows(ds.data(), seen, k, row);
+    for (int64_t d = 0; d < dim; ++d) row[d] = scale * row[d];
   }
-  for (float& value : grads.k) value = scale * value;
+}
+
+// One query head's dk (times c) and dv chains of keys [first, end), every query in
+// order (from the block's first key).
+SEQPAR_VECTOR_TARGET void key_chains(const HeadInputs& in, const HeadRows& k, const HeadRows& v,
+                                     const AttentionMask::Table& mask, int64_t b, float scale, int64_t first,
+                                     int64_t end, std::vector<float>& dk, std::vector<float>& dv) {
+  const int64_t dim = in.q.dim;
+  dk.assign((end - first) * dim, 0.0f);
+  dv.assign((end - first) * dim, 0.0f);
+  std::vector<float> scores(k.tokens), dp(k.tokens);
+  Visible visible;
+  for (int64_t i = 0; i < in.q.tokens; ++i) {
+    visible.find(mask, b, i, first, end);
+    if (visible.keys.empty()) continue;
+    const float delta = row_delta(in, i);
+    chains_over_keys(in.q.row(i), k, visible.first, visible.end, scores.data());
+    chains_over_keys(in.g.row(i), v, visible.first, visible.end, dp.data());
+    for (const int64_t j : visible.keys) {
+      const PairGrad terms = pair_grad(scores[j], dp[j], delta, in.row_max[i], in.row_sum[i], scale);
+      add_query_terms(terms.probability, in.g.row(i), dim, dv.data() + (j - first) * dim);
+      add_query_terms(terms.ds, in.q.row(i), dim, dk.data() + (j - first) * dim);
+    }
+  }
+  for (float& value : dk) value = scale * value;
 }
 
 // The exact sum over the heads that share a kv head, of each element of their chains
 // (one head: its chain's value).
-std::vector<float> head_sum(const std::vector<HeadGrads>& heads, std::vector<float> HeadGrads::*part) {
-  if (heads.size() == 1) return heads[0].*part;
-  std::vector<float> total((heads[0].*part).size());
+std::vector<float> head_sum(const std::vector<std::vector<float>>& heads) {
+  if (heads.size() == 1) return heads[0];
+  std::vector<float> total(heads[0].size());
   std::vector<float> terms(heads.size());
   for (size_t e = 0; e < total.size(); ++e) {
-    for (size_t h = 0; h < heads.size(); ++h) terms[h] = (heads[h].*part)[e];
+    for (size_t h = 0; h < heads.size(); ++h) terms[h] = heads[h][e];
     total[e] = exact::rounded_exact_sum(terms.data(), static_cast<int64_t>(terms.size()));
   }
   return total;
@@ -206,20 +251,21 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   AttentionForward result{Tensor::empty(q.shape(), q.device()),
                           Tensor::empty({batch, heads, queries}, q.device()),
                           Tensor::empty({batch, heads, queries}, q.device())};
-  HeadRows qh, kh, vh;
-  std::vector<float> out;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      qh.load(q, b, h, false);
-      if (h % group == 0) {  // the next kv head
-        kh.load(k, b, h / group, true);
-        vh.load(v, b, h / group, false);
-      }
-      forward_head(qh, kh, vh, table, b, scale, out, result.row_max.data() + row_index(b, h, 0, heads, queries),
-                   result.row_sum.data() + row_index(b, h, 0, heads, queries));
-      store_head(out, b, h, result.out);
-    }
-  }
+  // Items: (sequence, head, block of queries).
+  parallel_for(batch * heads * blocks(queries), [&](int64_t item) {
+    const int64_t block = item % blocks(queries), h = item / blocks(queries) % heads;
+    const int64_t b = item / blocks(queries) / heads;
+    const int64_t first = block * kBlock, end = std::min(queries, first + kBlock);
+    HeadRows qh, kh, vh;
+    qh.load(q, b, h, false);
+    kh.load(k, b, h / group, true);
+    vh.load(v, b, h / group, false);
+    std::vector<float> out;
+    forward_rows(qh, kh, vh, table, b, scale, first, end, out,
+                 result.row_max.data() + row_index(b, h, 0, heads, queries),
+                 result.row_sum.data() + row_index(b, h, 0, heads, queries));
+    store_head(out, b, h, result.out, first, end - first);
+  });
   return result;
 }
 
@@ -230,34 +276,52 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
     return reference::attention_backward(grad_out, q, k, v, forward, mask, scale, queries, keys);
   }
   const int64_t batch = q.size(0), query_tokens = q.size(1), heads = q.size(2);
-  const int64_t kv_heads = k.size(2), group = heads / kv_heads;
-  const AttentionMask::Table table = mask.table(batch, query_tokens, k.size(1));
+  const int64_t key_tokens = k.size(1), kv_heads = k.size(2), group = heads / kv_heads;
+  const AttentionMask::Table table = mask.table(batch, query_tokens, key_tokens);
   AttentionGrads result;
-  if (queries) result.q = Tensor::empty(q.shape(), q.device());
+  const auto inputs = [&](int64_t b, int64_t h) {
+    HeadInputs in;
+    in.g.load(grad_out, b, h, false);
+    in.q.load(q, b, h, false);
+    in.out.load(forward.out, b, h, false);
+    in.row_max = forward.row_max.data() + row_index(b, h, 0, heads, query_tokens);
+    in.row_sum = forward.row_sum.data() + row_index(b, h, 0, heads, query_tokens);
+    return in;
+  };
+  if (queries) {
+    result.q = Tensor::empty(q.shape(), q.device());
+    // Items: (sequence, head, block of queries).
+    parallel_for(batch * heads * blocks(query_tokens), [&](int64_t item) {
+      const int64_t block = item % blocks(query_tokens), h = item / blocks(query_tokens) % heads;
+      const int64_t b = item / blocks(query_tokens) / heads;
+      const int64_t first = block * kBlock, end = std::min(query_tokens, first + kBlock);
+      HeadRows kh, vh;
+      kh.load(k, b, h / group, true);
+      vh.load(v, b, h / group, true);
+      std::vector<float> dq;
+      dq_rows(inputs(b, h), kh, vh, table, b, scale, first, end, dq);
+      store_head(dq, b, h, result.q, first, end - first);
+    });
+  }
   if (keys) {
     result.k = Tensor::empty(k.shape(), k.device());
     result.v = Tensor::empty(v.shape(), v.device());
-  }
-  HeadRows gh, qh, kh, vh, oh;
-  std::vector<HeadGrads> grads(static_cast<size_t>(group));
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t kv = 0; kv < kv_heads; ++kv) {
+    // Items: (sequence, kv head, block of keys), the R heads in turn inside.
+    parallel_for(batch * kv_heads * blocks(key_tokens), [&](int64_t item) {
+      const int64_t block = item % blocks(key_tokens), kv = item / blocks(key_tokens) % kv_heads;
+      const int64_t b = item / blocks(key_tokens) / kv_heads;
+      const int64_t first = block * kBlock, end = std::min(key_tokens, first + kBlock);
+      HeadRows kh, vh;
       kh.load(k, b, kv, true);
       vh.load(v, b, kv, true);
+      std::vector<std::vector<float>> dk(static_cast<size_t>(group)), dv(static_cast<size_t>(group));
       for (int64_t r = 0; r < group; ++r) {
-        const int64_t h = kv * group + r;
-        gh.load(grad_out, b, h, false);
-        qh.load(q, b, h, false);
-        oh.load(forward.out, b, h, false);
-        backward_head(gh, qh, kh, vh, oh, forward.row_max.data() + row_index(b, h, 0, heads, query_tokens),
-                      forward.row_sum.data() + row_index(b, h, 0, heads, query_tokens), table, b, scale,
-                      queries, keys, grads[static_cast<size_t>(r)]);
-        if (queries) store_head(grads[static_cast<size_t>(r)].q, b, h, result.q);
+        key_chains(inputs(b, kv * group + r), kh, vh, table, b, scale, first, end, dk[static_cast<size_t>(r)],
+                   dv[static_cast<size_t>(r)]);
       }
-      if (!keys) continue;
-      store_head(head_sum(grads, &HeadGrads::k), b, kv, result.k);
-      store_head(head_sum(grads, &HeadGrads::v), b, kv, result.v);
-    }
+      store_head(head_sum(dk), b, kv, result.k, first, end - first);
+      store_head(head_sum(dv), b, kv, result.v, first, end - first);
+    });
   }
   return result;
 }
