@@ -202,10 +202,15 @@ def bench_attention_long(args):
                                     requires_grad=True) for _ in range(2))
                 g = torch.randn(1, heads, tokens, head_dim, device="cuda", dtype=dtype)
 
+                # The memory-efficient kernel takes no grouped-query heads: the kv heads
+                # repeated for it, as its users do, inside the timed call.
+                repeat = backend == SDPBackend.EFFICIENT_ATTENTION and kv_heads != heads
+
                 def forward():
+                    kk, vv = (t.repeat_interleave(heads // kv_heads, 1) for t in (k, v)) if repeat else (k, v)
                     with sdpa_kernel(backend):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                              enable_gqa=kv_heads != heads)
+                        return F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
+                                                              enable_gqa=kv_heads != heads and not repeat)
 
                 def step():
                     torch.autograd.grad(forward(), (q, k, v), g)
