@@ -61,7 +61,7 @@ golden() {  # golden SP ARGS...: a 3-step run's dump against tests/golden
   step "racecheck: the many-outputs one-magnitude dW (dy's sign matrix, the byte planes, cuBLASLt's int8 GEMM)"
   timeout 240 compute-sanitizer --tool racecheck "$build/tests/seqpar_nn_tests" \
     "dW from a many-outputs one-magnitude dy on the GPU (int8 GEMM) gives the CPU's exact bits" 2>&1 | tail -n 1
-  step "memcheck and racecheck: attention's and RoPE's kernels (one block a query or key, its row of scores in shared memory)"
+  step "memcheck and racecheck: attention's and RoPE's kernels (tiles of 64 queries and 64 keys)"
   compute-sanitizer --tool memcheck "$build/tests/seqpar_nn_tests" "attention on the GPU gives the reference's bits under every mask","attention's autograd on the GPU equals the CPU's","RoPE on the GPU gives the reference's bits, forward and backward" 2>&1 | tail -n 1
   compute-sanitizer --tool racecheck "$build/tests/seqpar_nn_tests" "attention on the GPU gives the reference's bits under every mask" 2>&1 | tail -n 1
   step "memcheck: the scenarios' [cuda] cases (the pitfall kit, dropout, masked tokens)"
