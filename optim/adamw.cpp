@@ -37,7 +37,7 @@ float lerp(float start, float end, float weight) {
 //   reference, cpu  adamw_update_reference below: the plain loop that defines the bits
 //                   (element-wise: no sums, nothing a faster CPU loop would reorder)
 //   cuda            optim/cuda/adamw.cu: the same operations in one multi-tensor launch
-//                   (optim/cuda/adamw_update.cuh), tested bitwise against this loop
+//                   (optim/cuda/step_math.cuh), tested bitwise against this loop
 //                   (tests/optim/adamw_cuda_test.cpp)
 //
 // PyTorch's single-tensor AdamW, one float32 operation per PyTorch kernel, in its order:

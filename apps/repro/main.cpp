@@ -1,7 +1,7 @@
 // seqpar-repro: reproduces DeepSpeed issue #6868 and its fix. See README.md.
 //
-// Reading order: policy.h (the three ways to combine gradients), policy_step.cpp
-// (where the combining happens), scenario.cpp (what every rank runs), analysis.cpp
+// Reading order: policy.h (the three ways to combine gradients), policy.cpp (where
+// the combining happens), scenario.cpp (what every rank runs), analysis.cpp
 // (how each step's figures and the verdicts are derived), pipeline.h (what every
 // scenario is to this file), then this file (where the ranks run, and the one path of a
 // run: check, run, print, write).

@@ -15,7 +15,7 @@
 
 #include "apps/repro/config.h"
 #include "apps/common/dump_directory.h"
-#include "apps/repro/policy_step.h"
+#include "apps/repro/policy.h"
 #include "apps/repro/progress.h"
 #include "core/device.h"
 

@@ -26,7 +26,7 @@
 #include "apps/common/text.h"
 #include "apps/repro/config.h"
 #include "apps/repro/pipeline.h"
-#include "apps/repro/policy_step.h"
+#include "apps/repro/policy.h"
 #include "apps/repro/progress.h"
 #include "apps/repro/scenario.h"
 #include "autograd/variable.h"

@@ -21,7 +21,6 @@
 #include "apps/repro/analysis.h"
 #include "apps/repro/config.h"
 #include "apps/repro/policy.h"
-#include "apps/repro/policy_step.h"
 #include "apps/repro/progress.h"
 #include "core/tensor.h"
 #include "nn/linear.h"

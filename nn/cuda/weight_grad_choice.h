@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "core/error.h"
+
 namespace seqpar::nn::detail {
 
 // The kernels that can compute dW's sums (nn/cuda/):
@@ -22,7 +24,16 @@ namespace seqpar::nn::detail {
 //   Crt                      exact_dw_crt.cu: exact integer products of fixed-point windows
 //                            modulo 13 primes (int8 GEMMs), then the CRT; any dy
 enum class WeightGradKernel { None, Binned, OneMagnitudeFewOutputs, OneMagnitudeManyOutputs, Crt };
-const char* to_string(WeightGradKernel kernel);
+inline const char* to_string(WeightGradKernel kernel) {
+  switch (kernel) {
+    case WeightGradKernel::None: return "none";
+    case WeightGradKernel::Binned: return "binned";
+    case WeightGradKernel::OneMagnitudeFewOutputs: return "one-magnitude, few outputs";
+    case WeightGradKernel::OneMagnitudeManyOutputs: return "one-magnitude, many outputs";
+    case WeightGradKernel::Crt: return "CRT on int8 products";
+  }
+  return "?";
+}
 
 // x [rows, in] and dy [rows, out], each with its row stride (in elements).
 struct WeightGradShape {
@@ -67,7 +78,25 @@ struct FewOutputsGrid {
   static constexpr int64_t kRowsPerChunk = 512, kOutputsPerBlock = 16, kColumnsPerBlock = 64;
   static constexpr int64_t kStepRows = 32;
 };
-bool few_outputs_kernel_fits(const WeightGradShape& shape);
+namespace weight_grad_choice {
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline WeightGradChoice run(WeightGradKernel kernel) { return {WeightGradLaunch::Run, kernel}; }
+// A dy of any values: the CRT where the sums are large enough to pay for its launches.
+inline WeightGradChoice general_choice(const WeightGradShape& shape) {
+  const bool crt = shape.rows * shape.in * shape.out >= kCrtMinTerms;
+  return run(crt ? WeightGradKernel::Crt : WeightGradKernel::Binned);
+}
+}  // namespace weight_grad_choice
+
+inline bool few_outputs_kernel_fits(const WeightGradShape& shape) {
+  using Grid = FewOutputsGrid;
+  constexpr int64_t kMaxGridYZ = 65535, kMaxGridX = 0x7fffffff, kMaxOffset = int64_t{1} << 31;
+  return weight_grad_choice::ceil_div(shape.rows, Grid::kRowsPerChunk) <= kMaxGridYZ &&
+         weight_grad_choice::ceil_div(shape.out, Grid::kOutputsPerBlock) <= kMaxGridYZ &&
+         weight_grad_choice::ceil_div(shape.in, Grid::kColumnsPerBlock) <= kMaxGridX &&
+         shape.x_row_stride * Grid::kStepRows < kMaxOffset &&
+         shape.dy_row_stride * Grid::kStepRows < kMaxOffset;
+}
 
 // The choice, by regime (rows, in and out all positive; `capturing`: the launches are
 // being captured into a CUDA graph, where the host cannot read the device):
@@ -92,7 +121,23 @@ bool few_outputs_kernel_fits(const WeightGradShape& shape);
 // L1 loss's gradient is ±s or 0 by construction): reading the words back would make the
 // L1 step wait for the pass over dy, and no kernel ran yet with the host's knowledge in
 // its place (it would change what runs on a GPU, which only a GPU run can check).
-WeightGradChoice choose_weight_grad_kernel(const WeightGradShape& shape, bool capturing,
-                                           DyStructure dy);
+inline WeightGradChoice choose_weight_grad_kernel(const WeightGradShape& shape, bool capturing,
+                                                  DyStructure dy) {
+  SEQPAR_CHECK(shape.rows > 0 && shape.in > 0 && shape.out > 0,
+               "choose_weight_grad_kernel: dW of ", shape.out, " x ", shape.in, " over ",
+               shape.rows, " rows has no sums to choose a kernel for");
+  if (shape.out >= kManyOutputsMin) {
+    if (capturing) return {WeightGradLaunch::DeviceChooses, WeightGradKernel::OneMagnitudeManyOutputs};
+    switch (dy) {
+      case DyStructure::Unknown: return {WeightGradLaunch::ReadDyStructure, WeightGradKernel::None};
+      case DyStructure::OneMagnitude: return weight_grad_choice::run(WeightGradKernel::OneMagnitudeManyOutputs);
+      case DyStructure::General: return weight_grad_choice::general_choice(shape);
+    }
+  }
+  if (few_outputs_kernel_fits(shape)) {
+    return {WeightGradLaunch::DeviceChooses, WeightGradKernel::OneMagnitudeFewOutputs};
+  }
+  return weight_grad_choice::general_choice(shape);
+}
 
 }  // namespace seqpar::nn::detail

@@ -14,7 +14,7 @@
 // misaligned differently, the whole tensor is done one element at a time (still one
 // launch). The last 0-3 elements after the float4 body are done one by one too.
 //
-// The arithmetic (optim/cuda/adamw_update.cuh) follows torch.optim.AdamW's single-tensor
+// The arithmetic (optim/cuda/step_math.cuh) follows torch.optim.AdamW's single-tensor
 // path operation by operation, each rounded to float on its own, exactly as
 // optim/adamw.cpp writes it: __fmul_rn, __fadd_rn, __fdiv_rn and __fsqrt_rn are never
 // fused into an fma (nvcc contracts a * b + c otherwise), and sqrt and division are
@@ -34,7 +34,7 @@
 #include "core/cuda_util.cuh"
 #include "optim/adamw.h"
 #include "optim/cuda/adamw.h"
-#include "optim/cuda/adamw_update.cuh"
+#include "optim/cuda/step_math.cuh"
 #include "optim/cuda/multi_tensor.cuh"
 
 namespace seqpar::optim::detail {

@@ -18,7 +18,7 @@
 // min(1, max_norm / (total + 1e-6)) itself and scales its chunk, one launch over all
 // gradients. Like PyTorch, gradients are multiplied even when the coefficient is 1,
 // and the coefficient is formed as PyTorch forms it: reciprocal(total + 1e-6) * max_norm,
-// with the CPU's float operations (optim/cuda/clip_coefficient.cuh), each rounded once.
+// with the CPU's float operations (optim/cuda/step_math.cuh), each rounded once.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -31,7 +31,7 @@
 #include "core/exact_sums.h"
 #include "optim/clip.h"
 #include "optim/cuda/clip.h"
-#include "optim/cuda/clip_coefficient.cuh"
+#include "optim/cuda/step_math.cuh"
 #include "optim/cuda/multi_tensor.cuh"
 
 namespace seqpar::optim::detail {

@@ -13,8 +13,7 @@
 #include "bench/fused/kernels/exact_l1.cuh"
 #include "bench/fused/kernels/grid_sync.cuh"
 #include "bench/fused/kernels/sum_of_two.h"
-#include "optim/cuda/adamw_update.cuh"
-#include "optim/cuda/clip_coefficient.cuh"
+#include "optim/cuda/step_math.cuh"
 
 namespace seqpar::fused::kernels {
 

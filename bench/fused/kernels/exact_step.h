@@ -96,7 +96,7 @@ void enqueue_weight_grad_sums_from_fragments(const nn::detail::ConstRows& grad_y
 // all the others (the step's one grid-wide wait, grid_sync.cuh beside this file), takes each
 // tensor's float norm and the total from the digits as optim::clip_grad_norm does (the
 // same bits in every block), and updates its own parameters with the clipped gradient
-// it still holds (optim/cuda/adamw_update.cuh), the gradients stored unclipped. So the norm
+// it still holds (optim/cuda/step_math.cuh), the gradients stored unclipped. So the norm
 // is summed once, and no launch of its own waits for it.
 // The launch also leaves the step's digits and words zero for the next step, each once
 // read: the gradients' digits by the threads that round them, `step_words` (the loss's

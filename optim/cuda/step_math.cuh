@@ -1,8 +1,9 @@
-// One element of AdamW on the GPU, shared by the multi-tensor kernel (adamw.cu) and
-// the exact fused step's finishing kernel (bench/fused/kernels/exact_step.cu), so both
-// compute the same bits.
+// The optimizer's per-element arithmetic on the GPU, shared by optim's launchers
+// (optim/cuda/adamw.cu, optim/cuda/clip.cu) and the exact fused step's finishing kernel
+// (bench/fused/kernels/exact_step.cu), so all compute the same bits as the CPU:
+// AdamW's update of one element and clip_grad_norm's coefficient.
 //
-// The arithmetic follows torch.optim.AdamW's single-tensor path operation by
+// AdamW's arithmetic follows torch.optim.AdamW's single-tensor path operation by
 // operation, as optim/adamw.cpp writes it: __fmul_rn, __fadd_rn, __fdiv_rn and
 // __fsqrt_rn are never contracted into an fma, and the fused operations are the ones
 // PyTorch's kernels fuse (lerp; addcmul's self + (value * t1) * t2).
@@ -31,6 +32,15 @@ __device__ __forceinline__ void adamw_update(float& param_ref, float grad, float
   param_ref = __fadd_rn(param, __fdiv_rn(__fmul_rn(-s.step_size, m), denom));
   exp_avg_ref = m;
   exp_avg_sq_ref = v;
+}
+
+// clip_grad_norm's coefficient, as the CPU's (optim/clip.cpp):
+// max_norm / (total + 1e-6) in float32, as torch forms it (a number divided by a tensor
+// is reciprocal(tensor) * number), clamped to at most 1. A NaN norm stays NaN, as with
+// torch.clamp and the CPU's std::min.
+__device__ __forceinline__ float clip_coefficient(float total_norm, float max_norm) {
+  const float unclamped = __fmul_rn(__frcp_rn(__fadd_rn(total_norm, 1e-6f)), max_norm);
+  return 1.0f < unclamped ? 1.0f : unclamped;
 }
 
 }  // namespace seqpar::optim::detail
