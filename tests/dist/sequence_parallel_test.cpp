@@ -4,10 +4,12 @@
 // ulysses {1, 2, 4} x cp {1, 2, 4} (ulysses x cp <= 8) x dp {1, 2} thread ranks, with both
 // layouts of the cp split, ends every step with the parameters of one rank training on
 // everything (nn::UlyssesBlock on one rank, plain attention: another path to the same
-// model), bit for bit. A cp group that files one gathered K/V chunk under the wrong rank
-// must break the equality: the test can fail.
+// model), bit for bit. A cp group that files one gathered K/V chunk under the wrong rank,
+// or hands the backward the previous step's gathers, must break the equality: the test
+// can fail.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -128,16 +130,18 @@ std::shared_ptr<nn::SequenceGroup> level(const std::shared_ptr<dist::ProcessGrou
   return group ? nn::sequence_group(group) : nn::single_rank_group();
 }
 
-// Every rank's trace over the mesh ulysses x cp x dp; `swap_cp` files the first two cp
-// ranks' gathered slices under each other's rank.
+// A mistake put into the cp group (a test double of tests/dist/swapped_group.h), or none.
+using WrapGroup = std::function<std::shared_ptr<nn::SequenceGroup>(std::shared_ptr<nn::SequenceGroup>)>;
+
+// Every rank's trace over the mesh ulysses x cp x dp, its cp group through `wrap_cp`.
 std::vector<Trace> train_mesh(const Data& data, int ulysses, int cp, int dp, int64_t kv_heads, Layout layout,
-                              bool swap_cp = false) {
+                              const WrapGroup& wrap_cp = {}) {
   const dist::Mesh mesh(ulysses * cp * dp, ulysses, cp, dp);
   std::vector<Trace> traces(static_cast<size_t>(mesh.world_size()));
   dist::run_local_world(mesh.world_size(), [&](std::shared_ptr<dist::ProcessGroup> world) {
     const dist::MeshGroups groups = dist::build_mesh_groups(mesh, *world);
     std::shared_ptr<nn::SequenceGroup> cp_group = level(groups.cp_group);
-    if (swap_cp) cp_group = std::make_shared<test::SwappedSlices>(cp_group, test::SwappedSlices::Which::AllGather);
+    if (wrap_cp) cp_group = wrap_cp(cp_group);
     Generator generator(9);
     const nn::LongContextBlock block(block_options(kv_heads, layout), level(groups.ulysses_group), cp_group,
                                      generator);
@@ -187,12 +191,35 @@ TEST_CASE("USP, 8 query heads over 1 kv head: ulysses x cp x dp trains as one ra
 TEST_CASE("USP with a cp gather filed under the wrong rank does not train as one rank", "[dist][cpu]") {
   const Data data(1, 200);
   const Trace baseline = train_one_rank(data, 1, 2);
+  const WrapGroup swap = [](std::shared_ptr<nn::SequenceGroup> group) -> std::shared_ptr<nn::SequenceGroup> {
+    return std::make_shared<test::SwappedSlices>(std::move(group), test::SwappedSlices::Which::AllGather);
+  };
   for (const Layout layout : {Layout::Contiguous, Layout::Zigzag}) {
-    const std::vector<Trace> traces = train_mesh(data, 2, 2, 1, 2, layout, /*swap_cp=*/true);
+    const std::vector<Trace> traces = train_mesh(data, 2, 2, 1, 2, layout, swap);
     bool differs = false;
     for (const Trace& trace : traces) differs = differs || !test::same_bits(trace.front(), baseline.front());
     CHECK(differs);
   }
+}
+
+// The cp layer gathers 7 times a step (K and V forward; O, m, l, dO and Q backward). From
+// step 2's first backward gather on, the double hands back step 1's: the forward is
+// fresh, the backward's queries stale. Step 1 must still be one rank's (the double is the
+// only fault), step 2 not.
+TEST_CASE("USP whose backward reuses the previous step's gathered queries does not train as one rank",
+          "[dist][cpu]") {
+  const Data data(1, 210);
+  const Trace baseline = train_one_rank(data, 1, 2);
+  const WrapGroup stale = [](std::shared_ptr<nn::SequenceGroup> group) -> std::shared_ptr<nn::SequenceGroup> {
+    return std::make_shared<test::StaleGathers>(std::move(group), /*period=*/7, /*first_stale=*/7 + 2);
+  };
+  const std::vector<Trace> traces = train_mesh(data, 2, 2, 1, 2, Layout::Zigzag, stale);
+  bool differs = false;
+  for (const Trace& trace : traces) {
+    CHECK(test::same_bits(trace[0], baseline[0]));
+    differs = differs || !test::same_bits(trace[1], baseline[1]);
+  }
+  CHECK(differs);
 }
 
 TEST_CASE("USP's positions: the cp layout's, split contiguously over the Ulysses ranks", "[dist][cpu]") {
