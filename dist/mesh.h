@@ -111,10 +111,11 @@ struct MeshGroups {
 // fixed order on every rank (the sp groups; the Ulysses and then the context-parallel
 // groups when both degrees exceed 1; the dp groups; the sp x dp group), because it is
 // collective and must be called identically everywhere: which kinds are made depends on
-// the mesh alone, the same on every rank. Returns the groups this rank belongs to. What a split costs is the group's: the threads group makes all
-// of a kind's groups in one meeting of the ranks; NCCL's uses the default split, one
-// new_group (one ncclCommSplit over the whole world) per group, so a mesh of sp x dp
-// ranks makes dp + sp + 1 of them.
+// the mesh alone, the same on every rank. Returns the groups this rank belongs to. What
+// a split costs is the group's: the threads group makes all of a kind's groups in one
+// meeting of the ranks; NCCL's uses the default split, one new_group (one ncclCommSplit
+// over the whole world) per group, so a mesh of sp x dp ranks makes dp + sp + 1 of them,
+// and one of ulysses x cp x dp with both levels above 1 dp · (cp + ulysses) more.
 MeshGroups build_mesh_groups(const Mesh& mesh, ProcessGroup& world);
 
 }  // namespace seqpar::dist

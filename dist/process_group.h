@@ -67,7 +67,8 @@ class ProcessGroup {
   // every rank of the group calls it at once, and the pairs must match (rank r sends to
   // t exactly when t receives from r), so the sends are a permutation of the ranks (a
   // rank may send to itself). Every rank passes one shape, output the input's. Bytes
-  // move unchanged. Mismatched pairs or shapes are refused, naming the ranks.
+  // move unchanged. The threads group refuses mismatched pairs or shapes naming the
+  // ranks; NCCL cannot see its peers' arguments (nccl_process_group.h).
   virtual void send_recv(Tensor& output, const Tensor& input, int send_to, int receive_from) = 0;
   // send_recv to the next rank, from the previous: (rank + 1) % size and
   // (rank - 1 + size) % size. size() steps bring every rank's input past every rank.
@@ -143,8 +144,8 @@ class GroupSums final : public exact::CrossRankSums {
 std::string rank_list_label(const std::vector<int>& ranks);
 
 // Checks one rank's send_recv arguments before any exchange: both tensors defined, of
-// one shape (at least one dimension) and device, and both peers ranks of a group of `group_size`. `what`
-// ("send_recv on group cp[0,2]") opens the message.
+// one shape (at least one dimension) and device, and both peers ranks of a group of
+// `group_size`. `what` ("send_recv on group cp[0,2]") opens the message.
 void check_send_recv_arguments(const std::string& what, const Tensor& output, const Tensor& input,
                                int send_to, int receive_from, int group_size);
 
