@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "core/generator.h"
 #include "dist/local_process_group.h"
 #include "dist/mesh.h"
+#include "nn/attention.h"
 #include "nn/exact_gradient_sync.h"
 #include "nn/l1_loss.h"
 #include "nn/long_context_block.h"
@@ -255,4 +257,60 @@ TEST_CASE("USP refuses heads that do not split over ulysses and a missing group,
     }
   });
   for (const std::string& m : messages) CHECK_THAT(m, Contains("Hq = 6 query heads do not split evenly over sp = 4"));
+}
+
+// The layer alone, on one sequence given 3-D ([s, H, D]): every rank's output rows and
+// its q, k, v gradients are one rank's attention at its positions, bit for bit, over
+// ulysses 2 x cp 2 (zigzag) and ulysses 4 x cp 2 (contiguous), 8 query heads over 2 kv heads.
+TEST_CASE("USP on one sequence (3-D) gives one rank's outputs and gradients at its positions", "[dist][cpu]") {
+  Generator generator(220);
+  const Tensor q = generator.randn({kSequence, kHeads, kHeadDim}), k = generator.randn({kSequence, 2, kHeadDim});
+  const Tensor v = generator.randn({kSequence, 2, kHeadDim}), g = generator.randn({kSequence, kHeads * kHeadDim});
+  const nn::AttentionMask mask = nn::AttentionMask::documents(kDocuments);
+  const Variable q1(q, true), k1(k, true), v1(v, true);
+  const Variable one = autograd::reshape(nn::scaled_dot_product_attention(q1, k1, v1, mask), {kSequence, kHeads * kHeadDim});
+  one.backward(g);
+  const auto rows = [](const Tensor& t, const std::vector<int64_t>& at) {
+    std::vector<float> out;
+    for (const int64_t p : at) {
+      const std::vector<float> row = t.narrow(0, p, 1).contiguous().to_vector();
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  };
+  for (const auto& split : std::vector<std::tuple<int, int, Layout>>{{2, 2, Layout::Zigzag}, {4, 2, Layout::Contiguous}}) {
+    const int ulysses = std::get<0>(split), cp = std::get<1>(split);  // named, for the rank threads' lambda
+    const Layout layout = std::get<2>(split);
+    const dist::Mesh mesh(ulysses * cp, ulysses, cp, 1);
+    struct Seen {
+      std::vector<int64_t> at;
+      std::vector<float> out, dq, dk, dv;
+    };
+    std::vector<Seen> seen(static_cast<size_t>(ulysses * cp));
+    dist::run_local_world(ulysses * cp, [&](std::shared_ptr<dist::ProcessGroup> world) {
+      const dist::MeshGroups groups = dist::build_mesh_groups(mesh, *world);
+      const nn::SequenceParallelAttention attention(level(groups.ulysses_group), level(groups.cp_group),
+                                                    {mask, layout, {}});
+      Seen& mine = seen[static_cast<size_t>(world->rank())];
+      mine.at = attention.positions(kSequence / (ulysses * cp));
+      const Variable qr(Tensor::from_data({static_cast<int64_t>(mine.at.size()), kHeads, kHeadDim}, rows(q, mine.at)),
+                        true);
+      const Variable kr(Tensor::from_data({static_cast<int64_t>(mine.at.size()), 2, kHeadDim}, rows(k, mine.at)), true);
+      const Variable vr(Tensor::from_data({static_cast<int64_t>(mine.at.size()), 2, kHeadDim}, rows(v, mine.at)), true);
+      const Variable out = attention.forward(qr, kr, vr);
+      out.backward(Tensor::from_data(out.shape(), rows(g, mine.at)));
+      mine.out = out.data().to_vector();
+      mine.dq = qr.grad().to_vector();
+      mine.dk = kr.grad().to_vector();
+      mine.dv = vr.grad().to_vector();
+    });
+    for (size_t rank = 0; rank < seen.size(); ++rank) {
+      INFO("ulysses " << ulysses << " x cp " << cp << ", rank " << rank);
+      const Seen& s = seen[rank];
+      CHECK(test::same_bits(s.out, rows(one.data(), s.at)));
+      CHECK(test::same_bits(s.dq, rows(q1.grad(), s.at)));
+      CHECK(test::same_bits(s.dk, rows(k1.grad(), s.at)));
+      CHECK(test::same_bits(s.dv, rows(v1.grad(), s.at)));
+    }
+  }
 }
