@@ -17,8 +17,9 @@ Mesh::Mesh(int world_size, int ulysses_size, int cp_size, int dp_size)
       ulysses_size_(ulysses_size),
       cp_size_(cp_size) {
   // An sp x dp mesh names sp as it always has; a two-level one names both levels.
-  const std::string levels = cp_size == 1 ? "sp " + std::to_string(ulysses_size)
-                                          : "ulysses " + std::to_string(ulysses_size) + ", cp " + std::to_string(cp_size);
+  const std::string levels =
+      cp_size == 1 ? "sp " + std::to_string(ulysses_size)
+                   : "ulysses " + std::to_string(ulysses_size) + ", cp " + std::to_string(cp_size);
   SEQPAR_CHECK(world_size > 0 && ulysses_size > 0 && cp_size > 0 && dp_size > 0,
                "mesh: sizes must be positive, got world ", world_size, ", ", levels, ", dp ", dp_size);
   const int sp_size = sp_size_;

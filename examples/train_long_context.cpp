@@ -92,7 +92,8 @@ int64_t measure(int u, int c) {
     const dist::MeshGroups groups = dist::build_mesh_groups(mesh, *world);
     auto ulysses = std::make_shared<CountingGroup>(level(groups.ulysses_group));
     auto cp = std::make_shared<CountingGroup>(level(groups.cp_group));
-    const nn::SequenceParallelAttention attention(ulysses, cp, {nn::AttentionMask::causal(), nn::ContextParallelLayout::Zigzag, {}});
+    const nn::SequenceParallelAttention attention(
+        ulysses, cp, {nn::AttentionMask::causal(), nn::ContextParallelLayout::Zigzag, {}});
     const int64_t tokens = kSequence / (u * c);
     Generator generator(7 + static_cast<uint64_t>(world->rank()));
     const autograd::Variable q(generator.randn({kBatch, tokens, kHeads, kHeadDim}), true);

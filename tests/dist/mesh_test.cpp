@@ -139,8 +139,10 @@ TEST_CASE("build_mesh_groups makes the Ulysses and context-parallel groups of ea
       const std::string cp_name = cp == 1         ? "none"
                                   : ulysses == 1 ? dist::sp_group_name(mesh.sp_group_of(rank))
                                                  : dist::cp_group_name(mesh.cp_group_of(rank));
-      const std::string want = (ulysses_name == "none" ? ulysses_name : ulysses_name + "@" + std::to_string(at.ulysses_rank)) +
-                               " " + (cp_name == "none" ? cp_name : cp_name + "@" + std::to_string(at.cp_rank));
+      const auto seat = [](const std::string& name, int rank) {
+        return name == "none" ? name : name + "@" + std::to_string(rank);
+      };
+      const std::string want = seat(ulysses_name, at.ulysses_rank) + " " + seat(cp_name, at.cp_rank);
       CHECK(seen[static_cast<size_t>(rank)] == want);
     }
   }

@@ -133,8 +133,8 @@ void check_send_recv(dist::NcclProcessGroup& world, Checks& checks) {
   const Tensor mine = inputs[static_cast<size_t>(rank)].to(world.device());
   Tensor received = Tensor::full(mine.shape(), -1.0f, world.device());
   world.ring_step(received, mine);
-  checks.expect(test::same_bits(received.to_vector(), inputs[static_cast<size_t>((rank + size - 1) % size)].to_vector()),
-                "send_recv ring step: the previous rank's input");
+  const std::vector<float> previous = inputs[static_cast<size_t>((rank + size - 1) % size)].to_vector();
+  checks.expect(test::same_bits(received.to_vector(), previous), "send_recv ring step: the previous rank's input");
   Tensor swapped = mine.clone();
   world.send_recv(swapped, swapped, size - 1 - rank, size - 1 - rank);
   checks.expect(test::same_bits(swapped.to_vector(), inputs[static_cast<size_t>(size - 1 - rank)].to_vector()),

@@ -131,7 +131,8 @@ TEST_CASE("send_recv refuses mismatched shapes, peers out of range and pairs tha
     Tensor output = Tensor::empty({2});
     // Rank 0 and 1 both send to 2, who receives from 0: rank 1's send has no receiver.
     const int to = world->rank() == 2 ? 0 : 2, from = world->rank() == 0 ? 2 : 0;
-    errors[static_cast<size_t>(world->rank())] = error_of([&] { world->send_recv(output, Tensor::ones({2}), to, from); });
+    errors[static_cast<size_t>(world->rank())] =
+        error_of([&] { world->send_recv(output, Tensor::ones({2}), to, from); });
   });
   for (const std::string& error : errors) {
     CHECK_THAT(error, Contains("rank 1 sends to group rank 2 (rank 2) but that rank receives from group rank 0"));
@@ -143,7 +144,8 @@ TEST_CASE("send_recv refuses mismatched shapes, peers out of range and pairs tha
                       Contains("send_recv on group world: send_to 1 is not a rank of a group of 1"));
     CHECK_THROWS_WITH(world->send_recv(output, Tensor::ones({2}), 0, -1),
                       Contains("receive_from -1 is not a rank of a group of 1"));
-    CHECK_THROWS_WITH(world->send_recv(output, Tensor::ones({3}), 0, 0), Contains("output [2] on cpu should be the input's [3]"));
+    CHECK_THROWS_WITH(world->send_recv(output, Tensor::ones({3}), 0, 0),
+                      Contains("output [2] on cpu should be the input's [3]"));
   });
 }
 

@@ -268,7 +268,8 @@ TEST_CASE("USP on one sequence (3-D) gives one rank's outputs and gradients at i
   const Tensor v = generator.randn({kSequence, 2, kHeadDim}), g = generator.randn({kSequence, kHeads * kHeadDim});
   const nn::AttentionMask mask = nn::AttentionMask::documents(kDocuments);
   const Variable q1(q, true), k1(k, true), v1(v, true);
-  const Variable one = autograd::reshape(nn::scaled_dot_product_attention(q1, k1, v1, mask), {kSequence, kHeads * kHeadDim});
+  const Variable one =
+      autograd::reshape(nn::scaled_dot_product_attention(q1, k1, v1, mask), {kSequence, kHeads * kHeadDim});
   one.backward(g);
   const auto rows = [](const Tensor& t, const std::vector<int64_t>& at) {
     std::vector<float> out;
@@ -278,7 +279,8 @@ TEST_CASE("USP on one sequence (3-D) gives one rank's outputs and gradients at i
     }
     return out;
   };
-  for (const auto& split : std::vector<std::tuple<int, int, Layout>>{{2, 2, Layout::Zigzag}, {4, 2, Layout::Contiguous}}) {
+  using Split = std::tuple<int, int, Layout>;
+  for (const Split& split : std::vector<Split>{{2, 2, Layout::Zigzag}, {4, 2, Layout::Contiguous}}) {
     const int ulysses = std::get<0>(split), cp = std::get<1>(split);  // named, for the rank threads' lambda
     const Layout layout = std::get<2>(split);
     const dist::Mesh mesh(ulysses * cp, ulysses, cp, 1);
