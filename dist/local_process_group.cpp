@@ -117,6 +117,19 @@ static Outcome gather_in_rank_order(const std::string& what, const std::vector<C
   return {result, nullptr, nullptr, {}};
 }
 
+// send_recv: every rank's input, in rank order, once the pairs are known to match
+// (rank r sends to t exactly when t receives from r) and the shapes to agree.
+static Outcome matched_sends(const std::string& what, const std::vector<Contribution>& all) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    const Contribution& sender = all[r];
+    const Contribution& receiver = all[static_cast<size_t>(sender.send_to)];
+    SEQPAR_CHECK(receiver.receive_from == static_cast<int>(r), what, ": rank ", sender.world_rank,
+                 " sends to group rank ", sender.send_to, " (rank ", receiver.world_rank,
+                 ") but that rank receives from group rank ", receiver.receive_from);
+  }
+  return gather_in_rank_order(what, all);
+}
+
 static Outcome copy_of_root(const std::string& what, const std::vector<Contribution>& all) {
   check_same_tensors(what, all);
   const int root = all[0].root;
@@ -201,6 +214,21 @@ void LocalProcessGroup::all_to_all(Tensor& output, const Tensor& input) {
     output.narrow(0, source * chunk, chunk)
         .copy_(outcome.tensor.narrow(0, source * rows + rank_ * chunk, chunk));
   }
+}
+
+// Like all_to_all: the inputs are gathered in one meeting, each rank copies out its
+// source's, so output may be the input itself.
+void LocalProcessGroup::send_recv(Tensor& output, const Tensor& input, int send_to, int receive_from) {
+  const std::string what = "send_recv on group " + name();
+  check_send_recv_arguments(what, output, input, send_to, receive_from, size());
+  Contribution mine{"send_recv"};
+  mine.tensor = &input;
+  mine.send_to = send_to;
+  mine.receive_from = receive_from;
+  const Outcome outcome = rendezvous_->meet(
+      rank_, mine, [&](const std::vector<Contribution>& all) { return matched_sends(what, all); });
+  const int64_t rows = input.size(0);
+  output.copy_(outcome.tensor.narrow(0, receive_from * rows, rows));
 }
 
 void LocalProcessGroup::broadcast(Tensor& tensor, int root) {

@@ -62,6 +62,8 @@ class LocalProcessGroup final : public ProcessGroup {
 
   void all_gather(Tensor& output, const Tensor& input) override;
   void all_to_all(Tensor& output, const Tensor& input) override;
+  // The last rank to arrive checks that the pairs match and the shapes agree.
+  void send_recv(Tensor& output, const Tensor& input, int send_to, int receive_from) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,

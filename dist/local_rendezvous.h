@@ -72,6 +72,7 @@ struct Contribution {
   int64_t word_count = 0;                  // how many, on the sums' device
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
+  int send_to = -1, receive_from = -1;  // send_recv: the peers (group ranks)
   std::vector<int> ranks;  // new_group: the members (sorted group ranks)
   std::string name;        // new_group: the new group's name
   // split: the new groups' members and names, the caller's own (valid while it waits)

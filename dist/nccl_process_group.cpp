@@ -315,6 +315,29 @@ void NcclProcessGroup::all_to_all(Tensor& output, const Tensor& input) {
   if (receive.data() != output.data()) output.copy_(receive);
 }
 
+void NcclProcessGroup::send_recv(Tensor& output, const Tensor& input, int send_to, int receive_from) {
+  check_tensor("send_recv", input);
+  check_tensor("send_recv", output);
+  check_send_recv_arguments("send_recv on group " + name_, output, input, send_to, receive_from, size());
+  if (input.numel() == 0) return;  // every rank has the same shape, so every rank skips
+  const Tensor send = input.contiguous();
+  // As all_to_all: NCCL must not receive into the buffer it sends from.
+  Tensor receive = output.is_contiguous() && output.storage() != send.storage()
+                       ? output
+                       : Tensor::empty(output.shape(), output.device());
+  const size_t count = static_cast<size_t>(send.numel());
+  run_collective("send_recv", [&](cudaStream_t stream) {
+    auto failed = [](ncclResult_t state) { return state != ncclSuccess && state != ncclInProgress; };
+    ncclResult_t state = ncclGroupStart();
+    if (failed(state)) return state;
+    state = ncclSend(send.data(), count, ncclFloat32, send_to, communicator_, stream);
+    if (!failed(state)) state = ncclRecv(receive.data(), count, ncclFloat32, receive_from, communicator_, stream);
+    const ncclResult_t ended = ncclGroupEnd();  // closed whatever happened inside it
+    return failed(state) ? state : ended;
+  });
+  if (receive.data() != output.data()) output.copy_(receive);
+}
+
 void NcclProcessGroup::broadcast(Tensor& tensor, int root) {
   check_tensor("broadcast", tensor);
   SEQPAR_CHECK(root >= 0 && root < size(), "broadcast on group ", name_, ": root ", root,

@@ -100,6 +100,11 @@ class NcclProcessGroup final : public ProcessGroup {
   // One ncclSend and one ncclRecv per peer between ncclGroupStart and ncclGroupEnd:
   // NCCL has no all-to-all call of its own.
   void all_to_all(Tensor& output, const Tensor& input) override;
+  // One ncclSend and one ncclRecv between ncclGroupStart and ncclGroupEnd, so that the
+  // ring's sends and receives cannot wait on each other. NCCL cannot see the peers'
+  // shapes: a mismatch fails in NCCL (or at the timeout), not with the threads
+  // group's message naming both ranks.
+  void send_recv(Tensor& output, const Tensor& input, int send_to, int receive_from) override;
   void broadcast(Tensor& tensor, int root = 0) override;
   void barrier() override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,

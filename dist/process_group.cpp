@@ -53,6 +53,23 @@ void ProcessGroup::all_reduce_sums_plain(exact::ExactSums& sums) {
   if (sums.words() > 0) all_reduce_words(sums.digits(), sums.words(), WordOp::Sum, call);
 }
 
+void ProcessGroup::ring_step(Tensor& output, const Tensor& input) {
+  send_recv(output, input, (rank() + 1) % size(), (rank() + size() - 1) % size());
+}
+
+void check_send_recv_arguments(const std::string& what, const Tensor& output, const Tensor& input,
+                               int send_to, int receive_from, int group_size) {
+  SEQPAR_CHECK(input.defined() && output.defined(), what, ": undefined tensor");
+  SEQPAR_CHECK(input.dim() >= 1, what, ": the input must have at least one dimension");
+  SEQPAR_CHECK(output.shape() == input.shape() && output.device() == input.device(), what, ": output ",
+               output.shape(), " on ", output.device(), " should be the input's ", input.shape(), " on ",
+               input.device());
+  SEQPAR_CHECK(send_to >= 0 && send_to < group_size, what, ": send_to ", send_to,
+               " is not a rank of a group of ", group_size);
+  SEQPAR_CHECK(receive_from >= 0 && receive_from < group_size, what, ": receive_from ", receive_from,
+               " is not a rank of a group of ", group_size);
+}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<std::vector<int>>& groups,
                                                 const std::vector<std::string>& names) {
   SEQPAR_CHECK(names.size() == groups.size(), "split on group ", name(), ": ", groups.size(),

@@ -62,6 +62,17 @@ class ProcessGroup {
   // chunk j of the input goes to rank j, and rank i's chunk for this rank lands in chunk
   // i of the output. Bytes move unchanged. Uneven splits are not supported.
   virtual void all_to_all(Tensor& output, const Tensor& input) = 0;
+  // Point to point, as one step of a ring: this rank's `input` goes to group rank
+  // `send_to`, and `output` receives what group rank `receive_from` sent it. Collective:
+  // every rank of the group calls it at once, and the pairs must match (rank r sends to
+  // t exactly when t receives from r), so the sends are a permutation of the ranks (a
+  // rank may send to itself). Every rank passes one shape, output the input's. Bytes
+  // move unchanged. The threads group refuses mismatched pairs or shapes naming the
+  // ranks; NCCL cannot see its peers' arguments (nccl_process_group.h).
+  virtual void send_recv(Tensor& output, const Tensor& input, int send_to, int receive_from) = 0;
+  // send_recv to the next rank, from the previous: (rank + 1) % size and
+  // (rank - 1 + size) % size. size() steps bring every rank's input past every rank.
+  void ring_step(Tensor& output, const Tensor& input);
   // In place: every rank ends with rank `root`'s tensor (root is a group rank).
   virtual void broadcast(Tensor& tensor, int root = 0) = 0;
   virtual void barrier() = 0;
@@ -131,6 +142,12 @@ class GroupSums final : public exact::CrossRankSums {
 
 // "0-3" for a run of consecutive ranks, "0,4" otherwise: how groups are named.
 std::string rank_list_label(const std::vector<int>& ranks);
+
+// Checks one rank's send_recv arguments before any exchange: both tensors defined, of
+// one shape (at least one dimension) and device, and both peers ranks of a group of
+// `group_size`. `what` ("send_recv on group cp[0,2]") opens the message.
+void check_send_recv_arguments(const std::string& what, const Tensor& output, const Tensor& input,
+                               int send_to, int receive_from, int group_size);
 
 // Checks the `ranks` handed to new_group on a group of `group_size` ranks (not
 // empty, in range, no repeats) and returns them sorted.

@@ -22,7 +22,7 @@
 //             m and l, in position order, and run each key's chains over all of them
 //             (attention_backward_keys). Operands move, never partial sums.
 // Per rank and layer: the forward gathers 2 · S · Hkv · D floats, the backward
-// 3 · S · Hq · D + 2 · S · Hq (docs/ulysses.md compares the volumes with Ulysses').
+// 3 · S · Hq · D + 2 · S · Hq (docs/context-parallel.md compares the volumes with Ulysses').
 #pragma once
 
 #include <cstdint>

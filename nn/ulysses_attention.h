@@ -29,8 +29,8 @@
 //   - Otherwise (P beyond the kv heads: the head wall), each kv head is repeated for its
 //     query heads before the exchange (repeat_kv_heads), so each rank receives the kv
 //     heads its query heads read; their gradients are added back exactly. This moves
-//     Hq/Hkv times the K and V a split would (docs/ulysses.md); context parallelism is
-//     the way past the wall that does not.
+//     Hq/Hkv times the K and V a split would (docs/ulysses.md); from P = 3 on still less
+//     than context parallelism gathers (docs/context-parallel.md compares them).
 //
 // Exact on any placement: each head's attention runs on one rank over the whole
 // sequence, the attention op's bits do not depend on how many heads a call holds, and

@@ -3,8 +3,8 @@
 //   #include <seqpar/seqpar.h>
 //
 // Tensors and devices, autograd (reshape included), the modules (Linear, attention, RoPE,
-// the Ulysses layer), the L1 loss and the exact gradient sync, AdamW and clipping, and
-// the process groups: everything docs/library.md shows. What it leaves out is still
+// the Ulysses, context-parallel and USP layers), the L1 loss and the exact gradient
+// sync, AdamW and clipping, and the process groups: everything docs/library.md shows. What it leaves out is still
 // installed and included by its own path: the exact-sum arithmetic (core/exact_*.h), the
 // internals that other headers include for themselves, and nn's kernels. (The command
 // line, output files, safetensors writing and signal cleanup of seqpar's own programs
@@ -43,9 +43,11 @@
 #include <seqpar/nn/exact_gradients.h>
 #include <seqpar/nn/l1_loss.h>
 #include <seqpar/nn/linear.h>
+#include <seqpar/nn/long_context_block.h>
 #include <seqpar/nn/module.h>
 #include <seqpar/nn/rope.h>
 #include <seqpar/nn/sequence_group.h>
+#include <seqpar/nn/sequence_parallel_attention.h>
 #include <seqpar/nn/ulysses_attention.h>
 #include <seqpar/nn/ulysses_block.h>
 
@@ -53,7 +55,7 @@
 #include <seqpar/optim/adamw.h>
 #include <seqpar/optim/clip.h>
 
-// dist: process groups (threads, NCCL), the sp x dp mesh, launchers, consistency checks.
+// dist: process groups (threads, NCCL), the ulysses x cp x dp mesh, launchers, consistency checks.
 #include <seqpar/dist/all_to_all.h>
 #include <seqpar/dist/consistency.h>
 #include <seqpar/dist/environment.h>

@@ -2,7 +2,7 @@
 //
 //   seqpar_nccl_test --nproc 2                  every collective (the exact sums'
 //                                               packed and stream-ordered ones too,
-//                                               the all-to-all), sub-groups, the same
+//                                               the all-to-all, send_recv), sub-groups, the same
 //                                               bits on every rank
 //   seqpar_nccl_test --nproc 2 --die-rank 1     rank 1 vanishes before a collective;
 //                                               the others must fail within the timeout
@@ -123,6 +123,22 @@ void check_all_to_all(dist::NcclProcessGroup& world, Checks& checks) {
   world.all_to_all(exchanged, exchanged);  // in place: NCCL receives into a buffer of its own
   checks.expect(test::same_bits(exchanged.to_vector(), mine.to_vector()),
                 "all_to_all twice gives the input back");
+}
+
+// send_recv: a ring step (rank r's input arrives at r + 1), then the reverse pairing
+// r -> size - 1 - r, in place; each against the sender's own input.
+void check_send_recv(dist::NcclProcessGroup& world, Checks& checks) {
+  const int size = world.size(), rank = world.rank();
+  const auto inputs = test::rank_inputs(size, {5, 37}, 1200);
+  const Tensor mine = inputs[static_cast<size_t>(rank)].to(world.device());
+  Tensor received = Tensor::full(mine.shape(), -1.0f, world.device());
+  world.ring_step(received, mine);
+  const std::vector<float> previous = inputs[static_cast<size_t>((rank + size - 1) % size)].to_vector();
+  checks.expect(test::same_bits(received.to_vector(), previous), "send_recv ring step: the previous rank's input");
+  Tensor swapped = mine.clone();
+  world.send_recv(swapped, swapped, size - 1 - rank, size - 1 - rank);
+  checks.expect(test::same_bits(swapped.to_vector(), inputs[static_cast<size_t>(size - 1 - rank)].to_vector()),
+                "send_recv r <-> size - 1 - r, in place");
 }
 
 // enqueue(): a caller's NCCL calls, stream-ordered: two tensors' all-reduces in one
@@ -338,6 +354,7 @@ int main(int argc, char** argv) {
     check_reductions(*world, inputs, checks);
     check_gather_broadcast_barrier(*world, inputs, checks);
     check_all_to_all(*world, checks);
+    check_send_recv(*world, checks);
     check_enqueued(*world, inputs, checks);
     check_packed_sums(*world, checks);
     check_enqueued_sums(*world, inputs, checks);
