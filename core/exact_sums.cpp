@@ -7,7 +7,6 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 
 namespace seqpar::exact {

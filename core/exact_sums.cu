@@ -5,7 +5,6 @@
 #include "core/cuda_check.h"
 #include "core/cuda_util.cuh"
 #include "core/cuda_runtime.h"
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 

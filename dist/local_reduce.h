@@ -1,7 +1,7 @@
 // The arithmetic behind LocalProcessGroup's reductions, on whole tensors of one
-// device. CPU loops live in local_reduce.cpp, CUDA kernels in local_reduce.cu; a
-// GPU reduction is enqueued on the device's one stream (core/cuda_runtime.h) and
-// never visits the host.
+// device. CPU loops live in local_process_group.cpp, beside the threads group, CUDA
+// kernels in local_reduce.cu; a GPU reduction is enqueued on the device's one stream
+// (core/cuda_runtime.h) and never visits the host.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The arithmetic of Linear's dW when every dy has one magnitude (dy = s * f, s in
 // {-1, 0, +1}, one float f: what an L1 loss's backward gives), shared by the CPU loop
-// (nn/cpu/linear.cpp) and the CUDA kernels (nn/cuda/one_magnitude_dw_few_outputs.cu).
+// (nn/cpu/linear.cpp) and the CUDA kernels (nn/cuda/one_magnitude_dw_few_outputs.cuh).
 //
 // Then dW[j, k] = f * Σ_rows s x[row, k], and Σ s x is a sum of integers once x is
 // written in fixed point. Per column k, from its largest |x| (2^top <= |x| < 2^(top+1)),

@@ -6,7 +6,6 @@
 #include "core/elementwise.h"
 #include "core/checks.h"
 #include "core/error.h"
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/nvtx.h"

@@ -307,7 +307,7 @@ void bench_kernel_parts(Report& report, const Settings& s) {
 namespace {
 
 // The two one-magnitude dW kernels side by side at 262,144 rows and 1024 columns of x,
-// for 32 to 256 outputs: the 16-output-group kernel (nn/cuda/one_magnitude_dw_few_outputs.cu, the one a
+// for 32 to 256 outputs: the 16-output-group kernel (nn/cuda/one_magnitude_dw_few_outputs.cuh, the one a
 // captured step takes) and the int8 GEMM (nn/cuda/one_magnitude_dw_many_outputs.cu, the public API's from
 // 64 outputs), each after its maxima pass (the int8 path's also writes dy's signs).
 // Then the int8 GEMM alone at the shape of one chunk of the 1024-output stress dW.

@@ -28,7 +28,7 @@
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
 #include "core/elementwise.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/generator.h"
 #include "core/tensor.h"

@@ -17,7 +17,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exp.h"
 #include "core/parallel.h"
 #include "nn/reference/attention.h"

@@ -33,7 +33,7 @@
 //             dk += dSᵀ · Q; dk times the scale. With R = 1 these are dk and dv; with
 //             R > 1 each head's go to a [B, Sk, Hq, D] buffer and a last kernel gives
 //             each kv element the exact sum of its R heads' values, rounded once
-//             (core/exact_rounding.h), as the reference does.
+//             (core/exact_bins.h), as the reference does.
 //
 // Skipping. AttentionMask::Table (positions, documents, -1 for a padded key) is copied
 // to the GPU with, for each 64-token tile, its positions' and documents' least and
@@ -62,7 +62,7 @@
 #include "core/cuda_util.cuh"
 #include "core/device_buffer.h"
 #include "core/error.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exp.h"
 #include "nn/cuda/attention.h"
 

@@ -1,5 +1,5 @@
 // x in a column's fixed-point window (nn/one_magnitude.h), cut into the one-magnitude
-// dW kernel's tensor-core operands (one_magnitude_dw_few_outputs.cu) with float additions alone:
+// dW kernel's tensor-core operands (one_magnitude_dw_few_outputs.cuh) with float additions alone:
 // v = x / 2^lsb, |v| < 2^44, as two 23-bit fields, each three bytes, so that
 // v = 2^23 (F_H - 2^22) + F_L; and the byte planes that lay four rows' fields out as an
 // m16n8k32 B fragment.

@@ -27,7 +27,7 @@
 #include "core/cuda_runtime.h"
 #include "core/cuda_util.cuh"
 #include "core/device_buffer.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_bins.cuh"
 #include "core/exact_fixed_point.h"
 #include "core/exact_sums.h"

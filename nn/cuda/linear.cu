@@ -34,7 +34,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "nn/cuda/linear.h"
 #include "nn/cuda/gemm_tile128.h"

@@ -133,14 +133,6 @@ void few_outputs_forward_cuda(const ConstRows& x, const float* weight, int64_t w
                          int outputs_per_thread = 0);
 
 
-// dW when every dy has one magnitude, as after an L1 loss (one_magnitude_dw_few_outputs.cu):
-// exact integer sums of ±x in fixed point, the same digits' value as the general row
-// sums. x_largest: the columns' largest |x| bits; words: dy's largest and smallest
-// nonzero magnitude bits (one_magnitude_dw.cuh): the kernel returns at once unless they
-// agree, and they tell the general kernel launched beside it to skip its work when
-// this path does it. Only where few_outputs_kernel_fits (nn/cuda/weight_grad_choice.h).
-void launch_one_magnitude_dw(const ConstRows& grad_y, const ConstRows& x, const unsigned int* x_largest,
-                             const unsigned int* words, int64_t* digits, int64_t stride, cuda::Stream stream);
 // The same sums for a dy of many outputs (at least kManyOutputsMin; one_magnitude_dw_many_outputs.cu): x converted
 // once to int8, then int8 GEMMs with dy's signs (`signs`, as column_maxima_cuda writes
 // them in its pass over dy) on the tensor cores. Allocates its scratch stream-ordered,

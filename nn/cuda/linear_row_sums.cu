@@ -27,6 +27,7 @@
 #include "nn/cuda/linear.h"
 #include "nn/cuda/linear_row_sums.cuh"
 #include "nn/cuda/one_magnitude_dw.cuh"
+#include "nn/cuda/one_magnitude_dw_few_outputs.cuh"
 #include "nn/cuda/weight_grad_choice.h"
 
 namespace seqpar::nn::detail {
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) row_sums_kernel(ConstRows a, ConstRo
                                                             int64_t* digits, int64_t count) {
   cuda::wait_for_prior_grids();  // the factors, their maxima and words
   cuda::allow_dependent_grids();
-  // When dy had one magnitude: dW is the fixed-point path's (one_magnitude_dw_few_outputs.cu), and
+  // When dy had one magnitude: dW is the fixed-point path's (one_magnitude_dw_few_outputs.cuh), and
   // db comes from dy's sign sums, here.
   if (one_magnitude_words != nullptr) {
     const OneMagnitude magnitude = one_magnitude(one_magnitude_words);

@@ -1,5 +1,5 @@
 // The device side of dW when every dy has one magnitude (nn/one_magnitude.h), shared by
-// the kernels of one_magnitude_dw_few_outputs.cu (few outputs) and one_magnitude_dw_many_outputs.cu (many outputs):
+// the kernels of one_magnitude_dw_few_outputs.cuh (few outputs) and one_magnitude_dw_many_outputs.cu (many outputs):
 // whether dy had one magnitude, read on the device by the kernels of both this path and
 // the general one, so that exactly one of them works; and the rare elements outside
 // their column's fixed-point window.

@@ -2,7 +2,7 @@
 // backward) and dy has many outputs, on the integer tensor cores through one int8 GEMM per chunk
 // of rows.
 //
-// The few-outputs kernel (one_magnitude_dw_few_outputs.cu) writes x in fixed point in registers for
+// The few-outputs kernel (one_magnitude_dw_few_outputs.cuh) writes x in fixed point in registers for
 // each group of 16 outputs: at 1024 outputs, 64 times over. Here each element of x is
 // converted once, into the six signed bytes of its balanced base-256 digits, stored as
 // six "byte planes" [6][in][rows]; dy's signs are an int8 matrix [out][rows], written

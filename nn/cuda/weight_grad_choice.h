@@ -16,7 +16,7 @@ namespace seqpar::nn::detail {
 // The kernels that can compute dW's sums (nn/cuda/):
 //   Binned                   row_sums_kernel<true> (linear_row_sums.cu): binned sums from
 //                            the first reachable bin; exact for any dy, any shape
-//   OneMagnitudeFewOutputs   one_magnitude_dw_few_outputs.cu: when every dy is ±f or 0 (an
+//   OneMagnitudeFewOutputs   one_magnitude_dw_few_outputs.cuh: when every dy is ±f or 0 (an
 //                            L1 loss's gradient), integer sums of ±x in fixed point on the
 //                            int8 tensor cores, 16 outputs a block
 //   OneMagnitudeManyOutputs  one_magnitude_dw_many_outputs.cu: the same sums as int8 GEMMs

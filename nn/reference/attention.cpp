@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exp.h"
 
 namespace seqpar::nn::reference {

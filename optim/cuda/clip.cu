@@ -26,7 +26,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_bins.cuh"
 #include "core/exact_sums.h"
 #include "optim/clip.h"

@@ -9,7 +9,6 @@
 #include <random>
 #include <vector>
 
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"

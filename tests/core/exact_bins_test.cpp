@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "core/exact_fixed_point.h"
 #include "tests/core/exact_bins_test_util.h"

@@ -20,7 +20,6 @@
 #include "core/cuda_check.h"
 #include "core/cuda_runtime.h"
 #include "core/device_buffer.h"
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "nn/one_magnitude.h"
 #endif

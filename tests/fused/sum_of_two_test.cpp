@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bench/fused/kernels/sum_of_two.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "tests/core/exact_bins_test_util.h"
 #include "tests/exact_reference.h"
 #include "tests/test_util.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/exact_fixed_point.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 #include "nn/cuda/exact_dw_crt.h"

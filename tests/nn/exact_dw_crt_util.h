@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "core/exact_bins.h"
-#include "core/exact_rounding.h"
 #include "core/exact_sums.h"
 #include "core/tensor.h"
 

@@ -1,7 +1,7 @@
 // dW when dy has one magnitude (dy = ±f or 0, as an L1 loss's backward gives:
 // nn/one_magnitude.h, fixed-point integer sums), and db then (f times a count of signs). On the CPU against the general binned
 // row sums (the exact values of the digits, and the rounded bits); on the GPU
-// (nn/cuda/one_magnitude_dw_few_outputs.cu, and nn/cuda/one_magnitude_dw_many_outputs.cu's int8 GEMM for 64 outputs
+// (nn/cuda/one_magnitude_dw_few_outputs.cuh, and nn/cuda/one_magnitude_dw_many_outputs.cu's int8 GEMM for 64 outputs
 // or more, cut into chunks of rows in several ways) against the CPU, bit for bit. The inputs aim at each way
 // out of the fixed-point window: elements tiny next to their column's largest,
 // subnormals, products below the bins' grid (a tiny f), products near 2^129 (a huge f),
@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "core/device_buffer.h"
-#include "core/exact_rounding.h"
 #include "core/exact_bins.h"
 #include "core/exact_sums.h"
 #include "nn/linear.h"

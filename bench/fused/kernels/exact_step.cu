@@ -8,7 +8,7 @@
 #include "core/cuda_util.cuh"
 #include "core/dependent_launch.cuh"
 #include "core/error.h"
-#include "core/exact_rounding.h"
+#include "core/exact_bins.h"
 #include "core/exact_bins.cuh"
 #include "bench/fused/kernels/exact_l1.cuh"
 #include "bench/fused/kernels/grid_sync.cuh"
