@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "autograd/reshape.h"
+#include "core/cuda_runtime.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -90,8 +91,9 @@ Trace train(const std::vector<Variable>& parameters, const Forward& forward,
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
     for (int r = replica; r < replica + replicas; ++r) {
-      const Variable x(rows_at(data.inputs, r, positions));
-      const Variable target(rows_at(data.targets, r, positions).view({kBatch * rows, kModelDim}));
+      const Device device = parameters.front().data().device();
+      const Variable x(rows_at(data.inputs, r, positions).to(device));
+      const Variable target(rows_at(data.targets, r, positions).view({kBatch * rows, kModelDim}).to(device));
       sync.backward(nn::l1_loss(autograd::reshape(forward(x), {kBatch * rows, kModelDim}), target, global_mean));
     }
     sync.synchronize();
@@ -137,7 +139,7 @@ using WrapGroup = std::function<std::shared_ptr<nn::SequenceGroup>(std::shared_p
 
 // Every rank's trace over the mesh ulysses x cp x dp, its cp group through `wrap_cp`.
 std::vector<Trace> train_mesh(const Data& data, int ulysses, int cp, int dp, int64_t kv_heads, Layout layout,
-                              const WrapGroup& wrap_cp = {}) {
+                              const WrapGroup& wrap_cp = {}, Device device = Device::cpu()) {
   const dist::Mesh mesh(ulysses * cp * dp, ulysses, cp, dp);
   std::vector<Trace> traces(static_cast<size_t>(mesh.world_size()));
   dist::run_local_world(mesh.world_size(), [&](std::shared_ptr<dist::ProcessGroup> world) {
@@ -146,7 +148,7 @@ std::vector<Trace> train_mesh(const Data& data, int ulysses, int cp, int dp, int
     if (wrap_cp) cp_group = wrap_cp(cp_group);
     Generator generator(9);
     const nn::LongContextBlock block(block_options(kv_heads, layout), level(groups.ulysses_group), cp_group,
-                                     generator);
+                                     generator, device);
     const std::vector<int64_t> mine = block.positions(kSequence / (ulysses * cp));
     traces[static_cast<size_t>(world->rank())] =
         train(block.parameters(), [&](const Variable& x) { return block.forward(x); }, groups.sp_dp_group, data,
@@ -188,6 +190,25 @@ TEST_CASE("USP, 8 query heads over 2 kv heads: ulysses x cp x dp trains as one r
 
 TEST_CASE("USP, 8 query heads over 1 kv head: ulysses x cp x dp trains as one rank, bit for bit", "[dist][cpu]") {
   check_matrix(1);
+}
+
+TEST_CASE("USP on one GPU, ranks as threads: ulysses 2 x cp 2 x dp 2 trains with the CPU's one-rank bits",
+          "[dist][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const Data data(2, 102);
+  const Trace baseline = train_one_rank(data, 2, 2);
+  for (const Layout layout : {Layout::Contiguous, Layout::Zigzag}) {
+    const std::vector<Trace> traces = train_mesh(data, 2, 2, 2, 2, layout, {}, Device::cuda());
+    for (size_t rank = 0; rank < traces.size(); ++rank) {
+      for (int step = 0; step < kSteps; ++step) {
+        INFO((layout == Layout::Zigzag ? "zigzag" : "contiguous") << ", rank " << rank << ", after step " << step + 1);
+        CHECK(test::same_bits(traces[rank][static_cast<size_t>(step)], baseline[static_cast<size_t>(step)]));
+      }
+    }
+  }
 }
 
 TEST_CASE("USP with a cp gather filed under the wrong rank does not train as one rank", "[dist][cpu]") {
