@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "autograd/reshape.h"
-#include "core/cuda_runtime.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/generator.h"
