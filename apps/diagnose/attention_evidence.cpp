@@ -1,8 +1,10 @@
 #include "apps/diagnose/attention_evidence.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "apps/common/text.h"
 #include "apps/diagnose/diagnosis.h"
@@ -18,6 +20,13 @@ bool is_activation_name(const std::string& name) {
   return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == "output";
 }
 
+double attention_tolerance(Precision precision, int64_t keys) {
+  // The output of query t is a softmax-weighted sum over its keys, and the softmax's
+  // denominator a sum over the same keys: the longest reductions on its path, S terms.
+  // The scores' sums over the head dimension are shorter and not counted apart.
+  return rounding_bound(precision, std::max<int64_t>(keys, 1));
+}
+
 double ShardDifference::relative() const {
   if (largest > 0) return max_difference / largest;
   return max_difference > 0 ? std::numeric_limits<double>::infinity() : 0.0;
@@ -31,10 +40,12 @@ bool TensorByShard::any_beyond(size_t first_shard) const {
 }
 
 TensorByShard compare_by_shard(const std::string& name, const std::vector<float>& values,
-                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp) {
+                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp,
+                               double tolerance) {
   SEQPAR_CHECK(values.size() == baseline.size() && width > 0 && rows_per_shard > 0 && sp > 0,
                "compare_by_shard: mismatched sizes");
   TensorByShard out{name, std::vector<ShardDifference>(size_t(sp))};
+  for (ShardDifference& shard : out.shards) shard.tolerance = tolerance;
   const int64_t rows = int64_t(values.size()) / width;
   for (int64_t t = 0; t < rows; ++t) {
     ShardDifference& shard = out.shards[size_t((t / rows_per_shard) % sp)];
@@ -58,11 +69,51 @@ AttentionSignature classify(const AttentionFigures& f) {
     inputs_later |= input.any_beyond(1);
   }
   if (inputs_first) return AttentionSignature::InputsDiffer;
+  if (f.heads > 0) return AttentionSignature::HeadsPermuted;
   if (f.sp == 1) return f.output.any_beyond(0) ? AttentionSignature::Differs : AttentionSignature::Matches;
   if (f.output.shards[0].beyond_rounding()) return AttentionSignature::FirstShardDiffers;
   if (!f.output.any_beyond(1)) return AttentionSignature::Matches;
   if (f.inputs.empty()) return AttentionSignature::KeysOrPositionsLost;
   return inputs_later ? AttentionSignature::PositionsWrong : AttentionSignature::KeysLost;
+}
+
+std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>& values,
+                                                        const std::vector<float>& baseline, int64_t width,
+                                                        double tolerance) {
+  if (width <= 0 || values.size() != baseline.size() || values.empty()) return {0, {}};
+  double largest = 0;
+  for (float value : baseline) largest = std::fmax(largest, std::fabs(double(value)));
+  const double allowed = tolerance * largest;
+  const int64_t rows = int64_t(values.size()) / width;
+  for (int64_t heads = 2; heads <= width; ++heads) {
+    if (width % heads != 0) continue;
+    const int64_t dim = width / heads;
+    // Block a of every row against block b of the same row.
+    const auto same = [&](int64_t a, int64_t b) {
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t i = 0; i < dim; ++i) {
+          const size_t at = size_t(t * width + a * dim + i), from = size_t(t * width + b * dim + i);
+          if (std::fabs(double(values[at]) - baseline[from]) > allowed) return false;
+        }
+      }
+      return true;
+    };
+    std::vector<int64_t> order(size_t(heads), -1);
+    std::vector<bool> taken(size_t(heads), false);
+    bool complete = true, identity = true;
+    for (int64_t a = 0; a < heads && complete; ++a) {
+      for (int64_t b = 0; b < heads; ++b) {
+        if (taken[size_t(b)] || !same(a, b)) continue;
+        order[size_t(a)] = b;
+        taken[size_t(b)] = true;
+        identity = identity && a == b;
+        break;
+      }
+      complete = order[size_t(a)] >= 0;
+    }
+    if (complete && !identity) return {heads, order};
+  }
+  return {0, {}};
 }
 
 namespace {
@@ -104,7 +155,7 @@ std::vector<float> stacked_rows(const RunFiles& run, const std::string& name, co
 
 }  // namespace
 
-std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp) {
+std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp, Precision precision) {
   const StoredTensor* baseline = run.baseline ? run.baseline->activations.find(kAttentionOutput) : nullptr;
   if (!baseline || !run.ranks[0].activations.find(kAttentionOutput)) return std::nullopt;
   AttentionFigures f;
@@ -116,14 +167,32 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
                      baseline->shape.empty() ? 0 : baseline->shape[0], " rows (tokens) do not split into sp ",
                      f.sp, " x dp ", f.sequences, " blocks");
   f.rows_per_shard = baseline->shape[0] / blocks;
+  f.precision = precision;
+  f.tolerance = attention_tolerance(precision, f.rows_per_shard * f.sp);
   SEQPAR_INPUT_CHECK(f.rows_per_shard > 0 && row_width(*baseline) > 0, "--baseline: '", kAttentionOutput,
                      "' has shape ", shape_text(baseline->shape), ": no values to compare");
   const auto compare = [&](const std::string& name, const StoredTensor& reference) {
     const std::vector<float> values = stacked_rows(run, name, reference, f.rows_per_shard);
     f.non_finite += non_finite_in(values) + non_finite_in(reference.values);
-    return compare_by_shard(name, values, reference.values, row_width(reference), f.rows_per_shard, f.sp);
+    return compare_by_shard(name, values, reference.values, row_width(reference), f.rows_per_shard, f.sp,
+                            f.tolerance);
   };
   f.output = compare(kAttentionOutput, *baseline);
+  if (f.output.any_beyond(0) && f.non_finite == 0) {
+    const std::vector<float> values = stacked_rows(run, kAttentionOutput, *baseline, f.rows_per_shard);
+    std::tie(f.heads, f.head_order) = permuted_heads(values, baseline->values, row_width(*baseline), f.tolerance);
+    // Each sequence's first row: one key, whatever the softmax's scale.
+    const int64_t width = row_width(*baseline), length = f.rows_per_shard * f.sp;
+    double largest = 0;
+    for (float value : baseline->values) largest = std::fmax(largest, std::fabs(double(value)));
+    for (int64_t first = 0; first < baseline->shape[0]; first += length) {
+      for (int64_t i = 0; i < width; ++i) {
+        const size_t at = size_t(first * width + i);
+        f.first_rows_match = f.first_rows_match &&
+                             std::fabs(double(values[at]) - baseline->values[at]) <= f.tolerance * largest;
+      }
+    }
+  }
   for (const char* name : {kAttentionQuery, kAttentionKey}) {
     const StoredTensor* reference = run.baseline->activations.find(name);
     if (reference && run.ranks[0].activations.find(name)) f.inputs.push_back(compare(name, *reference));
@@ -156,8 +225,11 @@ std::string signature_name(AttentionSignature signature) {
       return "keys lost across shards: each rank attended within its own shard (no all-to-all); its query and key "
              "(after RoPE) agree, so the positions are right";
     case AttentionSignature::FirstShardDiffers:
-      return "the attention itself differs on the first shard: a causal mask on shard-local indices (or another "
-             "attention bug)";
+      return "the attention itself differs on the first shard, where no other shard is involved: a causal mask on "
+             "shard-local indices, a wrong softmax scale, or another bug inside the attention";
+    case AttentionSignature::HeadsPermuted:
+      return "the heads are in the wrong order after the second all-to-all: each row is the one-rank row with its "
+             "head blocks permuted";
     case AttentionSignature::InputsDiffer:
       return "the attention's query or key differ on the first shard too: the runs did not feed attention the same "
              "inputs (batch, parameters), so no attention signature is drawn";
@@ -201,7 +273,7 @@ void print_attention(std::ostream& out, const AttentionFigures& f) {
   out << "  attention against the baseline, by sequence shard of " << f.rows_per_shard << " rows"
       << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
       << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
-      << number_text(kAttentionRounding) << ")\n";
+      << number_text(f.tolerance) << ", 2 sqrt(S) u in " << precision_name(f.precision) << ")\n";
   std::vector<const TensorByShard*> tensors = {&f.output};
   for (const TensorByShard& input : f.inputs) tensors.push_back(&input);
   for (const TensorByShard* t : tensors) {
@@ -224,6 +296,7 @@ const char* signature_key(AttentionSignature signature) {
     case AttentionSignature::PositionsWrong: return "positions-wrong";
     case AttentionSignature::KeysLost: return "keys-lost";
     case AttentionSignature::FirstShardDiffers: return "first-shard-differs";
+    case AttentionSignature::HeadsPermuted: return "heads-permuted";
     case AttentionSignature::InputsDiffer: return "inputs-differ";
     case AttentionSignature::NotFinite: return "not-finite";
     case AttentionSignature::Differs: return "differs";
@@ -250,7 +323,9 @@ nlohmann::json attention_json(const std::optional<AttentionFigures>& f) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const TensorByShard& input : f->inputs) inputs.push_back(shards_json(input));
   return {{"signature", signature_key(f->signature)}, {"signature_text", signature_name(f->signature)},
+          {"first_rows_match", f->first_rows_match}, {"heads", f->heads}, {"head_order", f->head_order},
           {"sp", f->sp}, {"sequences", f->sequences}, {"rows_per_shard", f->rows_per_shard},
+          {"precision", precision_name(f->precision)}, {"tolerance", f->tolerance},
           {"non_finite", f->non_finite}, {"output", shards_json(f->output)}, {"inputs", inputs}};
 }
 
@@ -271,14 +346,40 @@ Cause attention_cause(const AttentionFigures& f) {
   const std::string name = signature_name(f.signature), evidence = signature_evidence(f);
   switch (f.signature) {
     case AttentionSignature::KeysOrPositionsLost:
-      return {name, evidence + ". Which shards differ cannot tell the two apart: save the attention's query and key "
-                               "after RoPE as attention.query and attention.key",
-              exchange + "; " + positions, "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)"};
+      // Two causes, one pattern of shards: no fix until the inputs tell which.
+      return {name, evidence, "", "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)",
+              "save the attention's query and key after RoPE as attention.query and attention.key on the ranks and "
+              "the baseline: wrong positions change them on later shards, lost keys leave them equal"};
     case AttentionSignature::PositionsWrong: return {name, evidence, positions, scenario + "local-positions)"};
     case AttentionSignature::KeysLost: return {name, evidence, exchange, scenario + "no-all-to-all)"};
-    case AttentionSignature::FirstShardDiffers:
-      return {name, evidence, "after the exchange a rank holds the whole sequence in order: build the causal mask "
-                              "on global indices (token t attends to keys u <= t)", scenario + "local-mask)"};
+    case AttentionSignature::HeadsPermuted: {
+      std::string order;
+      for (size_t a = 0; a < f.head_order.size() && a < 16; ++a) {
+        order += (a ? ", " : "") + std::to_string(f.head_order[a]);
+      }
+      if (f.head_order.size() > 16) order += ", ...";
+      return {name, evidence + "; with " + std::to_string(f.heads) + " head blocks per row, the ranks' blocks hold "
+                  "the baseline's blocks " + order + " on every row",
+              "after the second all-to-all, place the head blocks received from rank r at heads r*H/P .. "
+              "(r+1)*H/P - 1 (concatenate them in source-rank order) before the output projection",
+              "none (seqpar-repro has no variant of it)"};
+    }
+    case AttentionSignature::FirstShardDiffers: {
+      const std::string first_row =
+          f.first_rows_match
+              ? "each sequence's first row (its first token, which attends to itself alone: weight 1 whatever the "
+                "scale) is within rounding, as a wrong scale or softmax temperature leaves it and a shard-local "
+                "mask would not"
+              : "each sequence's first row (its first token, which attends to itself alone) differs too, as a "
+                "shard-local mask makes it (it sees keys of later shards) and a wrong scale would not; so would "
+                "other inputs";
+      std::string tell = "check the softmax scale is 1/sqrt(D) (D the head dimension), and that the causal mask "
+                         "is built on global indices after the exchange (token t attends to keys u <= t)";
+      if (f.inputs.empty()) {
+        tell += "; save attention.query and attention.key (after RoPE) to rule out other inputs";
+      }
+      return {name, evidence + "; " + first_row, "", scenario + "local-mask)", tell};
+    }
     default: return {};
   }
 }
@@ -287,11 +388,12 @@ Cause attention_cause(const AttentionFigures& f) {
 
 bool names_a_mistake(AttentionSignature signature) {
   return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
-         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers;
+         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers ||
+         signature == AttentionSignature::HeadsPermuted;
 }
 
 void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
-  diagnosis.attention = attention_figures(run, settings.sp, settings.dp);
+  diagnosis.attention = attention_figures(run, settings.sp, settings.dp, settings.precision.precision);
   if (!diagnosis.attention) return;
   const AttentionSignature signature = diagnosis.attention->signature;
   if (names_a_mistake(signature)) diagnosis.causes.push_back(attention_cause(*diagnosis.attention));

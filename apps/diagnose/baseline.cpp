@@ -10,13 +10,16 @@
 namespace seqpar::diagnose {
 
 ParameterDistance parameter_distance(const std::vector<float>& parameters, const std::vector<float>& baseline,
-                                     const std::optional<double>& lr) {
+                                     const std::optional<double>& lr, Precision precision) {
   ParameterDistance distance;
   distance.elements = int64_t(baseline.size());
   distance.bitwise = std::memcmp(parameters.data(), baseline.data(), baseline.size() * sizeof(float)) == 0;
   for (size_t i = 0; i < baseline.size(); ++i) {
     const double apart = std::abs(double(parameters[i]) - baseline[i]);
-    const double ulp = std::abs(std::nextafter(baseline[i], INFINITY) - baseline[i]);
+    // The spacing of the run's precision at the value, never finer than the float32
+    // the values are held in.
+    const double ulp = std::max(double(std::abs(std::nextafter(baseline[i], INFINITY) - baseline[i])),
+                                ulp_in(precision, baseline[i]));
     const double tolerance = kRoundingUlps * ulp + (lr ? 0.01 * *lr : 0);
     distance.max_difference = std::max(distance.max_difference, apart);
     distance.beyond_tolerance += apart > tolerance ? 1 : 0;
@@ -108,7 +111,8 @@ std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings
 void compare_with_baseline(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
                            Diagnosis& diagnosis) {
   diagnosis.baseline_distance =
-      parameter_distance(parameters, run.baseline->parameters.flat(run.parameter_names), settings.lr);
+      parameter_distance(parameters, run.baseline->parameters.flat(run.parameter_names), settings.lr,
+                         settings.precision.precision);
   const std::optional<Compared> compared = comparable_gradients(run, settings, diagnosis);
   if (!compared) return;
   const bool agree = compare_ranks(compared->ranks, run.ranks[0].parameters, run.parameter_names).bitwise;

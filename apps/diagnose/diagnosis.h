@@ -17,6 +17,7 @@
 #include "apps/common/verdict.h"
 #include "apps/diagnose/attention_evidence.h"
 #include "apps/diagnose/inputs.h"
+#include "apps/diagnose/precision.h"
 #include "apps/common/first_step.h"
 #include "apps/common/text.h"  // number_text: a figure as the reports print it
 
@@ -27,8 +28,26 @@ namespace seqpar::diagnose {
 struct Settings {
   std::optional<double> lr, beta1, beta2, eps, weight_decay, clipping;
   int sp = 0, dp = 0;
+  RunPrecision precision;          // what every rounding tolerance is derived from (precision.h)
+  std::optional<int64_t> tokens;   // tokens of the batch: the length of a weight gradient's sum
   std::vector<std::string> sources;
 };
+
+// The tolerances of one diagnosis, from the run's precision (precision.h): what two
+// correct runs can differ by. `tokens_assumed`: the batch's token count was unknown and
+// kAssumedTokens stood in for it (the report says so).
+struct Tolerances {
+  Precision precision = Precision::Float32;
+  int64_t tokens = 0;
+  bool tokens_assumed = false;
+  double gradient = 0;  // normwise relative: gradient_bound(precision, tokens)
+  double scale = 0;     // |ratio - 1|: the larger of kScaleRounding and `gradient`
+};
+// 2^13: with it float32's bound, 2 (sqrt(8192) + sqrt(3)) 2^-24 = 1.1e-5, is the 1e-5 seqpar-repro
+// judges its float32 gradients by (kGradientRounding), so an unknown batch keeps that.
+constexpr int64_t kAssumedTokens = 8192;
+// `tokens`: the settings', else the baseline's attention rows, else kAssumedTokens.
+Tolerances tolerances_of(const Settings& settings, const RunFiles& run);
 
 // Where the ranks' copies of one tensor differ.
 struct TensorDifference {
@@ -86,11 +105,14 @@ struct NormFigures {
   std::string to_reference_cause;
 };
 
+// A fix is given only where the evidence tells the cause apart from the others it could
+// be; otherwise `fix` is empty and `tell_apart` says what would tell them apart.
 struct Cause {
   std::string pitfall;   // what went wrong, in a line
   std::string evidence;  // the figures that show it
-  std::string fix;
+  std::string fix;       // "" when the evidence leaves several causes open
   std::string scenario;  // the seqpar-repro command that reproduces it
+  std::string tell_apart = "";  // what to save or check to tell the open causes apart
 };
 
 // One thing the verdict rests on: what was checked and what it showed, or why it could
@@ -103,7 +125,7 @@ struct EvidenceLine {
 
 // Rank 0's parameters against the baseline's, element by element, with a tolerance
 // derived from the numbers: kRoundingUlps units in the last place of the baseline's
-// value, plus 1% of lr when the lr is known (Adam's first step moves a parameter by
+// value in the run's precision (a bf16 parameter's ulp, not float32's), plus 1% of lr when the lr is known (Adam's first step moves a parameter by
 // about lr, so a distance near lr is a step taken differently, not rounding).
 struct ParameterDistance {
   bool bitwise = false;
@@ -128,6 +150,7 @@ struct Diagnosis {
   std::optional<NormFigures> norms;
   std::optional<ParameterDistance> baseline_distance;  // with --baseline
   std::optional<AttentionFigures> attention;  // the ranks' and the baseline's 'attention', by shard
+  Tolerances tolerances;
   std::string layout;  // which group layout explains the ranks' groups
   Verdict kind = Verdict::Skipped;
   std::string verdict, verdict_text;  // verdict_name(kind), and what it rests on in words
@@ -146,7 +169,7 @@ FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
 ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& baseline,
                           const Settings& settings);
 ParameterDistance parameter_distance(const std::vector<float>& parameters, const std::vector<float>& baseline,
-                                     const std::optional<double>& lr);
+                                     const std::optional<double>& lr, Precision precision = Precision::Float32);
 // The mesh groups that match `groups` (ranks with equal copies), in words.
 std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, int dp);
 // Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their

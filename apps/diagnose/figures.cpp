@@ -259,9 +259,30 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
 
 }  // namespace
 
+Tolerances tolerances_of(const Settings& settings, const RunFiles& run) {
+  Tolerances t;
+  t.precision = settings.precision.precision;
+  const StoredTensor* attention = run.baseline ? run.baseline->activations.find(kAttentionOutput) : nullptr;
+  if (settings.tokens) {
+    t.tokens = *settings.tokens;
+  } else if (attention && !attention->shape.empty() && attention->shape[0] > 0) {
+    t.tokens = attention->shape[0];  // the baseline saw the whole batch: its rows are its tokens
+  } else {
+    t.tokens = kAssumedTokens;
+    t.tokens_assumed = true;
+  }
+  t.gradient = gradient_bound(t.precision, t.tokens);
+  // A ratio of norms errs by no more than the difference of the vectors (the triangle
+  // inequality): the gradient's bound covers it; kScaleRounding stays the floor, the
+  // distance at which seqpar-repro calls a float32 gradient scaled.
+  t.scale = std::max(kScaleRounding, t.gradient);
+  return t;
+}
+
 Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   if (run.parameter_names.empty()) return diagnose_attention_only(run, settings);
   Diagnosis diagnosis;
+  diagnosis.tolerances = tolerances_of(settings, run);
   diagnosis.ranks = int(run.ranks.size());
   diagnosis.non_finite = count_non_finite(run);
   const TensorSet& layout = run.ranks[0].parameters;

@@ -27,6 +27,7 @@ constexpr int64_t kTokens = 32, kHeads = 2, kDim = 8;
 struct Variant {
   std::function<int64_t(int64_t)> position;
   std::function<bool(int64_t, int64_t)> visible;
+  double scale = 0;  // the softmax scale; 0: 1/sqrt(D)
 };
 
 Variant variant(const std::string& name, int64_t shard) {
@@ -37,6 +38,7 @@ Variant variant(const std::string& name, int64_t shard) {
   }
   if (name == "local-positions") return {[shard](int64_t t) { return t % shard; }, causal};
   if (name == "local-mask") return {global, [shard](int64_t t, int64_t u) { return u % shard <= t % shard; }};
+  if (name == "scale-1/D") return {global, causal, 1.0 / double(kDim)};
   return {global, causal};
 }
 
@@ -77,7 +79,7 @@ Tensors attend(const std::vector<float>& q0, const std::vector<float>& k0, const
         for (int64_t d = 0; d < kDim; ++d) {
           score += q[size_t((t * kHeads + h) * kDim + d)] * k[size_t((u * kHeads + h) * kDim + d)];
         }
-        weight[size_t(u)] = score / std::sqrt(double(kDim));
+        weight[size_t(u)] = score * (variant.scale > 0 ? variant.scale : 1 / std::sqrt(double(kDim)));
         max = std::fmax(max, weight[size_t(u)]);
       }
       for (int64_t u = 0; u < kTokens; ++u) {
@@ -178,7 +180,8 @@ TEST_CASE("attention: per-shard figures, rounding, other inputs, inf", "[diagnos
   std::vector<float> changed = base;
   changed[size_t(2 * shard * width + 5)] += 0.25f;                  // shard 2, one row
   changed[size_t(1 * shard * width)] = std::nextafter(changed[size_t(shard * width)], 10.0f);  // shard 1: one ulp
-  const TensorByShard t = compare_by_shard("attention", changed, base, width, shard, 4);
+  const TensorByShard t = compare_by_shard("attention", changed, base, width, shard, 4,
+                                           attention_tolerance(Precision::Float32, 4 * shard));
   CHECK(t.shards[0].bitwise());
   CHECK(t.shards[1].rows_unequal == 1);
   CHECK_FALSE(t.shards[1].beyond_rounding());
@@ -294,4 +297,50 @@ TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
   const nlohmann::json with = nlohmann::json::parse(
       diagnosis_json(with_parameters(alone), settings, diagnose::diagnose(with_parameters(alone), settings)));
   CHECK(with["parameters_agree"] == true);
+}
+
+TEST_CASE("attention: a wrong scale and a shard-local mask get no fix; permuted heads do", "[diagnose]") {
+  const std::vector<float> q = random_values(70), k = random_values(71), v = random_values(72);
+  const int64_t shard = kTokens / 4;
+  const Tensors baseline = attend(q, k, v, variant("one rank", shard));
+  Settings settings;
+  settings.sp = 4;
+  settings.dp = 1;
+  const auto cause_of = [&](const Tensors& tensors) {
+    const Diagnosis d = diagnose::diagnose(run_files(tensors, baseline, 4, false), settings);
+    REQUIRE(d.attention);
+    REQUIRE(d.causes.size() == 1);
+    return std::make_pair(*d.attention, d.causes[0]);
+  };
+  // 1/D for 1/sqrt(D): shard 0 differs as under a shard-local mask, but each sequence's
+  // first token (one key, weight 1) keeps its row; neither case may be told to fix a mask.
+  const auto [scaled, scaled_cause] = cause_of(attend(q, k, v, variant("scale-1/D", shard)));
+  CHECK(scaled.signature == AttentionSignature::FirstShardDiffers);
+  CHECK(scaled.first_rows_match);
+  CHECK(scaled_cause.fix.empty());
+  CHECK_THAT(scaled_cause.tell_apart, Catch::Contains("1/sqrt(D)"));
+  CHECK_THAT(scaled_cause.evidence, Catch::Contains("first row") && Catch::Contains("within rounding"));
+  const auto [masked, masked_cause] = cause_of(attend(q, k, v, variant("local-mask", shard)));
+  CHECK(masked.signature == AttentionSignature::FirstShardDiffers);
+  CHECK_FALSE(masked.first_rows_match);
+  CHECK(masked_cause.fix.empty());
+  // Lost keys or positions: two causes, one pattern: no fix either until q and k are saved.
+  CHECK(cause_of(attend(q, k, v, variant("no-all-to-all", shard))).second.fix.empty());
+
+  // The heads put back in the wrong order: every row is the right row with its head
+  // blocks swapped. Told apart (a permutation and nothing else), so it has a fix.
+  Tensors swapped = baseline;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t d = 0; d < kDim; ++d) {
+      std::swap(swapped.output[size_t(t * kHeads * kDim + d)], swapped.output[size_t(t * kHeads * kDim + kDim + d)]);
+    }
+  }
+  const auto [heads, heads_cause] = cause_of(swapped);
+  CHECK(heads.signature == AttentionSignature::HeadsPermuted);
+  CHECK(heads.heads == 2);
+  CHECK(heads.head_order == std::vector<int64_t>{1, 0});
+  CHECK_THAT(heads_cause.fix, Catch::Contains("source-rank order"));
+  CHECK_THAT(heads_cause.fix, !Catch::Contains("mask"));
+  // The right rows in the right order are no permutation.
+  CHECK(permuted_heads(baseline.output, baseline.output, kHeads * kDim, 1e-6).first == 0);
 }
