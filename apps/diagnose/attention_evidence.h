@@ -77,6 +77,13 @@ struct TensorByShard {
   bool any_beyond(size_t first_shard) const;
 };
 
+// How the ranks saved their attention tensors (attention_evidence.cpp, layout_of):
+// tokens first ([S/sp, ...]: seqpar-repro's, DeepSpeed's [s, b, h, d]), batch first
+// ([b, S/sp, h*d]: Hugging Face's), or head-sharded inside the all-to-all ([S, H/sp*D]).
+enum class AttentionLayout { TokensFirst, BatchFirst, HeadSharded };
+std::string attention_layout_name(AttentionLayout layout);  // "tokens-first", "batch-first", "head-sharded"
+std::optional<AttentionLayout> parse_attention_layout(const std::string& text);
+
 enum class AttentionSignature {
   Matches,              // every shard within rounding
   KeysOrPositionsLost,  // shard 0 within rounding, a later shard not; q, k not saved
@@ -94,6 +101,7 @@ struct AttentionFigures {
   int64_t sequences = 1, rows_per_shard = 0;
   Precision precision = Precision::Float32;
   double tolerance = 0;  // attention_tolerance(precision, rows_per_shard * sp)
+  AttentionLayout layout = AttentionLayout::TokensFirst;  // the ranks' tensors' layout
   TensorByShard output;
   std::vector<TensorByShard> inputs;  // attention.query, attention.key: those saved
   int64_t non_finite = 0;
@@ -124,9 +132,11 @@ AttentionSignature classify(const AttentionFigures& figures);
 bool names_a_mistake(AttentionSignature signature);
 
 // The ranks' attention against the baseline's, over sp x dp; nullopt when the ranks or
-// the baseline did not save `attention`. InputError when the rows do not add up.
+// the baseline did not save `attention`. InputError when the rows do not add up, or the
+// shapes fit no layout or two (then `layout` must say which: --attention-layout).
 std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp,
-                                                 Precision precision = Precision::Float32);
+                                                 Precision precision = Precision::Float32,
+                                                 std::optional<AttentionLayout> layout = std::nullopt);
 
 // Why the attention could not be compared, for a sequence-parallel run ("" when it was,
 // or when the run is not sequence-parallel).

@@ -30,6 +30,7 @@ struct Settings {
   int sp = 0, dp = 0;
   RunPrecision precision;          // what every rounding tolerance is derived from (precision.h)
   std::optional<int64_t> tokens;   // tokens of the batch: the length of a weight gradient's sum
+  std::optional<AttentionLayout> attention_layout;  // --attention-layout; else read from the shapes
   std::vector<std::string> sources;
 };
 

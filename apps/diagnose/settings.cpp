@@ -257,6 +257,7 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   SEQPAR_INPUT_CHECK(!lr_is_auto || flags.lr, "--ds-config ", flags.ds_config, ": optimizer.params.lr is \"auto\" "
                      "(the Hugging Face Trainer fills it in): give the value with --lr");
   mesh_from_files(settings, int(run.ranks.size()));
+  settings.attention_layout = flags.attention_layout;
   if (flags.tokens) {
     settings.tokens = flags.tokens;
     settings.sources.push_back("from the command line: tokens " + std::to_string(*flags.tokens));

@@ -26,6 +26,7 @@ struct SettingFlags {
   std::optional<int> sp, dp;
   std::optional<Precision> precision;  // --precision: overrides the dtypes and the config
   std::optional<int64_t> tokens;       // --tokens: the batch's tokens (a gradient's sum length)
+  std::optional<AttentionLayout> attention_layout;  // --attention-layout
   std::string ds_config;  // a path, or empty
 };
 

@@ -212,7 +212,7 @@ TEST_CASE("attention: rows that do not add up are refused", "[diagnose]") {
   run.ranks.pop_back();  // three ranks' rows against a baseline of four
   CHECK_THROWS_AS(attention_figures(run, 3, 1), InputError);
   CHECK_THROWS_WITH(attention_figures(run_files(tensors, tensors, 4, false), 8, 1),
-                    Catch::Contains("S/sp = 4"));
+                    Catch::Contains("none of the layouts read (sp 8 x dp 1)"));
   CHECK_FALSE(attention_figures(run_files(tensors, tensors, 4, false), 4, 1)->output.any_beyond(0));
   RunFiles empty = run_files(tensors, tensors, 1, false);
   empty.baseline->activations = {};
@@ -343,4 +343,57 @@ TEST_CASE("attention: a wrong scale and a shard-local mask get no fix; permuted 
   CHECK_THAT(heads_cause.fix, !Catch::Contains("mask"));
   // The right rows in the right order are no permutation.
   CHECK(permuted_heads(baseline.output, baseline.output, kHeads * kDim, 1e-6).first == 0);
+}
+
+TEST_CASE("attention: batch-first and head-sharded tensors are read, or a hint is given", "[diagnose]") {
+  const std::vector<float> q = random_values(80), k = random_values(81), v = random_values(82);
+  const Tensors baseline = attend(q, k, v, variant("one rank", kTokens / 2));
+  const Tensors masked = attend(q, k, v, variant("local-mask", kTokens / 2));
+  const int64_t width = kHeads * kDim;
+  // sp 2: each rank's tensor in `layout`, from all rows of `t`; the baseline [1, S, H*D]
+  // for batch first, [S, H*D] (2-D) or [S, H, D] (3-D) for head-sharded.
+  const auto files = [&](const Tensors& t, const std::string& layout) {
+    RunFiles run;
+    run.ranks.resize(2);
+    run.baseline.emplace();
+    run.baseline->files = {"baseline.safetensors"};
+    for (int r = 0; r < 2; ++r) {
+      RankState& rank = run.ranks[size_t(r)];
+      rank.files = {"rank" + std::to_string(r) + ".safetensors"};
+      std::vector<float> mine;
+      if (layout == "batch-first") {
+        mine.assign(t.output.begin() + r * (kTokens / 2) * width, t.output.begin() + (r + 1) * (kTokens / 2) * width);
+        rank.activations.add({kAttentionOutput, "F32", {1, kTokens / 2, width}, mine});
+      } else {  // rank r holds head r of every token
+        for (int64_t u = 0; u < kTokens; ++u) {
+          mine.insert(mine.end(), t.output.begin() + u * width + r * kDim, t.output.begin() + u * width + (r + 1) * kDim);
+        }
+        const std::vector<int64_t> shape =
+            layout == "head-sharded-3d" ? std::vector<int64_t>{kTokens, 1, kDim} : std::vector<int64_t>{kTokens, kDim};
+        rank.activations.add({kAttentionOutput, "F32", shape, mine});
+      }
+    }
+    const std::vector<int64_t> shape = layout == "batch-first"       ? std::vector<int64_t>{1, kTokens, width}
+                                       : layout == "head-sharded-3d" ? std::vector<int64_t>{kTokens, kHeads, kDim}
+                                                                     : std::vector<int64_t>{kTokens, width};
+    run.baseline->activations.add({kAttentionOutput, "F32", shape, baseline.output});
+    return run;
+  };
+  for (const std::string layout : {"batch-first", "head-sharded"}) {
+    INFO(layout);
+    const auto right = attention_figures(files(baseline, layout), 2, 1);
+    REQUIRE(right);
+    CHECK(right->signature == AttentionSignature::Matches);
+    CHECK(attention_layout_name(right->layout) == layout);
+    CHECK(attention_figures(files(masked, layout), 2, 1)->signature == AttentionSignature::FirstShardDiffers);
+  }
+  // [S, H/sp, D] against [S, H, D] is also [b, S/sp, h*d]'s shape: a hint, then read.
+  CHECK_THROWS_WITH(attention_figures(files(baseline, "head-sharded-3d"), 2, 1),
+                    Catch::Contains("give --attention-layout batch-first or --attention-layout head-sharded"));
+  const auto told = attention_figures(files(masked, "head-sharded-3d"), 2, 1, Precision::Float32,
+                                      AttentionLayout::HeadSharded);
+  CHECK(told->signature == AttentionSignature::FirstShardDiffers);
+  CHECK_THROWS_WITH(attention_figures(files(masked, "head-sharded"), 2, 1, Precision::Float32,
+                                      AttentionLayout::BatchFirst),
+                    Catch::Contains("not the --attention-layout batch-first"));
 }
