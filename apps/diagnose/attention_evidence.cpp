@@ -193,25 +193,25 @@ Layout layout_of(const std::string& who, const std::string& name, const std::vec
     }
     return std::nullopt;
   };
-  if (hint) {
-    const std::optional<Layout> layout = fits(*hint);
-    SEQPAR_INPUT_CHECK(layout, shapes, ": not the --attention-layout ", attention_layout_name(*hint),
-                       " of sp ", sp, " x dp ", dp, " ranks");
-    return *layout;
-  }
   std::vector<Layout> candidates;
   for (AttentionLayout kind : {AttentionLayout::TokensFirst, AttentionLayout::BatchFirst, AttentionLayout::HeadSharded}) {
     if (const std::optional<Layout> layout = fits(kind)) candidates.push_back(*layout);
   }
-  // [S, H/sp*D] and [s, b, H/sp, d] are no batch-first tensor's shape; only 3 dimensions
-  // split at dimension 1 are both.
   SEQPAR_INPUT_CHECK(!candidates.empty(), shapes, ": a rank's share of the baseline's tensor in none of the "
                      "layouts read (sp ", sp, " x dp ", dp, "): tokens first [S/sp, ...] (DeepSpeed's [s, b, h, d]), "
                      "batch first [b, S/sp, h*d] (Hugging Face), or head-sharded inside the all-to-all [S, H/sp*D]; "
                      "save one of them (and check --sp and --dp)");
-  SEQPAR_INPUT_CHECK(candidates.size() == 1, shapes, ": either batch first [b, S/sp, h*d] or head-sharded "
-                     "[S, H/sp, D]: give --attention-layout batch-first or --attention-layout head-sharded");
-  return candidates[0];
+  // The hint decides only between layouts the shapes fit: the query and key may be saved
+  // tokens first beside an output saved head-sharded.
+  if (candidates.size() == 1) return candidates[0];
+  // Only 3 dimensions split at dimension 1 fit two: [b, S/sp, h*d] and [S, H/sp, D].
+  SEQPAR_INPUT_CHECK(hint, shapes, ": either batch first [b, S/sp, h*d] or head-sharded [S, H/sp, D]: give "
+                     "--attention-layout batch-first or --attention-layout head-sharded");
+  for (const Layout& layout : candidates) {
+    if (layout.kind == *hint) return layout;
+  }
+  SEQPAR_INPUT_FAIL(shapes, ": either batch first [b, S/sp, h*d] or head-sharded [S, H/sp, D], not the "
+                    "--attention-layout ", attention_layout_name(*hint));
 }
 
 // The ranks' `name` and the baseline's, both as rows of tokens in the baseline's order

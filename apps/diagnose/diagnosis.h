@@ -40,15 +40,18 @@ struct Settings {
 struct Tolerances {
   Precision precision = Precision::Float32;
   int64_t tokens = 0;
+  int64_t sequence = 0;  // the attention's keys per query (S); `tokens` when unknown
   bool tokens_assumed = false;
-  double gradient = 0;  // normwise relative: gradient_bound(precision, tokens)
+  double gradient = 0;  // normwise relative: gradient_bound(precision, tokens, sequence)
   double scale = 0;     // |ratio - 1|: the larger of kScaleRounding and `gradient`
 };
-// 2^13: with it float32's bound, 2 (sqrt(8192) + sqrt(3)) 2^-24 = 1.1e-5, is the 1e-5 seqpar-repro
-// judges its float32 gradients by (kGradientRounding), so an unknown batch keeps that.
+// 2^13 tokens when the batch's count is unknown: with it float32's bound is 2.2e-5, the
+// order of the 1e-5 seqpar-repro judges its float32 gradients by (kGradientRounding);
+// the report says it was assumed and asks for --tokens.
 constexpr int64_t kAssumedTokens = 8192;
-// `tokens`: the settings', else the baseline's attention rows, else kAssumedTokens.
-Tolerances tolerances_of(const Settings& settings, const RunFiles& run);
+// `tokens`: the settings', else the attention's rows (all sequences), else
+// kAssumedTokens; `sequence`: the attention's S, else `tokens`.
+Tolerances tolerances_of(const Settings& settings, const std::optional<AttentionFigures>& attention);
 
 // Where the ranks' copies of one tensor differ.
 struct TensorDifference {

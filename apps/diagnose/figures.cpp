@@ -259,19 +259,20 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
 
 }  // namespace
 
-Tolerances tolerances_of(const Settings& settings, const RunFiles& run) {
+Tolerances tolerances_of(const Settings& settings, const std::optional<AttentionFigures>& attention) {
   Tolerances t;
   t.precision = settings.precision.precision;
-  const StoredTensor* attention = run.baseline ? run.baseline->activations.find(kAttentionOutput) : nullptr;
+  const int64_t sequence = attention ? attention->rows_per_shard * attention->sp : 0;
   if (settings.tokens) {
     t.tokens = *settings.tokens;
-  } else if (attention && !attention->shape.empty() && attention->shape[0] > 0) {
-    t.tokens = attention->shape[0];  // the baseline saw the whole batch: its rows are its tokens
+  } else if (sequence > 0) {
+    t.tokens = sequence * attention->sequences;  // the baseline saw the whole batch
   } else {
     t.tokens = kAssumedTokens;
     t.tokens_assumed = true;
   }
-  t.gradient = gradient_bound(t.precision, t.tokens);
+  t.sequence = sequence > 0 ? sequence : t.tokens;
+  t.gradient = gradient_bound(t.precision, t.tokens, t.sequence);
   // A ratio of norms errs by no more than the difference of the vectors (the triangle
   // inequality): the gradient's bound covers it; kScaleRounding stays the floor, the
   // distance at which seqpar-repro calls a float32 gradient scaled.
@@ -282,7 +283,6 @@ Tolerances tolerances_of(const Settings& settings, const RunFiles& run) {
 Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   if (run.parameter_names.empty()) return diagnose_attention_only(run, settings);
   Diagnosis diagnosis;
-  diagnosis.tolerances = tolerances_of(settings, run);
   diagnosis.ranks = int(run.ranks.size());
   diagnosis.non_finite = count_non_finite(run);
   const TensorSet& layout = run.ranks[0].parameters;
@@ -303,6 +303,7 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
   }
   compare_attention(run, settings, diagnosis);
+  diagnosis.tolerances = tolerances_of(settings, diagnosis.attention);
   decide(diagnosis);
   gather_evidence(diagnosis, run, settings);
   attention_evidence(diagnosis, run, settings);

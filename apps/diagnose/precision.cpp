@@ -58,12 +58,12 @@ double rounding_bound(Precision precision, int64_t terms) {
   return 2 * std::sqrt(double(terms)) * unit_roundoff(precision);
 }
 
-double gradient_bound(Precision precision, int64_t tokens) {
-  SEQPAR_CHECK(tokens >= 1, "gradient_bound: a sum over ", tokens, " tokens");
+double gradient_bound(Precision precision, int64_t tokens, int64_t sequence) {
+  SEQPAR_CHECK(tokens >= 1 && sequence >= 1, "gradient_bound: ", tokens, " tokens, sequences of ", sequence);
   const bool half = precision == Precision::BFloat16 || precision == Precision::Float16 ||
                     precision == Precision::TensorFloat32;
   const double accumulate = half ? unit_roundoff(Precision::Float32) : unit_roundoff(precision);
-  return 2 * (std::sqrt(double(tokens)) * accumulate + std::sqrt(3.0) * unit_roundoff(precision));
+  return 2 * (std::sqrt(double(tokens)) * accumulate + std::sqrt(double(sequence) + 3) * unit_roundoff(precision));
 }
 
 double ulp_in(Precision precision, double value) {

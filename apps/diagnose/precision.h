@@ -32,15 +32,18 @@
 // float32 at the same S gets 5.4e-6.
 //
 // A weight's gradient: a sum of one term per token of the batch (N tokens), each term a
-// product of two operands stored at the run's precision, the sum stored at it too. Half-
-// precision runs accumulate those sums in float32 (every GEMM kernel, and DeepSpeed's
-// bf16/fp16 gradient accumulation and reduction), so the N-term sum rounds at float32's
-// u_acc, and the run's u enters through three roundings per term (two operands, the
-// result), independent ones adding in quadrature:
+// product of two operands. Half-precision runs accumulate those sums in float32 (every
+// GEMM kernel, and DeepSpeed's bf16/fp16 gradient accumulation and reduction), so the
+// N-term sum rounds at float32's u_acc. The operands are activations the forward pass
+// computed at the run's u, and their error is the forward's: the attention's, over the S
+// keys of a sequence (above), plus the three roundings of the term (two operands, the
+// result). Independent errors add in quadrature:
 //
-//     gradient_bound(u, N) = 2 (sqrt(N) u_acc + sqrt(3) u)
+//     gradient_bound(u, N, S) = 2 (sqrt(N) u_acc + sqrt(S + 3) u)
 //
-// bf16 at N = 12000 tokens: 0.0135 (normwise, relative); float32 at N = 8192: 1.1e-5.
+// S is the sequence length when the attention was saved, else at most N (taken as N).
+// bf16 at N = S = 256: 0.126 (normwise, relative; PyTorch's bf16 Ulysses layer against
+// its one-rank baseline: 0.024); float32 at N = S = 8192: 2.2e-5.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +68,9 @@ Precision coarser(Precision a, Precision b);
 // 2 sqrt(n) u: what two correct runs in precision u, each summing n terms in its own
 // order, differ by, relative to the terms' magnitude (above). n >= 1.
 double rounding_bound(Precision precision, int64_t terms);
-// 2 (sqrt(N) u_acc + sqrt(3) u): a weight gradient summed over N tokens (above).
-double gradient_bound(Precision precision, int64_t tokens);
+// 2 (sqrt(N) u_acc + sqrt(S + 3) u): a weight gradient summed over N tokens of
+// sequences of S (above).
+double gradient_bound(Precision precision, int64_t tokens, int64_t sequence);
 
 // The units in the last place of `value` in `precision` (its spacing there): 2u times
 // the power of two at or below |value|; 0 for 0.

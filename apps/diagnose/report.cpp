@@ -215,6 +215,13 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
               {"mean_gradient_scale", scale(diagnosis.mean_scale)},
               {"local_gradient_scale", scale(diagnosis.local_scale)},
               {"layout", diagnosis.layout},
+              {"precision", precision_name(settings.precision.precision)},
+              {"tolerances", {{"precision", precision_name(diagnosis.tolerances.precision)},
+                              {"tokens", diagnosis.tolerances.tokens},
+                              {"tokens_assumed", diagnosis.tolerances.tokens_assumed},
+                              {"sequence", diagnosis.tolerances.sequence},
+                              {"gradient", diagnosis.tolerances.gradient},
+                              {"scale", diagnosis.tolerances.scale}}},
               {"settings", settings.sources},
               {"notes", diagnosis.notes},
               {"attention", attention_json(diagnosis.attention)}};

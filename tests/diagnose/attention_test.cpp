@@ -393,7 +393,10 @@ TEST_CASE("attention: batch-first and head-sharded tensors are read, or a hint i
   const auto told = attention_figures(files(masked, "head-sharded-3d"), 2, 1, Precision::Float32,
                                       AttentionLayout::HeadSharded);
   CHECK(told->signature == AttentionSignature::FirstShardDiffers);
-  CHECK_THROWS_WITH(attention_figures(files(masked, "head-sharded"), 2, 1, Precision::Float32,
-                                      AttentionLayout::BatchFirst),
-                    Catch::Contains("not the --attention-layout batch-first"));
+  CHECK_THROWS_WITH(attention_figures(files(masked, "head-sharded-3d"), 2, 1, Precision::Float32,
+                                      AttentionLayout::TokensFirst),
+                    Catch::Contains("not the --attention-layout tokens-first"));
+  // Where the shapes fit one layout the hint is not needed, and does not override them.
+  CHECK(attention_figures(files(masked, "head-sharded"), 2, 1, Precision::Float32, AttentionLayout::BatchFirst)
+            ->layout == AttentionLayout::HeadSharded);
 }

@@ -26,11 +26,13 @@ TEST_CASE("precision: unit roundoff and the bound 2 sqrt(n) u", "[diagnose]") {
   CHECK(1.0f + float(2 * unit_roundoff(Precision::Float32)) == std::nextafter(1.0f, 2.0f));
   CHECK(rounding_bound(Precision::BFloat16, 2048) == Approx(2 * std::sqrt(2048.0) / 256));
   CHECK(rounding_bound(Precision::Float32, 1) == Approx(2 * std::ldexp(1.0, -24)));
-  // A gradient: the N-token sum in float32 for half precisions, three roundings at u.
-  CHECK(gradient_bound(Precision::Float32, kAssumedTokens) == Approx(1.1e-5).epsilon(0.02));
-  CHECK(gradient_bound(Precision::BFloat16, 12000) ==
-        Approx(2 * (std::sqrt(12000.0) * std::ldexp(1.0, -24) + std::sqrt(3.0) / 256)));
-  CHECK_THROWS(gradient_bound(Precision::BFloat16, 0));
+  // A gradient: the N-token sum in float32 for half precisions, the operands' forward
+  // error over S keys and three roundings at u.
+  CHECK(gradient_bound(Precision::Float32, kAssumedTokens, kAssumedTokens) == Approx(2.2e-5).epsilon(0.02));
+  CHECK(gradient_bound(Precision::BFloat16, 12000, 256) ==
+        Approx(2 * (std::sqrt(12000.0) * std::ldexp(1.0, -24) + std::sqrt(259.0) / 256)));
+  CHECK(gradient_bound(Precision::BFloat16, 256, 256) == Approx(0.126).epsilon(0.01));
+  CHECK_THROWS(gradient_bound(Precision::BFloat16, 0, 1));
   CHECK_THROWS(rounding_bound(Precision::Float32, 0));
   // The spacing of bf16 at 1.5 is 2^-7; float32's there 2^-23.
   CHECK(ulp_in(Precision::BFloat16, 1.5) == std::ldexp(1.0, -7));
@@ -98,12 +100,12 @@ TEST_CASE("precision: a bf16 gradient off by bf16 rounding is not wrong; float32
   for (float value : exact) rounded.push_back(to_bfloat16(value * 1.001f));  // another order's rounding
   SettingFlags flags;
   flags.lr = 1e-3;
-  flags.tokens = 4096;
+  flags.tokens = 256;  // sequences of S = 256 at most: the bound's S
   const RunFiles bf16 = run_of("BF16", rounded, exact);
   const Settings settings = resolve_settings(flags, bf16);
   REQUIRE(settings.precision.precision == Precision::BFloat16);
   const Diagnosis d = diagnose::diagnose(bf16, settings);
-  CHECK(d.tolerances.gradient == Approx(gradient_bound(Precision::BFloat16, 4096)));
+  CHECK(d.tolerances.gradient == Approx(gradient_bound(Precision::BFloat16, 256, 256)));
   CHECK(d.kind == Verdict::NotExact);
   // The same numbers from a float32 run are far beyond float32's rounding.
   const RunFiles fp32 = run_of("F32", rounded, exact);
