@@ -68,6 +68,8 @@ AttentionSignature classify(const AttentionFigures& f) {
     inputs_first |= input.shards[0].beyond_rounding();
     inputs_later |= input.any_beyond(1);
   }
+  // Rows in another order move q and k with them: checked before the inputs.
+  if (f.row_chunks > 0) return AttentionSignature::RowsPermuted;
   if (inputs_first) return AttentionSignature::InputsDiffer;
   if (f.heads > 0) return AttentionSignature::HeadsPermuted;
   if (f.sp == 1) return f.output.any_beyond(0) ? AttentionSignature::Differs : AttentionSignature::Matches;
@@ -75,6 +77,49 @@ AttentionSignature classify(const AttentionFigures& f) {
   if (!f.output.any_beyond(1)) return AttentionSignature::Matches;
   if (f.inputs.empty()) return AttentionSignature::KeysOrPositionsLost;
   return inputs_later ? AttentionSignature::PositionsWrong : AttentionSignature::KeysLost;
+}
+
+std::vector<int64_t> zigzag_order(int64_t ranks) {
+  std::vector<int64_t> order;
+  for (int64_t r = 0; r < ranks; ++r) {
+    order.push_back(r);
+    order.push_back(2 * ranks - 1 - r);
+  }
+  return order;
+}
+
+std::vector<int64_t> permuted_rows(const std::vector<float>& values, const std::vector<float>& baseline,
+                                   int64_t width, int64_t sequence_rows, int64_t chunks, double tolerance) {
+  if (width <= 0 || chunks < 2 || sequence_rows % chunks != 0 || values.size() != baseline.size() ||
+      values.empty() || int64_t(values.size()) % (sequence_rows * width) != 0) {
+    return {};
+  }
+  double largest = 0;
+  for (float value : baseline) largest = std::fmax(largest, std::fabs(double(value)));
+  const double allowed = tolerance * largest;
+  const int64_t block = sequence_rows / chunks * width, sequences = int64_t(values.size()) / (sequence_rows * width);
+  const auto same = [&](int64_t a, int64_t b) {  // stacked block a against the baseline's block b, every sequence
+    for (int64_t s = 0; s < sequences; ++s) {
+      const size_t at = size_t(s * sequence_rows * width + a * block), from = size_t(s * sequence_rows * width + b * block);
+      for (int64_t i = 0; i < block; ++i) {
+        if (std::fabs(double(values[at + size_t(i)]) - baseline[from + size_t(i)]) > allowed) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<int64_t> order(size_t(chunks), -1);
+  std::vector<bool> taken(size_t(chunks), false);
+  bool identity = true;
+  for (int64_t a = 0; a < chunks; ++a) {
+    for (int64_t b = 0; b < chunks && order[size_t(a)] < 0; ++b) {
+      if (taken[size_t(b)] || !same(a, b)) continue;
+      order[size_t(a)] = b;
+      taken[size_t(b)] = true;
+      identity = identity && a == b;
+    }
+    if (order[size_t(a)] < 0) return {};
+  }
+  return identity ? std::vector<int64_t>{} : order;
 }
 
 std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>& values,
@@ -336,6 +381,13 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
   f.output = compare(kAttentionOutput, output);
   if (f.output.any_beyond(0) && f.non_finite == 0) {
     std::tie(f.heads, f.head_order) = permuted_heads(output.values, output.baseline, output.width, f.tolerance);
+    // The ranks' blocks out of order (sp blocks), or context parallelism's zigzag chunks.
+    for (const int64_t chunks : {int64_t(f.sp), int64_t(2) * f.sp}) {
+      if (f.sp < 2 || f.row_chunks > 0) break;
+      f.row_order = permuted_rows(output.values, output.baseline, output.width, f.rows_per_shard * f.sp, chunks,
+                                  f.tolerance);
+      if (!f.row_order.empty()) f.row_chunks = chunks;
+    }
     // Each sequence's first row: one key, whatever the softmax's scale.
     const int64_t length = f.rows_per_shard * f.sp;
     double largest = 0;
@@ -384,6 +436,9 @@ std::string signature_name(AttentionSignature signature) {
     case AttentionSignature::FirstShardDiffers:
       return "the attention itself differs on the first shard, where no other shard is involved: a causal mask on "
              "shard-local indices, a wrong softmax scale, or another bug inside the attention";
+    case AttentionSignature::RowsPermuted:
+      return "the ranks' rows are the baseline's, in another order: not the sequence's contiguous blocks in rank "
+             "order (context parallelism's zigzag layout, or files whose rank numbers do not follow the sequence)";
     case AttentionSignature::HeadsPermuted:
       return "the heads are in the wrong order after the second all-to-all: each row is the one-rank row with its "
              "head blocks permuted";
@@ -455,6 +510,7 @@ const char* signature_key(AttentionSignature signature) {
     case AttentionSignature::KeysLost: return "keys-lost";
     case AttentionSignature::FirstShardDiffers: return "first-shard-differs";
     case AttentionSignature::HeadsPermuted: return "heads-permuted";
+    case AttentionSignature::RowsPermuted: return "rows-permuted";
     case AttentionSignature::InputsDiffer: return "inputs-differ";
     case AttentionSignature::NotFinite: return "not-finite";
     case AttentionSignature::Differs: return "differs";
@@ -482,6 +538,7 @@ nlohmann::json attention_json(const std::optional<AttentionFigures>& f) {
   for (const TensorByShard& input : f->inputs) inputs.push_back(shards_json(input));
   return {{"signature", signature_key(f->signature)}, {"signature_text", signature_name(f->signature)},
           {"first_rows_match", f->first_rows_match}, {"heads", f->heads}, {"head_order", f->head_order},
+          {"row_chunks", f->row_chunks}, {"row_order", f->row_order},
           {"sp", f->sp}, {"sequences", f->sequences}, {"rows_per_shard", f->rows_per_shard},
           {"precision", precision_name(f->precision)}, {"tolerance", f->tolerance},
           {"layout", attention_layout_name(f->layout)},
@@ -560,6 +617,20 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
   if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
       signature == AttentionSignature::Differs) {
     diagnosis.notes.push_back(signature_name(signature));
+  }
+  if (signature == AttentionSignature::RowsPermuted) {
+    const AttentionFigures& f = *diagnosis.attention;
+    const bool zigzag = f.row_chunks == 2 * f.sp && f.row_order == zigzag_order(f.sp);
+    std::string order;
+    for (size_t a = 0; a < f.row_order.size() && a < 16; ++a) order += (a ? ", " : "") + std::to_string(f.row_order[a]);
+    diagnosis.notes.push_back(
+        signature_name(signature) + ": cut into " + std::to_string(f.row_chunks) + " blocks of rows, the ranks' " +
+        "blocks in rank order hold the baseline's blocks " + order +
+        (zigzag ? ", exactly context parallelism's zigzag layout (rank r holds chunks r and 2C-1-r): the "
+                  "attention itself matches. seqpar-diagnose reads each rank's rows as one contiguous block: save "
+                  "them contiguous (the rows put back in global order), or compare the gathered output"
+                : ". The attention itself matches; check that rank w's file holds the w-th block of the sequence "
+                  "(world rank w = dp_rank x sp + sp_rank)"));
   }
 }
 

@@ -21,6 +21,12 @@
 //   - the output's rows are the baseline's with whole head blocks (D columns) in another
 //     order, the same on every row: the heads were put back in the wrong order after the
 //     second all-to-all. Only a permutation does that, so this is told apart (and fixed);
+//   - the rows are the baseline's, whole blocks of them in another order: the ranks' rows
+//     are not the contiguous blocks of the sequence in rank order. Context parallelism's
+//     zigzag layout (rank r holds chunks r and 2C-1-r) gives exactly that with right
+//     numbers, and so do files whose rank numbers do not follow the sequence: the output
+//     may be right, so this is a note and a hint (save the rows in global order), never a
+//     mistake;
 //   - shard 0 differs: the attention itself differs where no other shard is involved: a
 //     mask on shard-local indices shows shard 0 the future keys of later shards, a wrong
 //     softmax scale (1/D for 1/sqrt(D)) changes every weight, or another bug. These are
@@ -91,6 +97,7 @@ enum class AttentionSignature {
   KeysLost,             // ... and q, k within rounding everywhere
   FirstShardDiffers,    // shard 0's attention differs (q, k, if saved, agree there)
   HeadsPermuted,        // the rows are the baseline's with head blocks in another order
+  RowsPermuted,         // the rows are the baseline's, blocks of them in another order
   InputsDiffer,         // q or k differ on shard 0: not an attention mistake
   Differs,              // sp 1: the attention differs, with no shards to tell a Ulysses mistake by
   NotFinite             // inf or NaN in the tensors: nothing drawn
@@ -111,8 +118,22 @@ struct AttentionFigures {
   // it holds.
   int64_t heads = 0;
   std::vector<int64_t> head_order;
+  // With RowsPermuted: each sequence cut into `row_chunks` blocks of rows (sp: the ranks'
+  // blocks; 2 sp: context parallelism's zigzag chunks), and per stacked block the
+  // baseline's block it holds.
+  int64_t row_chunks = 0;
+  std::vector<int64_t> row_order;
   AttentionSignature signature = AttentionSignature::Matches;
 };
+
+// Whether the stacked rows are the baseline's, each sequence's `chunks` blocks of rows in
+// one other order (the same in every sequence, within `tolerance` of the largest baseline
+// value): the order (per stacked block, the baseline's block), or empty.
+std::vector<int64_t> permuted_rows(const std::vector<float>& values, const std::vector<float>& baseline,
+                                   int64_t width, int64_t sequence_rows, int64_t chunks, double tolerance);
+// Rank r of a zigzag layout holds chunks r and 2C-1-r: the order of the ranks' chunks
+// stacked in rank order (0, 2C-1, 1, 2C-2, ...).
+std::vector<int64_t> zigzag_order(int64_t ranks);
 
 // The smallest head count H >= 2 dividing `width` for which every row of `values` is the
 // baseline's row with its H blocks of width/H values in one other order (within

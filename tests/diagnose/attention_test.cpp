@@ -400,3 +400,43 @@ TEST_CASE("attention: batch-first and head-sharded tensors are read, or a hint i
   CHECK(attention_figures(files(masked, "head-sharded"), 2, 1, Precision::Float32, AttentionLayout::BatchFirst)
             ->layout == AttentionLayout::HeadSharded);
 }
+
+TEST_CASE("attention: rows saved in context parallelism's zigzag layout, or files out of rank order", "[diagnose]") {
+  const std::vector<float> q = random_values(90), k = random_values(91), v = random_values(92);
+  const Tensors baseline = attend(q, k, v, variant("one rank", kTokens / 4));
+  const int64_t width = kHeads * kDim;
+  // The ranks' rows stacked in rank order hold the baseline's blocks `order` (of
+  // kTokens / order.size() rows each); q and k move with them.
+  const auto reordered = [&](const std::vector<int64_t>& order) {
+    Tensors t = baseline;
+    const int64_t block = kTokens / int64_t(order.size()) * width;
+    for (auto* values : {&t.output, &t.query, &t.key}) {
+      const std::vector<float> source = values == &t.output ? baseline.output
+                                        : values == &t.query ? baseline.query : baseline.key;
+      for (size_t a = 0; a < order.size(); ++a) {
+        std::copy(source.begin() + order[a] * block, source.begin() + (order[a] + 1) * block,
+                  values->begin() + int64_t(a) * block);
+      }
+    }
+    return t;
+  };
+  CHECK(zigzag_order(4) == std::vector<int64_t>{0, 7, 1, 6, 2, 5, 3, 4});
+  Settings settings;
+  settings.sp = 4;
+  settings.dp = 1;
+  const Diagnosis zigzag = diagnose::diagnose(run_files(reordered(zigzag_order(4)), baseline, 4, true), settings);
+  REQUIRE(zigzag.attention);
+  CHECK(zigzag.attention->signature == AttentionSignature::RowsPermuted);
+  CHECK(zigzag.attention->row_chunks == 8);
+  CHECK(zigzag.causes.empty());  // the numbers may be right: a note, not a mistake
+  REQUIRE_FALSE(zigzag.notes.empty());
+  CHECK_THAT(zigzag.notes.back(), Catch::Contains("exactly context parallelism's zigzag layout"));
+  // Rank 1's and rank 2's files swapped: the ranks' blocks out of order.
+  const Diagnosis swapped = diagnose::diagnose(run_files(reordered({0, 2, 1, 3}), baseline, 4, false), settings);
+  CHECK(swapped.attention->signature == AttentionSignature::RowsPermuted);
+  CHECK(swapped.attention->row_order == std::vector<int64_t>{0, 2, 1, 3});
+  CHECK_THAT(swapped.notes.back(), Catch::Contains("rank w's file holds the w-th block"));
+  // A real mistake is no permutation.
+  CHECK(permuted_rows(attend(q, k, v, variant("local-mask", 8)).output, baseline.output, width, kTokens, 8,
+                      1e-6).empty());
+}
