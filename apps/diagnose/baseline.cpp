@@ -72,7 +72,7 @@ bool first_step_moments(const RankState& state, const RunFiles& run, const Setti
   return !state.exp_avg.empty() && !state.exp_avg_sq.empty() && settings.beta1 && settings.beta2 &&
          moments_of_first_step(state.exp_avg.flat(prefixed("exp_avg.", run.parameter_names)),
                                state.exp_avg_sq.flat(prefixed("exp_avg_sq.", run.parameter_names)),
-                               *settings.beta1, *settings.beta2);
+                               *settings.beta1, *settings.beta2, settings.precision.precision);
 }
 
 std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {

@@ -184,7 +184,8 @@ void compare_with_baseline(const RunFiles& run, const Settings& settings, const 
 // over ranks; whether Adam's moments are a first step's.
 std::vector<std::string> prefixed(const std::string& prefix, const std::vector<std::string>& names);
 std::vector<float> mean_of(const std::vector<std::vector<float>>& values);
-bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2);
+bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2,
+                           Precision precision = Precision::Float32);
 // The verdict, the causes and the notes, from the figures already in `diagnosis`.
 void decide(Diagnosis& diagnosis);
 // The evidence lines, from the figures and what the files held (evidence.cpp).
