@@ -41,6 +41,7 @@ struct Tolerances {
   Precision precision = Precision::Float32;
   int64_t tokens = 0;
   int64_t sequence = 0;  // the attention's keys per query (S); `tokens` when unknown
+  bool sequence_known = false;  // S from the saved attention
   bool tokens_assumed = false;
   double gradient = 0;  // normwise relative: gradient_bound(precision, tokens, sequence)
   double scale = 0;     // |ratio - 1|: the larger of kScaleRounding and `gradient`

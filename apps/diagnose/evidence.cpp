@@ -113,7 +113,7 @@ void tolerance_evidence(Diagnosis& d) {
       precision_name(t.precision) + " (unit roundoff u = " + number_text(unit_roundoff(t.precision)) +
           "): a gradient within 2 (sqrt(N) u_acc + sqrt(S + 3) u) = " + number_text(t.gradient) + " (normwise, "
           "relative) of the baseline's is rounding, for N = " + std::to_string(t.tokens) + " tokens, S = " +
-          std::to_string(t.sequence) + (t.sequence == t.tokens && !t.tokens_assumed ? " (the attention's S unknown)" : "") +
+          std::to_string(t.sequence) + (t.sequence_known ? " (the attention's)" : " (no attention saved: S taken as N)") +
           (t.tokens_assumed ? " (assumed: give --tokens, or save the baseline's attention)" : ""));
 }
 

@@ -278,6 +278,7 @@ Tolerances tolerances_of(const Settings& settings, const std::optional<Attention
     t.tokens_assumed = true;
   }
   t.sequence = sequence > 0 ? sequence : t.tokens;
+  t.sequence_known = sequence > 0;
   t.gradient = gradient_bound(t.precision, t.tokens, t.sequence);
   // A ratio of norms errs by no more than the difference of the vectors (the triangle
   // inequality): the gradient's bound covers it; kScaleRounding stays the floor, the
