@@ -273,6 +273,12 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
     settings.precision = {*config_precision, flags.ds_config + " (" + precision_name(*config_precision) +
                                                  ".enabled); the saved tensors are finer"};
   }
+  // Values are held as float32 (F64 tensors are read rounded): nothing finer is judged.
+  if (coarser(settings.precision.precision, Precision::Float32) != settings.precision.precision) {
+    settings.precision = {Precision::Float32, settings.precision.source + "; the tensors are held as float32 (F64 "
+                                              "read rounded), so float32's resolution, and 'bitwise' means equal "
+                                              "as float32"};
+  }
   settings.sources.push_back("precision " + precision_name(settings.precision.precision) + " (unit roundoff " +
                              number_text(unit_roundoff(settings.precision.precision)) + "), from " +
                              settings.precision.source);

@@ -111,7 +111,7 @@ check "baseline of another shape (--reference, the old name)" 2 "--baseline" -- 
 check "a clip_norm of two values" 2 "clip_norm has shape [2]" -- --ranks "$fx/clip_rank0.safetensors"
 # ---- broken files
 check "a header of {}" 2 "holds no tensors" -- --ranks "$fx/empty_rank0.safetensors"
-check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16 and BF16" -- \
+check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16, BF16 and F64" -- \
   --ranks "$fx/int_rank0.safetensors"
 check "a truncated file" 2 "truncated: tensor 'bias' ends at byte 64" -- --ranks "$fx/truncated_rank0.safetensors"
 check "a huge header" 2 "above the format's limit of 100000000" -- --ranks "$fx/huge_rank0.safetensors"

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "apps/diagnose/diagnosis.h"
+#include "apps/diagnose/safetensors_reader.h"
 #include "apps/diagnose/settings.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -145,4 +146,22 @@ TEST_CASE("precision: attention rounding grows as 2 sqrt(S) u and stays below th
   CHECK_FALSE(t.shards[0].beyond_rounding());
   const TensorByShard strict = compare_by_shard("attention", rounded, base, 2, 2, 2, attention_tolerance(Precision::Float32, 4));
   CHECK(strict.shards[0].beyond_rounding());
+}
+
+TEST_CASE("precision: F64 tensors are read rounded to float32, and judged at float32's resolution", "[diagnose]") {
+  std::string header = R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})";
+  header += std::string((8 - header.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+  const double values[2] = {0.1, -2.5};
+  bytes += header + std::string(reinterpret_cast<const char*>(values), 16);
+  const StoredFile file = parse_safetensors(bytes, "f64.safetensors");
+  REQUIRE(file.tensors.size() == 1);
+  CHECK(file.tensors[0].dtype == "F64");
+  CHECK(file.tensors[0].values == std::vector<float>{0.1f, -2.5f});
+  // A run of F64 tensors: fp64 by its dtypes, held as float32, so judged as float32.
+  RunFiles run = run_of("F64", {0.1f, 0.2f}, {0.1f, 0.2f});
+  const Settings settings = resolve_settings({}, run);
+  CHECK(settings.precision.precision == Precision::Float32);
+  CHECK_THAT(settings.precision.source, Catch::Contains("held as float32"));
 }
