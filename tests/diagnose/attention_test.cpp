@@ -299,7 +299,7 @@ TEST_CASE("attention: in the diagnosis, beside the parameters", "[diagnose]") {
   CHECK(with["parameters_agree"] == true);
 }
 
-TEST_CASE("attention: a wrong scale and a shard-local mask get no fix; permuted heads do", "[diagnose]") {
+TEST_CASE("attention: a wrong scale and a shard-local mask get no fix, permuted heads do", "[diagnose]") {
   const std::vector<float> q = random_values(70), k = random_values(71), v = random_values(72);
   const int64_t shard = kTokens / 4;
   const Tensors baseline = attend(q, k, v, variant("one rank", shard));

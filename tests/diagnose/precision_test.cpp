@@ -95,7 +95,7 @@ float to_bfloat16(float value) {
 
 }  // namespace
 
-TEST_CASE("precision: a bf16 gradient off by bf16 rounding is not wrong; float32 judges finer", "[diagnose]") {
+TEST_CASE("precision: a bf16 gradient off by bf16 rounding is not wrong, float32 judges finer", "[diagnose]") {
   const std::vector<float> exact = Generator(5).randn({4096}).to_vector();
   std::vector<float> rounded;
   for (float value : exact) rounded.push_back(to_bfloat16(value * 1.001f));  // another order's rounding
