@@ -130,7 +130,8 @@ std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>
   for (float value : baseline) largest = std::fmax(largest, std::fabs(double(value)));
   const double allowed = tolerance * largest;
   const int64_t rows = int64_t(values.size()) / width;
-  for (int64_t heads = 2; heads <= width; ++heads) {
+  // A head has at least two features (RoPE rotates pairs): blocks of one are not tried.
+  for (int64_t heads = 2; heads <= width / 2; ++heads) {
     if (width % heads != 0) continue;
     const int64_t dim = width / heads;
     // Block a of every row against block b of the same row.

@@ -135,7 +135,7 @@ std::vector<int64_t> permuted_rows(const std::vector<float>& values, const std::
 // stacked in rank order (0, 2C-1, 1, 2C-2, ...).
 std::vector<int64_t> zigzag_order(int64_t ranks);
 
-// The smallest head count H >= 2 dividing `width` for which every row of `values` is the
+// The smallest head count H >= 2 dividing `width` (heads of at least 2 values) for which every row of `values` is the
 // baseline's row with its H blocks of width/H values in one other order (within
 // `tolerance` of the largest baseline value); {0, {}} when there is none.
 std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>& values,
