@@ -36,10 +36,10 @@ namespace {
 
 // A clip norm off the baseline's that the gradient's own scale does not explain.
 bool clip_norm_off(const VerdictEvidence& e) {
-  if (!e.clip_norm_ratio || !scale_is_off(*e.clip_norm_ratio)) return false;
+  if (!e.clip_norm_ratio || std::abs(*e.clip_norm_ratio - 1) <= e.scale_rounding) return false;
   const auto& g = e.gradient;
   return !(g && g->zero == GradientEvidence::Zero::Neither &&
-           std::abs(*e.clip_norm_ratio / g->ratio - 1) <= kScaleRounding);
+           std::abs(*e.clip_norm_ratio / g->ratio - 1) <= e.scale_rounding);
 }
 
 // With the gradient and clip norm right (or not compared): what the parameters' distance
@@ -62,15 +62,15 @@ Verdict decide_by_distance(const VerdictEvidence& e) {
 Verdict decide_against_baseline(const VerdictEvidence& e) {
   using Zero = GradientEvidence::Zero;
   const GradientEvidence* g = e.gradient ? &*e.gradient : nullptr;
-  const bool scaled = g && g->zero == Zero::Neither && scale_is_off(g->ratio);
+  const bool scaled = g && g->zero == Zero::Neither && std::abs(g->ratio - 1) > e.scale_rounding;
   if (e.parameters_bitwise && (!g || g->bitwise) && !scaled && !clip_norm_off(e)) {
     return Verdict::Identical;
   }
   if (g && g->zero == Zero::OneSide) return Verdict::WrongGradient;
   if (g && g->zero == Zero::Neither) {
-    const bool pure_scale = !g->direction_error || *g->direction_error <= kGradientRounding;
+    const bool pure_scale = !g->direction_error || *g->direction_error <= e.gradient_rounding;
     if (g->named_factor || (scaled && pure_scale)) return Verdict::WrongGradientScale;
-    if (g->direction_error && *g->direction_error > kGradientRounding) return Verdict::WrongGradient;
+    if (g->direction_error && *g->direction_error > e.gradient_rounding) return Verdict::WrongGradient;
   }
   if (clip_norm_off(e)) return Verdict::WrongClipNorm;
   return decide_by_distance(e);

@@ -78,6 +78,11 @@ struct VerdictEvidence {
   // Without a baseline: the clip norm matches a known wrong formula (the mean of the
   // ranks' partial norms, squares of a replicated gradient summed over the ranks).
   bool clip_norm_formula_wrong = false;
+  // What rounding can explain, for this run's precision: seqpar-repro's float32 runs use
+  // the constants above; seqpar-diagnose derives them from the run's precision and
+  // reduction lengths (apps/diagnose/precision.h), so a bf16 run is judged at bf16's.
+  double gradient_rounding = kGradientRounding;
+  double scale_rounding = kScaleRounding;
 };
 
 // The verdict, from the first check that fails: finite values, the ranks' agreement, then

@@ -1,8 +1,10 @@
 #include "apps/diagnose/attention_evidence.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "apps/common/text.h"
 #include "apps/diagnose/diagnosis.h"
@@ -18,6 +20,13 @@ bool is_activation_name(const std::string& name) {
   return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == "output";
 }
 
+double attention_tolerance(Precision precision, int64_t keys) {
+  // The output of query t is a softmax-weighted sum over its keys, and the softmax's
+  // denominator a sum over the same keys: the longest reductions on its path, S terms.
+  // The scores' sums over the head dimension are shorter and not counted apart.
+  return rounding_bound(precision, std::max<int64_t>(keys, 1));
+}
+
 double ShardDifference::relative() const {
   if (largest > 0) return max_difference / largest;
   return max_difference > 0 ? std::numeric_limits<double>::infinity() : 0.0;
@@ -31,10 +40,12 @@ bool TensorByShard::any_beyond(size_t first_shard) const {
 }
 
 TensorByShard compare_by_shard(const std::string& name, const std::vector<float>& values,
-                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp) {
+                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp,
+                               double tolerance) {
   SEQPAR_CHECK(values.size() == baseline.size() && width > 0 && rows_per_shard > 0 && sp > 0,
                "compare_by_shard: mismatched sizes");
   TensorByShard out{name, std::vector<ShardDifference>(size_t(sp))};
+  for (ShardDifference& shard : out.shards) shard.tolerance = tolerance;
   const int64_t rows = int64_t(values.size()) / width;
   for (int64_t t = 0; t < rows; ++t) {
     ShardDifference& shard = out.shards[size_t((t / rows_per_shard) % sp)];
@@ -57,7 +68,10 @@ AttentionSignature classify(const AttentionFigures& f) {
     inputs_first |= input.shards[0].beyond_rounding();
     inputs_later |= input.any_beyond(1);
   }
+  // Rows in another order move q and k with them: checked before the inputs.
+  if (f.row_chunks > 0) return AttentionSignature::RowsPermuted;
   if (inputs_first) return AttentionSignature::InputsDiffer;
+  if (f.heads > 0) return AttentionSignature::HeadsPermuted;
   if (f.sp == 1) return f.output.any_beyond(0) ? AttentionSignature::Differs : AttentionSignature::Matches;
   if (f.output.shards[0].beyond_rounding()) return AttentionSignature::FirstShardDiffers;
   if (!f.output.any_beyond(1)) return AttentionSignature::Matches;
@@ -65,13 +79,91 @@ AttentionSignature classify(const AttentionFigures& f) {
   return inputs_later ? AttentionSignature::PositionsWrong : AttentionSignature::KeysLost;
 }
 
+std::vector<int64_t> zigzag_order(int64_t ranks) {
+  std::vector<int64_t> order;
+  for (int64_t r = 0; r < ranks; ++r) {
+    order.push_back(r);
+    order.push_back(2 * ranks - 1 - r);
+  }
+  return order;
+}
+
+std::vector<int64_t> permuted_rows(const std::vector<float>& values, const std::vector<float>& baseline,
+                                   int64_t width, int64_t sequence_rows, int64_t chunks, double tolerance) {
+  if (width <= 0 || chunks < 2 || sequence_rows % chunks != 0 || values.size() != baseline.size() ||
+      values.empty() || int64_t(values.size()) % (sequence_rows * width) != 0) {
+    return {};
+  }
+  double largest = 0;
+  for (float value : baseline) largest = std::fmax(largest, std::fabs(double(value)));
+  const double allowed = tolerance * largest;
+  const int64_t block = sequence_rows / chunks * width, sequences = int64_t(values.size()) / (sequence_rows * width);
+  const auto same = [&](int64_t a, int64_t b) {  // stacked block a against the baseline's block b, every sequence
+    for (int64_t s = 0; s < sequences; ++s) {
+      const size_t at = size_t(s * sequence_rows * width + a * block), from = size_t(s * sequence_rows * width + b * block);
+      for (int64_t i = 0; i < block; ++i) {
+        if (std::fabs(double(values[at + size_t(i)]) - baseline[from + size_t(i)]) > allowed) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<int64_t> order(size_t(chunks), -1);
+  std::vector<bool> taken(size_t(chunks), false);
+  bool identity = true;
+  for (int64_t a = 0; a < chunks; ++a) {
+    for (int64_t b = 0; b < chunks && order[size_t(a)] < 0; ++b) {
+      if (taken[size_t(b)] || !same(a, b)) continue;
+      order[size_t(a)] = b;
+      taken[size_t(b)] = true;
+      identity = identity && a == b;
+    }
+    if (order[size_t(a)] < 0) return {};
+  }
+  return identity ? std::vector<int64_t>{} : order;
+}
+
+std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>& values,
+                                                        const std::vector<float>& baseline, int64_t width,
+                                                        double tolerance) {
+  if (width <= 0 || values.size() != baseline.size() || values.empty()) return {0, {}};
+  double largest = 0;
+  for (float value : baseline) largest = std::fmax(largest, std::fabs(double(value)));
+  const double allowed = tolerance * largest;
+  const int64_t rows = int64_t(values.size()) / width;
+  // A head has at least two features (RoPE rotates pairs): blocks of one are not tried.
+  for (int64_t heads = 2; heads <= width / 2; ++heads) {
+    if (width % heads != 0) continue;
+    const int64_t dim = width / heads;
+    // Block a of every row against block b of the same row.
+    const auto same = [&](int64_t a, int64_t b) {
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t i = 0; i < dim; ++i) {
+          const size_t at = size_t(t * width + a * dim + i), from = size_t(t * width + b * dim + i);
+          if (std::fabs(double(values[at]) - baseline[from]) > allowed) return false;
+        }
+      }
+      return true;
+    };
+    std::vector<int64_t> order(size_t(heads), -1);
+    std::vector<bool> taken(size_t(heads), false);
+    bool complete = true, identity = true;
+    for (int64_t a = 0; a < heads && complete; ++a) {
+      for (int64_t b = 0; b < heads; ++b) {
+        if (taken[size_t(b)] || !same(a, b)) continue;
+        order[size_t(a)] = b;
+        taken[size_t(b)] = true;
+        identity = identity && a == b;
+        break;
+      }
+      complete = order[size_t(a)] >= 0;
+    }
+    if (complete && !identity) return {heads, order};
+  }
+  return {0, {}};
+}
+
 namespace {
 
-int64_t row_width(const StoredTensor& tensor) {
-  int64_t width = 1;
-  for (size_t d = 1; d < tensor.shape.size(); ++d) width *= tensor.shape[d];
-  return width;
-}
 
 int64_t non_finite_in(const std::vector<float>& values) {
   int64_t count = 0;
@@ -79,54 +171,241 @@ int64_t non_finite_in(const std::vector<float>& values) {
   return count;
 }
 
-// The ranks' `name` rows stacked in rank order, checked against the baseline's layout.
-std::vector<float> stacked_rows(const RunFiles& run, const std::string& name, const StoredTensor& baseline,
-                                int64_t rows_per_shard) {
-  std::vector<float> values;
-  const int64_t width = row_width(baseline);
+int64_t product(const std::vector<int64_t>& shape, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t d = from; d < to && d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+// [outer][a][b][inner] -> [outer][b][a][inner]
+std::vector<float> swap_middle(const std::vector<float>& in, int64_t outer, int64_t a, int64_t b, int64_t inner) {
+  std::vector<float> out(in.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < a; ++i) {
+      for (int64_t j = 0; j < b; ++j) {
+        const size_t from = size_t(((o * a + i) * b + j) * inner), to = size_t(((o * b + j) * a + i) * inner);
+        std::copy(in.begin() + long(from), in.begin() + long(from + size_t(inner)), out.begin() + long(to));
+      }
+    }
+  }
+  return out;
+}
+
+// How a rank's tensor `own` relates to the baseline's `base` (the layouts users save; one
+// dimension is the rank's share of the baseline's):
+//   tokens first: dimension 0 is S/sp of the baseline's (seqpar-repro, DeepSpeed's
+//                 [s, b, h, d], [S, H*D]); rows are read as they are;
+//   batch first:  [b, S/sp, ...] of [dp*b, S, ...] (Hugging Face's [b, s, h*d]); each
+//                 sequence is moved to tokens first ([S, b, ...]);
+//   head-sharded: dimension k >= 1 is H/sp of the baseline's and dimension 0 whole:
+//                 inside the all-to-all, each rank holds every token of H/sp heads
+//                 ([S, H/sp*D], [S, H/sp, D], [s, b, H/sp, d]); the ranks' slices are put
+//                 side by side in rank order.
+// A 3-dimensional tensor whose dimension 1 is the share, [b, S/sp, h*d] or
+// [S, H/sp, D], is either of the last two: --attention-layout says which.
+struct Layout {
+  AttentionLayout kind = AttentionLayout::TokensFirst;
+  size_t dim = 0;  // the dimension split over the ranks
+};
+
+Layout layout_of(const std::string& who, const std::string& name, const std::vector<int64_t>& own,
+                 const std::vector<int64_t>& base, int sp, int dp, std::optional<AttentionLayout> hint) {
+  const std::string shapes = who + ": '" + name + "' has shape " + shape_text(own) + ", the baseline's " +
+                             shape_text(base);
+  SEQPAR_INPUT_CHECK(own.size() == base.size() && !own.empty(), shapes, ": the same number of dimensions is needed");
+  const int64_t blocks = int64_t(sp) * dp;
+  std::vector<size_t> split;  // dimensions that differ from the baseline's
+  for (size_t d = 0; d < own.size(); ++d) {
+    if (own[d] != base[d]) split.push_back(d);
+  }
+  const auto fits = [&](AttentionLayout kind) -> std::optional<Layout> {
+    if (kind == AttentionLayout::TokensFirst && split.size() <= 1 && own[0] * blocks == base[0]) return Layout{kind, 0};
+    // With sp 1 nothing is split but whole sequences: tokens first only.
+    if (own.size() < 2 || sp == 1) return std::nullopt;
+    if (kind == AttentionLayout::BatchFirst && own.size() >= 3 && own[0] * dp == base[0] && own[1] * sp == base[1]) {
+      for (size_t d = 2; d < own.size(); ++d) {
+        if (own[d] != base[d]) return std::nullopt;
+      }
+      return Layout{kind, 1};
+    }
+    // Head-sharded rows are the baseline's dimension 0: S per sequence, S/sp a shard.
+    if (kind == AttentionLayout::HeadSharded && own[0] * dp == base[0] && base[0] % blocks == 0) {
+      for (size_t d = 1; d < own.size(); ++d) {
+        if (own[d] * sp != base[d]) continue;
+        bool rest_equal = true;
+        for (size_t e = 1; e < own.size(); ++e) rest_equal = rest_equal && (e == d || own[e] == base[e]);
+        if (rest_equal) return Layout{kind, d};
+      }
+    }
+    return std::nullopt;
+  };
+  std::vector<Layout> candidates;
+  for (AttentionLayout kind : {AttentionLayout::TokensFirst, AttentionLayout::BatchFirst, AttentionLayout::HeadSharded}) {
+    if (const std::optional<Layout> layout = fits(kind)) candidates.push_back(*layout);
+  }
+  SEQPAR_INPUT_CHECK(!candidates.empty(), shapes, ": a rank's share of the baseline's tensor in none of the "
+                     "layouts read (sp ", sp, " x dp ", dp, "): tokens first [S/sp, ...] (DeepSpeed's [s, b, h, d]), "
+                     "batch first [b, S/sp, h*d] (Hugging Face), or head-sharded inside the all-to-all [S, H/sp*D]; "
+                     "save one of them (and check --sp and --dp)");
+  // The hint decides only between layouts the shapes fit: the query and key may be saved
+  // tokens first beside an output saved head-sharded.
+  if (candidates.size() == 1) return candidates[0];
+  // Only 3 dimensions split at dimension 1 fit two: [b, S/sp, h*d] and [S, H/sp, D].
+  SEQPAR_INPUT_CHECK(hint, shapes, ": either batch first [b, S/sp, h*d] or head-sharded [S, H/sp, D]: give "
+                     "--attention-layout batch-first or --attention-layout head-sharded");
+  for (const Layout& layout : candidates) {
+    if (layout.kind == *hint) return layout;
+  }
+  SEQPAR_INPUT_FAIL(shapes, ": either batch first [b, S/sp, h*d] or head-sharded [S, H/sp, D], not the "
+                    "--attention-layout ", attention_layout_name(*hint));
+}
+
+// The ranks' `name` and the baseline's, both as rows of tokens in the baseline's order
+// (sequence after sequence, tokens first): what compare_by_shard reads.
+struct Rows {
+  std::vector<float> values, baseline;
+  int64_t rows = 0, width = 0;
+  AttentionLayout layout = AttentionLayout::TokensFirst;
+};
+
+Rows gathered_rows(const RunFiles& run, const std::string& name, const StoredTensor& baseline, int sp, int dp,
+                   std::optional<AttentionLayout> hint) {
+  Rows out;
+  const std::vector<int64_t>& base = baseline.shape;
+  SEQPAR_INPUT_CHECK(!base.empty(), "--baseline: '", name, "' is a scalar; its first dimension must be tokens");
+  const StoredTensor* first = run.ranks[0].activations.find(name);
+  // One file of every rank's rows (seqpar-repro's dumps): the baseline's shape, as it is.
+  if (run.ranks.size() == 1 && first && first->shape == base) {
+    out = {first->values, baseline.values, base[0], product(base, 1, base.size())};
+    return out;
+  }
+  const std::string who0 = "rank 0 (" + run.ranks[0].files[0] + ")";
+  SEQPAR_INPUT_CHECK(first, who0, ": no '", name, "'");
+  const Layout layout = layout_of(who0, name, first->shape, base, sp, dp, hint);
+  out.layout = layout.kind;
+  SEQPAR_INPUT_CHECK(int64_t(run.ranks.size()) == int64_t(sp) * dp, "'", name, "': ", run.ranks.size(),
+                     " ranks' files for sp ", sp, " x dp ", dp, ": every rank's file is needed");
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const StoredTensor* own = run.ranks[rank].activations.find(name);
     const std::string who = "rank " + std::to_string(rank) + " (" + run.ranks[rank].files[0] + ")";
     SEQPAR_INPUT_CHECK(own, who, ": no '", name, "', which rank 0 has");
-    SEQPAR_INPUT_CHECK(!own->shape.empty() && row_width(*own) == width, who, ": '", name, "' has shape ",
-                       shape_text(own->shape), ", the baseline's ", shape_text(baseline.shape),
-                       ": the rows (the first dimension: tokens) must be as wide");
-    SEQPAR_INPUT_CHECK(run.ranks.size() == 1 || own->shape[0] == rows_per_shard, who, ": '", name, "' has ",
-                       own->shape[0], " rows; a rank of the sp x dp mesh holds one block of S/sp = ",
-                       rows_per_shard, " of the baseline's rows (save one sequence per rank)");
-    values.insert(values.end(), own->values.begin(), own->values.end());
+    SEQPAR_INPUT_CHECK(own->shape == first->shape, who, ": '", name, "' has shape ", shape_text(own->shape),
+                       ", rank 0's ", shape_text(first->shape));
   }
-  SEQPAR_INPUT_CHECK(values.size() == baseline.values.size(), "'", name, "': the ranks' rows add up to ",
-                     int64_t(values.size()) / width, ", the baseline's are ", baseline.shape[0],
-                     ": every rank's file, and the baseline of the same sequences, are needed");
-  return values;
+  const std::vector<int64_t>& own = first->shape;
+  if (layout.kind == AttentionLayout::TokensFirst) {
+    for (const RankState& rank : run.ranks) {
+      const std::vector<float>& v = rank.activations.find(name)->values;
+      out.values.insert(out.values.end(), v.begin(), v.end());
+    }
+    out.baseline = baseline.values;
+  } else if (layout.kind == AttentionLayout::BatchFirst) {
+    // Each rank's [b, S/sp, inner] to [S/sp, b, inner]; stacked in rank order they are
+    // the baseline's [dp, b, S, inner] moved to [dp, S, b, inner].
+    const int64_t inner = product(own, 2, own.size());
+    for (const RankState& rank : run.ranks) {
+      const std::vector<float> moved = swap_middle(rank.activations.find(name)->values, 1, own[0], own[1], inner);
+      out.values.insert(out.values.end(), moved.begin(), moved.end());
+    }
+    out.baseline = swap_middle(baseline.values, dp, own[0], base[1], inner);
+  } else {
+    // Rank w = dp_rank * sp + sp_rank holds slice sp_rank of dimension k of its
+    // sequences' rows dp_rank * S0 ..: placed there, the ranks' slices are the baseline.
+    const size_t k = layout.dim;
+    const int64_t outer = product(own, 0, k), share = own[k], inner = product(own, k + 1, own.size());
+    out.values.assign(baseline.values.size(), 0.0f);
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      const std::vector<float>& v = run.ranks[rank].activations.find(name)->values;
+      const int64_t dp_rank = int64_t(rank) / sp, sp_rank = int64_t(rank) % sp;
+      for (int64_t o = 0; o < outer; ++o) {
+        const int64_t target_outer = dp_rank * outer + o;  // dimension 0 leads: dp blocks of whole sequences
+        for (int64_t j = 0; j < share; ++j) {
+          const size_t from = size_t((o * share + j) * inner);
+          const size_t to = size_t((target_outer * share * sp + sp_rank * share + j) * inner);
+          std::copy(v.begin() + long(from), v.begin() + long(from + size_t(inner)), out.values.begin() + long(to));
+        }
+      }
+    }
+    out.baseline = baseline.values;
+  }
+  out.width = out.layout == AttentionLayout::BatchFirst ? own[0] * product(own, 2, own.size())
+                                                        : product(base, 1, base.size());
+  out.rows = int64_t(out.baseline.size()) / std::max<int64_t>(out.width, 1);
+  return out;
 }
 
 }  // namespace
 
-std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp) {
+std::string attention_layout_name(AttentionLayout layout) {
+  switch (layout) {
+    case AttentionLayout::TokensFirst: return "tokens-first";
+    case AttentionLayout::BatchFirst: return "batch-first";
+    case AttentionLayout::HeadSharded: return "head-sharded";
+  }
+  return "?";
+}
+
+std::optional<AttentionLayout> parse_attention_layout(const std::string& text) {
+  for (AttentionLayout layout : {AttentionLayout::TokensFirst, AttentionLayout::BatchFirst, AttentionLayout::HeadSharded}) {
+    if (text == attention_layout_name(layout)) return layout;
+  }
+  return std::nullopt;
+}
+
+std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp, Precision precision,
+                                                  std::optional<AttentionLayout> hint) {
   const StoredTensor* baseline = run.baseline ? run.baseline->activations.find(kAttentionOutput) : nullptr;
   if (!baseline || !run.ranks[0].activations.find(kAttentionOutput)) return std::nullopt;
   AttentionFigures f;
   f.sp = std::max(sp, 1);
   f.sequences = std::max(dp, 1);
   const int64_t blocks = int64_t(f.sp) * f.sequences;
-  SEQPAR_INPUT_CHECK(!baseline->shape.empty() && baseline->shape[0] % blocks == 0, "--baseline: '",
-                     kAttentionOutput, "' has shape ", shape_text(baseline->shape), "; its ",
-                     baseline->shape.empty() ? 0 : baseline->shape[0], " rows (tokens) do not split into sp ",
+  SEQPAR_INPUT_CHECK(!baseline->values.empty(), "--baseline: '", kAttentionOutput, "' has shape ",
+                     shape_text(baseline->shape), ": no values to compare");
+  const Rows output = gathered_rows(run, kAttentionOutput, *baseline, f.sp, int(f.sequences), hint);
+  f.layout = output.layout;
+  SEQPAR_INPUT_CHECK(output.rows % blocks == 0, "--baseline: '", kAttentionOutput, "' has shape ",
+                     shape_text(baseline->shape), "; its ", output.rows, " rows (tokens) do not split into sp ",
                      f.sp, " x dp ", f.sequences, " blocks");
-  f.rows_per_shard = baseline->shape[0] / blocks;
-  SEQPAR_INPUT_CHECK(f.rows_per_shard > 0 && row_width(*baseline) > 0, "--baseline: '", kAttentionOutput,
+  f.rows_per_shard = output.rows / blocks;
+  f.precision = precision;
+  f.tolerance = attention_tolerance(precision, f.rows_per_shard * f.sp);
+  SEQPAR_INPUT_CHECK(f.rows_per_shard > 0 && output.width > 0, "--baseline: '", kAttentionOutput,
                      "' has shape ", shape_text(baseline->shape), ": no values to compare");
-  const auto compare = [&](const std::string& name, const StoredTensor& reference) {
-    const std::vector<float> values = stacked_rows(run, name, reference, f.rows_per_shard);
-    f.non_finite += non_finite_in(values) + non_finite_in(reference.values);
-    return compare_by_shard(name, values, reference.values, row_width(reference), f.rows_per_shard, f.sp);
+  const auto compare = [&](const std::string& name, const Rows& rows) {
+    SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size(), "'", name, "': the ranks' rows add up to ",
+                       int64_t(rows.values.size()) / rows.width, ", the baseline's are ", rows.rows,
+                       ": every rank's file, and the baseline of the same sequences, are needed");
+    f.non_finite += non_finite_in(rows.values) + non_finite_in(rows.baseline);
+    return compare_by_shard(name, rows.values, rows.baseline, rows.width, f.rows_per_shard, f.sp, f.tolerance);
   };
-  f.output = compare(kAttentionOutput, *baseline);
+  f.output = compare(kAttentionOutput, output);
+  if (f.output.any_beyond(0) && f.non_finite == 0) {
+    std::tie(f.heads, f.head_order) = permuted_heads(output.values, output.baseline, output.width, f.tolerance);
+    // The ranks' blocks out of order (sp blocks), or context parallelism's zigzag chunks.
+    for (const int64_t chunks : {int64_t(f.sp), int64_t(2) * f.sp}) {
+      if (f.sp < 2 || f.row_chunks > 0) break;
+      f.row_order = permuted_rows(output.values, output.baseline, output.width, f.rows_per_shard * f.sp, chunks,
+                                  f.tolerance);
+      if (!f.row_order.empty()) f.row_chunks = chunks;
+    }
+    // Each sequence's first row: one key, whatever the softmax's scale.
+    const int64_t length = f.rows_per_shard * f.sp;
+    double largest = 0;
+    for (float value : output.baseline) largest = std::fmax(largest, std::fabs(double(value)));
+    for (int64_t first = 0; first < output.rows; first += length) {
+      for (int64_t i = 0; i < output.width; ++i) {
+        const size_t at = size_t(first * output.width + i);
+        f.first_rows_match = f.first_rows_match &&
+                             std::fabs(double(output.values[at]) - output.baseline[at]) <= f.tolerance * largest;
+      }
+    }
+  }
   for (const char* name : {kAttentionQuery, kAttentionKey}) {
     const StoredTensor* reference = run.baseline->activations.find(name);
-    if (reference && run.ranks[0].activations.find(name)) f.inputs.push_back(compare(name, *reference));
+    if (reference && run.ranks[0].activations.find(name)) {
+      f.inputs.push_back(compare(name, gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint)));
+    }
   }
   f.signature = classify(f);
   return f;
@@ -156,8 +435,14 @@ std::string signature_name(AttentionSignature signature) {
       return "keys lost across shards: each rank attended within its own shard (no all-to-all); its query and key "
              "(after RoPE) agree, so the positions are right";
     case AttentionSignature::FirstShardDiffers:
-      return "the attention itself differs on the first shard: a causal mask on shard-local indices (or another "
-             "attention bug)";
+      return "the attention itself differs on the first shard, where no other shard is involved: a causal mask on "
+             "shard-local indices, a wrong softmax scale, or another bug inside the attention";
+    case AttentionSignature::RowsPermuted:
+      return "the ranks' rows are the baseline's, in another order: not the sequence's contiguous blocks in rank "
+             "order (context parallelism's zigzag layout, or files whose rank numbers do not follow the sequence)";
+    case AttentionSignature::HeadsPermuted:
+      return "the heads are in the wrong order after the second all-to-all: each row is the one-rank row with its "
+             "head blocks permuted";
     case AttentionSignature::InputsDiffer:
       return "the attention's query or key differ on the first shard too: the runs did not feed attention the same "
              "inputs (batch, parameters), so no attention signature is drawn";
@@ -198,10 +483,11 @@ std::string signature_evidence(const AttentionFigures& f) {
 }
 
 void print_attention(std::ostream& out, const AttentionFigures& f) {
-  out << "  attention against the baseline, by sequence shard of " << f.rows_per_shard << " rows"
+  out << "  attention (" << attention_layout_name(f.layout) << ") against the baseline, by sequence shard of "
+      << f.rows_per_shard << " rows"
       << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
       << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
-      << number_text(kAttentionRounding) << ")\n";
+      << number_text(f.tolerance) << ", 2 sqrt(S) u in " << precision_name(f.precision) << ")\n";
   std::vector<const TensorByShard*> tensors = {&f.output};
   for (const TensorByShard& input : f.inputs) tensors.push_back(&input);
   for (const TensorByShard* t : tensors) {
@@ -224,6 +510,8 @@ const char* signature_key(AttentionSignature signature) {
     case AttentionSignature::PositionsWrong: return "positions-wrong";
     case AttentionSignature::KeysLost: return "keys-lost";
     case AttentionSignature::FirstShardDiffers: return "first-shard-differs";
+    case AttentionSignature::HeadsPermuted: return "heads-permuted";
+    case AttentionSignature::RowsPermuted: return "rows-permuted";
     case AttentionSignature::InputsDiffer: return "inputs-differ";
     case AttentionSignature::NotFinite: return "not-finite";
     case AttentionSignature::Differs: return "differs";
@@ -250,7 +538,11 @@ nlohmann::json attention_json(const std::optional<AttentionFigures>& f) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const TensorByShard& input : f->inputs) inputs.push_back(shards_json(input));
   return {{"signature", signature_key(f->signature)}, {"signature_text", signature_name(f->signature)},
+          {"first_rows_match", f->first_rows_match}, {"heads", f->heads}, {"head_order", f->head_order},
+          {"row_chunks", f->row_chunks}, {"row_order", f->row_order},
           {"sp", f->sp}, {"sequences", f->sequences}, {"rows_per_shard", f->rows_per_shard},
+          {"precision", precision_name(f->precision)}, {"tolerance", f->tolerance},
+          {"layout", attention_layout_name(f->layout)},
           {"non_finite", f->non_finite}, {"output", shards_json(f->output)}, {"inputs", inputs}};
 }
 
@@ -271,14 +563,40 @@ Cause attention_cause(const AttentionFigures& f) {
   const std::string name = signature_name(f.signature), evidence = signature_evidence(f);
   switch (f.signature) {
     case AttentionSignature::KeysOrPositionsLost:
-      return {name, evidence + ". Which shards differ cannot tell the two apart: save the attention's query and key "
-                               "after RoPE as attention.query and attention.key",
-              exchange + "; " + positions, "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)"};
+      // Two causes, one pattern of shards: no fix until the inputs tell which.
+      return {name, evidence, "", "seqpar-repro --scenario ulysses (variants no-all-to-all, local-positions)",
+              "save the attention's query and key after RoPE as attention.query and attention.key on the ranks and "
+              "the baseline: wrong positions change them on later shards, lost keys leave them equal"};
     case AttentionSignature::PositionsWrong: return {name, evidence, positions, scenario + "local-positions)"};
     case AttentionSignature::KeysLost: return {name, evidence, exchange, scenario + "no-all-to-all)"};
-    case AttentionSignature::FirstShardDiffers:
-      return {name, evidence, "after the exchange a rank holds the whole sequence in order: build the causal mask "
-                              "on global indices (token t attends to keys u <= t)", scenario + "local-mask)"};
+    case AttentionSignature::HeadsPermuted: {
+      std::string order;
+      for (size_t a = 0; a < f.head_order.size() && a < 16; ++a) {
+        order += (a ? ", " : "") + std::to_string(f.head_order[a]);
+      }
+      if (f.head_order.size() > 16) order += ", ...";
+      return {name, evidence + "; with " + std::to_string(f.heads) + " head blocks per row, the ranks' blocks hold "
+                  "the baseline's blocks " + order + " on every row",
+              "after the second all-to-all, place the head blocks received from rank r at heads r*H/P .. "
+              "(r+1)*H/P - 1 (concatenate them in source-rank order) before the output projection",
+              "none (seqpar-repro has no variant of it)"};
+    }
+    case AttentionSignature::FirstShardDiffers: {
+      const std::string first_row =
+          f.first_rows_match
+              ? "each sequence's first row (its first token, which attends to itself alone: weight 1 whatever the "
+                "scale) is within rounding, as a wrong scale or softmax temperature leaves it and a shard-local "
+                "mask would not"
+              : "each sequence's first row (its first token, which attends to itself alone) differs too, as a "
+                "shard-local mask makes it (it sees keys of later shards) and a wrong scale would not; so would "
+                "other inputs";
+      std::string tell = "check the softmax scale is 1/sqrt(D) (D the head dimension), and that the causal mask "
+                         "is built on global indices after the exchange (token t attends to keys u <= t)";
+      if (f.inputs.empty()) {
+        tell += "; save attention.query and attention.key (after RoPE) to rule out other inputs";
+      }
+      return {name, evidence + "; " + first_row, "", scenario + "local-mask)", tell};
+    }
     default: return {};
   }
 }
@@ -287,17 +605,33 @@ Cause attention_cause(const AttentionFigures& f) {
 
 bool names_a_mistake(AttentionSignature signature) {
   return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
-         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers;
+         signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers ||
+         signature == AttentionSignature::HeadsPermuted;
 }
 
 void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
-  diagnosis.attention = attention_figures(run, settings.sp, settings.dp);
+  diagnosis.attention =
+      attention_figures(run, settings.sp, settings.dp, settings.precision.precision, settings.attention_layout);
   if (!diagnosis.attention) return;
   const AttentionSignature signature = diagnosis.attention->signature;
   if (names_a_mistake(signature)) diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
   if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
       signature == AttentionSignature::Differs) {
     diagnosis.notes.push_back(signature_name(signature));
+  }
+  if (signature == AttentionSignature::RowsPermuted) {
+    const AttentionFigures& f = *diagnosis.attention;
+    const bool zigzag = f.row_chunks == 2 * f.sp && f.row_order == zigzag_order(f.sp);
+    std::string order;
+    for (size_t a = 0; a < f.row_order.size() && a < 16; ++a) order += (a ? ", " : "") + std::to_string(f.row_order[a]);
+    diagnosis.notes.push_back(
+        signature_name(signature) + ": cut into " + std::to_string(f.row_chunks) + " blocks of rows, the ranks' " +
+        "blocks in rank order hold the baseline's blocks " + order +
+        (zigzag ? ", exactly context parallelism's zigzag layout (rank r holds chunks r and 2C-1-r): the "
+                  "attention itself matches. seqpar-diagnose reads each rank's rows as one contiguous block: save "
+                  "them contiguous (the rows put back in global order), or compare the gathered output"
+                : ". The attention itself matches; check that rank w's file holds the w-th block of the sequence "
+                  "(world rank w = dp_rank x sp + sp_rank)"));
   }
 }
 

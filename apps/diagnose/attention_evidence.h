@@ -18,9 +18,22 @@
 //     across shards (no all-to-all) or positions restarting at 0 per shard. Which shards
 //     differ cannot tell those two apart: with the query and key saved it can, since wrong
 //     positions change q and k of the later shards, lost keys leave them equal;
+//   - the output's rows are the baseline's with whole head blocks (D columns) in another
+//     order, the same on every row: the heads were put back in the wrong order after the
+//     second all-to-all. Only a permutation does that, so this is told apart (and fixed);
+//   - the rows are the baseline's, whole blocks of them in another order: the ranks' rows
+//     are not the contiguous blocks of the sequence in rank order. Context parallelism's
+//     zigzag layout (rank r holds chunks r and 2C-1-r) gives exactly that with right
+//     numbers, and so do files whose rank numbers do not follow the sequence: the output
+//     may be right, so this is a note and a hint (save the rows in global order), never a
+//     mistake;
 //   - shard 0 differs: the attention itself differs where no other shard is involved: a
-//     mask on shard-local indices shows shard 0 the future keys of later shards (or
-//     another bug of the attention: its scale, its mask, its softmax);
+//     mask on shard-local indices shows shard 0 the future keys of later shards, a wrong
+//     softmax scale (1/D for 1/sqrt(D)) changes every weight, or another bug. These are
+//     not told apart, and no fix is printed: the report says what would tell them apart.
+//     One row helps: each sequence's first token attends to itself alone, so its output
+//     is its own v whatever the scale or temperature, while a shard-local mask shows it
+//     keys of later shards (first_rows_match);
 //   - q or k differ on shard 0 as well: the attention's inputs are not the baseline's at
 //     all (another batch, other parameters): no attention signature is drawn;
 //   - with sp 1 there are no shards: a difference is only named as one.
@@ -35,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/diagnose/inputs.h"
+#include "apps/diagnose/precision.h"
 
 namespace seqpar::diagnose {
 
@@ -45,20 +59,22 @@ extern const char* const kAttentionOutput;  // "attention"
 extern const char* const kAttentionQuery;   // "attention.query"
 extern const char* const kAttentionKey;     // "attention.key"
 
-// A difference within this fraction of the shard's largest baseline value is rounding:
-// float32 attention computed in another order (another kernel, another tiling) differs
-// by ~1e-6 of it; every mistake above moves it by ~0.1 or more. bf16 rounds at ~4e-3:
-// save the tensors of a float32 run.
-constexpr double kAttentionRounding = 1e-3;
+// A difference within `tolerance` of the shard's largest baseline value is rounding:
+// attention_tolerance() derives it from the run's precision and the keys a query
+// attends to (precision.h: 2 sqrt(S) u). Every mistake above moves a shard by ~0.3 or
+// more of it at seqpar-repro's sizes; a bf16 run of many thousand keys blurs the smaller
+// ones, and the report says how wide the tolerance was.
+double attention_tolerance(Precision precision, int64_t keys);
 
 // One tensor's rows against the baseline's, per sequence shard (over every sequence).
 struct ShardDifference {
   int64_t rows = 0, rows_unequal = 0;  // rows not bitwise equal
   double max_difference = 0;           // max |x - x_baseline|
   double largest = 0;                  // max |x_baseline|
+  double tolerance = 0;                // relative; rounding up to it
   bool bitwise() const { return rows_unequal == 0; }
   double relative() const;  // max_difference / largest (inf when only the rank's is nonzero)
-  bool beyond_rounding() const { return relative() > kAttentionRounding; }
+  bool beyond_rounding() const { return relative() > tolerance; }
 };
 
 struct TensorByShard {
@@ -67,12 +83,21 @@ struct TensorByShard {
   bool any_beyond(size_t first_shard) const;
 };
 
+// How the ranks saved their attention tensors (attention_evidence.cpp, layout_of):
+// tokens first ([S/sp, ...]: seqpar-repro's, DeepSpeed's [s, b, h, d]), batch first
+// ([b, S/sp, h*d]: Hugging Face's), or head-sharded inside the all-to-all ([S, H/sp*D]).
+enum class AttentionLayout { TokensFirst, BatchFirst, HeadSharded };
+std::string attention_layout_name(AttentionLayout layout);  // "tokens-first", "batch-first", "head-sharded"
+std::optional<AttentionLayout> parse_attention_layout(const std::string& text);
+
 enum class AttentionSignature {
   Matches,              // every shard within rounding
   KeysOrPositionsLost,  // shard 0 within rounding, a later shard not; q, k not saved
   PositionsWrong,       // ... and q or k differ on a later shard, not on shard 0
   KeysLost,             // ... and q, k within rounding everywhere
   FirstShardDiffers,    // shard 0's attention differs (q, k, if saved, agree there)
+  HeadsPermuted,        // the rows are the baseline's with head blocks in another order
+  RowsPermuted,         // the rows are the baseline's, blocks of them in another order
   InputsDiffer,         // q or k differ on shard 0: not an attention mistake
   Differs,              // sp 1: the attention differs, with no shards to tell a Ulysses mistake by
   NotFinite             // inf or NaN in the tensors: nothing drawn
@@ -81,24 +106,58 @@ enum class AttentionSignature {
 struct AttentionFigures {
   int sp = 1;
   int64_t sequences = 1, rows_per_shard = 0;
+  Precision precision = Precision::Float32;
+  double tolerance = 0;  // attention_tolerance(precision, rows_per_shard * sp)
+  AttentionLayout layout = AttentionLayout::TokensFirst;  // the ranks' tensors' layout
   TensorByShard output;
   std::vector<TensorByShard> inputs;  // attention.query, attention.key: those saved
   int64_t non_finite = 0;
+  // Each sequence's first row (its first token: one key, weight 1) within rounding.
+  bool first_rows_match = true;
+  // With HeadsPermuted: the head count and, per output head block, the baseline's block
+  // it holds.
+  int64_t heads = 0;
+  std::vector<int64_t> head_order;
+  // With RowsPermuted: each sequence cut into `row_chunks` blocks of rows (sp: the ranks'
+  // blocks; 2 sp: context parallelism's zigzag chunks), and per stacked block the
+  // baseline's block it holds.
+  int64_t row_chunks = 0;
+  std::vector<int64_t> row_order;
   AttentionSignature signature = AttentionSignature::Matches;
 };
 
+// Whether the stacked rows are the baseline's, each sequence's `chunks` blocks of rows in
+// one other order (the same in every sequence, within `tolerance` of the largest baseline
+// value): the order (per stacked block, the baseline's block), or empty.
+std::vector<int64_t> permuted_rows(const std::vector<float>& values, const std::vector<float>& baseline,
+                                   int64_t width, int64_t sequence_rows, int64_t chunks, double tolerance);
+// Rank r of a zigzag layout holds chunks r and 2C-1-r: the order of the ranks' chunks
+// stacked in rank order (0, 2C-1, 1, 2C-2, ...).
+std::vector<int64_t> zigzag_order(int64_t ranks);
+
+// The smallest head count H >= 2 dividing `width` (heads of at least 2 values) for which every row of `values` is the
+// baseline's row with its H blocks of width/H values in one other order (within
+// `tolerance` of the largest baseline value); {0, {}} when there is none.
+std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>& values,
+                                                        const std::vector<float>& baseline, int64_t width,
+                                                        double tolerance);
+
 // `values` and `baseline` hold the same rows of `width` values; row t is in shard
-// (t / rows_per_shard) mod sp.
+// (t / rows_per_shard) mod sp. `tolerance`: relative to a shard's largest value.
 TensorByShard compare_by_shard(const std::string& name, const std::vector<float>& values,
-                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp);
+                               const std::vector<float>& baseline, int64_t width, int64_t rows_per_shard, int sp,
+                               double tolerance);
 AttentionSignature classify(const AttentionFigures& figures);
 // Whether the signature is one of the Ulysses mistakes (lost keys or positions, a mask
 // on shard-local indices), which then explains a gradient that points elsewhere too.
 bool names_a_mistake(AttentionSignature signature);
 
 // The ranks' attention against the baseline's, over sp x dp; nullopt when the ranks or
-// the baseline did not save `attention`. InputError when the rows do not add up.
-std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp);
+// the baseline did not save `attention`. InputError when the rows do not add up, or the
+// shapes fit no layout or two (then `layout` must say which: --attention-layout).
+std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp,
+                                                 Precision precision = Precision::Float32,
+                                                 std::optional<AttentionLayout> layout = std::nullopt);
 
 // Why the attention could not be compared, for a sequence-parallel run ("" when it was,
 // or when the run is not sequence-parallel).

@@ -10,13 +10,16 @@
 namespace seqpar::diagnose {
 
 ParameterDistance parameter_distance(const std::vector<float>& parameters, const std::vector<float>& baseline,
-                                     const std::optional<double>& lr) {
+                                     const std::optional<double>& lr, Precision precision) {
   ParameterDistance distance;
   distance.elements = int64_t(baseline.size());
   distance.bitwise = std::memcmp(parameters.data(), baseline.data(), baseline.size() * sizeof(float)) == 0;
   for (size_t i = 0; i < baseline.size(); ++i) {
     const double apart = std::abs(double(parameters[i]) - baseline[i]);
-    const double ulp = std::abs(std::nextafter(baseline[i], INFINITY) - baseline[i]);
+    // The spacing of the run's precision at the value, never finer than the float32
+    // the values are held in.
+    const double ulp = std::max(double(std::abs(std::nextafter(baseline[i], INFINITY) - baseline[i])),
+                                ulp_in(precision, baseline[i]));
     const double tolerance = kRoundingUlps * ulp + (lr ? 0.01 * *lr : 0);
     distance.max_difference = std::max(distance.max_difference, apart);
     distance.beyond_tolerance += apart > tolerance ? 1 : 0;
@@ -69,7 +72,7 @@ bool first_step_moments(const RankState& state, const RunFiles& run, const Setti
   return !state.exp_avg.empty() && !state.exp_avg_sq.empty() && settings.beta1 && settings.beta2 &&
          moments_of_first_step(state.exp_avg.flat(prefixed("exp_avg.", run.parameter_names)),
                                state.exp_avg_sq.flat(prefixed("exp_avg_sq.", run.parameter_names)),
-                               *settings.beta1, *settings.beta2);
+                               *settings.beta1, *settings.beta2, settings.precision.precision);
 }
 
 std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
@@ -108,7 +111,8 @@ std::optional<Compared> comparable_gradients(const RunFiles& run, const Settings
 void compare_with_baseline(const RunFiles& run, const Settings& settings, const std::vector<float>& parameters,
                            Diagnosis& diagnosis) {
   diagnosis.baseline_distance =
-      parameter_distance(parameters, run.baseline->parameters.flat(run.parameter_names), settings.lr);
+      parameter_distance(parameters, run.baseline->parameters.flat(run.parameter_names), settings.lr,
+                         settings.precision.precision);
   const std::optional<Compared> compared = comparable_gradients(run, settings, diagnosis);
   if (!compared) return;
   const bool agree = compare_ranks(compared->ranks, run.ranks[0].parameters, run.parameter_names).bitwise;

@@ -17,6 +17,7 @@
 #include "apps/common/verdict.h"
 #include "apps/diagnose/attention_evidence.h"
 #include "apps/diagnose/inputs.h"
+#include "apps/diagnose/precision.h"
 #include "apps/common/first_step.h"
 #include "apps/common/text.h"  // number_text: a figure as the reports print it
 
@@ -27,8 +28,31 @@ namespace seqpar::diagnose {
 struct Settings {
   std::optional<double> lr, beta1, beta2, eps, weight_decay, clipping;
   int sp = 0, dp = 0;
+  RunPrecision precision;          // what every rounding tolerance is derived from (precision.h)
+  std::optional<int64_t> tokens;   // tokens of the batch: the length of a weight gradient's sum
+  std::optional<AttentionLayout> attention_layout;  // --attention-layout; else read from the shapes
   std::vector<std::string> sources;
 };
+
+// The tolerances of one diagnosis, from the run's precision (precision.h): what two
+// correct runs can differ by. `tokens_assumed`: the batch's token count was unknown and
+// kAssumedTokens stood in for it (the report says so).
+struct Tolerances {
+  Precision precision = Precision::Float32;
+  int64_t tokens = 0;
+  int64_t sequence = 0;  // the attention's keys per query (S); `tokens` when unknown
+  bool sequence_known = false;  // S from the saved attention
+  bool tokens_assumed = false;
+  double gradient = 0;  // normwise relative: gradient_bound(precision, tokens, sequence)
+  double scale = 0;     // |ratio - 1|: the larger of kScaleRounding and `gradient`
+};
+// 2^13 tokens when the batch's count is unknown: with it float32's bound is 2.2e-5, the
+// order of the 1e-5 seqpar-repro judges its float32 gradients by (kGradientRounding);
+// the report says it was assumed and asks for --tokens.
+constexpr int64_t kAssumedTokens = 8192;
+// `tokens`: the settings', else the attention's rows (all sequences), else
+// kAssumedTokens; `sequence`: the attention's S, else `tokens`.
+Tolerances tolerances_of(const Settings& settings, const std::optional<AttentionFigures>& attention);
 
 // Where the ranks' copies of one tensor differ.
 struct TensorDifference {
@@ -86,11 +110,14 @@ struct NormFigures {
   std::string to_reference_cause;
 };
 
+// A fix is given only where the evidence tells the cause apart from the others it could
+// be; otherwise `fix` is empty and `tell_apart` says what would tell them apart.
 struct Cause {
   std::string pitfall;   // what went wrong, in a line
   std::string evidence;  // the figures that show it
-  std::string fix;
+  std::string fix;       // "" when the evidence leaves several causes open
   std::string scenario;  // the seqpar-repro command that reproduces it
+  std::string tell_apart = "";  // what to save or check to tell the open causes apart
 };
 
 // One thing the verdict rests on: what was checked and what it showed, or why it could
@@ -103,7 +130,7 @@ struct EvidenceLine {
 
 // Rank 0's parameters against the baseline's, element by element, with a tolerance
 // derived from the numbers: kRoundingUlps units in the last place of the baseline's
-// value, plus 1% of lr when the lr is known (Adam's first step moves a parameter by
+// value in the run's precision (a bf16 parameter's ulp, not float32's), plus 1% of lr when the lr is known (Adam's first step moves a parameter by
 // about lr, so a distance near lr is a step taken differently, not rounding).
 struct ParameterDistance {
   bool bitwise = false;
@@ -128,6 +155,7 @@ struct Diagnosis {
   std::optional<NormFigures> norms;
   std::optional<ParameterDistance> baseline_distance;  // with --baseline
   std::optional<AttentionFigures> attention;  // the ranks' and the baseline's 'attention', by shard
+  Tolerances tolerances;
   std::string layout;  // which group layout explains the ranks' groups
   Verdict kind = Verdict::Skipped;
   std::string verdict, verdict_text;  // verdict_name(kind), and what it rests on in words
@@ -146,7 +174,7 @@ FirstStepRule check_first_step(const RunFiles& run, const Settings& settings,
 ScaleFigure scale_against(const std::vector<float>& gradient, const std::vector<float>& baseline,
                           const Settings& settings);
 ParameterDistance parameter_distance(const std::vector<float>& parameters, const std::vector<float>& baseline,
-                                     const std::optional<double>& lr);
+                                     const std::optional<double>& lr, Precision precision = Precision::Float32);
 // The mesh groups that match `groups` (ranks with equal copies), in words.
 std::string explain_layout(const std::vector<std::vector<int>>& groups, int sp, int dp);
 // Rank 0's parameters, and the ranks' gradients (rank 0's when they agree, else their
@@ -157,7 +185,8 @@ void compare_with_baseline(const RunFiles& run, const Settings& settings, const 
 // over ranks; whether Adam's moments are a first step's.
 std::vector<std::string> prefixed(const std::string& prefix, const std::vector<std::string>& names);
 std::vector<float> mean_of(const std::vector<std::vector<float>>& values);
-bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2);
+bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2,
+                           Precision precision = Precision::Float32);
 // The verdict, the causes and the notes, from the figures already in `diagnosis`.
 void decide(Diagnosis& diagnosis);
 // The evidence lines, from the figures and what the files held (evidence.cpp).

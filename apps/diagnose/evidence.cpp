@@ -56,7 +56,8 @@ void baseline_evidence(Diagnosis& d, const RunFiles& run, const Settings& settin
     std::string text = p.bitwise ? "bitwise equal" : "within " + number_text(p.max_difference);
     if (!p.bitwise && p.max_in_lr) {
       text += " (" + number_text(*p.max_in_lr) + " lr); " + std::to_string(p.beyond_tolerance) + " of " +
-              std::to_string(p.elements) + " elements beyond rounding (16 ulps plus 1% of lr)";
+              std::to_string(p.elements) + " elements beyond rounding (16 ulps of " +
+              precision_name(d.tolerances.precision) + " plus 1% of lr)";
     } else if (!p.bitwise) {
       text += "; no lr (--lr), so no tolerance: whether that is rounding is not judged";
     }
@@ -106,6 +107,16 @@ void clip_evidence(Diagnosis& d, const Settings& settings) {
 
 }  // namespace
 
+void tolerance_evidence(Diagnosis& d) {
+  const Tolerances& t = d.tolerances;
+  add(d, "rounding tolerances", true,
+      precision_name(t.precision) + " (unit roundoff u = " + number_text(unit_roundoff(t.precision)) +
+          "): a gradient within 2 (sqrt(N) u_acc + sqrt(S + 3) u) = " + number_text(t.gradient) + " (normwise, "
+          "relative) of the baseline's is rounding, for N = " + std::to_string(t.tokens) + " tokens, S = " +
+          std::to_string(t.sequence) + (t.sequence_known ? " (the attention's)" : " (no attention saved: S taken as N)") +
+          (t.tokens_assumed ? " (assumed: give --tokens, or save the baseline's attention)" : ""));
+}
+
 void gather_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& settings) {
   if (diagnosis.non_finite > 0) {
     add(diagnosis, "finite values", true, std::to_string(diagnosis.non_finite) + " values are inf or NaN: nothing "
@@ -116,6 +127,7 @@ void gather_evidence(Diagnosis& diagnosis, const RunFiles& run, const Settings& 
   first_step_evidence(diagnosis, settings);
   baseline_evidence(diagnosis, run, settings);
   clip_evidence(diagnosis, settings);
+  tolerance_evidence(diagnosis);
 }
 
 }  // namespace seqpar::diagnose

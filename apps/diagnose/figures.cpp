@@ -26,12 +26,17 @@ double first_step_direction(float gradient, double eps) {
 }  // namespace
 
 // Adam's moments after one step are m = (1-b1) g and v = (1-b2) g^2, so
-// v = (1-b2)/(1-b1)^2 m^2 element by element; later steps mix in older gradients.
-bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2) {
+// v = (1-b2)/(1-b1)^2 m^2 element by element; later steps mix in older gradients. Each
+// side carries a few roundings in the run's precision (m: the product and its storage,
+// so m^2 four; v: three), far fewer than kRoundingUlps units in the last place (32 u),
+// the tolerance; a later step's gradient moves v off the relation by far more.
+bool moments_of_first_step(const std::vector<float>& m, const std::vector<float>& v, double b1, double b2,
+                           Precision precision) {
   const double factor = (1 - b2) / ((1 - b1) * (1 - b1));
+  const double tolerance = kRoundingUlps * 2 * unit_roundoff(coarser(precision, Precision::Float32));
   for (size_t i = 0; i < m.size(); ++i) {
     const double expected = factor * double(m[i]) * m[i];
-    if (std::abs(double(v[i]) - expected) > 1e-3 * expected + 1e-30) return false;
+    if (std::abs(double(v[i]) - expected) > tolerance * expected + 1e-30) return false;
   }
   return true;
 }
@@ -245,7 +250,8 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
   for (const RankState& rank : run.ranks) {
     const auto m = rank.exp_avg.flat(prefixed("exp_avg.", run.parameter_names));
     const auto v = rank.exp_avg_sq.flat(prefixed("exp_avg_sq.", run.parameter_names));
-    first_step = first_step && moments_of_first_step(m, v, *settings.beta1, *settings.beta2);
+    first_step = first_step && moments_of_first_step(m, v, *settings.beta1, *settings.beta2,
+                                                     settings.precision.precision);
     recovered.emplace_back();
     for (float value : m) recovered.back().push_back(float(value / (1 - *settings.beta1)));
   }
@@ -258,6 +264,28 @@ RankGradients gradients_of(const RunFiles& run, const Settings& settings, Diagno
 }
 
 }  // namespace
+
+Tolerances tolerances_of(const Settings& settings, const std::optional<AttentionFigures>& attention) {
+  Tolerances t;
+  t.precision = settings.precision.precision;
+  const int64_t sequence = attention ? attention->rows_per_shard * attention->sp : 0;
+  if (settings.tokens) {
+    t.tokens = *settings.tokens;
+  } else if (sequence > 0) {
+    t.tokens = sequence * attention->sequences;  // the baseline saw the whole batch
+  } else {
+    t.tokens = kAssumedTokens;
+    t.tokens_assumed = true;
+  }
+  t.sequence = sequence > 0 ? sequence : t.tokens;
+  t.sequence_known = sequence > 0;
+  t.gradient = gradient_bound(t.precision, t.tokens, t.sequence);
+  // A ratio of norms errs by no more than the difference of the vectors (the triangle
+  // inequality): the gradient's bound covers it; kScaleRounding stays the floor, the
+  // distance at which seqpar-repro calls a float32 gradient scaled.
+  t.scale = std::max(kScaleRounding, t.gradient);
+  return t;
+}
 
 Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
   if (run.parameter_names.empty()) return diagnose_attention_only(run, settings);
@@ -282,6 +310,7 @@ Diagnosis diagnose(const RunFiles& run, const Settings& settings) {
     diagnosis.layout = explain_layout(diagnosis.parameters.groups, settings.sp, std::max(settings.dp, 1));
   }
   compare_attention(run, settings, diagnosis);
+  diagnosis.tolerances = tolerances_of(settings, diagnosis.attention);
   decide(diagnosis);
   gather_evidence(diagnosis, run, settings);
   attention_evidence(diagnosis, run, settings);

@@ -120,8 +120,10 @@ void check_complete(const TensorSet& set, const TensorSet& parameters, const std
     SEQPAR_INPUT_CHECK(found->shape == parameter.shape, who, ": '", found->name, "' has shape ",
                        shape_text(found->shape), ", rank 0's parameter '", parameter.name, "' ",
                        shape_text(parameter.shape));
-    SEQPAR_INPUT_CHECK(found->dtype == parameter.dtype, who, ": '", found->name, "' is ", found->dtype,
-                       ", rank 0's parameter '", parameter.name, "' ", parameter.dtype);
+    // A mixed-precision run keeps float32 master parameters beside bf16 or fp16
+    // gradients; every dtype is widened to float32 alike, so only the parameters must match.
+    SEQPAR_INPUT_CHECK(!prefix.empty() || found->dtype == parameter.dtype, who, ": '", found->name, "' is ",
+                       found->dtype, ", rank 0's parameter '", parameter.name, "' ", parameter.dtype);
   }
   SEQPAR_INPUT_CHECK(set.tensors.size() == parameters.tensors.size(), who, ": ", what, " '",
                      [&] {

@@ -25,7 +25,8 @@ const char* const kUsage =
     "                       [--baseline FILE]... [--initial FILE]\n"
     "                       [--ds-config FILE] [--lr LR] [--betas B1,B2] [--eps EPS]\n"
     "                       [--weight-decay WD] [--gradient-clipping MAX] [--sp N]\n"
-    "                       [--dp N] [--json FILE|-]\n"
+    "                       [--dp N] [--precision bf16|fp16|tf32|fp32|fp64]\n"
+    "                       [--tokens N] [--attention-layout LAYOUT] [--json FILE|-]\n"
     "                       [--help] [--version]\n"
     "\n"
     "Reads the tensors each rank of a sequence-parallel run saved (safetensors; FILES is a\n"
@@ -36,7 +37,12 @@ const char* const kUsage =
     "exp_avg.PARAM, exp_avg_sq.PARAM, clip_norm; attention (attention.query, attention.key)\n"
     "for the Ulysses signatures. --baseline: the one-rank training, one\n"
     "process on the whole batch (--reference is its old name). --initial: the parameters\n"
-    "before the first step. Exit status 0 whatever the verdict, 2 for bad input. See\n"
+    "before the first step. Every rounding tolerance derives from the run's precision: the\n"
+    "saved dtypes and the ds_config's bf16/fp16, or --precision; --tokens: the batch's\n"
+    "tokens, the length of a weight gradient's sum. --attention-layout tokens-first\n"
+    "([S/sp, ...], DeepSpeed's [s, b, h, d]), batch-first ([b, S/sp, h*d]) or head-sharded\n"
+    "([S, H/sp*D]): only where the shapes fit two. Exit status 0 whatever the verdict,\n"
+    "2 for bad input. See\n"
     "apps/diagnose/README.md.\n";
 
 struct Options {
@@ -119,6 +125,18 @@ Options parse_options(const std::vector<std::string>& arguments) {
       {{"--betas"}, true, [&](const std::string& v) { std::tie(o.settings.beta1, o.settings.beta2) = parse_betas(v); }},
       {{"--sp"}, true, [&](const std::string& v) { o.settings.sp = int(parse_integer_option("--sp", v, 1, 1 << 16)); }},
       {{"--dp"}, true, [&](const std::string& v) { o.settings.dp = int(parse_integer_option("--dp", v, 1, 1 << 16)); }},
+      {{"--precision"}, true, [&](const std::string& v) {
+         o.settings.precision = parse_precision(v);
+         SEQPAR_INPUT_CHECK(o.settings.precision, "--precision '", v, "': expected bf16, fp16, tf32, fp32 or fp64");
+       }},
+      {{"--attention-layout"}, true, [&](const std::string& v) {
+         o.settings.attention_layout = parse_attention_layout(v);
+         SEQPAR_INPUT_CHECK(o.settings.attention_layout, "--attention-layout '", v,
+                            "': expected tokens-first, batch-first or head-sharded");
+       }},
+      {{"--tokens"}, true, [&](const std::string& v) {
+         o.settings.tokens = parse_integer_option("--tokens", v, 1, int64_t(1) << 40);
+       }},
   });
   return o;
 }

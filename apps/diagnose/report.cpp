@@ -158,8 +158,11 @@ void print_diagnosis(std::ostream& out, const RunFiles& run, const Settings& set
   }
   out << "\nVerdict: " << diagnosis.verdict << '\n' << wrapped("  ", diagnosis.verdict_text);
   for (const Cause& cause : diagnosis.causes) {
-    out << '\n' << wrapped("Likely cause: ", cause.pitfall) << wrapped("  evidence:   ", cause.evidence)
-        << wrapped("  fix:        ", cause.fix) << "  reproduce:  " << cause.scenario << '\n';
+    out << '\n' << wrapped("Likely cause: ", cause.pitfall) << wrapped("  evidence:   ", cause.evidence);
+    // A fix only where the evidence told this cause apart; else what would.
+    if (!cause.fix.empty()) out << wrapped("  fix:        ", cause.fix);
+    if (!cause.tell_apart.empty()) out << wrapped("  tell apart: ", cause.tell_apart);
+    out << "  reproduce:  " << cause.scenario << '\n';
   }
   if (!diagnosis.notes.empty() || !run.set_aside.empty() || !run.skipped.empty() || !run.notes.empty()) out << '\n';
   for (const std::string& note : run.notes) out << wrapped("Note: ", note);
@@ -212,6 +215,13 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
               {"mean_gradient_scale", scale(diagnosis.mean_scale)},
               {"local_gradient_scale", scale(diagnosis.local_scale)},
               {"layout", diagnosis.layout},
+              {"precision", precision_name(settings.precision.precision)},
+              {"tolerances", {{"precision", precision_name(diagnosis.tolerances.precision)},
+                              {"tokens", diagnosis.tolerances.tokens},
+                              {"tokens_assumed", diagnosis.tolerances.tokens_assumed},
+                              {"sequence", diagnosis.tolerances.sequence},
+                              {"gradient", diagnosis.tolerances.gradient},
+                              {"scale", diagnosis.tolerances.scale}}},
               {"settings", settings.sources},
               {"notes", diagnosis.notes},
               {"attention", attention_json(diagnosis.attention)}};
@@ -233,7 +243,9 @@ std::string diagnosis_json(const RunFiles& run, const Settings& settings, const 
   out["skipped"] = run.skipped;
   out["causes"] = json::array();
   for (const Cause& cause : diagnosis.causes) {
-    out["causes"].push_back({{"pitfall", cause.pitfall}, {"evidence", cause.evidence}, {"fix", cause.fix},
+    out["causes"].push_back({{"pitfall", cause.pitfall}, {"evidence", cause.evidence},
+                             {"fix", cause.fix.empty() ? json(nullptr) : json(cause.fix)},
+                             {"tell_apart", cause.tell_apart.empty() ? json(nullptr) : json(cause.tell_apart)},
                              {"scenario", cause.scenario}});
   }
   // Names from the files may hold bytes that are not UTF-8: they come out as U+FFFD.

@@ -29,10 +29,11 @@ uint64_t little_endian_u64(const unsigned char* bytes) {
 }
 
 int dtype_bytes(const std::string& path, const std::string& name, const std::string& dtype) {
+  if (dtype == "F64") return 8;
   if (dtype == "F32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
   SEQPAR_INPUT_FAIL(path, ": tensor '", abbreviated(name), "' is ", abbreviated(dtype),
-                    "; seqpar-diagnose reads F32, F16 and BF16 (convert it to float32 before saving)");
+                    "; seqpar-diagnose reads F32, F16, BF16 and F64 (convert it to float32 before saving)");
 }
 
 // The file's bytes, after checking that it is a regular file (a FIFO or device would
@@ -122,7 +123,13 @@ StoredTensor read_tensor(const std::string& path, const std::string& full_name, 
   tensor.values.resize(count);
   const char* source = data.data() + range.first;
   for (uint64_t i = 0; i < count; ++i) {
-    if (bytes == 4) {
+    if (bytes == 8) {
+      // Rounded to the nearest float32: the values are held as float32 (the diagnosis
+      // then judges the run at float32's resolution, settings.cpp says so).
+      double value = 0;
+      std::memcpy(&value, source + 8 * i, 8);
+      tensor.values[i] = float(value);
+    } else if (bytes == 4) {
       std::memcpy(&tensor.values[i], source + 4 * i, 4);
     } else {
       uint16_t half = 0;

@@ -5,9 +5,10 @@
 // diagnosis only.
 //
 // Float32 is read as it is; float16 and bfloat16 are widened to float32, which holds
-// every one of their values exactly, so bitwise comparisons keep their meaning. Any
-// other dtype (F64, integers, ...) is refused by name: narrowing it would invent
-// differences or hide them.
+// every one of their values exactly, so bitwise comparisons keep their meaning. Float64
+// is rounded to the nearest float32: differences below float32's resolution vanish, so
+// a run with F64 tensors is judged at float32's (settings.cpp says so in the report).
+// Any other dtype (integers, ...) is refused by name.
 //
 // Everything wrong with a file is a seqpar::InputError of one line naming the file and
 // what is wrong: missing, not a regular file, a torch.save file (with the line that
@@ -30,7 +31,7 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 struct StoredTensor {
   std::string name;
-  std::string dtype;  // as stored: "F32", "F16" or "BF16"
+  std::string dtype;  // as stored: "F32", "F16", "BF16" or "F64"
   std::vector<int64_t> shape;
   std::vector<float> values;  // row-major
 };

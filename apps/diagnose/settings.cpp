@@ -27,6 +27,35 @@ void take(const repro::ReproConfig& config, Settings& settings) {
   settings.clipping = config.gradient_clipping;
   settings.sp = int(config.sequence_parallel_size);
   settings.dp = int(config.data_parallel_size);
+  // seqpar-repro feeds each replica repro.rows rows: the batch's tokens.
+  settings.tokens = config.rows * config.data_parallel_size;
+}
+
+// DeepSpeed's mixed precision: "bf16": {"enabled": true} (or "bfloat16", its older
+// name) and "fp16": {"enabled": true}. "auto" (the Trainer fills it in) is not known.
+std::optional<Precision> read_precision(const json& config, const std::string& path, Settings& s) {
+  std::optional<Precision> found;
+  const struct {
+    const char* key;
+    Precision precision;
+  } sections[] = {{"bf16", Precision::BFloat16}, {"bfloat16", Precision::BFloat16}, {"fp16", Precision::Float16}};
+  for (const auto& section : sections) {
+    if (!config.contains(section.key)) continue;
+    const json& value = config.at(section.key);
+    SEQPAR_INPUT_CHECK(value.is_object(), "--ds-config ", path, ": ", section.key, " is ", value.dump(),
+                       ", not an object ({\"enabled\": true})");
+    if (!value.contains("enabled")) continue;  // DeepSpeed's default: off
+    const json& enabled = value.at("enabled");
+    if (enabled == "auto") {
+      s.sources.push_back(std::string(section.key) + ".enabled is \"auto\" in " + path +
+                          ": the precision is the saved tensors' unless --precision gives it");
+      continue;
+    }
+    SEQPAR_INPUT_CHECK(enabled.is_boolean(), "--ds-config ", path, ": ", section.key, ".enabled is ", enabled.dump(),
+                       ", not true or false");
+    if (enabled.get<bool>()) found = found ? coarser(*found, section.precision) : section.precision;
+  }
+  return found;
 }
 
 // Reads one key of `object` into `target`: a number, "auto" (the flag is recorded), or
@@ -150,6 +179,7 @@ DeepSpeedSettings read_ds_config(const std::string& text, const std::string& pat
   Settings& s = out.settings;
   KeyReader keys{path, out, {}};
   read_optimizer(config, path, keys, s);
+  out.precision = read_precision(config, path, s);
   keys.number(config, "gradient_clipping", "gradient_clipping", "--gradient-clipping", s.clipping, 0.0);
   s.sp = mesh_size(config, "sequence_parallel_size", path);
   s.dp = mesh_size(config, "data_parallel_size", path);
@@ -166,9 +196,28 @@ DeepSpeedSettings read_ds_config(const std::string& text, const std::string& pat
   return out;
 }
 
+namespace {
+
+// Every dtype the run's files hold (the ranks' and the baseline's).
+std::vector<std::string> saved_dtypes(const RunFiles& run) {
+  std::vector<std::string> dtypes;
+  const auto add = [&](const RankState& state) {
+    for (const TensorSet* set : {&state.parameters, &state.gradients, &state.local_gradients, &state.exp_avg,
+                                 &state.exp_avg_sq, &state.activations}) {
+      for (const StoredTensor& tensor : set->tensors) dtypes.push_back(tensor.dtype);
+    }
+  };
+  for (const RankState& rank : run.ranks) add(rank);
+  if (run.baseline) add(*run.baseline);
+  return dtypes;
+}
+
+}  // namespace
+
 Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   Settings settings;
   bool lr_is_auto = false;
+  std::optional<Precision> config_precision;
   const auto metadata = run.ranks[0].metadata.find("config");
   if (!flags.ds_config.empty()) {
     const std::string text = read_input_file(flags.ds_config, "--ds-config", repro::kMaxConfigBytes);
@@ -177,6 +226,7 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
       DeepSpeedSettings read = read_ds_config(text, flags.ds_config);
       settings = std::move(read.settings);
       lr_is_auto = read.lr_is_auto;
+      config_precision = read.precision;
     } else {
       take(repro::parse_users_config(text, {}, abbreviated(flags.ds_config), format), settings);
       settings.sources.push_back("optimizer and mesh from " + flags.ds_config +
@@ -207,6 +257,31 @@ Settings resolve_settings(const SettingFlags& flags, const RunFiles& run) {
   SEQPAR_INPUT_CHECK(!lr_is_auto || flags.lr, "--ds-config ", flags.ds_config, ": optimizer.params.lr is \"auto\" "
                      "(the Hugging Face Trainer fills it in): give the value with --lr");
   mesh_from_files(settings, int(run.ranks.size()));
+  settings.attention_layout = flags.attention_layout;
+  if (flags.tokens) {
+    settings.tokens = flags.tokens;
+    settings.sources.push_back("from the command line: tokens " + std::to_string(*flags.tokens));
+  }
+  // The precision every tolerance derives from: a run rounds at its coarsest precision,
+  // so the saved dtypes and the config's mixed precision are combined, and --precision
+  // (a bf16 run saved as float32, TF32 matmuls) overrides both.
+  settings.precision = precision_of_dtypes(saved_dtypes(run));
+  if (flags.precision) {
+    settings.precision = {*flags.precision, "--precision"};
+  } else if (config_precision && coarser(*config_precision, settings.precision.precision) == *config_precision &&
+             *config_precision != settings.precision.precision) {
+    settings.precision = {*config_precision, flags.ds_config + " (" + precision_name(*config_precision) +
+                                                 ".enabled); the saved tensors are finer"};
+  }
+  // Values are held as float32 (F64 tensors are read rounded): nothing finer is judged.
+  if (coarser(settings.precision.precision, Precision::Float32) != settings.precision.precision) {
+    settings.precision = {Precision::Float32, settings.precision.source + "; the tensors are held as float32 (F64 "
+                                              "read rounded), so float32's resolution, and 'bitwise' means equal "
+                                              "as float32"};
+  }
+  settings.sources.push_back("precision " + precision_name(settings.precision.precision) + " (unit roundoff " +
+                             number_text(unit_roundoff(settings.precision.precision)) + "), from " +
+                             settings.precision.source);
   return settings;
 }
 

@@ -68,7 +68,9 @@ void add_direction_causes(Diagnosis& diagnosis, double error) {
   // too: beside it, the loss-side pitfalls below would only be guesses.
   if (diagnosis.attention && names_a_mistake(diagnosis.attention->signature)) return;
   const std::string evidence = "with the scale taken out, the gradient still differs from the "
-                               "one-rank gradient by " + number_text(error) + " (relative): rows are "
+                               "one-rank gradient by " + number_text(error) + " (relative; rounding in " +
+                               precision_name(diagnosis.tolerances.precision) + " up to " +
+                               number_text(diagnosis.tolerances.gradient) + "): rows are "
                                "weighed differently or missing; the tensors alone cannot tell which";
   diagnosis.causes.push_back({"targets shifted inside each shard (each shard's last row loses its target)",
                               evidence, "shift the labels before the sequence is cut into shards",
@@ -170,7 +172,8 @@ void explain_by_parameters(Diagnosis& diagnosis, const std::string& agree) {
         "grad.* (or exp_avg and exp_avg_sq) on the ranks and the baseline, or clip_norm, to check it.";
   } else {
     diagnosis.verdict_text = agree + " and match one-rank training up to rounding: " + distance_text(d) +
-                             (d.max_in_lr ? " (the tolerance: 16 units in the last place plus 1% of lr, "
+                             (d.max_in_lr ? " (the tolerance: 16 units in the last place of " +
+                                            precision_name(diagnosis.tolerances.precision) + " plus 1% of lr, "
                                             "beyond it " + std::to_string(d.beyond_tolerance) + " elements)" : "") +
                              (diagnosis.scale ? "; gradient within " + number_text(diagnosis.scale->relative_error) +
                                                 " (relative, from " + diagnosis.scale->from + ")" : "") + ".";
@@ -220,7 +223,7 @@ void explain_against_baseline(Diagnosis& diagnosis) {
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
                              ". Adam hardly sees a steady scale; clipping does.";
     if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
-    if (scale->direction_error > kGradientRounding) add_direction_causes(diagnosis, scale->direction_error);
+    if (scale->direction_error > diagnosis.tolerances.gradient) add_direction_causes(diagnosis, scale->direction_error);
   } else if (diagnosis.kind == Verdict::WrongGradient) {
     diagnosis.verdict_text = agree + "; the gradient (" + scale->from + ") has the one-rank size but points "
                              "elsewhere: " + number_text(scale->direction_error) + " relative error with the scale taken out.";
@@ -236,6 +239,8 @@ void explain_against_baseline(Diagnosis& diagnosis) {
 // What the figures in `diagnosis` tell the shared decision (apps/common/verdict.h).
 VerdictEvidence evidence_of(const Diagnosis& diagnosis) {
   VerdictEvidence evidence;
+  evidence.gradient_rounding = diagnosis.tolerances.gradient;
+  evidence.scale_rounding = diagnosis.tolerances.scale;
   evidence.ranks = diagnosis.ranks;
   evidence.non_finite = diagnosis.non_finite > 0;
   evidence.ranks_differ = !diagnosis.parameters.bitwise;

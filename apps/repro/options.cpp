@@ -125,8 +125,14 @@ std::vector<CommandLineOption> option_table(Options& options) {
        "Default: none (seqpar-repro starts them itself when it picks nccl)."},
       {{"--dump"}, true,
        [&](const std::string& v) { options.dump_directory = nonempty("--dump", v); }, "DIR",
-       "Write every rank's parameters, the inputs and the one-rank baseline as safetensors "
-       "into DIR (new or empty, or with --overwrite an earlier dump). Default: none."},
+       "Write safetensors into DIR (new or empty, or with --overwrite an earlier dump): "
+       "inputs.safetensors (the inputs and the initial parameters), reference.safetensors (the "
+       "one-rank baseline) and per policy or variant: issue-6868 each rank's parameters and "
+       "gradients after the last step (POLICY/rankR.safetensors); shifted-targets, dropout, "
+       "masked-tokens, clipping-norms the final parameters, step 1's gradients and clip_norm "
+       "(variantN.safetensors); ulysses no parameters, but step 1's attention output "
+       "('attention') and block output ('output') of all ranks' rows (VARIANT.safetensors, "
+       "the baseline's in reference.safetensors). zero-stage refuses --dump. Default: none."},
       flag({"--overwrite"}, options.overwrite, "Let --dump replace an earlier dump in DIR."),
       {{"--json"}, true,
        [&](const std::string& v) { options.json_path = nonempty("--json", v); }, "FILE|-",

@@ -312,6 +312,7 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
   }
   if (!first) return {};
   results.config = c;
+  add_ulysses_ignored(results.config);
   results.placement = placement;
   results.inputs = {{"x", data.inputs}, {"target", data.targets}};
   Generator generator(c.seed + 2);
@@ -323,6 +324,20 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
 const Scenario& ulysses_scenario() {
   static const UlyssesScenario scenario;
   return scenario;
+}
+
+void add_ulysses_ignored(ReproConfig& c) {
+  // The keys the config reader accepts for the other scenarios that this block never
+  // reads: listed, as the scenario lists its own, so none passes silently.
+  // (ds_config.train_micro_batch_size_per_gpu is listed by the reader for every scenario.)
+  const auto shown = [](double value) { return shortest_float_text(value); };
+  c.ignored.push_back({"repro.dropout = " + shown(c.dropout), "the dropout scenario's; the ulysses block has no dropout"});
+  c.ignored.push_back({"ds_config.gradient_accumulation_steps = " + std::to_string(c.gradient_accumulation_steps),
+                       "one micro-batch (each replica's repro.rows tokens) per step; checked against train_batch_size"});
+  if (c.train_batch_size) {
+    c.ignored.push_back({"ds_config.train_batch_size = " + std::to_string(*c.train_batch_size),
+                         "checked as DeepSpeed checks it; the block takes each replica's repro.rows tokens"});
+  }
 }
 
 }  // namespace seqpar::repro

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "apps/repro/report.h"
 #include "apps/repro/ulysses.h"
 #include "apps/repro/ulysses_mask.h"
 
@@ -149,7 +150,7 @@ std::string ulysses_text(const UlyssesResults& r) {
   std::ostringstream out;
   out << "Scenario ulysses: DeepSpeed-Ulysses attention over sp " << c.sequence_parallel_size << " x dp "
       << c.data_parallel_size << ", each variant against one rank (" << c.steps << " step(s), lr "
-      << number_text(c.adamw.lr()) << ")\n  " << r.placement << "\n\n";
+      << number_text(c.adamw.lr()) << ")\n  " << r.placement << "\n" << config_notes(c) << "\n";
   print_shapes(out, c);
   out << "\n  one rank: loss " << number_text(r.baseline.losses.front()) << " at step 1\n\n";
   for (const UlyssesFigures& f : r.variants) {

@@ -141,3 +141,19 @@ TEST_CASE("ulysses: the shard-local mask is the causal mask over positions i mod
   CHECK(m.hidden_past == hidden);
   CHECK(m.visible_future == future);
 }
+
+TEST_CASE("ulysses: every config key the scenario ignores is listed in its report", "[app][cpu]") {
+  // Through the config reader, as a user's run: keys the block never reads pass only as
+  // "ignored" lines (as in the issue's own scenario), never silently.
+  const ReproConfig config =
+      parse_config("[repro]\nscenario = \"ulysses\"\n",
+                   {"repro.rows=32", "repro.in_features=8", "repro.out_features=8", "repro.heads=2", "repro.head_dim=4",
+                    "ds_config.sequence_parallel_size=2", "repro.dropout=0.25"},
+                   "test");
+  const std::string text = ulysses_text(run_on_threads(config));
+  INFO(text);
+  CHECK(text.find("  ignored     ") != std::string::npos);
+  CHECK(text.find("train_micro_batch_size_per_gpu = 1") != std::string::npos);
+  CHECK(text.find("repro.dropout = 0.25") != std::string::npos);
+  CHECK(text.find("gradient_accumulation_steps = 1") != std::string::npos);
+}

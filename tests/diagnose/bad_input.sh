@@ -111,7 +111,7 @@ check "baseline of another shape (--reference, the old name)" 2 "--baseline" -- 
 check "a clip_norm of two values" 2 "clip_norm has shape [2]" -- --ranks "$fx/clip_rank0.safetensors"
 # ---- broken files
 check "a header of {}" 2 "holds no tensors" -- --ranks "$fx/empty_rank0.safetensors"
-check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16 and BF16" -- \
+check "an integer dtype" 2 "tensor 'steps' is I64; seqpar-diagnose reads F32, F16, BF16 and F64" -- \
   --ranks "$fx/int_rank0.safetensors"
 check "a truncated file" 2 "truncated: tensor 'bias' ends at byte 64" -- --ranks "$fx/truncated_rank0.safetensors"
 check "a huge header" 2 "above the format's limit of 100000000" -- --ranks "$fx/huge_rank0.safetensors"
@@ -133,6 +133,11 @@ check "--sp not a number" 2 "--sp" -- --ranks "$fx/good_rank*.safetensors" --sp 
 check "--gradient-clipping -1" 2 "--gradient-clipping -1: must not be negative" -- \
   --ranks "$fx/good_rank*.safetensors" --gradient-clipping -1
 check "an unknown option" 2 "--rank" -- --rank "$fx/good_rank0.safetensors"
+check "--precision int8" 2 "--precision 'int8': expected bf16, fp16, tf32, fp32 or fp64" -- \
+  --ranks "$fx/good_rank*.safetensors" --precision int8
+check "--tokens 0" 2 "--tokens 0 is out of range" -- --ranks "$fx/good_rank*.safetensors" --tokens 0
+check "--attention-layout bshd" 2 "--attention-layout 'bshd': expected tokens-first, batch-first or head-sharded" -- \
+  --ranks "$fx/good_rank*.safetensors" --attention-layout bshd
 check "--json in a missing directory" 2 "--json" -- --ranks "$fx/good_rank*.safetensors" --json /nonexistent/dir/x.json
 check "a ds_config with a typo" 2 "sequence_paralel_size" -- --ranks "$fx/good_rank*.safetensors" \
   --ds-config "$fx/typo.json"
