@@ -14,6 +14,7 @@
 // runs the reference's loops (the same bits, slower).
 #include "nn/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -127,6 +128,16 @@ int64_t row_index(int64_t b, int64_t h, int64_t i, int64_t heads, int64_t querie
 constexpr int64_t kBlock = 256;
 
 int64_t blocks(int64_t tokens) { return (tokens + kBlock - 1) / kBlock; }
+
+// Item n of parallel_for over (sequence, head, block of `tokens` rows), blocks fastest.
+struct Item {
+  int64_t b, head, first, end;
+  Item(int64_t n, int64_t heads, int64_t tokens)
+      : b(n / blocks(tokens) / heads),
+        head(n / blocks(tokens) % heads),
+        first(n % blocks(tokens) * kBlock),
+        end(std::min(tokens, first + kBlock)) {}
+};
 
 // Queries [first, end) of one head: out (from the block's first row), m and l.
 SEQPAR_VECTOR_TARGET void forward_rows(const HeadRows& q, const HeadRows& k, const HeadRows& v,
@@ -252,10 +263,9 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
                           Tensor::empty({batch, heads, queries}, q.device()),
                           Tensor::empty({batch, heads, queries}, q.device())};
   // Items: (sequence, head, block of queries).
-  parallel_for(batch * heads * blocks(queries), [&](int64_t item) {
-    const int64_t block = item % blocks(queries), h = item / blocks(queries) % heads;
-    const int64_t b = item / blocks(queries) / heads;
-    const int64_t first = block * kBlock, end = std::min(queries, first + kBlock);
+  parallel_for(batch * heads * blocks(queries), [&](int64_t n) {
+    const Item item(n, heads, queries);
+    const int64_t b = item.b, h = item.head, first = item.first, end = item.end;
     HeadRows qh, kh, vh;
     qh.load(q, b, h, false);
     kh.load(k, b, h / group, true);
@@ -291,10 +301,9 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
   if (queries) {
     result.q = Tensor::empty(q.shape(), q.device());
     // Items: (sequence, head, block of queries).
-    parallel_for(batch * heads * blocks(query_tokens), [&](int64_t item) {
-      const int64_t block = item % blocks(query_tokens), h = item / blocks(query_tokens) % heads;
-      const int64_t b = item / blocks(query_tokens) / heads;
-      const int64_t first = block * kBlock, end = std::min(query_tokens, first + kBlock);
+    parallel_for(batch * heads * blocks(query_tokens), [&](int64_t n) {
+      const Item item(n, heads, query_tokens);
+      const int64_t b = item.b, h = item.head, first = item.first, end = item.end;
       HeadRows kh, vh;
       kh.load(k, b, h / group, true);
       vh.load(v, b, h / group, true);
@@ -307,10 +316,9 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
     result.k = Tensor::empty(k.shape(), k.device());
     result.v = Tensor::empty(v.shape(), v.device());
     // Items: (sequence, kv head, block of keys), the R heads in turn inside.
-    parallel_for(batch * kv_heads * blocks(key_tokens), [&](int64_t item) {
-      const int64_t block = item % blocks(key_tokens), kv = item / blocks(key_tokens) % kv_heads;
-      const int64_t b = item / blocks(key_tokens) / kv_heads;
-      const int64_t first = block * kBlock, end = std::min(key_tokens, first + kBlock);
+    parallel_for(batch * kv_heads * blocks(key_tokens), [&](int64_t n) {
+      const Item item(n, kv_heads, key_tokens);
+      const int64_t b = item.b, kv = item.head, first = item.first, end = item.end;
       HeadRows kh, vh;
       kh.load(k, b, kv, true);
       vh.load(v, b, kv, true);
