@@ -28,10 +28,10 @@
 //   delta     a thread per (b, h, i): δ_i = g_i · out_i, laid out as row_max.
 //   dq        block (query tile, query head, sequence): key tiles in order; P, dS of
 //             the tile, then dq += dS · K; times the scale at the end.
-//   dk, dv    block (key tile, kv head, sequence): for each of the R query heads in
-//             turn, query tiles in order; Pᵀ and dSᵀ of the tile, dv += Pᵀ · dO and
-//             dk += dSᵀ · Q; dk times the scale. With R = 1 these are dk and dv; with
-//             R > 1 each head's go to a [B, Sk, Hq, D] buffer and a last kernel gives
+//   dk, dv    block (key tile, query head, sequence): query tiles in order; Pᵀ of the
+//             tile, dv += Pᵀ · dO, then dSᵀ, dk += dSᵀ · Q; dk times the scale. With
+//             R = 1 these are dk and dv; with R > 1 each query head's go to a
+//             [B, Sk, Hq, D] buffer and a last kernel gives
 //             each kv element the exact sum of its R heads' values, rounded once
 //             (core/exact_bins.h), as the reference does.
 //
@@ -449,8 +449,19 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Shapes shapes, Mask m
     __syncthreads();
     if (threadIdx.x < kTile) {
       const int i = static_cast<int>(threadIdx.x);
-      for (int j = 0; j < key_count; ++j) {
-        if (how == Cover::kFull || seen(i, j)) l = __fadd_rn(l, p_tile[i * kStage + j]);
+      const float* p_row = p_tile + i * kStage;
+      if (how == Cover::kFull) {
+        // The row's 64 values come in 16 loads issued ahead of the chain, which the
+        // other warps of the block wait for at the next barrier.
+#pragma unroll
+        for (int j = 0; j < kTile; j += 4) {
+          const float4 p = load4(p_row + j);
+          l = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(l, p.x), p.y), p.z), p.w);
+        }
+      } else {
+        for (int j = 0; j < key_count; ++j) {
+          if (seen(i, j)) l = __fadd_rn(l, p_row[j]);
+        }
       }
     }
     tile_over_tokens<kChunks>(acc, p_tile, staged, v + shapes.key_at(b, kt * kTile, kv), kv_stride, key_count,
@@ -499,12 +510,9 @@ struct Rows {
 
 // P = fl(exp(s - m) / l) and dS = fl(P · fl(dP - δ)) of one pair, as the reference
 // computes them from the scaled score s and dP.
-struct ScoreGrad {
-  float probability, ds;
-};
-__device__ ScoreGrad score_grad(float s, float dp, float m, float l, float delta) {
-  const float probability = __fdiv_rn(correctly_rounded_exp(__fsub_rn(s, m)), l);
-  return {probability, __fmul_rn(probability, __fsub_rn(dp, delta))};
+__device__ float probability(float s, float m, float l) { return __fdiv_rn(correctly_rounded_exp(__fsub_rn(s, m)), l); }
+__device__ float score_grad(float probability, float dp, float delta) {
+  return __fmul_rn(probability, __fsub_rn(dp, delta));
 }
 
 // Row statistics of query tile `first` for head h into shared memory.
@@ -563,7 +571,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Shapes shapes, Mask mask, 
       for (int c = 0; c < 4; ++c) {
         const int i = row + a;
         const bool shown = how == Cover::kFull || seen(i, col + c);
-        s[a][c] = shown ? score_grad(__fmul_rn(scale, s[a][c]), dp[a][c], m_row[i], l_row[i], delta_row[i]).ds
+        s[a][c] = shown ? score_grad(probability(__fmul_rn(scale, s[a][c]), m_row[i], l_row[i]), dp[a][c],
+                                     delta_row[i])
                         : 0.0f;
       }
     }
@@ -578,13 +587,20 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Shapes shapes, Mask mask, 
   }
 }
 
-// dk and dv of key tile blockIdx.x, kv head blockIdx.y, sequence blockIdx.z: for each
-// of its R query heads, the chains over the query tiles in order. `per_head`: write
-// head h's values at [B, Sk, Hq, D] for the heads' exact sum (R > 1), else the results.
+// dk and dv of key tile blockIdx.x for query head blockIdx.y of sequence blockIdx.z:
+// the chains over the query tiles in order. `per_head` (R > 1): write them at
+// [B, Sk, Hq, D] for the heads' exact sum, else they are the results. A block a query
+// head, not a kv head, so that GQA's R heads run side by side: a key tile's work is the
+// longest in the grid (key tile 0 meets every query tile), and R of them in a row would
+// bound the whole call.
+//
+// At most two sets of accumulators live at once: Pᵀ goes to shared memory as soon as it
+// is computed and dv takes it, and only then is dP computed; dS is then formed from the
+// Pᵀ still in shared memory. So at D up to 128 two blocks fit an SM's registers.
 template <int kDimMax>
-__global__ void __launch_bounds__(kThreads) dk_dv_kernel(Shapes shapes, Mask mask, Rows rows, float scale,
-                                                         const float* q, const float* k, const float* v,
-                                                         const float* g, float* dk, float* dv, bool per_head) {
+__global__ void __launch_bounds__(kThreads, kDimMax <= 128 ? 2 : 1)
+    dk_dv_kernel(Shapes shapes, Mask mask, Rows rows, float scale, const float* q, const float* k, const float* v,
+                 const float* g, float* dk, float* dv, bool per_head) {
   constexpr int kRowStride = resident_stride<kDimMax>(), kChunks = kDimMax / kTile, kN = kDimMax / 16;
   extern __shared__ float4 shared_words[];
   float* k_rows = reinterpret_cast<float*>(shared_words);
@@ -594,7 +610,7 @@ __global__ void __launch_bounds__(kThreads) dk_dv_kernel(Shapes shapes, Mask mas
   __shared__ TileMask query_mask, key_mask;
   __shared__ float m_row[kTile], l_row[kTile], delta_row[kTile];
 
-  const int kt = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
+  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kv = h / shapes.group;
   const int first_key = kt * kTile, key_count = min(kTile, shapes.keys - first_key);
   const int64_t q_stride = int64_t{shapes.heads} * shapes.dim, kv_stride = int64_t{shapes.kv_heads} * shapes.dim;
   stage_rows(k_rows, kRowStride, k + shapes.key_at(b, first_key, kv), kv_stride, key_count, shapes.dim,
@@ -607,50 +623,57 @@ __global__ void __launch_bounds__(kThreads) dk_dv_kernel(Shapes shapes, Mask mas
   // Rows of these tiles are keys, columns and tokens queries.
   const auto seen = [&](int j, int i) { return visible(mask.causal, query_mask, i, key_mask, j); };
 
-  for (int r = 0; r < shapes.group; ++r) {
-    const int h = kv * shapes.group + r;
-    float dk_acc[4][kN] = {}, dv_acc[4][kN] = {};
-    for (int qt = 0; qt < tiles(shapes.queries); ++qt) {
-      const Cover how = cover(mask, b, qt, kt);
-      if (how == Cover::kHidden) continue;
-      const int first = qt * kTile, count = min(kTile, shapes.queries - first);
-      const int64_t query = shapes.query_at(b, first, h);
-      __syncthreads();  // the previous tile's readers of the query mask and statistics are done
-      stage_mask(query_mask, mask.query_position, mask.query_document + int64_t{b} * shapes.queries, first,
-                 count, kNoQuery);
-      stage_rows_statistics(shapes, rows, b, h, first, count, m_row, l_row, delta_row);
-      float s[4][4], dp[4][4];
+  float dk_acc[4][kN] = {}, dv_acc[4][kN] = {};
+  for (int qt = 0; qt < tiles(shapes.queries); ++qt) {
+    const Cover how = cover(mask, b, qt, kt);
+    if (how == Cover::kHidden) continue;
+    const int first = qt * kTile, count = min(kTile, shapes.queries - first);
+    const int64_t query = shapes.query_at(b, first, h);
+    __syncthreads();  // the previous tile's readers of the query mask and statistics are done
+    stage_mask(query_mask, mask.query_position, mask.query_document + int64_t{b} * shapes.queries, first, count,
+               kNoQuery);
+    stage_rows_statistics(shapes, rows, b, h, first, count, m_row, l_row, delta_row);
+    {
+      float s[4][4];
       tile_over_d<kChunks>(s, k_rows, kRowStride, staged, q + query, q_stride, count, shapes);
-      tile_over_d<kChunks>(dp, v_rows, kRowStride, staged, g + query, q_stride, count, shapes);
 #pragma unroll
       for (int a = 0; a < 4; ++a) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int i = col + c;
-          ScoreGrad terms{0.0f, 0.0f};
-          if (how == Cover::kFull || seen(row + a, i)) {
-            terms = score_grad(__fmul_rn(scale, s[a][c]), dp[a][c], m_row[i], l_row[i], delta_row[i]);
-          }
-          s[a][c] = terms.probability;
-          dp[a][c] = terms.ds;
+          const bool shown = how == Cover::kFull || seen(row + a, i);
+          s[a][c] = shown ? probability(__fmul_rn(scale, s[a][c]), m_row[i], l_row[i]) : 0.0f;
         }
       }
       store_tile(w_tile, s);
-      tile_over_tokens<kChunks>(dv_acc, w_tile, staged, g + query, q_stride, count, shapes, how, seen);
-      __syncthreads();  // every thread is done with Pᵀ
-      store_tile(w_tile, dp);
-      tile_over_tokens<kChunks>(dk_acc, w_tile, staged, q + query, q_stride, count, shapes, how, seen);
     }
+    tile_over_tokens<kChunks>(dv_acc, w_tile, staged, g + query, q_stride, count, shapes, how, seen);
+    // tile_over_d's first barrier: every thread is done with Pᵀ as weights, so each may
+    // replace its own elements of it by dSᵀ.
+    float dp[4][4];
+    tile_over_d<kChunks>(dp, v_rows, kRowStride, staged, g + query, q_stride, count, shapes);
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-      const int j = first_key + row + a;
-      if (row + a >= key_count) continue;
-      const int64_t at = per_head ? ((int64_t{b} * shapes.keys + j) * shapes.heads + h) * shapes.dim
-                                  : shapes.key_at(b, j, kv);
-      // The reference scales each head's dk chain before the heads meet.
-      store_row(dk + at, dk_acc[a], shapes, [&](float sum) { return __fmul_rn(scale, sum); });
-      store_row(dv + at, dv_acc[a], shapes, [](float sum) { return sum; });
+      const float4 p = load4(w_tile + (row + a) * kStage + col);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = col + c;
+        const bool shown = how == Cover::kFull || seen(row + a, i);
+        dp[a][c] = shown ? score_grad(part(p, c), dp[a][c], delta_row[i]) : 0.0f;
+      }
     }
+    store_tile(w_tile, dp);
+    tile_over_tokens<kChunks>(dk_acc, w_tile, staged, q + query, q_stride, count, shapes, how, seen);
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int j = first_key + row + a;
+    if (row + a >= key_count) continue;
+    const int64_t at =
+        per_head ? ((int64_t{b} * shapes.keys + j) * shapes.heads + h) * shapes.dim : shapes.key_at(b, j, kv);
+    // The reference scales each head's dk chain before the heads meet.
+    store_row(dk + at, dk_acc[a], shapes, [&](float sum) { return __fmul_rn(scale, sum); });
+    store_row(dv + at, dv_acc[a], shapes, [](float sum) { return sum; });
   }
 }
 
@@ -836,7 +859,7 @@ AttentionGrads attention_backward_cuda(const Tensor& grad_out, const Tensor& q, 
       const Shape heads_shape{shapes.batch, shapes.keys, shapes.heads, shapes.dim};
       const Tensor dk_heads = per_head ? Tensor::empty(heads_shape, device) : grads.k;
       const Tensor dv_heads = per_head ? Tensor::empty(heads_shape, device) : grads.v;
-      dk_dv_kernel<kDimMax><<<grid(shapes.keys, shapes.kv_heads, shapes.batch), kThreads, bytes, stream>>>(
+      dk_dv_kernel<kDimMax><<<grid(shapes.keys, shapes.heads, shapes.batch), kThreads, bytes, stream>>>(
           shapes, where.mask, rows, scale, q.data(), k.data(), v.data(), grad_out.data(), dk_heads.data(),
           dv_heads.data(), per_head);
       CUDA_LAUNCH_CHECK();
