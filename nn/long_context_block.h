@@ -1,6 +1,6 @@
 // LongContextBlock: a Llama layer's attention (grouped-query heads, a batch, packed
 // documents) whose sequence splits over sp = ulysses x cp ranks through
-// SequenceParallelAttention (USP), built from the public API as UlyssesBlock is:
+// SequenceParallelAttention (USP), inside nn::AttentionProjections as UlyssesBlock is:
 //
 //   x [B, S/sp, d_model]                this rank's rows, at positions() (the layout's)
 //   q = Linear(x), k, v = Linear(x)     [B, S/sp, Hq, D] and [B, S/sp, Hkv, D]
@@ -24,7 +24,7 @@
 
 #include "autograd/variable.h"
 #include "core/generator.h"
-#include "nn/linear.h"
+#include "nn/attention_projections.h"
 #include "nn/module.h"
 #include "nn/sequence_group.h"
 #include "nn/sequence_parallel_attention.h"
@@ -60,7 +60,7 @@ class LongContextBlock : public Module {
 
  private:
   LongContextBlockOptions options_;
-  std::shared_ptr<Linear> query_, key_, value_, output_;
+  AttentionProjections projections_;
   std::shared_ptr<SequenceParallelAttention> attention_;
 };
 

@@ -1,6 +1,6 @@
 // UlyssesBlock: the smallest model that trains through Ulysses attention, shaped as a
 // Llama layer's attention (grouped-query heads, a batch, packed documents), built from
-// the public API alone (nn::Linear, nn::rope, nn::UlyssesAttention, autograd::reshape):
+// the public API alone (nn::AttentionProjections around nn::UlyssesAttention):
 //
 //   x [B, S/P, d_model]                 this rank's rows of B sequences of S tokens
 //                                       ([S/P, d_model]: one sequence)
@@ -27,7 +27,7 @@
 
 #include "autograd/variable.h"
 #include "core/generator.h"
-#include "nn/linear.h"
+#include "nn/attention_projections.h"
 #include "nn/module.h"
 #include "nn/sequence_group.h"
 #include "nn/ulysses_attention.h"
@@ -74,7 +74,7 @@ class UlyssesBlock : public Module {
 
  private:
   UlyssesBlockOptions options_;
-  std::shared_ptr<Linear> query_, key_, value_, output_;
+  AttentionProjections projections_;
   std::shared_ptr<UlyssesAttention> attention_;
 };
 
