@@ -26,7 +26,10 @@ struct Settings {
 
 // Kernels at the shapes (seqpar_bench_kernels.cpp).
 void bench_kernels(Report& report, const Settings& settings);
-// Exact attention at 4,096 to 131,072 tokens, GQA, D 128 (seqpar_bench_kernels.cpp).
+// Exact attention at the Ulysses scenario's shape, through the CUDA launchers
+// (attention_bench.cpp); bench_kernels runs it.
+void bench_attention(Report& report, const Settings& settings);
+// Exact attention at 4,096 to 131,072 tokens, GQA, D 128 (attention_bench.cpp).
 void bench_attention_long(Report& report, const Settings& settings);
 // The kernels one launcher at a time, where bench_kernels times them in pairs
 // (seqpar-bench --kernel-parts; seqpar_bench_kernels.cpp).
