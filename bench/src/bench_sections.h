@@ -31,6 +31,9 @@ void bench_kernels(Report& report, const Settings& settings);
 void bench_attention(Report& report, const Settings& settings);
 // Exact attention at 4,096 to 131,072 tokens, GQA, D 128 (attention_bench.cpp).
 void bench_attention_long(Report& report, const Settings& settings);
+// The Llama-shaped Ulysses layer's step at 65,536 tokens, 4 ranks as threads on one GPU,
+// after a check of its bits against one CPU rank (attention_bench.cpp).
+void bench_ulysses_step(Report& report, const Settings& settings);
 // The kernels one launcher at a time, where bench_kernels times them in pairs
 // (seqpar-bench --kernel-parts; seqpar_bench_kernels.cpp).
 void bench_kernel_parts(Report& report, const Settings& settings);

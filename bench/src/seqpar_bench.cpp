@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
       "  --kernel-parts-only  only that section\n"
       "  --exact-dw-only      only exact dW with a randn dy (binned and CRT; with the stress\n"
       "                       shape unless --no-stress)\n"
-      "  --attention-only     only exact attention at 4,096 to 131,072 tokens\n";
+      "  --attention-only     only exact attention at 4,096 to 131,072 tokens, and the Ulysses\n"
+      "                       layer's step at 65,536 tokens on 4 thread ranks\n";
   const int status = bench::parse_arguments(argc, argv, "seqpar-bench", usage, {
       bench::integer_option("--repeats", settings.repeats, 1),
       bench::integer_option("--warmup", settings.warmup, 0),
@@ -231,6 +232,7 @@ int main(int argc, char** argv) {
   Report report;
   if (settings.attention_only) {
     bench::bench_attention_long(report, settings);
+    bench::bench_ulysses_step(report, settings);
     report.write_json(settings.json, properties.name);
     return 0;
   }
