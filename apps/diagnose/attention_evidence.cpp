@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "apps/common/text.h"
+#include "apps/diagnose/context_parallel_evidence.h"
 #include "apps/diagnose/diagnosis.h"
 #include "core/error.h"
 
@@ -17,7 +18,8 @@ const char* const kAttentionQuery = "attention.query";
 const char* const kAttentionKey = "attention.key";
 
 bool is_activation_name(const std::string& name) {
-  return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == "output";
+  return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == kQueryGradient ||
+         name == kKeyGradient || name == kValueGradient || name == "output";
 }
 
 double attention_tolerance(Precision precision, int64_t keys) {
@@ -63,6 +65,7 @@ TensorByShard compare_by_shard(const std::string& name, const std::vector<float>
 
 AttentionSignature classify(const AttentionFigures& f) {
   if (f.non_finite > 0) return AttentionSignature::NotFinite;
+  if (f.positions_not_zigzag) return AttentionSignature::PositionsNotZigzag;
   bool inputs_first = false, inputs_later = false;
   for (const TensorByShard& input : f.inputs) {
     inputs_first |= input.shards[0].beyond_rounding();
@@ -380,6 +383,14 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
     return compare_by_shard(name, rows.values, rows.baseline, rows.width, f.rows_per_shard, f.sp, f.tolerance);
   };
   f.output = compare(kAttentionOutput, output);
+  std::vector<std::pair<std::string, Rows>> inputs;
+  for (const char* name : {kAttentionQuery, kAttentionKey}) {
+    const StoredTensor* reference = run.baseline->activations.find(name);
+    if (reference && run.ranks[0].activations.find(name)) {
+      inputs.emplace_back(name, gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint));
+      f.inputs.push_back(compare(name, inputs.back().second));
+    }
+  }
   if (f.output.any_beyond(0) && f.non_finite == 0) {
     std::tie(f.heads, f.head_order) = permuted_heads(output.values, output.baseline, output.width, f.tolerance);
     // The ranks' blocks out of order (sp blocks), or context parallelism's zigzag chunks.
@@ -389,6 +400,23 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
                                   f.tolerance);
       if (!f.row_order.empty()) f.row_chunks = chunks;
     }
+    f.zigzag = f.row_chunks == 2 * f.sp && f.row_order == zigzag_order(f.sp);
+    if (f.zigzag) {
+      // Put back in global order, the figures by shard are the attention's own.
+      const int64_t sequence_rows = f.rows_per_shard * f.sp;
+      const auto global = [&](const std::string& name, const Rows& rows) {
+        return compare_by_shard(name, to_global_order(rows.values, rows.width, sequence_rows, f.row_order),
+                                rows.baseline, rows.width, f.rows_per_shard, f.sp, f.tolerance);
+      };
+      f.output = global(kAttentionOutput, output);
+      for (size_t i = 0; i < inputs.size(); ++i) f.inputs[i] = global(inputs[i].first, inputs[i].second);
+    }
+    // The output moves with the positions; the query's and key's norms do not.
+    std::vector<std::pair<std::vector<float>, std::vector<float>>> query_key;
+    for (const auto& [name, rows] : inputs) {
+      if (rows.width == inputs[0].second.width) query_key.emplace_back(rows.values, rows.baseline);
+    }
+    if (!f.zigzag && !query_key.empty()) check_zigzag_positions(f, query_key, inputs[0].second.width);
     // Each sequence's first row: one key, whatever the softmax's scale.
     const int64_t length = f.rows_per_shard * f.sp;
     double largest = 0;
@@ -401,13 +429,23 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
       }
     }
   }
-  for (const char* name : {kAttentionQuery, kAttentionKey}) {
-    const StoredTensor* reference = run.baseline->activations.find(name);
-    if (reference && run.ranks[0].activations.find(name)) {
-      f.inputs.push_back(compare(name, gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint)));
-    }
-  }
   f.signature = classify(f);
+  std::vector<std::tuple<std::string, std::vector<float>, std::vector<float>>> gradients;
+  int64_t gradient_width = 0;
+  for (const char* name : {kQueryGradient, kKeyGradient, kValueGradient}) {
+    const StoredTensor* reference = run.baseline->activations.find(name);
+    if (!reference || !run.ranks[0].activations.find(name)) continue;
+    Rows rows = gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint);
+    SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size() && rows.rows == output.rows &&
+                       (gradient_width == 0 || gradient_width == rows.width),
+                       "'", name, "': the ranks' rows do not add up to the baseline's ", output.rows,
+                       " tokens of one width (dQ, dK and dV as the query and key are saved)");
+    gradient_width = rows.width;
+    f.non_finite += non_finite_in(rows.values) + non_finite_in(rows.baseline);
+    gradients.emplace_back(name, std::move(rows.values), std::move(rows.baseline));
+  }
+  if (f.non_finite > 0) f.signature = AttentionSignature::NotFinite;
+  f.backward = backward_figures(f, gradients, gradient_width);
   return f;
 }
 
@@ -447,6 +485,9 @@ std::string signature_name(AttentionSignature signature) {
       return "the attention's query or key differ on the first shard too: the runs did not feed attention the same "
              "inputs (batch, parameters), so no attention signature is drawn";
     case AttentionSignature::NotFinite: return "inf or NaN in the attention tensors: no signature is drawn";
+    case AttentionSignature::PositionsNotZigzag:
+      return "positions not following the zigzag permutation: the ranks hold the zigzag chunks, their query and "
+             "key are rotated at other positions";
     case AttentionSignature::Differs:
       return "the attention differs from one-rank attention; with sp 1 there are no shards to draw a Ulysses "
              "signature from";
@@ -499,6 +540,7 @@ void print_attention(std::ostream& out, const AttentionFigures& f) {
     }
     out << '\n';
   }
+  print_backward(out, f);
 }
 
 namespace {
@@ -514,6 +556,7 @@ const char* signature_key(AttentionSignature signature) {
     case AttentionSignature::RowsPermuted: return "rows-permuted";
     case AttentionSignature::InputsDiffer: return "inputs-differ";
     case AttentionSignature::NotFinite: return "not-finite";
+    case AttentionSignature::PositionsNotZigzag: return "positions-not-zigzag";
     case AttentionSignature::Differs: return "differs";
   }
   return "?";
@@ -542,7 +585,8 @@ nlohmann::json attention_json(const std::optional<AttentionFigures>& f) {
           {"row_chunks", f->row_chunks}, {"row_order", f->row_order},
           {"sp", f->sp}, {"sequences", f->sequences}, {"rows_per_shard", f->rows_per_shard},
           {"precision", precision_name(f->precision)}, {"tolerance", f->tolerance},
-          {"layout", attention_layout_name(f->layout)},
+          {"layout", attention_layout_name(f->layout)}, {"zigzag", f->zigzag},
+          {"contiguous_positions", f->contiguous_positions}, {"backward", backward_json(*f)},
           {"non_finite", f->non_finite}, {"output", shards_json(f->output)}, {"inputs", inputs}};
 }
 
@@ -603,10 +647,14 @@ Cause attention_cause(const AttentionFigures& f) {
 
 }  // namespace
 
+bool explains_the_gradient(const AttentionFigures& figures) {
+  return names_a_mistake(figures.signature) || backward_names_a_mistake(figures.backward.signature);
+}
+
 bool names_a_mistake(AttentionSignature signature) {
   return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
          signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers ||
-         signature == AttentionSignature::HeadsPermuted;
+         signature == AttentionSignature::HeadsPermuted || signature == AttentionSignature::PositionsNotZigzag;
 }
 
 void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
@@ -614,7 +662,14 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
       attention_figures(run, settings.sp, settings.dp, settings.precision.precision, settings.attention_layout);
   if (!diagnosis.attention) return;
   const AttentionSignature signature = diagnosis.attention->signature;
-  if (names_a_mistake(signature)) diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
+  if (signature == AttentionSignature::PositionsNotZigzag) {
+    diagnosis.causes.push_back(positions_cause(*diagnosis.attention));
+  } else if (names_a_mistake(signature)) {
+    diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
+  }
+  if (backward_names_a_mistake(diagnosis.attention->backward.signature)) {
+    diagnosis.causes.push_back(backward_cause(*diagnosis.attention));
+  }
   if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
       signature == AttentionSignature::Differs) {
     diagnosis.notes.push_back(signature_name(signature));
@@ -627,9 +682,9 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
     diagnosis.notes.push_back(
         signature_name(signature) + ": cut into " + std::to_string(f.row_chunks) + " blocks of rows, the ranks' " +
         "blocks in rank order hold the baseline's blocks " + order +
-        (zigzag ? ", exactly context parallelism's zigzag layout (rank r holds chunks r and 2C-1-r): the "
-                  "attention itself matches. seqpar-diagnose reads each rank's rows as one contiguous block: save "
-                  "them contiguous (the rows put back in global order), or compare the gathered output"
+        (zigzag ? ", exactly context parallelism's zigzag layout (rank r holds chunks r and 2C-1-r): read in "
+                  "global order (the figures above), the attention matches, and the gradients of its inputs, when "
+                  "saved, are compared in that order"
                 : ". The attention itself matches; check that rank w's file holds the w-th block of the sequence "
                   "(world rank w = dp_rank x sp + sp_rank)"));
   }
@@ -643,9 +698,13 @@ void attention_evidence(Diagnosis& diagnosis, const RunFiles& run, const Setting
   }
   const AttentionFigures& f = *diagnosis.attention;
   diagnosis.evidence.push_back({kAttentionCheck, true, signature_name(f.signature)});
+  if (f.backward.signature != BackwardSignature::NotSaved) {
+    diagnosis.evidence.push_back({"the attention's backward against one-rank training", true,
+                                  backward_name(f.backward.signature)});
+  }
   // The parameters alone can look fine after one step (Adam moves each by about lr
   // whatever the gradient's size); wrong attention is still a wrong model.
-  if (names_a_mistake(f.signature) && diagnosis.kind != Verdict::Skipped && !names_a_fault(diagnosis.kind)) {
+  if (explains_the_gradient(f) && diagnosis.kind != Verdict::Skipped && !names_a_fault(diagnosis.kind)) {
     diagnosis.kind = Verdict::UnlikeOneRank;
     diagnosis.verdict = verdict_name(diagnosis.kind);
     diagnosis.verdict_text = "the attention output is not one-rank training's (below); the parameters alone "
