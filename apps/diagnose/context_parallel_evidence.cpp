@@ -281,12 +281,15 @@ Cause backward_cause(const AttentionFigures& f) {
               "compare the loss's normalization (the token count it divides by) and the gradients' reduction (sum or "
               "mean, over which ranks) with one-rank training's"};
     }
-    case BackwardSignature::KeysValuesNotReduced:
-      return {name, evidence + (f.zigzag ? "" : "; under a causal mask the last block's keys are seen by their own "
-                                                "rank's queries alone"),
+    case BackwardSignature::KeysValuesNotReduced: {
+      bool last_right = true;
+      for (const TensorByShard& g : b.gradients) last_right = last_right && !g.shards.back().beyond_rounding();
+      return {name, evidence + (last_right ? "; the last block's keys, which under a causal mask only their own "
+                                             "rank's queries see, are right" : ""),
               "sum dK and dV over the CP ranks before the key and value projections' backward (the reduce-scatter "
               "that is the all-gather's backward, or the ring's dK and dV carried back to their owner)",
               kNoScenario};
+    }
     case BackwardSignature::StaleKeysValues:
       return {name, evidence + "; the first block's queries attend to their own rank's keys alone",
               "in the ring's backward compute each hop with the K and V block received at that hop (the block whose "
