@@ -401,22 +401,25 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
       if (!f.row_order.empty()) f.row_chunks = chunks;
     }
     f.zigzag = f.row_chunks == 2 * f.sp && f.row_order == zigzag_order(f.sp);
-    if (f.zigzag) {
-      // Put back in global order, the figures by shard are the attention's own.
-      const int64_t sequence_rows = f.rows_per_shard * f.sp;
-      const auto global = [&](const std::string& name, const Rows& rows) {
-        return compare_by_shard(name, to_global_order(rows.values, rows.width, sequence_rows, f.row_order),
-                                rows.baseline, rows.width, f.rows_per_shard, f.sp, f.tolerance);
-      };
-      f.output = global(kAttentionOutput, output);
-      for (size_t i = 0; i < inputs.size(); ++i) f.inputs[i] = global(inputs[i].first, inputs[i].second);
-    }
-    // The output moves with the positions; the query's and key's norms do not.
+    // The output moves with the positions; the query's and key's norms do not: zigzag
+    // tokens are told by them when the output is not the baseline's in any order.
     std::vector<std::pair<std::vector<float>, std::vector<float>>> query_key;
     for (const auto& [name, rows] : inputs) {
       if (rows.width == inputs[0].second.width) query_key.emplace_back(rows.values, rows.baseline);
     }
     if (!f.zigzag && !query_key.empty()) check_zigzag_positions(f, query_key, inputs[0].second.width);
+    if (f.zigzag && !f.positions_not_zigzag) {
+      // Put back in global order and taken by zigzag chunk, the figures are the
+      // attention's own, and a zigzag run's other mistakes show the signatures above:
+      // chunk 0's queries, like a contiguous shard 0's, attend to their own rank's keys.
+      const int64_t sequence_rows = f.rows_per_shard * f.sp;
+      const auto global = [&](const std::string& name, const Rows& rows) {
+        return compare_by_shard(name, to_global_order(rows.values, rows.width, sequence_rows, zigzag_order(f.sp)),
+                                rows.baseline, rows.width, f.rows_per_shard / 2, 2 * f.sp, f.tolerance);
+      };
+      f.output = global(kAttentionOutput, output);
+      for (size_t i = 0; i < inputs.size(); ++i) f.inputs[i] = global(inputs[i].first, inputs[i].second);
+    }
     // Each sequence's first row: one key, whatever the softmax's scale.
     const int64_t length = f.rows_per_shard * f.sp;
     double largest = 0;
@@ -517,15 +520,18 @@ std::string shards_text(const TensorByShard& t) {
 }  // namespace
 
 std::string signature_evidence(const AttentionFigures& f) {
-  std::string text = "against the baseline's, per sequence shard of " + std::to_string(f.rows_per_shard) +
-                     " rows: attention " + shards_text(f.output);
+  std::string text = "against the baseline's, per " +
+                     (f.zigzag ? "zigzag chunk of " + std::to_string(f.rows_per_shard / 2) + " rows in global order"
+                               : "sequence shard of " + std::to_string(f.rows_per_shard) + " rows") +
+                     ": attention " + shards_text(f.output);
   for (const TensorByShard& input : f.inputs) text += "; " + input.name + " " + shards_text(input);
   return text;
 }
 
 void print_attention(std::ostream& out, const AttentionFigures& f) {
-  out << "  attention (" << attention_layout_name(f.layout) << ") against the baseline, by sequence shard of "
-      << f.rows_per_shard << " rows"
+  out << "  attention (" << attention_layout_name(f.layout) << ") against the baseline, by "
+      << (f.zigzag ? "zigzag chunk of " + std::to_string(f.rows_per_shard / 2) + " rows in global order"
+                   : "sequence shard of " + std::to_string(f.rows_per_shard) + " rows")
       << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
       << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
       << number_text(f.tolerance) << ", 2 sqrt(S) u in " << precision_name(f.precision) << ")\n";

@@ -21,7 +21,7 @@ namespace {
 constexpr int kRanks = 4;
 constexpr int64_t kTokens = 32, kHeads = 2, kDim = 8, kWidth = kHeads * kDim;
 
-enum class Mistake { None, StaleKeysValues, NotReduced, LossPerRank, ContiguousPositions, LocalPositions };
+enum class Mistake { None, StaleKeysValues, NotReduced, LossPerRank, ContiguousPositions, LocalPositions, KeysLost };
 
 // The tokens rank `rank` of `ranks` holds, in its own order.
 std::vector<int64_t> rank_rows(int rank, int ranks, bool zigzag) {
@@ -73,6 +73,15 @@ Tensors attend(const std::vector<float>& q0, const std::vector<float>& k0, const
       if (mistake == Mistake::LocalPositions) positions[size_t(t)] = int64_t(j);
     }
   }
+  std::vector<int> owner(static_cast<size_t>(kTokens));
+  for (int r = 0; r < ranks; ++r) {
+    for (const int64_t t : rows[size_t(r)]) owner[size_t(t)] = r;
+  }
+  // Keys lost: each rank attends to its own rows alone (no gather of K and V).
+  const auto visible = [&](int64_t t, int64_t u) {
+    return positions[size_t(u)] <= positions[size_t(t)] &&
+           (mistake != Mistake::KeysLost || owner[size_t(u)] == owner[size_t(t)]);
+  };
   const std::vector<double> q = rope(q0, positions), k = rope(k0, positions);
   // Each rank's loss a mean over its own tokens, summed over the ranks: every gradient x ranks.
   const double loss_scale = mistake == Mistake::LossPerRank ? double(ranks) : 1.0;
@@ -88,10 +97,10 @@ Tensors attend(const std::vector<float>& q0, const std::vector<float>& k0, const
     for (int64_t h = 0; h < kHeads; ++h) {
       double max = -INFINITY, total = 0;
       for (int64_t u = 0; u < kTokens; ++u) {
-        if (positions[size_t(u)] <= positions[size_t(t)]) max = std::fmax(max, score(t, u, h));
+        if (visible(t, u)) max = std::fmax(max, score(t, u, h));
       }
       for (int64_t u = 0; u < kTokens; ++u) {
-        if (positions[size_t(u)] > positions[size_t(t)]) continue;
+        if (!visible(t, u)) continue;
         const double p = std::exp(score(t, u, h) - max);
         total += p;
         for (int64_t d = 0; d < kDim; ++d) out[at(t, h, d)] += p * v[at(u, h, d)];
@@ -259,4 +268,14 @@ TEST_CASE("context parallelism: positions not following the zigzag", "[diagnose]
   CHECK_FALSE(shifted.cause()->tell_apart.empty());
   // Contiguous shards at their own positions are no zigzag at all.
   CHECK_FALSE(diagnose_cp(Mistake::None, false).figures().zigzag);
+}
+
+TEST_CASE("context parallelism: zigzag rows read in global order show the forward's signatures", "[diagnose]") {
+  // Keys lost under zigzag: q and k are right (the zigzag's rows, rotated right), chunk 0
+  // attends to its own rank's keys alone and is right, later chunks are not.
+  const Case c = diagnose_cp(Mistake::KeysLost, true);
+  CHECK(c.figures().zigzag);
+  CHECK(c.figures().signature == AttentionSignature::KeysLost);
+  CHECK(c.figures().output.shards.size() == size_t(2 * kRanks));
+  CHECK(c.figures().backward.signature == BackwardSignature::NotJudged);
 }
