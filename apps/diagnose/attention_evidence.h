@@ -83,7 +83,7 @@ struct TensorByShard {
   bool any_beyond(size_t first_shard) const;
 };
 
-// How the ranks saved their attention tensors (attention_evidence.cpp, layout_of):
+// How the ranks saved their attention tensors (attention_layout.h):
 // tokens first ([S/sp, ...]: seqpar-repro's, DeepSpeed's [s, b, h, d]), batch first
 // ([b, S/sp, h*d]: Hugging Face's), or head-sharded inside the all-to-all ([S, H/sp*D]).
 enum class AttentionLayout { TokensFirst, BatchFirst, HeadSharded };
