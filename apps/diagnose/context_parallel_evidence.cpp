@@ -194,7 +194,8 @@ bool backward_names_a_mistake(BackwardSignature signature) {
 }
 
 bool loss_normalized_per_rank(const AttentionFigures& f) {
-  return f.backward.signature == BackwardSignature::Scaled && std::fabs(f.backward.scale / f.sp - 1) <= f.backward.tolerance;
+  return f.backward.signature == BackwardSignature::Scaled &&
+         std::fabs(f.backward.scale / f.sp - 1) <= f.backward.tolerance;
 }
 
 namespace {

@@ -156,7 +156,9 @@ RunFiles run_files(const Tensors& ranks_run, const Tensors& baseline, bool zigza
     for (const auto& [name, all] : named) {
       if (!with_inputs && name != kAttentionOutput) continue;
       std::vector<float> values;
-      for (const int64_t t : rows) values.insert(values.end(), all->begin() + t * kWidth, all->begin() + (t + 1) * kWidth);
+      for (const int64_t t : rows) {
+        values.insert(values.end(), all->begin() + t * kWidth, all->begin() + (t + 1) * kWidth);
+      }
       state.activations.add({name, "F32", {int64_t(rows.size()), kWidth}, values});
     }
   };
