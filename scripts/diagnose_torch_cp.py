@@ -26,6 +26,8 @@ whole sequence is the baseline. The runs:
                           every gradient x cp.
   positions contiguous    zigzag tokens rotated and masked at the positions of contiguous
                           blocks (rank r: r*S/cp ..).
+  keys lost, zigzag       each rank attends to its own rows alone (K and V never gathered):
+                          read in global order by zigzag chunk, chunk 0 right, q and k right.
   stale K/V, no gradients of the attention's inputs saved: a wrong gradient, the forward
                           right, and the report says what to save.
 
@@ -96,16 +98,28 @@ class RankedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, positions, rows, compute, mistake):
         scale = 1 / math.sqrt(D)
+        owner = torch.empty(q.shape[0], dtype=torch.long)
+        for r, idx in enumerate(rows):
+            owner[idx] = r
+        ctx.owner = owner
         out, lse = torch.empty_like(q), torch.empty(q.shape[0], H)
         for idx in rows:
             scores = torch.einsum("shd,thd->hst", q[idx].to(compute), k.to(compute)) * scale
-            mask = positions[idx][:, None] >= positions[None, :]
+            mask = RankedAttention.visible(positions, ctx.owner, idx, torch.arange(q.shape[0]), mistake)
             scores = scores.masked_fill(~mask, float("-inf"))
             out[idx] = torch.einsum("hst,thd->shd", torch.softmax(scores, dim=-1), v.to(compute)).to(q.dtype)
             lse[idx] = torch.logsumexp(scores.float(), dim=-1).T
         ctx.save_for_backward(q, k, v, positions, out, lse)
         ctx.rows, ctx.mistake = rows, mistake
         return out
+
+    @staticmethod
+    def visible(positions, owner, queries, keys, mistake):
+        """Causal on the positions; with keys lost, within the query's own rank too."""
+        mask = positions[queries][:, None] >= positions[keys][None, :]
+        if mistake == "keys-lost":
+            mask &= owner[queries][:, None] == owner[keys][None, :]
+        return mask
 
     @staticmethod
     def backward(ctx, grad):
@@ -116,7 +130,7 @@ class RankedAttention(torch.autograd.Function):
             delta = (grad[mine] * out[mine]).sum(-1).T  # [H, s]
             for j, theirs in enumerate(ctx.rows):
                 keys = mine if ctx.mistake == "stale" else theirs  # the block used for K and V
-                mask = positions[mine][:, None] >= positions[theirs][None, :]
+                mask = RankedAttention.visible(positions, ctx.owner, mine, theirs, ctx.mistake)
                 scores = torch.einsum("shd,thd->hst", q[mine], k[keys]) * scale
                 p = torch.exp(scores - lse[mine].T[..., None]).masked_fill(~mask, 0.0)
                 dp = torch.einsum("shd,thd->hst", grad[mine], v[keys])
@@ -156,7 +170,7 @@ def run(master, x, target, dtype, ranks, layout="contiguous", mistake=None):
         t.retain_grad()
     compute = torch.float32 if ranks == 1 else dtype  # the baseline's kernel: float32, then rounded
     o = RankedAttention.apply(q, k, v, positions, rows, compute,
-                              mistake if mistake in ("stale", "unreduced") else None)
+                              mistake if mistake in ("stale", "unreduced", "keys-lost") else None)
     out = o.reshape(S, H * D) @ params["wo"].T
     loss = ((out.float() - target) ** 2).sum() / out.numel()
     if mistake == "loss-per-rank":  # each rank's mean over its S/cp tokens, summed
@@ -253,6 +267,12 @@ def main():
             ("the positions' fix, not the mask's alone",
              lambda r: any("global position under the zigzag" in f for f in fixes(r))),
             ("backward not judged", lambda r: backward(r) == "not-judged")]),
+        ("keys lost, zigzag", case("keys-lost", "bf16", "zigzag", "keys-lost"), [
+            ("read as zigzag", lambda r: r["attention"]["zigzag"]),
+            ("keys lost", lambda r: r["attention"]["signature"] == "keys-lost"),
+            ("by zigzag chunk", lambda r: len(r["attention"]["output"]["shards"]) == 2 * CP),
+            ("the gather's fix, no all-to-all",
+             lambda r: any("gather every rank's K and V" in f and "all-to-all" not in f for f in fixes(r)))]),
         ("stale K/V, parameters and attention output only",
          case("stale-no-gradients", "bf16", "contiguous", "stale", saved=("attention",)), [
             forward_right,

@@ -428,8 +428,13 @@ namespace {
 const char* const kAttentionCheck = "attention against one-rank training";
 
 Cause attention_cause(const AttentionFigures& f) {
-  const std::string exchange = "exchange q, k and v to head shards before the attention and back after it (the "
-                               "all-to-alls of DeepSpeed's DistributedAttention)";
+  // Zigzag rows are context parallelism's; contiguous ones may be Ulysses' or CP's.
+  const std::string gather = "gather every rank's K and V (an all-gather, or a ring that visits every block) "
+                             "before attending";
+  const std::string exchange =
+      f.zigzag ? gather
+               : "exchange q, k and v to head shards before the attention and back after it (the all-to-alls of "
+                 "DeepSpeed's DistributedAttention); under context parallelism, " + gather;
   const std::string positions = "give RoPE each token's global position r*S/P + i, before the exchange";
   const std::string scenario = "seqpar-repro --scenario ulysses (variant ";
   const std::string name = signature_name(f.signature), evidence = signature_evidence(f);
