@@ -255,22 +255,19 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
     }
   }
   f.signature = classify(f);
-  std::vector<std::tuple<std::string, std::vector<float>, std::vector<float>>> gradients;
-  int64_t gradient_width = 0;
+  std::vector<SavedGradient> gradients;
   for (const char* name : {kQueryGradient, kKeyGradient, kValueGradient}) {
     const StoredTensor* reference = run.baseline->activations.find(name);
     if (!reference || !run.ranks[0].activations.find(name)) continue;
     AttentionRows rows = gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint);
-    SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size() && rows.rows == output.rows &&
-                       (gradient_width == 0 || gradient_width == rows.width),
-                       "'", name, "': the ranks' rows do not add up to the baseline's ", output.rows,
-                       " tokens of one width (dQ, dK and dV as the query and key are saved)");
-    gradient_width = rows.width;
+    SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size() && rows.rows == output.rows, "'", name,
+                       "': the ranks' rows do not add up to the baseline's ", output.rows,
+                       " tokens (dQ, dK and dV saved as the query and key are)");
     f.non_finite += non_finite_in(rows.values) + non_finite_in(rows.baseline);
-    gradients.emplace_back(name, std::move(rows.values), std::move(rows.baseline));
+    gradients.push_back({name, std::move(rows.values), std::move(rows.baseline), rows.width});
   }
   if (f.non_finite > 0) f.signature = AttentionSignature::NotFinite;
-  f.backward = backward_figures(f, gradients, gradient_width);
+  f.backward = backward_figures(f, gradients);
   return f;
 }
 

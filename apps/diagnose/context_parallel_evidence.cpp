@@ -105,9 +105,7 @@ void check_zigzag_positions(AttentionFigures& f,
   f.contiguous_positions = right_where_placed && wrong_elsewhere;
 }
 
-BackwardFigures backward_figures(
-    const AttentionFigures& f,
-    const std::vector<std::tuple<std::string, std::vector<float>, std::vector<float>>>& gradients, int64_t width) {
+BackwardFigures backward_figures(const AttentionFigures& f, const std::vector<SavedGradient>& gradients) {
   BackwardFigures b;
   if (gradients.empty()) return b;
   const bool forward_right =
@@ -122,7 +120,7 @@ BackwardFigures backward_figures(
   b.tolerance = attention_gradient_tolerance(f.precision, sequence_rows);
   std::vector<std::vector<float>> global;
   bool query_saved = false;
-  for (const auto& [name, values, baseline] : gradients) {
+  for (const auto& [name, values, baseline, width] : gradients) {
     global.push_back(f.zigzag ? to_global_order(values, width, sequence_rows, zigzag_order(f.sp)) : values);
     b.gradients.push_back(compare_by_shard(name, global.back(), baseline, width, b.block_rows, int(b.blocks),
                                            b.tolerance));
@@ -143,8 +141,8 @@ BackwardFigures backward_figures(
     scaled = std::fabs(b.ratios[i] / ratio - 1) <= b.tolerance;
     std::vector<float> unscaled = global[i];
     for (float& value : unscaled) value = float(value / ratio);
-    scaled = scaled && !compare_by_shard("", unscaled, std::get<2>(gradients[i]), width, b.block_rows, int(b.blocks),
-                                         b.tolerance).any_beyond(0);
+    scaled = scaled && !compare_by_shard("", unscaled, gradients[i].baseline, gradients[i].width, b.block_rows,
+                                         int(b.blocks), b.tolerance).any_beyond(0);
   }
   if (scaled) {
     b.scale = ratio;

@@ -36,7 +36,6 @@
 
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -69,12 +68,16 @@ std::vector<float> to_global_order(const std::vector<float>& values, int64_t wid
 void check_zigzag_positions(AttentionFigures& figures, const std::vector<std::pair<std::vector<float>,
                             std::vector<float>>>& query_key, int64_t width);
 
-// The gradients of the attention's inputs against the baseline's; `gradients`: per name
-// saved, the ranks' rows stacked in rank order and the baseline's.
-BackwardFigures backward_figures(const AttentionFigures& figures,
-                                 const std::vector<std::tuple<std::string, std::vector<float>, std::vector<float>>>&
-                                     gradients,
-                                 int64_t width);
+// One gradient of the attention's inputs: the ranks' rows stacked in rank order, and the
+// baseline's, rows of `width` values (dK and dV narrower than dQ with fewer kv heads).
+struct SavedGradient {
+  std::string name;
+  std::vector<float> values, baseline;
+  int64_t width = 0;
+};
+
+// The gradients of the attention's inputs against the baseline's.
+BackwardFigures backward_figures(const AttentionFigures& figures, const std::vector<SavedGradient>& gradients);
 
 std::string backward_name(BackwardSignature signature);  // the pitfall, in a line
 bool backward_names_a_mistake(BackwardSignature signature);
