@@ -281,3 +281,20 @@ TEST_CASE("context parallelism: zigzag rows read in global order show the forwar
   CHECK(c.figures().output.shards.size() == size_t(2 * kRanks));
   CHECK(c.figures().backward.signature == BackwardSignature::NotJudged);
 }
+
+TEST_CASE("context parallelism: gradients whose rows do not add up are refused, naming the tensor", "[diagnose]") {
+  const std::vector<float> q = random_values(80), k = random_values(81), v = random_values(82), g = random_values(83);
+  const Tensors baseline = attend(q, k, v, g, 1, false, Mistake::None);
+  RunFiles run = run_files(baseline, baseline, false, true);
+  TensorSet cut;  // the baseline's dK without its last row
+  for (const StoredTensor& tensor : run.baseline->activations.tensors) {
+    StoredTensor copy = tensor;
+    if (tensor.name == kKeyGradient) {
+      copy.shape = {kTokens - 1, kWidth};
+      copy.values.resize(size_t((kTokens - 1) * kWidth));
+    }
+    cut.add(copy);
+  }
+  run.baseline->activations = cut;
+  CHECK_THROWS_WITH(attention_figures(run, kRanks, 1), Catch::Contains("attention.key.grad"));
+}
