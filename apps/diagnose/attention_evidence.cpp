@@ -467,7 +467,8 @@ Cause attention_cause(const AttentionFigures& f) {
       std::string tell = "check the softmax scale is 1/sqrt(D) (D the head dimension), and that the causal mask "
                          "is built on global indices after the exchange (token t attends to keys u <= t)";
       if (f.inputs.empty()) {
-        tell += "; save attention.query and attention.key (after RoPE) to rule out other inputs";
+        tell += "; save attention.query and attention.key (after RoPE) to rule out other inputs (and, for zigzag "
+                "context parallelism, to tell positions that do not follow the zigzag)";
       }
       return {name, evidence + "; " + first_row, "", scenario + "local-mask)", tell};
     }
