@@ -26,6 +26,9 @@ whole sequence is the baseline. The runs:
                           every gradient x cp.
   positions contiguous    zigzag tokens rotated and masked at the positions of contiguous
                           blocks (rank r: r*S/cp ..).
+  dK, dV whole            the not-reduced run again, each rank saving its gathered K's and
+                          V's gradients over the whole sequence: their sum is the baseline's;
+                          and the correct run saved so, its weight gradients one rank's.
   keys lost, zigzag       each rank attends to its own rows alone (K and V never gathered):
                           read in global order by zigzag chunk, chunk 0 right, q and k right.
   stale K/V, no gradients of the attention's inputs saved: a wrong gradient, the forward
@@ -96,7 +99,7 @@ class RankedAttention(torch.autograd.Function):
     with the rank's own K and V), "unreduced" (dK, dV only from the keys' own rank)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, positions, rows, compute, mistake):
+    def forward(ctx, q, k, v, positions, rows, compute, mistake, partials):
         scale = 1 / math.sqrt(D)
         owner = torch.empty(q.shape[0], dtype=torch.long)
         for r, idx in enumerate(rows):
@@ -110,7 +113,7 @@ class RankedAttention(torch.autograd.Function):
             out[idx] = torch.einsum("hst,thd->shd", torch.softmax(scores, dim=-1), v.to(compute)).to(q.dtype)
             lse[idx] = torch.logsumexp(scores.float(), dim=-1).T
         ctx.save_for_backward(q, k, v, positions, out, lse)
-        ctx.rows, ctx.mistake = rows, mistake
+        ctx.rows, ctx.mistake, ctx.partials = rows, mistake, partials
         return out
 
     @staticmethod
@@ -127,6 +130,8 @@ class RankedAttention(torch.autograd.Function):
         grad, scale = grad.float(), 1 / math.sqrt(D)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for r, mine in enumerate(ctx.rows):
+            # Rank r's queries' part of every key's gradient: what its gathered K and V hold.
+            own_dk, own_dv = torch.zeros_like(k), torch.zeros_like(v)
             delta = (grad[mine] * out[mine]).sum(-1).T  # [H, s]
             for j, theirs in enumerate(ctx.rows):
                 keys = mine if ctx.mistake == "stale" else theirs  # the block used for K and V
@@ -136,12 +141,15 @@ class RankedAttention(torch.autograd.Function):
                 dp = torch.einsum("shd,thd->hst", grad[mine], v[keys])
                 ds = p * (dp - delta[..., None])
                 dq[mine] += torch.einsum("hst,thd->shd", ds, k[keys]) * scale
+                own_dk[theirs] += torch.einsum("hst,shd->thd", ds, q[mine]) * scale
+                own_dv[theirs] += torch.einsum("hst,shd->thd", p, grad[mine])
                 if ctx.mistake == "unreduced" and r != j:
                     continue
                 dk[theirs] += torch.einsum("hst,shd->thd", ds, q[mine]) * scale
                 dv[theirs] += torch.einsum("hst,shd->thd", p, grad[mine])
+            ctx.partials.append((own_dk.to(ctx.saved_tensors[1].dtype), own_dv.to(ctx.saved_tensors[2].dtype)))
         dtype = ctx.saved_tensors[0].dtype
-        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None
+        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None, None
 
 
 def initial_state():
@@ -169,8 +177,9 @@ def run(master, x, target, dtype, ranks, layout="contiguous", mistake=None):
     for t in (q, k, v):
         t.retain_grad()
     compute = torch.float32 if ranks == 1 else dtype  # the baseline's kernel: float32, then rounded
+    partials = []
     o = RankedAttention.apply(q, k, v, positions, rows, compute,
-                              mistake if mistake in ("stale", "unreduced", "keys-lost") else None)
+                              mistake if mistake in ("stale", "unreduced", "keys-lost") else None, partials)
     out = o.reshape(S, H * D) @ params["wo"].T
     loss = ((out.float() - target) ** 2).sum() / out.numel()
     if mistake == "loss-per-rank":  # each rank's mean over its S/cp tokens, summed
@@ -183,10 +192,13 @@ def run(master, x, target, dtype, ranks, layout="contiguous", mistake=None):
         w.grad = grads[n].float()
     optimizer.step()
     attention = dict(zip(NAMES, [t.detach().reshape(S, H * D) for t in (o, q, k, q.grad, k.grad, v.grad)]))
+    attention["partials"] = [(dk.reshape(S, H * D), dv.reshape(S, H * D)) for dk, dv in partials]
     return {n: w.detach() for n, w in masters.items()}, grads, attention, rows
 
 
-def save_run(folder, result, sp_ranks, saved=NAMES):
+def save_run(folder, result, sp_ranks, saved=NAMES, whole=False):
+    """whole: the ranks save dK and dV over the whole sequence, their gathered K's and V's
+    gradients (each its own queries' part)."""
     os.makedirs(folder, exist_ok=True)
     master, grads, attention, rows = result
     common = {**master, **{"grad." + n: g for n, g in grads.items()}}
@@ -194,8 +206,10 @@ def save_run(folder, result, sp_ranks, saved=NAMES):
         save_file({**common, **{n: attention[n] for n in saved}}, os.path.join(folder, "baseline.safetensors"))
         return
     for r, idx in enumerate(rows):
-        save_file({**common, **{n: attention[n][idx] for n in saved}},
-                  os.path.join(folder, f"model_rank{r}.safetensors"))
+        tensors = {**common, **{n: attention[n][idx] for n in saved}}
+        if whole:
+            tensors["attention.key.grad"], tensors["attention.value.grad"] = attention["partials"][r]
+        save_file(tensors, os.path.join(folder, f"model_rank{r}.safetensors"))
 
 
 def diagnose(program, folder, *extra):
@@ -228,10 +242,10 @@ def main():
     baselines = {tag: run(master, x, target, dtype, 1) for dtype, tag in [(torch.bfloat16, "bf16"),
                                                                           (torch.float32, "fp32")]}
 
-    def case(name, dtype_tag, layout, mistake=None, saved=NAMES):
+    def case(name, dtype_tag, layout, mistake=None, saved=NAMES, whole=False):
         folder = os.path.join(work, name)
         dtype = torch.bfloat16 if dtype_tag == "bf16" else torch.float32
-        save_run(folder, run(master, x, target, dtype, CP, layout, mistake), True, saved)
+        save_run(folder, run(master, x, target, dtype, CP, layout, mistake), True, saved, whole)
         save_run(folder, baselines[dtype_tag], False, saved)
         return folder
 
@@ -267,6 +281,16 @@ def main():
             ("the positions' fix, not the mask's alone",
              lambda r: any("global position under the zigzag" in f for f in fixes(r))),
             ("backward not judged", lambda r: backward(r) == "not-judged")]),
+        ("dK, dV not reduced, saved over the whole sequence",
+         case("unreduced-whole", "bf16", "zigzag", "unreduced", whole=True), [
+            forward_right,
+            ("their sum is the baseline's", lambda r: backward(r) == "keys-values-partial"),
+            ("the reduction's fix", lambda r: any("sum dK and dV over the CP ranks" in f for f in fixes(r)))]),
+        ("correct, dK and dV saved over the whole sequence before their reduction",
+         case("correct-whole", "bf16", "contiguous", whole=True), [
+            ("not called wrong, no cause", not_wrong),
+            ("the backward matches", lambda r: backward(r) == "matches"),
+            ("a note says the reduction ran", lambda r: any("before their reduction" in n for n in r["notes"]))]),
         ("keys lost, zigzag", case("keys-lost", "bf16", "zigzag", "keys-lost"), [
             ("read as zigzag", lambda r: r["attention"]["zigzag"]),
             ("keys lost", lambda r: r["attention"]["signature"] == "keys-lost"),

@@ -259,12 +259,21 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
   for (const char* name : {kQueryGradient, kKeyGradient, kValueGradient}) {
     const StoredTensor* reference = run.baseline->activations.find(name);
     if (!reference || !run.ranks[0].activations.find(name)) continue;
+    // dK and dV may be the gathered K's and V's gradients, over the whole sequence.
+    if (name != kQueryGradient) {
+      if (std::optional<SavedGradient> whole = whole_sequence_gradient(
+              run, name, attention_gradient_tolerance(precision, f.rows_per_shard * f.sp))) {
+        f.non_finite += non_finite_in(whole->values) + non_finite_in(whole->baseline);
+        gradients.push_back(std::move(*whole));
+        continue;
+      }
+    }
     AttentionRows rows = gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint);
     SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size() && rows.rows == output.rows, "'", name,
                        "': the ranks' rows do not add up to the baseline's ", output.rows,
                        " tokens (dQ, dK and dV saved as the query and key are)");
     f.non_finite += non_finite_in(rows.values) + non_finite_in(rows.baseline);
-    gradients.push_back({name, std::move(rows.values), std::move(rows.baseline), rows.width});
+    gradients.push_back({name, std::move(rows.values), std::move(rows.baseline), rows.width, false, false});
   }
   if (f.non_finite > 0) f.signature = AttentionSignature::NotFinite;
   f.backward = backward_figures(f, gradients);
@@ -498,8 +507,29 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
   } else if (names_a_mistake(signature)) {
     diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
   }
-  if (backward_names_a_mistake(diagnosis.attention->backward.signature)) {
-    diagnosis.causes.push_back(backward_cause(*diagnosis.attention));
+  BackwardFigures& backward = diagnosis.attention->backward;
+  if (backward.signature == BackwardSignature::KeysValuesPartial && diagnosis.scale &&
+      diagnosis.scale->zero.empty() &&
+      diagnosis.scale->direction_error <= tolerances_of(settings, diagnosis.attention).gradient) {
+    // The weight gradients the step used are one rank's: the parts were saved before a
+    // reduction that then ran.
+    backward.signature = BackwardSignature::Matches;
+    diagnosis.notes.push_back("dK and dV were saved over the whole sequence before their reduction: each rank's "
+                              "holds its own queries' part, their sum over the ranks is one-rank training's, and "
+                              "the weight gradients (" + diagnosis.scale->from + ") show the reduction ran");
+  }
+  if (backward_names_a_mistake(backward.signature)) {
+    Cause cause = backward_cause(*diagnosis.attention);
+    // Used as they are, the parts turn the weight gradient; without grad.* nobody can tell.
+    if (backward.signature == BackwardSignature::KeysValuesPartial && diagnosis.scale) {
+      cause.evidence += "; the weight gradients the step used (" + diagnosis.scale->from + ") are not one-rank "
+                        "training's: the parts were used as they are";
+    } else if (backward.signature == BackwardSignature::KeysValuesPartial) {
+      cause.fix.clear();
+      cause.tell_apart = "saved before their reduction the parts are expected: save grad.* (the weight gradients "
+                         "the step used), or dK and dV on the rank's own tokens after the reduction";
+    }
+    diagnosis.causes.push_back(cause);
   }
   if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
       signature == AttentionSignature::Differs) {

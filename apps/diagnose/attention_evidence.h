@@ -112,6 +112,7 @@ enum class BackwardSignature {
   Scaled,                // every gradient the same multiple of the baseline's, the direction right
   KeysValuesNotReduced,  // dQ right, dK or dV not: their reduction over the CP ranks is missing
   StaleKeysValues,       // dQ right on the first block, wrong later: the ring's backward used stale K/V
+  KeysValuesPartial,     // dK, dV saved over the whole sequence: the ranks' differ, their sum is the baseline's
   Differs                // otherwise
 };
 
@@ -123,6 +124,9 @@ struct BackwardFigures {
   int64_t blocks = 0, block_rows = 0;
   double tolerance = 0;
   double scale = 0;  // Scaled: the common ratio
+  // dK or dV saved over the whole sequence on every rank (the gradient of the gathered K
+  // or V), unlike the baseline's: their sum over the ranks is what was compared.
+  bool partials = false;
   BackwardSignature signature = BackwardSignature::NotSaved;
 };
 

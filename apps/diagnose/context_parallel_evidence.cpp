@@ -105,6 +105,34 @@ void check_zigzag_positions(AttentionFigures& f,
   f.contiguous_positions = right_where_placed && wrong_elsewhere;
 }
 
+std::optional<SavedGradient> whole_sequence_gradient(const RunFiles& run, const std::string& name,
+                                                     double tolerance) {
+  const StoredTensor* baseline = run.baseline ? run.baseline->activations.find(name) : nullptr;
+  if (!baseline || run.ranks.size() < 2 || baseline->shape.empty()) return std::nullopt;
+  for (const RankState& rank : run.ranks) {
+    const StoredTensor* own = rank.activations.find(name);
+    if (!own || own->shape != baseline->shape) return std::nullopt;
+  }
+  SavedGradient g{name, run.ranks[0].activations.find(name)->values, baseline->values, 1, true, false};
+  for (size_t d = 1; d < baseline->shape.size(); ++d) g.width *= baseline->shape[d];
+  const double allowed = tolerance * largest_of(baseline->values);
+  bool reduced = true;
+  for (const RankState& rank : run.ranks) {
+    const std::vector<float>& own = rank.activations.find(name)->values;
+    for (size_t i = 0; i < own.size() && reduced; ++i) reduced = std::fabs(double(own[i]) - g.baseline[i]) <= allowed;
+  }
+  if (reduced) return g;
+  // Each rank's part: the reduction the backward owes is their sum, in double and rounded once.
+  std::vector<double> sum(g.baseline.size(), 0.0);
+  for (const RankState& rank : run.ranks) {
+    const std::vector<float>& own = rank.activations.find(name)->values;
+    for (size_t i = 0; i < own.size(); ++i) sum[i] += own[i];
+  }
+  g.values.assign(sum.begin(), sum.end());
+  g.partial = true;
+  return g;
+}
+
 BackwardFigures backward_figures(const AttentionFigures& f, const std::vector<SavedGradient>& gradients) {
   BackwardFigures b;
   if (gradients.empty()) return b;
@@ -120,8 +148,10 @@ BackwardFigures backward_figures(const AttentionFigures& f, const std::vector<Sa
   b.tolerance = attention_gradient_tolerance(f.precision, sequence_rows);
   std::vector<std::vector<float>> global;
   bool query_saved = false;
-  for (const auto& [name, values, baseline, width] : gradients) {
-    global.push_back(f.zigzag ? to_global_order(values, width, sequence_rows, zigzag_order(f.sp)) : values);
+  for (const auto& [name, values, baseline, width, in_order, partial] : gradients) {
+    global.push_back(f.zigzag && !in_order ? to_global_order(values, width, sequence_rows, zigzag_order(f.sp))
+                                           : values);
+    b.partials = b.partials || partial;
     b.gradients.push_back(compare_by_shard(name, global.back(), baseline, width, b.block_rows, int(b.blocks),
                                            b.tolerance));
     const double reference = norm_of(baseline);
@@ -131,7 +161,9 @@ BackwardFigures backward_figures(const AttentionFigures& f, const std::vector<Sa
   bool any_beyond = false;
   for (const TensorByShard& g : b.gradients) any_beyond = any_beyond || g.any_beyond(0);
   if (!any_beyond) {
-    b.signature = BackwardSignature::Matches;
+    // Summed, the parts are one rank's: right before the reduction; whether the step used
+    // them reduced, the weight gradients tell (compare_attention).
+    b.signature = b.partials ? BackwardSignature::KeysValuesPartial : BackwardSignature::Matches;
     return b;
   }
   // One multiple of every gradient, and with it taken out every block within rounding.
@@ -182,12 +214,16 @@ std::string backward_name(BackwardSignature signature) {
              "its own rank and wrong where other ranks' blocks are involved";
     case BackwardSignature::Differs:
       return "the attention's backward differs from one-rank training while its forward matches";
+    case BackwardSignature::KeysValuesPartial:
+      return "dK and dV not reduced across the context-parallel ranks: saved over the whole sequence, each rank's "
+             "holds its own queries' part, and their sum over the ranks is one-rank training's";
   }
   return "?";
 }
 
 bool backward_names_a_mistake(BackwardSignature signature) {
   return signature == BackwardSignature::Scaled || signature == BackwardSignature::KeysValuesNotReduced ||
+         signature == BackwardSignature::KeysValuesPartial ||
          signature == BackwardSignature::StaleKeysValues || signature == BackwardSignature::Differs;
 }
 
@@ -218,7 +254,8 @@ std::string blocks_text(const TensorByShard& t) {
 }
 
 std::string backward_evidence(const BackwardFigures& b, int sp, bool zigzag) {
-  std::string text = "the forward matches; against the baseline's, in global row order by " +
+  std::string text = std::string(b.partials ? "dK and dV summed over the ranks; " : "") +
+                     "the forward matches; against the baseline's, in global row order by " +
                      std::string(zigzag ? "zigzag chunk" : "rank's block") + " of " + std::to_string(b.block_rows) +
                      " rows (cp " + std::to_string(sp) + "; rounding up to " + number_text(b.tolerance) + "): ";
   for (size_t i = 0; i < b.gradients.size(); ++i) {
@@ -280,6 +317,11 @@ Cause backward_cause(const AttentionFigures& f) {
               "compare the loss's normalization (the token count it divides by) and the gradients' reduction (sum or "
               "mean, over which ranks) with one-rank training's"};
     }
+    case BackwardSignature::KeysValuesPartial:
+      return {name, evidence,
+              "sum dK and dV over the CP ranks before the key and value projections' backward (the reduce-scatter "
+              "that is the all-gather's backward, or the ring's dK and dV carried back to their owner)",
+              kNoScenario};
     case BackwardSignature::KeysValuesNotReduced: {
       bool last_right = true;
       for (const TensorByShard& g : b.gradients) last_right = last_right && !g.shards.back().beyond_rounding();
@@ -326,7 +368,7 @@ void print_backward(std::ostream& out, const AttentionFigures& f) {
 nlohmann::json backward_json(const AttentionFigures& f) {
   const BackwardFigures& b = f.backward;
   static const char* const keys[] = {"not-saved", "not-judged", "matches", "scaled", "keys-values-not-reduced",
-                                     "stale-keys-values", "differs"};
+                                     "stale-keys-values", "keys-values-partial", "differs"};
   nlohmann::json gradients = nlohmann::json::array();
   for (size_t i = 0; i < b.gradients.size(); ++i) {
     nlohmann::json blocks = nlohmann::json::array();
@@ -339,6 +381,7 @@ nlohmann::json backward_json(const AttentionFigures& f) {
     gradients.push_back({{"name", b.gradients[i].name}, {"ratio", b.ratios[i]}, {"blocks", blocks}});
   }
   return {{"signature", keys[int(b.signature)]}, {"signature_text", backward_name(b.signature)},
+          {"partials", b.partials},
           {"blocks", b.blocks}, {"block_rows", b.block_rows}, {"tolerance", b.tolerance},
           {"scale", b.scale}, {"gradients", gradients}};
 }

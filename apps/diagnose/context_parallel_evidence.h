@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,7 +75,16 @@ struct SavedGradient {
   std::string name;
   std::vector<float> values, baseline;
   int64_t width = 0;
+  bool global_order = false;  // saved over the whole sequence, in position order: not reordered
+  bool partial = false;       // the sum over the ranks of copies that differ from the baseline's
 };
+
+// dK or dV saved over the whole sequence on every rank (the baseline's shape: the gradient
+// of the gathered K or V), nullopt when not. Every rank's copy within `tolerance` of the
+// baseline's is reduced (rank 0's is compared); otherwise each holds a part, and their
+// sum over the ranks is compared (`partial`).
+std::optional<SavedGradient> whole_sequence_gradient(const RunFiles& run, const std::string& name,
+                                                     double tolerance);
 
 // The gradients of the attention's inputs against the baseline's.
 BackwardFigures backward_figures(const AttentionFigures& figures, const std::vector<SavedGradient>& gradients);

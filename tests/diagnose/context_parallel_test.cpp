@@ -298,3 +298,36 @@ TEST_CASE("context parallelism: gradients whose rows do not add up are refused, 
   run.baseline->activations = cut;
   CHECK_THROWS_WITH(attention_figures(run, kRanks, 1), Catch::Contains("attention.key.grad"));
 }
+
+TEST_CASE("context parallelism: dK and dV saved over the whole sequence, each rank's part", "[diagnose]") {
+  const std::vector<float> q = random_values(90), k = random_values(91), v = random_values(92), g = random_values(93);
+  const Tensors baseline = attend(q, k, v, g, 1, false, Mistake::None);
+  RunFiles run = run_files(baseline, baseline, false, true);
+  // Every rank's copy a share of the baseline's dK and dV (each element on one rank):
+  // unlike the baseline's, and adding up to it exactly, as the queries' parts do.
+  for (int r = 0; r < kRanks; ++r) {
+    TensorSet kept;
+    for (const StoredTensor& tensor : run.ranks[size_t(r)].activations.tensors) {
+      if (tensor.name == kKeyGradient || tensor.name == kValueGradient) continue;
+      kept.add(tensor);
+    }
+    for (const auto& [name, all] : {std::pair{kKeyGradient, &baseline.dk}, std::pair{kValueGradient, &baseline.dv}}) {
+      std::vector<float> share(*all);
+      for (size_t i = 0; i < share.size(); ++i) share[i] = (int(i) % kRanks == r) ? share[i] : 0.0f;
+      kept.add({name, "F32", {kTokens, kWidth}, share});
+    }
+    run.ranks[size_t(r)].activations = kept;
+  }
+  const std::optional<AttentionFigures> f = attention_figures(run, kRanks, 1);
+  REQUIRE(f);
+  CHECK(f->backward.partials);
+  CHECK(f->backward.signature == BackwardSignature::KeysValuesPartial);
+  // Without grad.* nothing tells whether the step used them so: no fix, what to save.
+  Settings settings;
+  settings.sp = kRanks;
+  settings.dp = 1;
+  const Diagnosis d = diagnose::diagnose(run, settings);
+  REQUIRE_FALSE(d.causes.empty());
+  CHECK(d.causes.back().fix.empty());
+  CHECK_THAT(d.causes.back().tell_apart, Catch::Contains("save grad.*"));
+}
