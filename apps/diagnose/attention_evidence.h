@@ -25,8 +25,9 @@
 //     are not the contiguous blocks of the sequence in rank order. Context parallelism's
 //     zigzag layout (rank r holds chunks r and 2C-1-r) gives exactly that with right
 //     numbers, and so do files whose rank numbers do not follow the sequence: the output
-//     may be right, so this is a note and a hint (save the rows in global order), never a
-//     mistake;
+//     may be right, so this is a note, never a mistake. Zigzag rows (told by the output,
+//     or by q's and k's norms: context_parallel_evidence.h) are then read in global
+//     order, by zigzag chunk;
 //   - shard 0 differs: the attention itself differs where no other shard is involved: a
 //     mask on shard-local indices shows shard 0 the future keys of later shards, a wrong
 //     softmax scale (1/D for 1/sqrt(D)) changes every weight, or another bug. These are

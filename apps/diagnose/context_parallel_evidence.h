@@ -26,6 +26,10 @@
 //         wrong on later ones: the backward computed with the wrong keys and values where
 //         other ranks' blocks are involved: stale K/V in the ring's backward (the rank's
 //         own saved block used instead of the visiting one);
+//       * dK and dV saved over the whole sequence on every rank (the gradients of the
+//         gathered K and V), differing, and summing over the ranks to the baseline's:
+//         each rank's own queries' part, right before a reduction. Whether the step used
+//         them unreduced only the weight gradients tell (compare_attention);
 //       * otherwise the backward differs, with no cause told apart.
 // The backward is judged only when the forward agrees (a wrong forward turns every
 // gradient too). The gradients are compared in global row order (zigzag rows put back),
