@@ -1,5 +1,7 @@
 #include "apps/diagnose/attention_evidence.h"
 
+#include "apps/diagnose/attention_layout.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,6 +9,7 @@
 #include <tuple>
 
 #include "apps/common/text.h"
+#include "apps/diagnose/context_parallel_evidence.h"
 #include "apps/diagnose/diagnosis.h"
 #include "core/error.h"
 
@@ -17,7 +20,8 @@ const char* const kAttentionQuery = "attention.query";
 const char* const kAttentionKey = "attention.key";
 
 bool is_activation_name(const std::string& name) {
-  return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == "output";
+  return name == kAttentionOutput || name == kAttentionQuery || name == kAttentionKey || name == kQueryGradient ||
+         name == kKeyGradient || name == kValueGradient || name == "output";
 }
 
 double attention_tolerance(Precision precision, int64_t keys) {
@@ -63,6 +67,7 @@ TensorByShard compare_by_shard(const std::string& name, const std::vector<float>
 
 AttentionSignature classify(const AttentionFigures& f) {
   if (f.non_finite > 0) return AttentionSignature::NotFinite;
+  if (f.positions_not_zigzag) return AttentionSignature::PositionsNotZigzag;
   bool inputs_first = false, inputs_later = false;
   for (const TensorByShard& input : f.inputs) {
     inputs_first |= input.shards[0].beyond_rounding();
@@ -164,193 +169,13 @@ std::pair<int64_t, std::vector<int64_t>> permuted_heads(const std::vector<float>
 
 namespace {
 
-
 int64_t non_finite_in(const std::vector<float>& values) {
   int64_t count = 0;
   for (float value : values) count += !std::isfinite(value);
   return count;
 }
 
-int64_t product(const std::vector<int64_t>& shape, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t d = from; d < to && d < shape.size(); ++d) n *= shape[d];
-  return n;
-}
-
-// [outer][a][b][inner] -> [outer][b][a][inner]
-std::vector<float> swap_middle(const std::vector<float>& in, int64_t outer, int64_t a, int64_t b, int64_t inner) {
-  std::vector<float> out(in.size());
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t i = 0; i < a; ++i) {
-      for (int64_t j = 0; j < b; ++j) {
-        const size_t from = size_t(((o * a + i) * b + j) * inner), to = size_t(((o * b + j) * a + i) * inner);
-        std::copy(in.begin() + long(from), in.begin() + long(from + size_t(inner)), out.begin() + long(to));
-      }
-    }
-  }
-  return out;
-}
-
-// How a rank's tensor `own` relates to the baseline's `base` (the layouts users save; one
-// dimension is the rank's share of the baseline's):
-//   tokens first: dimension 0 is S/sp of the baseline's (seqpar-repro, DeepSpeed's
-//                 [s, b, h, d], [S, H*D]); rows are read as they are;
-//   batch first:  [b, S/sp, ...] of [dp*b, S, ...] (Hugging Face's [b, s, h*d]); each
-//                 sequence is moved to tokens first ([S, b, ...]);
-//   head-sharded: dimension k >= 1 is H/sp of the baseline's and dimension 0 whole:
-//                 inside the all-to-all, each rank holds every token of H/sp heads
-//                 ([S, H/sp*D], [S, H/sp, D], [s, b, H/sp, d]); the ranks' slices are put
-//                 side by side in rank order.
-// A 3-dimensional tensor whose dimension 1 is the share, [b, S/sp, h*d] or
-// [S, H/sp, D], is either of the last two: --attention-layout says which.
-struct Layout {
-  AttentionLayout kind = AttentionLayout::TokensFirst;
-  size_t dim = 0;  // the dimension split over the ranks
-};
-
-Layout layout_of(const std::string& who, const std::string& name, const std::vector<int64_t>& own,
-                 const std::vector<int64_t>& base, int sp, int dp, std::optional<AttentionLayout> hint) {
-  const std::string shapes = who + ": '" + name + "' has shape " + shape_text(own) + ", the baseline's " +
-                             shape_text(base);
-  SEQPAR_INPUT_CHECK(own.size() == base.size() && !own.empty(), shapes, ": the same number of dimensions is needed");
-  const int64_t blocks = int64_t(sp) * dp;
-  std::vector<size_t> split;  // dimensions that differ from the baseline's
-  for (size_t d = 0; d < own.size(); ++d) {
-    if (own[d] != base[d]) split.push_back(d);
-  }
-  const auto fits = [&](AttentionLayout kind) -> std::optional<Layout> {
-    if (kind == AttentionLayout::TokensFirst && split.size() <= 1 && own[0] * blocks == base[0]) return Layout{kind, 0};
-    // With sp 1 nothing is split but whole sequences: tokens first only.
-    if (own.size() < 2 || sp == 1) return std::nullopt;
-    if (kind == AttentionLayout::BatchFirst && own.size() >= 3 && own[0] * dp == base[0] && own[1] * sp == base[1]) {
-      for (size_t d = 2; d < own.size(); ++d) {
-        if (own[d] != base[d]) return std::nullopt;
-      }
-      return Layout{kind, 1};
-    }
-    // Head-sharded rows are the baseline's dimension 0: S per sequence, S/sp a shard.
-    if (kind == AttentionLayout::HeadSharded && own[0] * dp == base[0] && base[0] % blocks == 0) {
-      for (size_t d = 1; d < own.size(); ++d) {
-        if (own[d] * sp != base[d]) continue;
-        bool rest_equal = true;
-        for (size_t e = 1; e < own.size(); ++e) rest_equal = rest_equal && (e == d || own[e] == base[e]);
-        if (rest_equal) return Layout{kind, d};
-      }
-    }
-    return std::nullopt;
-  };
-  std::vector<Layout> candidates;
-  for (AttentionLayout kind : {AttentionLayout::TokensFirst, AttentionLayout::BatchFirst, AttentionLayout::HeadSharded}) {
-    if (const std::optional<Layout> layout = fits(kind)) candidates.push_back(*layout);
-  }
-  SEQPAR_INPUT_CHECK(!candidates.empty(), shapes, ": a rank's share of the baseline's tensor in none of the "
-                     "layouts read (sp ", sp, " x dp ", dp, "): tokens first [S/sp, ...] (DeepSpeed's [s, b, h, d]), "
-                     "batch first [b, S/sp, h*d] (Hugging Face), or head-sharded inside the all-to-all [S, H/sp*D]; "
-                     "save one of them (and check --sp and --dp)");
-  // The hint decides only between layouts the shapes fit: the query and key may be saved
-  // tokens first beside an output saved head-sharded.
-  if (candidates.size() == 1) return candidates[0];
-  // Only 3 dimensions split at dimension 1 fit two: [b, S/sp, h*d] and [S, H/sp, D].
-  SEQPAR_INPUT_CHECK(hint, shapes, ": either batch first [b, S/sp, h*d] or head-sharded [S, H/sp, D]: give "
-                     "--attention-layout batch-first or --attention-layout head-sharded");
-  for (const Layout& layout : candidates) {
-    if (layout.kind == *hint) return layout;
-  }
-  SEQPAR_INPUT_FAIL(shapes, ": either batch first [b, S/sp, h*d] or head-sharded [S, H/sp, D], not the "
-                    "--attention-layout ", attention_layout_name(*hint));
-}
-
-// The ranks' `name` and the baseline's, both as rows of tokens in the baseline's order
-// (sequence after sequence, tokens first): what compare_by_shard reads.
-struct Rows {
-  std::vector<float> values, baseline;
-  int64_t rows = 0, width = 0;
-  AttentionLayout layout = AttentionLayout::TokensFirst;
-};
-
-Rows gathered_rows(const RunFiles& run, const std::string& name, const StoredTensor& baseline, int sp, int dp,
-                   std::optional<AttentionLayout> hint) {
-  Rows out;
-  const std::vector<int64_t>& base = baseline.shape;
-  SEQPAR_INPUT_CHECK(!base.empty(), "--baseline: '", name, "' is a scalar; its first dimension must be tokens");
-  const StoredTensor* first = run.ranks[0].activations.find(name);
-  // One file of every rank's rows (seqpar-repro's dumps): the baseline's shape, as it is.
-  if (run.ranks.size() == 1 && first && first->shape == base) {
-    out = {first->values, baseline.values, base[0], product(base, 1, base.size())};
-    return out;
-  }
-  const std::string who0 = "rank 0 (" + run.ranks[0].files[0] + ")";
-  SEQPAR_INPUT_CHECK(first, who0, ": no '", name, "'");
-  const Layout layout = layout_of(who0, name, first->shape, base, sp, dp, hint);
-  out.layout = layout.kind;
-  SEQPAR_INPUT_CHECK(int64_t(run.ranks.size()) == int64_t(sp) * dp, "'", name, "': ", run.ranks.size(),
-                     " ranks' files for sp ", sp, " x dp ", dp, ": every rank's file is needed");
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const StoredTensor* own = run.ranks[rank].activations.find(name);
-    const std::string who = "rank " + std::to_string(rank) + " (" + run.ranks[rank].files[0] + ")";
-    SEQPAR_INPUT_CHECK(own, who, ": no '", name, "', which rank 0 has");
-    SEQPAR_INPUT_CHECK(own->shape == first->shape, who, ": '", name, "' has shape ", shape_text(own->shape),
-                       ", rank 0's ", shape_text(first->shape));
-  }
-  const std::vector<int64_t>& own = first->shape;
-  if (layout.kind == AttentionLayout::TokensFirst) {
-    for (const RankState& rank : run.ranks) {
-      const std::vector<float>& v = rank.activations.find(name)->values;
-      out.values.insert(out.values.end(), v.begin(), v.end());
-    }
-    out.baseline = baseline.values;
-  } else if (layout.kind == AttentionLayout::BatchFirst) {
-    // Each rank's [b, S/sp, inner] to [S/sp, b, inner]; stacked in rank order they are
-    // the baseline's [dp, b, S, inner] moved to [dp, S, b, inner].
-    const int64_t inner = product(own, 2, own.size());
-    for (const RankState& rank : run.ranks) {
-      const std::vector<float> moved = swap_middle(rank.activations.find(name)->values, 1, own[0], own[1], inner);
-      out.values.insert(out.values.end(), moved.begin(), moved.end());
-    }
-    out.baseline = swap_middle(baseline.values, dp, own[0], base[1], inner);
-  } else {
-    // Rank w = dp_rank * sp + sp_rank holds slice sp_rank of dimension k of its
-    // sequences' rows dp_rank * S0 ..: placed there, the ranks' slices are the baseline.
-    const size_t k = layout.dim;
-    const int64_t outer = product(own, 0, k), share = own[k], inner = product(own, k + 1, own.size());
-    out.values.assign(baseline.values.size(), 0.0f);
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      const std::vector<float>& v = run.ranks[rank].activations.find(name)->values;
-      const int64_t dp_rank = int64_t(rank) / sp, sp_rank = int64_t(rank) % sp;
-      for (int64_t o = 0; o < outer; ++o) {
-        const int64_t target_outer = dp_rank * outer + o;  // dimension 0 leads: dp blocks of whole sequences
-        for (int64_t j = 0; j < share; ++j) {
-          const size_t from = size_t((o * share + j) * inner);
-          const size_t to = size_t((target_outer * share * sp + sp_rank * share + j) * inner);
-          std::copy(v.begin() + long(from), v.begin() + long(from + size_t(inner)), out.values.begin() + long(to));
-        }
-      }
-    }
-    out.baseline = baseline.values;
-  }
-  out.width = out.layout == AttentionLayout::BatchFirst ? own[0] * product(own, 2, own.size())
-                                                        : product(base, 1, base.size());
-  out.rows = int64_t(out.baseline.size()) / std::max<int64_t>(out.width, 1);
-  return out;
-}
-
 }  // namespace
-
-std::string attention_layout_name(AttentionLayout layout) {
-  switch (layout) {
-    case AttentionLayout::TokensFirst: return "tokens-first";
-    case AttentionLayout::BatchFirst: return "batch-first";
-    case AttentionLayout::HeadSharded: return "head-sharded";
-  }
-  return "?";
-}
-
-std::optional<AttentionLayout> parse_attention_layout(const std::string& text) {
-  for (AttentionLayout layout : {AttentionLayout::TokensFirst, AttentionLayout::BatchFirst, AttentionLayout::HeadSharded}) {
-    if (text == attention_layout_name(layout)) return layout;
-  }
-  return std::nullopt;
-}
 
 std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, int dp, Precision precision,
                                                   std::optional<AttentionLayout> hint) {
@@ -362,7 +187,7 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
   const int64_t blocks = int64_t(f.sp) * f.sequences;
   SEQPAR_INPUT_CHECK(!baseline->values.empty(), "--baseline: '", kAttentionOutput, "' has shape ",
                      shape_text(baseline->shape), ": no values to compare");
-  const Rows output = gathered_rows(run, kAttentionOutput, *baseline, f.sp, int(f.sequences), hint);
+  const AttentionRows output = gathered_rows(run, kAttentionOutput, *baseline, f.sp, int(f.sequences), hint);
   f.layout = output.layout;
   SEQPAR_INPUT_CHECK(output.rows % blocks == 0, "--baseline: '", kAttentionOutput, "' has shape ",
                      shape_text(baseline->shape), "; its ", output.rows, " rows (tokens) do not split into sp ",
@@ -372,7 +197,7 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
   f.tolerance = attention_tolerance(precision, f.rows_per_shard * f.sp);
   SEQPAR_INPUT_CHECK(f.rows_per_shard > 0 && output.width > 0, "--baseline: '", kAttentionOutput,
                      "' has shape ", shape_text(baseline->shape), ": no values to compare");
-  const auto compare = [&](const std::string& name, const Rows& rows) {
+  const auto compare = [&](const std::string& name, const AttentionRows& rows) {
     SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size(), "'", name, "': the ranks' rows add up to ",
                        int64_t(rows.values.size()) / rows.width, ", the baseline's are ", rows.rows,
                        ": every rank's file, and the baseline of the same sequences, are needed");
@@ -380,6 +205,14 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
     return compare_by_shard(name, rows.values, rows.baseline, rows.width, f.rows_per_shard, f.sp, f.tolerance);
   };
   f.output = compare(kAttentionOutput, output);
+  std::vector<std::pair<std::string, AttentionRows>> inputs;
+  for (const char* name : {kAttentionQuery, kAttentionKey}) {
+    const StoredTensor* reference = run.baseline->activations.find(name);
+    if (reference && run.ranks[0].activations.find(name)) {
+      inputs.emplace_back(name, gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint));
+      f.inputs.push_back(compare(name, inputs.back().second));
+    }
+  }
   if (f.output.any_beyond(0) && f.non_finite == 0) {
     std::tie(f.heads, f.head_order) = permuted_heads(output.values, output.baseline, output.width, f.tolerance);
     // The ranks' blocks out of order (sp blocks), or context parallelism's zigzag chunks.
@@ -388,6 +221,26 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
       f.row_order = permuted_rows(output.values, output.baseline, output.width, f.rows_per_shard * f.sp, chunks,
                                   f.tolerance);
       if (!f.row_order.empty()) f.row_chunks = chunks;
+    }
+    f.zigzag = f.row_chunks == 2 * f.sp && f.row_order == zigzag_order(f.sp);
+    // The output moves with the positions; the query's and key's norms do not: zigzag
+    // tokens are told by them when the output is not the baseline's in any order.
+    std::vector<std::pair<std::vector<float>, std::vector<float>>> query_key;
+    for (const auto& [name, rows] : inputs) {
+      if (rows.width == inputs[0].second.width) query_key.emplace_back(rows.values, rows.baseline);
+    }
+    if (!f.zigzag && !query_key.empty()) check_zigzag_positions(f, query_key, inputs[0].second.width);
+    if (f.zigzag && !f.positions_not_zigzag) {
+      // Put back in global order and taken by zigzag chunk, the figures are the
+      // attention's own, and a zigzag run's other mistakes show the signatures above:
+      // chunk 0's queries, like a contiguous shard 0's, attend to their own rank's keys.
+      const int64_t sequence_rows = f.rows_per_shard * f.sp;
+      const auto global = [&](const std::string& name, const AttentionRows& rows) {
+        return compare_by_shard(name, to_global_order(rows.values, rows.width, sequence_rows, zigzag_order(f.sp)),
+                                rows.baseline, rows.width, f.rows_per_shard / 2, 2 * f.sp, f.tolerance);
+      };
+      f.output = global(kAttentionOutput, output);
+      for (size_t i = 0; i < inputs.size(); ++i) f.inputs[i] = global(inputs[i].first, inputs[i].second);
     }
     // Each sequence's first row: one key, whatever the softmax's scale.
     const int64_t length = f.rows_per_shard * f.sp;
@@ -401,13 +254,29 @@ std::optional<AttentionFigures> attention_figures(const RunFiles& run, int sp, i
       }
     }
   }
-  for (const char* name : {kAttentionQuery, kAttentionKey}) {
-    const StoredTensor* reference = run.baseline->activations.find(name);
-    if (reference && run.ranks[0].activations.find(name)) {
-      f.inputs.push_back(compare(name, gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint)));
-    }
-  }
   f.signature = classify(f);
+  std::vector<SavedGradient> gradients;
+  for (const char* name : {kQueryGradient, kKeyGradient, kValueGradient}) {
+    const StoredTensor* reference = run.baseline->activations.find(name);
+    if (!reference || !run.ranks[0].activations.find(name)) continue;
+    // dK and dV may be the gathered K's and V's gradients, over the whole sequence.
+    if (name != kQueryGradient) {
+      if (std::optional<SavedGradient> whole = whole_sequence_gradient(
+              run, name, attention_gradient_tolerance(precision, f.rows_per_shard * f.sp))) {
+        f.non_finite += non_finite_in(whole->values) + non_finite_in(whole->baseline);
+        gradients.push_back(std::move(*whole));
+        continue;
+      }
+    }
+    AttentionRows rows = gathered_rows(run, name, *reference, f.sp, int(f.sequences), hint);
+    SEQPAR_INPUT_CHECK(rows.values.size() == rows.baseline.size() && rows.rows == output.rows, "'", name,
+                       "': the ranks' rows do not add up to the baseline's ", output.rows,
+                       " tokens (dQ, dK and dV saved as the query and key are)");
+    f.non_finite += non_finite_in(rows.values) + non_finite_in(rows.baseline);
+    gradients.push_back({name, std::move(rows.values), std::move(rows.baseline), rows.width, false, false});
+  }
+  if (f.non_finite > 0) f.signature = AttentionSignature::NotFinite;
+  f.backward = backward_figures(f, gradients);
   return f;
 }
 
@@ -447,6 +316,9 @@ std::string signature_name(AttentionSignature signature) {
       return "the attention's query or key differ on the first shard too: the runs did not feed attention the same "
              "inputs (batch, parameters), so no attention signature is drawn";
     case AttentionSignature::NotFinite: return "inf or NaN in the attention tensors: no signature is drawn";
+    case AttentionSignature::PositionsNotZigzag:
+      return "positions not following the zigzag permutation: the ranks hold the zigzag chunks, their query and "
+             "key are rotated at other positions";
     case AttentionSignature::Differs:
       return "the attention differs from one-rank attention; with sp 1 there are no shards to draw a Ulysses "
              "signature from";
@@ -476,15 +348,18 @@ std::string shards_text(const TensorByShard& t) {
 }  // namespace
 
 std::string signature_evidence(const AttentionFigures& f) {
-  std::string text = "against the baseline's, per sequence shard of " + std::to_string(f.rows_per_shard) +
-                     " rows: attention " + shards_text(f.output);
+  std::string text = "against the baseline's, per " +
+                     (f.zigzag ? "zigzag chunk of " + std::to_string(f.rows_per_shard / 2) + " rows in global order"
+                               : "sequence shard of " + std::to_string(f.rows_per_shard) + " rows") +
+                     ": attention " + shards_text(f.output);
   for (const TensorByShard& input : f.inputs) text += "; " + input.name + " " + shards_text(input);
   return text;
 }
 
 void print_attention(std::ostream& out, const AttentionFigures& f) {
-  out << "  attention (" << attention_layout_name(f.layout) << ") against the baseline, by sequence shard of "
-      << f.rows_per_shard << " rows"
+  out << "  attention (" << attention_layout_name(f.layout) << ") against the baseline, by "
+      << (f.zigzag ? "zigzag chunk of " + std::to_string(f.rows_per_shard / 2) + " rows in global order"
+                   : "sequence shard of " + std::to_string(f.rows_per_shard) + " rows")
       << (f.sequences > 1 ? ", over " + std::to_string(f.sequences) + " sequences" : "")
       << ":\n    [shard] max |difference| (relative: to the shard's largest value; rounding up to "
       << number_text(f.tolerance) << ", 2 sqrt(S) u in " << precision_name(f.precision) << ")\n";
@@ -499,6 +374,7 @@ void print_attention(std::ostream& out, const AttentionFigures& f) {
     }
     out << '\n';
   }
+  print_backward(out, f);
 }
 
 namespace {
@@ -514,6 +390,7 @@ const char* signature_key(AttentionSignature signature) {
     case AttentionSignature::RowsPermuted: return "rows-permuted";
     case AttentionSignature::InputsDiffer: return "inputs-differ";
     case AttentionSignature::NotFinite: return "not-finite";
+    case AttentionSignature::PositionsNotZigzag: return "positions-not-zigzag";
     case AttentionSignature::Differs: return "differs";
   }
   return "?";
@@ -542,7 +419,8 @@ nlohmann::json attention_json(const std::optional<AttentionFigures>& f) {
           {"row_chunks", f->row_chunks}, {"row_order", f->row_order},
           {"sp", f->sp}, {"sequences", f->sequences}, {"rows_per_shard", f->rows_per_shard},
           {"precision", precision_name(f->precision)}, {"tolerance", f->tolerance},
-          {"layout", attention_layout_name(f->layout)},
+          {"layout", attention_layout_name(f->layout)}, {"zigzag", f->zigzag},
+          {"contiguous_positions", f->contiguous_positions}, {"backward", backward_json(*f)},
           {"non_finite", f->non_finite}, {"output", shards_json(f->output)}, {"inputs", inputs}};
 }
 
@@ -556,8 +434,13 @@ namespace {
 const char* const kAttentionCheck = "attention against one-rank training";
 
 Cause attention_cause(const AttentionFigures& f) {
-  const std::string exchange = "exchange q, k and v to head shards before the attention and back after it (the "
-                               "all-to-alls of DeepSpeed's DistributedAttention)";
+  // Zigzag rows are context parallelism's; contiguous ones may be Ulysses' or CP's.
+  const std::string gather = "gather every rank's K and V (an all-gather, or a ring that visits every block) "
+                             "before attending";
+  const std::string exchange =
+      f.zigzag ? gather
+               : "exchange q, k and v to head shards before the attention and back after it (the all-to-alls of "
+                 "DeepSpeed's DistributedAttention); under context parallelism, " + gather;
   const std::string positions = "give RoPE each token's global position r*S/P + i, before the exchange";
   const std::string scenario = "seqpar-repro --scenario ulysses (variant ";
   const std::string name = signature_name(f.signature), evidence = signature_evidence(f);
@@ -593,7 +476,8 @@ Cause attention_cause(const AttentionFigures& f) {
       std::string tell = "check the softmax scale is 1/sqrt(D) (D the head dimension), and that the causal mask "
                          "is built on global indices after the exchange (token t attends to keys u <= t)";
       if (f.inputs.empty()) {
-        tell += "; save attention.query and attention.key (after RoPE) to rule out other inputs";
+        tell += "; save attention.query and attention.key (after RoPE) to rule out other inputs (and, for zigzag "
+                "context parallelism, to tell positions that do not follow the zigzag)";
       }
       return {name, evidence + "; " + first_row, "", scenario + "local-mask)", tell};
     }
@@ -603,10 +487,14 @@ Cause attention_cause(const AttentionFigures& f) {
 
 }  // namespace
 
+bool explains_the_gradient(const AttentionFigures& figures) {
+  return names_a_mistake(figures.signature) || backward_names_a_mistake(figures.backward.signature);
+}
+
 bool names_a_mistake(AttentionSignature signature) {
   return signature == AttentionSignature::KeysOrPositionsLost || signature == AttentionSignature::PositionsWrong ||
          signature == AttentionSignature::KeysLost || signature == AttentionSignature::FirstShardDiffers ||
-         signature == AttentionSignature::HeadsPermuted;
+         signature == AttentionSignature::HeadsPermuted || signature == AttentionSignature::PositionsNotZigzag;
 }
 
 void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis& diagnosis) {
@@ -614,7 +502,35 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
       attention_figures(run, settings.sp, settings.dp, settings.precision.precision, settings.attention_layout);
   if (!diagnosis.attention) return;
   const AttentionSignature signature = diagnosis.attention->signature;
-  if (names_a_mistake(signature)) diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
+  if (signature == AttentionSignature::PositionsNotZigzag) {
+    diagnosis.causes.push_back(positions_cause(*diagnosis.attention));
+  } else if (names_a_mistake(signature)) {
+    diagnosis.causes.push_back(attention_cause(*diagnosis.attention));
+  }
+  BackwardFigures& backward = diagnosis.attention->backward;
+  if (backward.signature == BackwardSignature::KeysValuesPartial && diagnosis.scale &&
+      diagnosis.scale->zero.empty() &&
+      diagnosis.scale->direction_error <= tolerances_of(settings, diagnosis.attention).gradient) {
+    // The weight gradients the step used are one rank's: the parts were saved before a
+    // reduction that then ran.
+    backward.signature = BackwardSignature::Matches;
+    diagnosis.notes.push_back("dK and dV were saved over the whole sequence before their reduction: each rank's "
+                              "holds its own queries' part, their sum over the ranks is one-rank training's, and "
+                              "the weight gradients (" + diagnosis.scale->from + ") show the reduction ran");
+  }
+  if (backward_names_a_mistake(backward.signature)) {
+    Cause cause = backward_cause(*diagnosis.attention);
+    // Used as they are, the parts turn the weight gradient; without grad.* nobody can tell.
+    if (backward.signature == BackwardSignature::KeysValuesPartial && diagnosis.scale) {
+      cause.evidence += "; the weight gradients the step used (" + diagnosis.scale->from + ") are not one-rank "
+                        "training's: the parts were used as they are";
+    } else if (backward.signature == BackwardSignature::KeysValuesPartial) {
+      cause.fix.clear();
+      cause.tell_apart = "saved before their reduction the parts are expected: save grad.* (the weight gradients "
+                         "the step used), or dK and dV on the rank's own tokens after the reduction";
+    }
+    diagnosis.causes.push_back(cause);
+  }
   if (signature == AttentionSignature::InputsDiffer || signature == AttentionSignature::NotFinite ||
       signature == AttentionSignature::Differs) {
     diagnosis.notes.push_back(signature_name(signature));
@@ -627,9 +543,9 @@ void compare_attention(const RunFiles& run, const Settings& settings, Diagnosis&
     diagnosis.notes.push_back(
         signature_name(signature) + ": cut into " + std::to_string(f.row_chunks) + " blocks of rows, the ranks' " +
         "blocks in rank order hold the baseline's blocks " + order +
-        (zigzag ? ", exactly context parallelism's zigzag layout (rank r holds chunks r and 2C-1-r): the "
-                  "attention itself matches. seqpar-diagnose reads each rank's rows as one contiguous block: save "
-                  "them contiguous (the rows put back in global order), or compare the gathered output"
+        (zigzag ? ", exactly context parallelism's zigzag layout (rank r holds chunks r and 2C-1-r): read in "
+                  "global order (the figures above), the attention matches, and the gradients of its inputs, when "
+                  "saved, are compared in that order"
                 : ". The attention itself matches; check that rank w's file holds the w-th block of the sequence "
                   "(world rank w = dp_rank x sp + sp_rank)"));
   }
@@ -643,9 +559,13 @@ void attention_evidence(Diagnosis& diagnosis, const RunFiles& run, const Setting
   }
   const AttentionFigures& f = *diagnosis.attention;
   diagnosis.evidence.push_back({kAttentionCheck, true, signature_name(f.signature)});
+  if (f.backward.signature != BackwardSignature::NotSaved) {
+    diagnosis.evidence.push_back({"the attention's backward against one-rank training", true,
+                                  backward_name(f.backward.signature)});
+  }
   // The parameters alone can look fine after one step (Adam moves each by about lr
   // whatever the gradient's size); wrong attention is still a wrong model.
-  if (names_a_mistake(f.signature) && diagnosis.kind != Verdict::Skipped && !names_a_fault(diagnosis.kind)) {
+  if (explains_the_gradient(f) && diagnosis.kind != Verdict::Skipped && !names_a_fault(diagnosis.kind)) {
     diagnosis.kind = Verdict::UnlikeOneRank;
     diagnosis.verdict = verdict_name(diagnosis.kind);
     diagnosis.verdict_text = "the attention output is not one-rank training's (below); the parameters alone "

@@ -25,8 +25,9 @@
 //     are not the contiguous blocks of the sequence in rank order. Context parallelism's
 //     zigzag layout (rank r holds chunks r and 2C-1-r) gives exactly that with right
 //     numbers, and so do files whose rank numbers do not follow the sequence: the output
-//     may be right, so this is a note and a hint (save the rows in global order), never a
-//     mistake;
+//     may be right, so this is a note, never a mistake. Zigzag rows (told by the output,
+//     or by q's and k's norms: context_parallel_evidence.h) are then read in global
+//     order, by zigzag chunk;
 //   - shard 0 differs: the attention itself differs where no other shard is involved: a
 //     mask on shard-local indices shows shard 0 the future keys of later shards, a wrong
 //     softmax scale (1/D for 1/sqrt(D)) changes every weight, or another bug. These are
@@ -83,7 +84,7 @@ struct TensorByShard {
   bool any_beyond(size_t first_shard) const;
 };
 
-// How the ranks saved their attention tensors (attention_evidence.cpp, layout_of):
+// How the ranks saved their attention tensors (attention_layout.h):
 // tokens first ([S/sp, ...]: seqpar-repro's, DeepSpeed's [s, b, h, d]), batch first
 // ([b, S/sp, h*d]: Hugging Face's), or head-sharded inside the all-to-all ([S, H/sp*D]).
 enum class AttentionLayout { TokensFirst, BatchFirst, HeadSharded };
@@ -100,7 +101,34 @@ enum class AttentionSignature {
   RowsPermuted,         // the rows are the baseline's, blocks of them in another order
   InputsDiffer,         // q or k differ on shard 0: not an attention mistake
   Differs,              // sp 1: the attention differs, with no shards to tell a Ulysses mistake by
-  NotFinite             // inf or NaN in the tensors: nothing drawn
+  NotFinite,            // inf or NaN in the tensors: nothing drawn
+  PositionsNotZigzag    // q and k: the zigzag's tokens (their norms) at other positions (context_parallel_evidence.h)
+};
+
+// The gradients of the attention's inputs, when saved (context_parallel_evidence.h).
+enum class BackwardSignature {
+  NotSaved,              // no attention.query.grad, .key.grad or .value.grad on both sides
+  NotJudged,             // the forward already differs
+  Matches,               // every block within rounding
+  Scaled,                // every gradient the same multiple of the baseline's, the direction right
+  KeysValuesNotReduced,  // dQ right, dK or dV not: their reduction over the CP ranks is missing
+  StaleKeysValues,       // dQ right on the first block, wrong later: the ring's backward used stale K/V
+  KeysValuesPartial,     // dK, dV saved over the whole sequence: the ranks' differ, their sum is the baseline's
+  Differs                // otherwise
+};
+
+struct BackwardFigures {
+  // attention.query.grad, .key.grad, .value.grad (those saved), in global row order, by
+  // block of rows (`blocks` per sequence: sp contiguous, 2 sp zigzag).
+  std::vector<TensorByShard> gradients;
+  std::vector<double> ratios;  // per gradient: ||g|| / ||g_baseline||
+  int64_t blocks = 0, block_rows = 0;
+  double tolerance = 0;
+  double scale = 0;  // Scaled: the common ratio
+  // dK or dV saved over the whole sequence on every rank (the gradient of the gathered K
+  // or V), unlike the baseline's: their sum over the ranks is what was compared.
+  bool partials = false;
+  BackwardSignature signature = BackwardSignature::NotSaved;
 };
 
 struct AttentionFigures {
@@ -124,6 +152,11 @@ struct AttentionFigures {
   int64_t row_chunks = 0;
   std::vector<int64_t> row_order;
   AttentionSignature signature = AttentionSignature::Matches;
+  // Context parallelism: the ranks' rows hold the zigzag chunks (by the output's order, or
+  // by q's and k's norms); with PositionsNotZigzag, whether exactly the chunks whose
+  // zigzag place is their contiguous place agree (positions of contiguous blocks).
+  bool zigzag = false, positions_not_zigzag = false, contiguous_positions = false;
+  BackwardFigures backward;
 };
 
 // Whether the stacked rows are the baseline's, each sequence's `chunks` blocks of rows in
@@ -151,6 +184,8 @@ AttentionSignature classify(const AttentionFigures& figures);
 // Whether the signature is one of the Ulysses mistakes (lost keys or positions, a mask
 // on shard-local indices), which then explains a gradient that points elsewhere too.
 bool names_a_mistake(AttentionSignature signature);
+// ... or, with the gradients of the attention's inputs, a mistake of its backward.
+bool explains_the_gradient(const AttentionFigures& figures);
 
 // The ranks' attention against the baseline's, over sp x dp; nullopt when the ranks or
 // the baseline did not save `attention`. InputError when the rows do not add up, or the

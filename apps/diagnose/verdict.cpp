@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/diagnose/context_parallel_evidence.h"
 #include "apps/diagnose/diagnosis.h"
 
 namespace seqpar::diagnose {
@@ -66,7 +67,7 @@ Cause scale_cause(const ScaleFigure& scale) {
 void add_direction_causes(Diagnosis& diagnosis, double error) {
   // A Ulysses mistake the attention tensors named (compare_attention) turns the gradient
   // too: beside it, the loss-side pitfalls below would only be guesses.
-  if (diagnosis.attention && names_a_mistake(diagnosis.attention->signature)) return;
+  if (diagnosis.attention && explains_the_gradient(*diagnosis.attention)) return;
   const std::string evidence = "with the scale taken out, the gradient still differs from the "
                                "one-rank gradient by " + number_text(error) + " (relative; rounding in " +
                                precision_name(diagnosis.tolerances.precision) + " up to " +
@@ -222,7 +223,9 @@ void explain_against_baseline(Diagnosis& diagnosis) {
     diagnosis.verdict_text = agree + ", but the gradient (" + scale->from + ") is " + number_text(scale->ratio) +
                              "x the one-rank gradient" + (scale->cause.empty() ? "" : " (" + scale->cause + ")") +
                              ". Adam hardly sees a steady scale; clipping does.";
-    if (!scale->cause.empty()) diagnosis.causes.push_back(scale_cause(*scale));
+    // The attention's input gradients, scaled alike by cp, already named the loss per rank.
+    const bool named = diagnosis.attention && loss_normalized_per_rank(*diagnosis.attention);
+    if (!scale->cause.empty() && !named) diagnosis.causes.push_back(scale_cause(*scale));
     if (scale->direction_error > diagnosis.tolerances.gradient) add_direction_causes(diagnosis, scale->direction_error);
   } else if (diagnosis.kind == Verdict::WrongGradient) {
     diagnosis.verdict_text = agree + "; the gradient (" + scale->from + ") has the one-rank size but points "
