@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "apps/common/text.h"
 #include "apps/repro/context_parallel.h"
 #include "apps/repro/report.h"
 #include "apps/repro/sequence_kit.h"
@@ -62,14 +63,12 @@ std::string verdict(CpFigures& f, const CpResults& r) {
     case CpSchedule::HeadWall:
       f.as_expected = !r.head_wall_message.empty() && agree && bitwise(f);
       if (r.head_wall_message.empty()) return "NOT refused: sp divides the heads, there is no wall here";
-      return "refused by the layer; as USP ulysses " + std::to_string(r.ulysses) + " x cp " + std::to_string(r.cp) +
+      return "refused; as USP ulysses " + std::to_string(r.ulysses) + " x cp " + std::to_string(r.cp) +
              (bitwise(f) ? ": " + exact : ": NOT bitwise one-rank training");
     case CpSchedule::Ring:
       f.as_expected = agree && f.output_difference < 1e-4 && f.gradient_difference < 1e-3;
       return std::string(agree ? "consistent (ranks agree)" : "ranks DIFFER") + ", close, " +
-             (bitwise(f) ? "bitwise at this size" : "not exact") + ": output within " +
-             number_text(f.output_difference) + ", gradients within " + number_text(f.gradient_difference) +
-             " of their largest (float merges in arrival order)";
+             (bitwise(f) ? "bitwise at this size" : "not exact") + " (float merges in arrival order: below)";
     case CpSchedule::StaleKv:
     case CpSchedule::DkvNotReduced:
       f.as_expected = agree && f.output_difference < 1e-4 && f.gradient_difference > 1e-2;
@@ -79,8 +78,8 @@ std::string verdict(CpFigures& f, const CpResults& r) {
       const double loss_ratio = f.trace.losses.front() / r.baseline.losses.front(), cp = double(r.config.sequence_parallel_size);
       f.as_expected = f.output_difference == 0 && std::fabs(loss_ratio - cp) < 1e-3 * cp &&
                       std::fabs(f.gradient_ratio - cp) < 1e-6 * cp;
-      return "loss " + number_text(loss_ratio) + " x one rank's and gradients " + number_text(f.gradient_ratio) +
-             " x (each rank's mean over its own S/cp rows, summed over cp); Adam hides the scale but for eps and clipping";
+      return "loss " + number_text(loss_ratio) + " x one rank's, gradients " + number_text(f.gradient_ratio) +
+             " x (each rank's own mean, summed over cp);\n      Adam hides the scale but for eps and clipping";
     }
     case CpSchedule::Unpermuted:
       f.as_expected = agree && f.output_difference > 1e-4;
@@ -115,8 +114,8 @@ void print_shapes(std::ostream& out, const CpResults& r) {
       << "      backward all-gathers Q, dO, O [" << S << ", " << H << ", " << D << "] and m, l [" << H << ", " << S
       << "]: " << 3 * all_gather_bytes(s * H * D, sp) + 2 * all_gather_bytes(H * s, sp) << "\n"
       << "    USP ulysses " << u << " x cp " << cp << ": q, k, v [" << s << ", " << H << ", " << D
-      << "] -> all-to-all (x3) -> [" << S / cp << ", " << H / u << ", " << D << "], out back: "
-      << 8 * all_to_all_bytes(s, H, D, u) << " (4 forward, 4 backward)\n"
+      << "] -> all-to-all (x3) -> [" << S / cp << ", " << H / u << ", " << D
+      << "] and out back:\n      " << 8 * all_to_all_bytes(s, H, D, u) << " (4 forward, 4 backward)\n"
       << "      the cp level gathers [" << S << ", " << H / u << ", " << D << "]: "
       << 2 * all_gather_bytes(S / cp * H / u * D, cp) + 3 * all_gather_bytes(S / cp * H / u * D, cp) +
              2 * all_gather_bytes(H / u * S / cp, cp)
@@ -143,14 +142,14 @@ std::string context_parallel_text(const CpResults& r) {
   const ReproConfig& c = r.config;
   std::ostringstream out;
   out << "Scenario context-parallel: attention with the sequence split over sp " << c.sequence_parallel_size
-      << " ranks, each variant against one rank (" << c.steps << " step(s), lr " << number_text(c.adamw.lr())
+      << " ranks,\n  each variant against one rank (" << c.steps << " step(s), lr " << number_text(c.adamw.lr())
       << ")\n  " << r.placement << "\n" << config_notes(c) << "\n";
   print_shapes(out, r);
   out << "  score pairs each cp rank computes under the causal mask (S " << c.rows << "):\n";
   print_work(out, c);
   out << "\n  one rank: loss " << number_text(r.baseline.losses.front()) << " at step 1\n\n";
   for (const CpFigures& f : r.variants) {
-    out << "  " << f.variant.name << ": " << f.verdict << "\n"
+    out << "  " << f.variant.name << ":\n      " << f.verdict << "\n"
         << "      loss step 1 " << number_text(f.trace.losses.front()) << "; output max |Δ| "
         << number_text(f.output_difference) << "; gradient max |Δ| " << number_text(f.gradient_difference)
         << " of its largest\n      params differing " << f.parameters_differing << " (max |Δ| "
@@ -158,7 +157,7 @@ std::string context_parallel_text(const CpResults& r) {
         << ", " << number_text(f.trace.seconds / double(c.steps)) << " s/step\n";
     if (f.variant.schedule == CpSchedule::HeadWall) {
       out << "      Ulysses over all " << c.sequence_parallel_size << " ranks (" << r.head_wall_case
-          << "):\n      " << refusal_text(r) << "\n";
+          << "):\n      " << wrap_text(refusal_text(r), 6, 100) << "\n";
     }
   }
   out << "\n  why the ring is not exact: each rank merges the blocks' partial softmaxes (their m, l and\n"
