@@ -167,33 +167,22 @@ struct RingAttention : autograd::Node {
   std::string name() const override { return "RingAttentionBackward"; }
 };
 
-struct Block {
+// The same initial block on every rank and for the baseline (drawn as LongContextBlock's).
+struct Block : nn::Module {
   std::shared_ptr<nn::Linear> query, key, value, output;
-  Parameters parameters;
-  NamedTensors named() const {
-    NamedTensors all;
-    const std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> linears = {
-        {"query", query}, {"key", key}, {"value", value}, {"output", output}};
-    for (const auto& [name, linear] : linears) {
-      for (const auto& [field, p] : linear->named_parameters()) all.push_back({name + "." + field, p.data()});
-    }
-    return all;
+  Block(const ReproConfig& c, Device device) {
+    Generator generator(c.seed + 2);
+    const int64_t width = c.heads * c.head_dim;
+    query = std::make_shared<nn::Linear>(c.in_features, width, generator, device);
+    key = std::make_shared<nn::Linear>(c.in_features, width, generator, device);
+    value = std::make_shared<nn::Linear>(c.in_features, width, generator, device);
+    output = std::make_shared<nn::Linear>(width, c.in_features, generator, device);
+    register_module("query", query);
+    register_module("key", key);
+    register_module("value", value);
+    register_module("output", output);
   }
 };
-
-// The same initial block on every rank and for the baseline (as LongContextBlock draws it).
-Block make_block(const ReproConfig& c, Device device) {
-  Generator generator(c.seed + 2);
-  const int64_t width = c.heads * c.head_dim;
-  Block b{std::make_shared<nn::Linear>(c.in_features, width, generator, device),
-          std::make_shared<nn::Linear>(c.in_features, width, generator, device),
-          std::make_shared<nn::Linear>(c.in_features, width, generator, device),
-          std::make_shared<nn::Linear>(width, c.in_features, generator, device), {}};
-  for (const auto& linear : {b.query, b.key, b.value, b.output}) {
-    for (const Variable& p : linear->parameters()) b.parameters.push_back(p);
-  }
-  return b;
-}
 
 // Where this rank sits in a variant: its tokens' positions, RoPE's positions, and attention.
 struct Seat {
@@ -278,8 +267,9 @@ CpTrace train(CpSchedule schedule, const ReproConfig& c, const Data& data, const
               const UspGroups& usp, Device device) {
   const Seat seat = seat_of(schedule, c, groups, usp);
   const int64_t s = int64_t(seat.positions.size());
-  const Block block = make_block(c, device);
-  optim::AdamW optimizer(block.parameters, c.adamw);
+  const Block block(c, device);
+  const Parameters parameters = block.parameters();
+  optim::AdamW optimizer(parameters, c.adamw);
   // The global mean is each rank's sum over S·d; the mistake divides by its own s·d.
   const int64_t count = (schedule == CpSchedule::LossPerRank ? s : c.rows) * c.in_features;
   const nn::Reduction reduction = nn::Reduction::sum_divided_by(count);
@@ -301,9 +291,9 @@ CpTrace train(CpSchedule schedule, const ReproConfig& c, const Data& data, const
       for (exact::ExactSums* sums : exact.sums()) groups->sequence_parallel->all_reduce_sums(*sums);
     }
     exact.round_into_grads();
-    if (step == 0) trace.first_gradients = flat_values(block.parameters, true);
-    const Tensor norm = optim::grad_norm(block.parameters);
-    if (c.gradient_clipping > 0) optim::clip_grads_with_norm(block.parameters, c.gradient_clipping, norm);
+    if (step == 0) trace.first_gradients = flat_values(parameters, true);
+    const Tensor norm = optim::grad_norm(parameters);
+    if (c.gradient_clipping > 0) optim::clip_grads_with_norm(parameters, c.gradient_clipping, norm);
     optimizer.step();
     // Every rank's rows, put back in position order; the loss as the run reports it
     // (each rank's share over S·d, or its own mean, summed over the ranks).
@@ -318,7 +308,7 @@ CpTrace train(CpSchedule schedule, const ReproConfig& c, const Data& data, const
     }
     trace.losses.push_back(loss / double(count));
     if (step == 0) trace.first_output = Tensor::from_data({c.rows, c.in_features}, ordered);
-    std::vector<float> mine = flat_values(block.parameters, false);
+    std::vector<float> mine = flat_values(parameters, false);
     trace.rank_spread.push_back(rank_spread(mine, world));
     trace.parameters.push_back(std::move(mine));
   }
@@ -359,7 +349,8 @@ UspGroups usp_groups(const RankGroups& groups, int64_t u) {
 NamedTensors trace_tensors(const CpTrace& trace, const Block& names) {
   NamedTensors tensors = {{"output", trace.first_output}};
   size_t at = 0;
-  for (const auto& [name, p] : names.named()) {
+  for (const auto& [name, parameter] : names.named_parameters()) {
+    const Tensor& p = parameter.data();
     std::vector<float> g(trace.first_gradients.begin() + long(at), trace.first_gradients.begin() + long(at + p.numel()));
     at += size_t(p.numel());
     tensors.push_back({"grad." + name, Tensor::from_data(p.shape(), g)});
@@ -381,11 +372,10 @@ class ContextParallelScenario : public Scenario {
     decide_context_parallel(results);
     DumpTensors dump;
     if (request.dump) {
-      const Block names = make_block(config, Device::cpu());
-      dump = {{"inputs.safetensors", results.inputs}, {"reference.safetensors", trace_tensors(results.baseline, names)}};
-      for (const CpFigures& f : results.variants) {
-        dump.push_back({f.variant.key + ".safetensors", trace_tensors(f.trace, names)});
-      }
+      const Block names(config, Device::cpu());
+      DumpTensors variants;
+      for (const CpFigures& f : results.variants) variants.push_back({f.variant.key, trace_tensors(f.trace, names)});
+      dump = variant_dump(results.inputs, trace_tensors(results.baseline, names), variants);
     }
     return scenario_results(context_parallel_text(results), context_parallel_json(results), std::move(dump));
   }
@@ -416,7 +406,7 @@ CpResults run_context_parallel(const RankGroups& groups, const ReproConfig& c, D
   add_sequence_ignored(results.config, "the attention block");
   results.placement = placement;
   results.inputs = {{"x", data.inputs}, {"target", data.targets}};
-  for (const auto& named : make_block(c, Device::cpu()).named()) results.inputs.push_back(named);
+  for (const auto& [name, p] : Block(c, Device::cpu()).named_parameters()) results.inputs.push_back({name, p.data()});
   return results;
 }
 

@@ -53,6 +53,12 @@ ParameterComparison compare_parameters(const std::vector<std::vector<float>>& ru
   return c;
 }
 
+DumpTensors variant_dump(NamedTensors inputs, NamedTensors reference, const DumpTensors& variants) {
+  DumpTensors dump = {{"inputs.safetensors", std::move(inputs)}, {"reference.safetensors", std::move(reference)}};
+  for (const auto& [key, tensors] : variants) dump.push_back({key + ".safetensors", tensors});
+  return dump;
+}
+
 std::string shard_figures(const std::vector<double>& values) {
   std::string text;
   for (size_t r = 0; r < values.size(); ++r) text += (r ? ", " : "") + number_text(values[r]);

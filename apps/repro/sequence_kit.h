@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apps/repro/config.h"
+#include "apps/repro/pitfall.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"
 
@@ -33,6 +34,10 @@ ParameterComparison compare_parameters(const std::vector<std::vector<float>>& ru
 // Lists in config.ignored the keys these scenarios accept but never read (repro.dropout,
 // gradient accumulation), so their reports name them; `block` names the model.
 void add_sequence_ignored(ReproConfig& config, const std::string& block);
+
+// --dump's files: inputs.safetensors, the one-rank run's as reference.safetensors, and
+// each variant's as KEY.safetensors (`variants`: key and tensors, in the report's order).
+DumpTensors variant_dump(NamedTensors inputs, NamedTensors reference, const DumpTensors& variants);
 
 // "[a, b, c]": one figure per shard or rank.
 std::string shard_figures(const std::vector<double>& values);

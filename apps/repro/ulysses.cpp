@@ -259,10 +259,9 @@ class UlyssesScenario : public Scenario {
     decide_ulysses(results);
     DumpTensors dump;
     if (request.dump) {
-      dump = {{"inputs.safetensors", results.inputs}, {"reference.safetensors", trace_tensors(results.baseline)}};
-      for (const UlyssesFigures& f : results.variants) {
-        dump.push_back({f.variant.key + ".safetensors", trace_tensors(f.trace)});
-      }
+      DumpTensors variants;
+      for (const UlyssesFigures& f : results.variants) variants.push_back({f.variant.key, trace_tensors(f.trace)});
+      dump = variant_dump(results.inputs, trace_tensors(results.baseline), variants);
     }
     return scenario_results(ulysses_text(results), ulysses_json(results), std::move(dump));
   }
