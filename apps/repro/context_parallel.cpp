@@ -399,7 +399,10 @@ CpResults run_context_parallel(const RankGroups& groups, const ReproConfig& c, D
       results.head_wall_message = head_wall_refusal(c, groups, device);
     }
     CpTrace trace = train(variant.schedule, c, data, &groups, usp, device);
-    if (first) results.variants.push_back({variant, std::move(trace), 0, 0, 0, 0, 0, 0, "", false});
+    if (!first) continue;
+    results.variants.emplace_back();
+    results.variants.back().variant = variant;
+    results.variants.back().trace = std::move(trace);
   }
   if (!first) return {};
   results.config = c;

@@ -52,6 +52,7 @@ struct CpFigures {
   CpTrace trace;
   double output_difference = 0;    // step 1, max |Δ| of y
   double gradient_difference = 0;  // step 1, max |Δg| / max |g| of one rank
+  std::vector<double> gradient_difference_by_projection;  // the same per query, key, value, output
   double gradient_ratio = 0;       // step 1, max |g| / max |g| of one rank
   int64_t parameters_differing = 0;
   double parameter_difference = 0;

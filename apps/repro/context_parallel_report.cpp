@@ -33,13 +33,20 @@ double max_abs(const std::vector<float>& a) {
   return m;
 }
 
-void measure(CpFigures& f, const CpTrace& baseline) {
+void measure(CpFigures& f, const CpTrace& baseline, const ReproConfig& c) {
   const std::vector<float> y = f.trace.first_output.to_vector(), y0 = baseline.first_output.to_vector();
   f.output_difference = max_difference(y, y0, 0, y.size());
   const std::vector<float>& g = f.trace.first_gradients;
   const double scale = max_abs(baseline.first_gradients);
   f.gradient_difference = max_difference(g, baseline.first_gradients, 0, g.size()) / scale;
   f.gradient_ratio = max_abs(g) / scale;
+  // The flat gradient holds query, key, value (each [H·D, d] and H·D), then output.
+  const size_t projection = size_t(c.heads * c.head_dim * (c.in_features + 1));
+  for (size_t i = 0; i < 4; ++i) {
+    const size_t last = i == 3 ? g.size() : (i + 1) * projection;
+    f.gradient_difference_by_projection.push_back(
+        max_difference(g, baseline.first_gradients, i * projection, last) / scale);
+  }
   const ParameterComparison p = compare_parameters(f.trace.parameters, baseline.parameters);
   f.parameters_differing = p.differing;
   f.parameter_difference = p.max_difference;
@@ -70,10 +77,16 @@ std::string verdict(CpFigures& f, const CpResults& r) {
       return std::string(agree ? "consistent (ranks agree)" : "ranks DIFFER") + ", close, " +
              (bitwise(f) ? "bitwise at this size" : "not exact") + " (float merges in arrival order: below)";
     case CpSchedule::StaleKv:
-    case CpSchedule::DkvNotReduced:
-      f.as_expected = agree && f.output_difference < 1e-4 && f.gradient_difference > 1e-2;
-      return std::string(f.as_expected ? "WRONG gradient" : "NOT caught") +
-             " (forward the ring's; ranks agree: the sync is exact, the gradient it sums is not)";
+    case CpSchedule::DkvNotReduced: {
+      // Stale K/V spoil dq as well; unreduced dK/dV leave dq (the query projection) right.
+      const std::vector<double>& by = f.gradient_difference_by_projection;
+      const bool stale = f.variant.schedule == CpSchedule::StaleKv;
+      f.as_expected = agree && f.output_difference < 1e-4 && by[1] > 1e-2 && by[2] > 1e-2 &&
+                      (stale ? by[0] > 1e-2 : by[0] < 1e-4);
+      if (!f.as_expected) return "NOT caught as expected";
+      return stale ? "WRONG gradient of q, k and v: block b's scores use rank b+1's K/V (ranks agree)"
+                   : "WRONG gradient of k and v, q's right: each key misses the other ranks' queries";
+    }
     case CpSchedule::LossPerRank: {
       const double loss_ratio = f.trace.losses.front() / r.baseline.losses.front(), cp = double(r.config.sequence_parallel_size);
       f.as_expected = f.output_difference == 0 && std::fabs(loss_ratio - cp) < 1e-3 * cp &&
@@ -133,7 +146,7 @@ std::string refusal_text(const CpResults& r) {
 
 void decide_context_parallel(CpResults& results) {
   for (CpFigures& f : results.variants) {
-    measure(f, results.baseline);
+    measure(f, results.baseline, results.config);
     f.verdict = verdict(f, results);
   }
 }
@@ -152,7 +165,8 @@ std::string context_parallel_text(const CpResults& r) {
     out << "  " << f.variant.name << ":\n      " << f.verdict << "\n"
         << "      loss step 1 " << number_text(f.trace.losses.front()) << "; output max |Δ| "
         << number_text(f.output_difference) << "; gradient max |Δ| " << number_text(f.gradient_difference)
-        << " of its largest\n      params differing " << f.parameters_differing << " (max |Δ| "
+        << " of its largest,\n      by projection (q, k, v, out) " << shard_figures(f.gradient_difference_by_projection)
+        << "\n      params differing " << f.parameters_differing << " (max |Δ| "
         << number_text(f.parameter_difference) << "), ranks " << (ranks_agree(f.trace.rank_spread) ? "agree" : "differ")
         << ", " << number_text(f.trace.seconds / double(c.steps)) << " s/step\n";
     if (f.variant.schedule == CpSchedule::HeadWall) {
@@ -174,6 +188,7 @@ nlohmann::json context_parallel_json(const CpResults& r) {
     variants.push_back({{"key", f.variant.key}, {"name", f.variant.name}, {"verdict", f.verdict},
                         {"as_expected", f.as_expected}, {"losses", f.trace.losses},
                         {"output_difference", f.output_difference}, {"gradient_difference", f.gradient_difference},
+                        {"gradient_difference_by_projection", f.gradient_difference_by_projection},
                         {"gradient_ratio", f.gradient_ratio}, {"parameters_differing", f.parameters_differing},
                         {"parameter_difference", f.parameter_difference}, {"diverged_at_step", f.diverged_at_step},
                         {"rank_spread", f.trace.rank_spread}, {"seconds_per_step", f.trace.seconds / double(c.steps)}});

@@ -89,6 +89,11 @@ TEST_CASE("context-parallel: every variant's verdict, and the figure that names 
     CHECK(f.at(key)->gradient_difference > 1e-2);
     CHECK(f.at(key)->verdict.find("WRONG gradient") != std::string::npos);
   }
+  // Which projections' gradients each spoils: stale K/V also dq; unreduced dK/dV not it.
+  CHECK(f.at("stale-kv")->gradient_difference_by_projection[0] > 1e-2);
+  CHECK(f.at("dkv-not-reduced")->gradient_difference_by_projection[0] < 1e-4);
+  CHECK(f.at("dkv-not-reduced")->gradient_difference_by_projection[1] > 1e-2);
+  CHECK(f.at("stale-kv")->verdict != f.at("dkv-not-reduced")->verdict);
   CHECK(f.at("stale-kv")->trace.first_gradients != f.at("dkv-not-reduced")->trace.first_gradients);
   // loss per rank: the same model, a loss and gradients cp = 4 times one rank's.
   CHECK(f.at("loss-per-rank")->output_difference == 0);
