@@ -12,6 +12,7 @@
 #include "autograd/reshape.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "dist/mesh.h"
 #include "nn/l1_loss.h"
 #include "nn/linear.h"
 #include "nn/rope.h"
@@ -329,21 +330,15 @@ std::string head_wall_refusal(const ReproConfig& c, const RankGroups& groups, De
   return "";
 }
 
-// The Ulysses and cp groups of ulysses U x cp C inside the sp group (dist::Mesh's
-// layout: Ulysses groups of neighbours, cp groups strided by U).
+// USP's two levels as a user builds them: dist::Mesh(world, ulysses U, cp C, dp 1) (a
+// level of degree 1 has no group; its layer takes the single-rank group).
 UspGroups usp_groups(const RankGroups& groups, int64_t u) {
-  const int64_t cp = groups.sp / u;
-  std::vector<std::vector<int>> ulysses(static_cast<size_t>(cp)), strided(static_cast<size_t>(u));
-  std::vector<std::string> ulysses_names, cp_names;
-  for (int64_t r = 0; r < groups.sp; ++r) {
-    ulysses[size_t(r / u)].push_back(int(r));
-    strided[size_t(r % u)].push_back(int(r));
-  }
-  for (int64_t i = 0; i < cp; ++i) ulysses_names.push_back("ulysses" + std::to_string(i));
-  for (int64_t i = 0; i < u; ++i) cp_names.push_back("cp" + std::to_string(i));
-  UspGroups usp{nn::single_rank_group(), nn::sequence_group(groups.sequence_parallel->split(strided, cp_names))};
-  if (u > 1) usp.ulysses = nn::sequence_group(groups.sequence_parallel->split(ulysses, ulysses_names));
-  return usp;
+  const dist::Mesh mesh(int(groups.sp), int(u), int(groups.sp / u), 1);
+  const dist::MeshGroups built = dist::build_mesh_groups(mesh, *groups.world);
+  const auto level = [](const std::shared_ptr<dist::ProcessGroup>& group) {
+    return group ? nn::sequence_group(group) : nn::single_rank_group();
+  };
+  return {level(built.ulysses_group), level(built.cp_group)};
 }
 
 NamedTensors trace_tensors(const CpTrace& trace, const Block& names) {
