@@ -60,18 +60,23 @@ bool bitwise(const CpFigures& f) {
 std::string verdict(CpFigures& f, const CpResults& r) {
   const ReproConfig& c = r.config;
   const bool agree = ranks_agree(f.trace.rank_spread);
-  const std::string exact = "one-rank training, bit for bit, at each of " + std::to_string(c.steps) + " step(s)";
+  const std::string exact = "one-rank training bit for bit, all " + std::to_string(c.steps) + " step(s)";
   switch (f.variant.schedule) {
     case CpSchedule::Contiguous:
     case CpSchedule::Zigzag:
     case CpSchedule::Usp:
       f.as_expected = agree && bitwise(f);
       return f.as_expected ? exact : "NOT bitwise one-rank training: a bug";
-    case CpSchedule::HeadWall:
-      f.as_expected = !r.head_wall_message.empty() && agree && bitwise(f);
-      if (r.head_wall_message.empty()) return "NOT refused: sp divides the heads, there is no wall here";
+    case CpSchedule::HeadWall: {
+      // With sp dividing the heads there is no wall to refuse: USP is run all the same.
+      const bool wall = c.heads % c.sequence_parallel_size != 0;
+      f.as_expected = wall == !r.head_wall_message.empty() && agree && bitwise(f);
+      if (!wall) return "no wall (sp divides H); USP ulysses " + std::to_string(r.ulysses) + " x cp " +
+                        std::to_string(r.cp) + (bitwise(f) ? ": " + exact : ": NOT bitwise one-rank training");
+      if (r.head_wall_message.empty()) return "NOT refused past the wall: a bug";
       return "refused; as USP ulysses " + std::to_string(r.ulysses) + " x cp " + std::to_string(r.cp) +
              (bitwise(f) ? ": " + exact : ": NOT bitwise one-rank training");
+    }
     case CpSchedule::Ring:
       f.as_expected = agree && f.output_difference < 1e-4 && f.gradient_difference < 1e-3;
       return std::string(agree ? "consistent (ranks agree)" : "ranks DIFFER") + ", close, " +
@@ -137,7 +142,7 @@ void print_shapes(std::ostream& out, const CpResults& r) {
 }
 
 std::string refusal_text(const CpResults& r) {
-  if (r.head_wall_message.empty()) return "(not refused: sp divides the heads)";
+  if (r.head_wall_message.empty()) return "(runs: sp divides the heads)";
   const size_t start = r.head_wall_message.find("UlyssesAttention:");
   return start == std::string::npos ? r.head_wall_message : r.head_wall_message.substr(start);
 }
