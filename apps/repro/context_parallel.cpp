@@ -8,7 +8,6 @@
 
 #include "apps/repro/sequence_kit.h"
 #include "autograd/node.h"
-#include "autograd/ops.h"
 #include "autograd/reshape.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -189,7 +188,6 @@ struct Block : nn::Module {
 struct Seat {
   std::vector<int64_t> positions, rope_positions;
   Attend attend;
-  std::shared_ptr<nn::SequenceParallelAttention> library;  // kept alive for attend
 };
 
 struct UspGroups {
@@ -227,14 +225,13 @@ Seat seat_of(CpSchedule schedule, const ReproConfig& c, const RankGroups* groups
   }
   const ContextParallelLayout layout =
       schedule == CpSchedule::Contiguous ? ContextParallelLayout::Contiguous : ContextParallelLayout::Zigzag;
-  seat.library = std::make_shared<nn::SequenceParallelAttention>(
+  const auto library = std::make_shared<nn::SequenceParallelAttention>(
       ulysses, cp, nn::SequenceParallelOptions{nn::AttentionMask::causal(), layout, {}});
-  seat.positions = seat.library->positions(s);
+  seat.positions = library->positions(s);
   seat.rope_positions = seat.positions;
   if (schedule == CpSchedule::Unpermuted) {  // numbered as if the shards were contiguous
     std::iota(seat.rope_positions.begin(), seat.rope_positions.end(), (groups ? groups->sp_rank : 0) * s);
   }
-  const auto library = seat.library;
   seat.attend = [library](const Variable& q, const Variable& k, const Variable& v) {
     return library->forward(q, k, v);
   };

@@ -2,7 +2,6 @@
 // shard-local mask's (ulysses_mask.h).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <sstream>
 
 #include "apps/repro/report.h"
