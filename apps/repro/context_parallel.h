@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "apps/repro/pitfall.h"
+#include "apps/repro/sequence_kit.h"
 
 namespace seqpar::repro {
 
@@ -54,9 +55,7 @@ struct CpFigures {
   double gradient_difference = 0;  // step 1, max |Δg| / max |g| of one rank
   std::vector<double> gradient_difference_by_projection;  // the same per query, key, value, output
   double gradient_ratio = 0;       // step 1, max |g| / max |g| of one rank
-  int64_t parameters_differing = 0;
-  double parameter_difference = 0;
-  int64_t diverged_at_step = 0;
+  ParameterComparison parameters;  // after each step, against one rank's
   std::string verdict;
   bool as_expected = false;
 };

@@ -47,14 +47,11 @@ void measure(CpFigures& f, const CpTrace& baseline, const ReproConfig& c) {
     f.gradient_difference_by_projection.push_back(
         max_difference(g, baseline.first_gradients, i * projection, last) / scale);
   }
-  const ParameterComparison p = compare_parameters(f.trace.parameters, baseline.parameters);
-  f.parameters_differing = p.differing;
-  f.parameter_difference = p.max_difference;
-  f.diverged_at_step = p.diverged_at_step;
+  f.parameters = compare_parameters(f.trace.parameters, baseline.parameters);
 }
 
 bool bitwise(const CpFigures& f) {
-  return f.output_difference == 0 && f.gradient_difference == 0 && f.diverged_at_step == 0;
+  return f.output_difference == 0 && f.gradient_difference == 0 && f.parameters.diverged_at_step == 0;
 }
 
 std::string verdict(CpFigures& f, const CpResults& r) {
@@ -171,8 +168,8 @@ std::string context_parallel_text(const CpResults& r) {
         << "      loss step 1 " << number_text(f.trace.losses.front()) << "; output max |Δ| "
         << number_text(f.output_difference) << "; gradient max |Δ| " << number_text(f.gradient_difference)
         << " of its largest,\n      by projection (q, k, v, out) " << shard_figures(f.gradient_difference_by_projection)
-        << "\n      params differing " << f.parameters_differing << " (max |Δ| "
-        << number_text(f.parameter_difference) << "), ranks " << (ranks_agree(f.trace.rank_spread) ? "agree" : "differ")
+        << "\n      params differing " << f.parameters.differing << " (max |Δ| "
+        << number_text(f.parameters.max_difference) << "), ranks " << (ranks_agree(f.trace.rank_spread) ? "agree" : "differ")
         << ", " << number_text(f.trace.seconds / double(c.steps)) << " s/step\n";
     if (f.variant.schedule == CpSchedule::HeadWall) {
       out << "      Ulysses over all " << c.sequence_parallel_size << " ranks (" << r.head_wall_case
@@ -194,8 +191,9 @@ nlohmann::json context_parallel_json(const CpResults& r) {
                         {"as_expected", f.as_expected}, {"losses", f.trace.losses},
                         {"output_difference", f.output_difference}, {"gradient_difference", f.gradient_difference},
                         {"gradient_difference_by_projection", f.gradient_difference_by_projection},
-                        {"gradient_ratio", f.gradient_ratio}, {"parameters_differing", f.parameters_differing},
-                        {"parameter_difference", f.parameter_difference}, {"diverged_at_step", f.diverged_at_step},
+                        {"gradient_ratio", f.gradient_ratio}, {"parameters_differing", f.parameters.differing},
+                        {"parameter_difference", f.parameters.max_difference},
+                        {"diverged_at_step", f.parameters.diverged_at_step},
                         {"rank_spread", f.trace.rank_spread}, {"seconds_per_step", f.trace.seconds / double(c.steps)}});
   }
   return {{"schema", "seqpar-repro-context-parallel/1"},
