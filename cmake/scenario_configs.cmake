@@ -7,7 +7,7 @@ get_filename_component(scenario_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 set(scenario_entries "")
 foreach(pair IN ITEMS issue-6868:issue6868 zero-stage:zero-stage shifted-targets:shifted-targets
         clipping-norms:clipping-norms dropout:dropout masked-tokens:masked-tokens
-        ulysses:ulysses)
+        ulysses:ulysses context-parallel:context_parallel)
   string(REPLACE ":" ";" pair "${pair}")
   list(GET pair 0 scenario)
   list(GET pair 1 file)

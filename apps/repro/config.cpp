@@ -93,9 +93,14 @@ struct Key {
 };
 
 template <typename Integer>
-Key integer_key(Integer C::*field, int64_t low, int64_t high = INT64_MAX, const char* only_in_scenario = nullptr) {
+Key integer_key(Integer C::*field, int64_t low, int64_t high = INT64_MAX,
+                std::vector<std::string> only_in_scenarios = {}) {
   return {[=](const Json& node, const std::string& key, C& c) { c.*field = read_integer(node, key, low, high); },
-          [=](const C& c) { return !only_in_scenario || c.scenario == only_in_scenario ? Json(c.*field) : Json(); }};
+          [=](const C& c) {
+            const bool read = only_in_scenarios.empty() ||
+                std::find(only_in_scenarios.begin(), only_in_scenarios.end(), c.scenario) != only_in_scenarios.end();
+            return read ? Json(c.*field) : Json();
+          }};
 }
 
 Key number_key(double C::*field, Range range) {
@@ -175,8 +180,8 @@ const std::map<std::string, Key>& keys() {
       {"repro.out_features", integer_key(&C::out_features, 1)},
       {"repro.steps", integer_key(&C::steps, 1, 1000000)},  // a million steps is days of compute
       {"repro.dropout", number_key(&C::dropout, {0, 1, true, false, "the drop probability "})},
-      {"repro.heads", integer_key(&C::heads, INT64_MIN, INT64_MAX, "ulysses")},  // checked by its scenario
-      {"repro.head_dim", integer_key(&C::head_dim, INT64_MIN, INT64_MAX, "ulysses")},
+      {"repro.heads", integer_key(&C::heads, INT64_MIN, INT64_MAX, {"ulysses", "context-parallel"})},  // checked by its scenario
+      {"repro.head_dim", integer_key(&C::head_dim, INT64_MIN, INT64_MAX, {"ulysses", "context-parallel"})},
       {"repro.scenario", {read_scenario, [](const C& c) { return Json(c.scenario); }}},
   };
   return table;

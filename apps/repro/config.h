@@ -38,7 +38,8 @@ struct ReproConfig {
   int64_t out_features = 16;
   int64_t steps = 1;
   double dropout = 0.1;  // the dropout scenario's drop probability
-  // The ulysses scenario's attention: heads of head_dim features (d_model is in_features).
+  // The ulysses and context-parallel scenarios' attention: heads of head_dim features
+  // (d_model is in_features).
   int64_t heads = 8;
   int64_t head_dim = 16;
   std::string scenario = "issue-6868";  // apps/repro/scenario_list.h

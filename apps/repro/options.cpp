@@ -132,7 +132,9 @@ std::vector<CommandLineOption> option_table(Options& options) {
        "masked-tokens, clipping-norms the final parameters, step 1's gradients and clip_norm "
        "(variantN.safetensors); ulysses no parameters, but step 1's attention output "
        "('attention') and block output ('output') of all ranks' rows (VARIANT.safetensors, "
-       "the baseline's in reference.safetensors). zero-stage refuses --dump. Default: none."},
+       "the baseline's in reference.safetensors); context-parallel step 1's block output "
+       "('output', rows in position order) and gradients summed over the ranks ('grad.NAME') "
+       "(VARIANT.safetensors). zero-stage refuses --dump. Default: none."},
       flag({"--overwrite"}, options.overwrite, "Let --dump replace an earlier dump in DIR."),
       {{"--json"}, true,
        [&](const std::string& v) { options.json_path = nonempty("--json", v); }, "FILE|-",

@@ -13,6 +13,7 @@ namespace seqpar::repro {
 const Scenario& scenario_named(const std::string& name) {
   if (name == "zero-stage") return zero_stage_scenario();
   if (name == "ulysses") return ulysses_scenario();
+  if (name == "context-parallel") return context_parallel_scenario();
   static const auto kit = [] {  // the pitfall kit's scenarios (pitfall.h), by name
     std::map<std::string, std::unique_ptr<Scenario>> scenarios;
     for (const PitfallScenario* scenario : {&shifted_targets_scenario(), &clipping_norms_scenario(),

@@ -1,7 +1,7 @@
 // The one path every scenario of seqpar-repro takes: main checks the configuration
 // with the scenario, runs it on every rank, and prints and writes what world rank 0
 // gets back. A scenario is one implementation of Scenario: the issue's (issue6868.cpp),
-// ulysses' (ulysses.cpp), and the pitfall kit's (pitfall.cpp's kit_scenario), of which
+// ulysses' (ulysses.cpp), context-parallel's (context_parallel.cpp), and the pitfall kit's (pitfall.cpp's kit_scenario), of which
 // zero-stage is one with a report of its own. A new one is a class and a line in
 // scenario_named.
 #pragma once
@@ -66,10 +66,12 @@ class Scenario {
 // The scenario --scenario / repro.scenario names (scenario_list.h lists the names).
 const Scenario& scenario_named(const std::string& name);
 
-// The scenarios by file: issue6868.cpp, zero_stage.cpp (a kit_scenario), ulysses.cpp.
+// The scenarios by file: issue6868.cpp, zero_stage.cpp (a kit_scenario), ulysses.cpp,
+// context_parallel.cpp.
 const Scenario& issue6868_scenario();
 const Scenario& zero_stage_scenario();
 const Scenario& ulysses_scenario();
+const Scenario& context_parallel_scenario();
 
 // The metadata of every dump file: the configuration as TOML and the producer.
 std::map<std::string, std::string> dump_metadata(const ReproConfig& config);

@@ -33,6 +33,11 @@ const std::vector<ScenarioInfo>& scenario_list() {
        "DeepSpeed-Ulysses attention (all-to-all, RoPE, causal mask) trained over sp:\n"
        "correct, exact, and the mistakes (no all-to-all, shard-local positions or mask,\n"
        "#6868's sync, heads not divisible by sp) against one rank (configs/ulysses.toml)"},
+      {"context-parallel",
+       "attention with the sequence split over sp: exact CP (contiguous, zigzag), USP,\n"
+       "an online-softmax ring, and the mistakes (stale K/V, dK/dV not reduced, loss\n"
+       "per rank, unpermuted positions, the head wall) against one rank\n"
+       "(configs/context_parallel.toml)"},
   };
   return list;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "apps/repro/sequence_kit.h"
 #include "apps/repro/ulysses_mask.h"
 #include "core/elementwise.h"
 #include "core/error.h"
@@ -106,25 +107,6 @@ void synchronize(UlyssesSync sync, const Parameters& parameters, nn::ExactGradie
   if (clipping > 0) optim::clip_grads_with_norm(parameters, clipping, norm);
 }
 
-// This rank's rows gathered from every rank, in one-rank row order (world rank
-// w = dp_rank * sp + sp_rank holds rows dp_rank * S + sp_rank * S/sp ...).
-Tensor gathered(const Tensor& local, const RankGroups* groups) {
-  if (groups == nullptr) return local.clone();
-  Tensor all = Tensor::empty({local.size(0) * groups->world->size(), local.size(1)}, local.device());
-  groups->world->all_gather(all, local.contiguous());
-  return all;
-}
-
-// The rows of `parts` one after another, on the CPU.
-Tensor stacked(const std::vector<Tensor>& parts) {
-  std::vector<float> values;
-  for (const Tensor& part : parts) {
-    const std::vector<float> own = part.to_vector();
-    values.insert(values.end(), own.begin(), own.end());
-  }
-  return Tensor::from_data({int64_t(values.size()) / parts.front().size(1), parts.front().size(1)}, values);
-}
-
 // Where `groups` puts this rank's rows (one rank: every sequence whole).
 Seat seat_of(const ReproConfig& c, const RankGroups* groups) {
   Seat seat{nn::single_rank_group(), {}, c.rows};
@@ -161,20 +143,18 @@ StepRows forward_backward(const nn::UlyssesBlock& block, const Seat& seat, const
 // tensors, rank 0's parameters and how far the other ranks' are from them.
 void record_step(UlyssesTrace& trace, const StepRows& rows, const Parameters& parameters, const Data& data,
                  const RankGroups* groups) {
-  const Tensor y = gathered(stacked(rows.outputs), groups);
+  dist::ProcessGroup* world = groups == nullptr ? nullptr : groups->world.get();
+  const Tensor y = gathered_rows(stacked_rows(rows.outputs), world);
   const std::vector<float> outputs = y.to_vector(), targets = data.targets.to_vector();
   double loss = 0;
   for (size_t i = 0; i < outputs.size(); ++i) loss += std::fabs(double(outputs[i]) - double(targets[i]));
   trace.losses.push_back(loss / double(outputs.size()));
   if (trace.parameters.empty()) {
     trace.first_output = y;
-    trace.first_attention = gathered(stacked(rows.attentions), groups);
+    trace.first_attention = gathered_rows(stacked_rows(rows.attentions), world);
   }
   std::vector<float> mine = flat_values(parameters, false);
-  const std::vector<float> all = gathered(Tensor::from_data({1, int64_t(mine.size())}, mine), groups).to_vector();
-  double spread = 0;
-  for (size_t i = 0; i < all.size(); ++i) spread = std::fmax(spread, std::fabs(all[i] - mine[i % mine.size()]));
-  trace.rank_spread.push_back(spread);
+  trace.rank_spread.push_back(rank_spread(mine, world));
   trace.parameters.push_back(std::move(mine));
 }
 
@@ -279,10 +259,9 @@ class UlyssesScenario : public Scenario {
     decide_ulysses(results);
     DumpTensors dump;
     if (request.dump) {
-      dump = {{"inputs.safetensors", results.inputs}, {"reference.safetensors", trace_tensors(results.baseline)}};
-      for (const UlyssesFigures& f : results.variants) {
-        dump.push_back({f.variant.key + ".safetensors", trace_tensors(f.trace)});
-      }
+      DumpTensors variants;
+      for (const UlyssesFigures& f : results.variants) variants.push_back({f.variant.key, trace_tensors(f.trace)});
+      dump = variant_dump(results.inputs, trace_tensors(results.baseline), variants);
     }
     return scenario_results(ulysses_text(results), ulysses_json(results), std::move(dump));
   }
@@ -312,7 +291,7 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
   }
   if (!first) return {};
   results.config = c;
-  add_ulysses_ignored(results.config);
+  add_sequence_ignored(results.config, "the ulysses block");
   results.placement = placement;
   results.inputs = {{"x", data.inputs}, {"target", data.targets}};
   Generator generator(c.seed + 2);
@@ -324,20 +303,6 @@ UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& c, Devic
 const Scenario& ulysses_scenario() {
   static const UlyssesScenario scenario;
   return scenario;
-}
-
-void add_ulysses_ignored(ReproConfig& c) {
-  // The keys the config reader accepts for the other scenarios that this block never
-  // reads: listed, as the scenario lists its own, so none passes silently.
-  // (ds_config.train_micro_batch_size_per_gpu is listed by the reader for every scenario.)
-  const auto shown = [](double value) { return shortest_float_text(value); };
-  c.ignored.push_back({"repro.dropout = " + shown(c.dropout), "the dropout scenario's; the ulysses block has no dropout"});
-  c.ignored.push_back({"ds_config.gradient_accumulation_steps = " + std::to_string(c.gradient_accumulation_steps),
-                       "one micro-batch (each replica's repro.rows tokens) per step; checked against train_batch_size"});
-  if (c.train_batch_size) {
-    c.ignored.push_back({"ds_config.train_batch_size = " + std::to_string(*c.train_batch_size),
-                         "checked as DeepSpeed checks it; the block takes each replica's repro.rows tokens"});
-  }
 }
 
 }  // namespace seqpar::repro

@@ -66,9 +66,6 @@ struct UlyssesResults {
 UlyssesResults run_ulysses(const RankGroups& groups, const ReproConfig& config, Device device,
                            const std::string& placement);
 void check_ulysses_config(const ReproConfig& config);
-// Lists in config.ignored the keys the ulysses scenario accepts but never reads
-// (repro.dropout, gradient accumulation), so its report names them.
-void add_ulysses_ignored(ReproConfig& config);
 
 // ulysses_report.cpp
 void decide_ulysses(UlyssesResults& results);

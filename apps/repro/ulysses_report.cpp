@@ -2,10 +2,10 @@
 // shard-local mask's (ulysses_mask.h).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <sstream>
 
 #include "apps/repro/report.h"
+#include "apps/repro/sequence_kit.h"
 #include "apps/repro/ulysses.h"
 #include "apps/repro/ulysses_mask.h"
 
@@ -42,20 +42,13 @@ void measure(UlyssesFigures& f, const UlyssesTrace& baseline, const ReproConfig&
   }
   const std::vector<float> y = f.trace.first_output.to_vector(), y0 = baseline.first_output.to_vector();
   f.output_difference = max_difference(y, y0, 0, y.size());
-  const std::vector<float>& p = f.trace.parameters.back();
-  const std::vector<float>& p0 = baseline.parameters.back();
-  for (size_t i = 0; i < p.size(); ++i) f.parameters_differing += std::memcmp(&p[i], &p0[i], sizeof(float)) != 0;
-  f.parameter_difference = max_difference(p, p0, 0, p.size());
-  for (size_t s = 0; s < f.trace.parameters.size() && f.diverged_at_step == 0; ++s) {
-    if (std::memcmp(f.trace.parameters[s].data(), baseline.parameters[s].data(), p.size() * sizeof(float)) != 0) {
-      f.diverged_at_step = int64_t(s) + 1;
-    }
-  }
+  const ParameterComparison p = compare_parameters(f.trace.parameters, baseline.parameters);
+  f.parameters_differing = p.differing;
+  f.parameter_difference = p.max_difference;
+  f.diverged_at_step = p.diverged_at_step;
 }
 
-bool ranks_agree(const UlyssesTrace& trace) {
-  return std::all_of(trace.rank_spread.begin(), trace.rank_spread.end(), [](double d) { return d == 0; });
-}
+bool ranks_agree(const UlyssesTrace& trace) { return repro::ranks_agree(trace.rank_spread); }
 
 std::string verdict(UlyssesFigures& f, const ReproConfig& c) {
   const bool agree = ranks_agree(f.trace), attention_same = f.output_difference == 0 &&
@@ -85,15 +78,9 @@ std::string verdict(UlyssesFigures& f, const ReproConfig& c) {
   }
 }
 
-std::string shard_figures(const std::vector<double>& values) {
-  std::string text;
-  for (size_t r = 0; r < values.size(); ++r) text += (r ? ", " : "") + number_text(values[r]);
-  return "[" + text + "]";
-}
-
 void print_shapes(std::ostream& out, const ReproConfig& c) {
   const int64_t p = c.sequence_parallel_size, s = c.rows, h = c.heads, d = c.head_dim;
-  const int64_t bytes = s / p * h * d * 4 * (p - 1) / p;  // sent to the other ranks, each exchange
+  const int64_t bytes = all_to_all_bytes(s / p, h, d, p);  // to the other ranks, each exchange
   out << "  shapes on each rank (S " << s << ", H " << h << ", D " << d << ", sp " << p << "):\n"
       << "    x [" << s / p << ", " << c.in_features << "] -> q, k, v [" << s / p << ", " << h << ", " << d
       << "] -> all-to-all (x3) -> [" << s << ", " << h / p << ", " << d << "]\n"

@@ -17,7 +17,8 @@ without_timings() {
 
 run="--device cpu --backend local --plot= --steps 2 -q"
 for pair in issue-6868:issue6868 zero-stage:zero-stage shifted-targets:shifted-targets \
-            clipping-norms:clipping-norms dropout:dropout masked-tokens:masked-tokens; do
+            clipping-norms:clipping-norms dropout:dropout masked-tokens:masked-tokens \
+            context-parallel:context_parallel; do
   scenario=${pair%%:*}
   config=$source_dir/configs/${pair#*:}.toml
   "$repro" --print-config --scenario "$scenario" > "$work/scenario.toml"
