@@ -234,7 +234,10 @@ bool loss_normalized_per_rank(const AttentionFigures& f) {
 
 namespace {
 
-const char* const kNoScenario = "none (seqpar-repro's context-parallel scenario is not built yet)";
+// The scenario that shows a cause beside one-rank training, and its variants.
+std::string reproduce(const char* variants) {
+  return std::string("seqpar-repro --scenario context-parallel (") + variants + ")";
+}
 
 // "block 0 bitwise equal, block 1 up to 0.31 (relative 0.4), ..."
 std::string blocks_text(const TensorByShard& t) {
@@ -283,9 +286,9 @@ Cause positions_cause(const AttentionFigures& f) {
   if (f.contiguous_positions) {
     evidence += "; exactly the chunks whose zigzag place is their contiguous place (chunk 0 always) agree: each "
                 "rank's rows were rotated at the positions of the contiguous block r*S/C .. (r+1)*S/C - 1";
-    return {name, evidence, fix, kNoScenario};
+    return {name, evidence, fix, reproduce("variant unpermuted-positions")};
   }
-  return {name, evidence, "", kNoScenario,
+  return {name, evidence, "", reproduce("variant unpermuted-positions"),
           "print the position ids each rank passes to RoPE: they should be its zigzag chunks' global positions; "
           "chunk 0 disagreeing too points at the rotation itself (its base, its pairing of features)"};
 }
@@ -310,10 +313,10 @@ Cause backward_cause(const AttentionFigures& f) {
                 scaled,
                 "divide each rank's loss sum by the token count of the whole sequence (every CP rank's tokens), "
                 "or average the gradients over the CP ranks instead of summing",
-                kNoScenario};
+                reproduce("variant loss-per-rank")};
       }
       return {name, scaled, "",
-              kNoScenario,
+              reproduce("variant loss-per-rank"),
               "compare the loss's normalization (the token count it divides by) and the gradients' reduction (sum or "
               "mean, over which ranks) with one-rank training's"};
     }
@@ -321,7 +324,7 @@ Cause backward_cause(const AttentionFigures& f) {
       return {name, evidence,
               "sum dK and dV over the CP ranks before the key and value projections' backward (the reduce-scatter "
               "that is the all-gather's backward, or the ring's dK and dV carried back to their owner)",
-              kNoScenario};
+              reproduce("variant dkv-not-reduced")};
     case BackwardSignature::KeysValuesNotReduced: {
       bool last_right = true;
       for (const TensorByShard& g : b.gradients) last_right = last_right && !g.shards.back().beyond_rounding();
@@ -329,15 +332,15 @@ Cause backward_cause(const AttentionFigures& f) {
                                              "rank's queries see, are right" : ""),
               "sum dK and dV over the CP ranks before the key and value projections' backward (the reduce-scatter "
               "that is the all-gather's backward, or the ring's dK and dV carried back to their owner)",
-              kNoScenario};
+              reproduce("variant dkv-not-reduced")};
     }
     case BackwardSignature::StaleKeysValues:
       return {name, evidence + "; the first block's queries attend to their own rank's keys alone",
               "in the ring's backward compute each hop with the K and V block received at that hop (the block whose "
               "dK and dV are being accumulated), not the rank's own K and V saved by the forward",
-              kNoScenario};
+              reproduce("variant stale-kv")};
     case BackwardSignature::Differs:
-      return {name, evidence, "", kNoScenario,
+      return {name, evidence, "", reproduce("variants stale-kv, dkv-not-reduced"),
               std::string(b.gradients.size() < 3 ? "save attention.query.grad, attention.key.grad and "
                                                    "attention.value.grad (dQ, dK, dV on the rank's tokens) on the "
                                                    "ranks and the baseline: " : "") +
