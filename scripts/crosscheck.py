@@ -54,6 +54,34 @@ def read_safetensors(path):
     return tensors, metadata
 
 
+
+def write_safetensors(tensors, path):
+    """safetensors' format: bf16 tensors stay bf16 (dtype BF16), the rest are float32."""
+    header, offset, blobs = {}, 0, []
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().contiguous()
+        if tensor.dtype == torch.bfloat16:
+            data, dtype = tensor.view(torch.int16).numpy().tobytes(), "BF16"
+        else:
+            data, dtype = tensor.to(torch.float32).numpy().tobytes(), "F32"
+        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def rope_float64(x, positions, base=10000.0):
+    """x [S, H, D]; pairs (m, m + D/2) rotated by positions * base^(-2m/D), in float64."""
+    half = x.shape[2] // 2
+    theta = base ** (-2.0 * torch.arange(half, dtype=torch.float64) / x.shape[2])
+    angle = positions.to(torch.float64)[:, None] * theta[None, :]
+    cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=2)
+
 def train(rows_per_rank, weight, bias, reduction_divisors, combine, config):
     """Trains one Linear per rank; `combine` maps the list of per-rank gradient lists
     to the gradients each rank uses. Returns per-rank (weight, bias, grad_w, grad_b)."""

@@ -34,7 +34,7 @@ import tomllib
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from crosscheck import read_safetensors  # noqa: E402
+from crosscheck import read_safetensors, rope_float64 as rope  # noqa: E402
 
 TOLERANCE = 1e-4
 VISIBLE = 1e-3
@@ -44,16 +44,6 @@ VARIANTS = EXACT + ("ring", "stale-kv", "dkv-not-reduced", "loss-per-rank", "unp
 MOVES = {"stale-kv": ("gradients",), "dkv-not-reduced": ("gradients",), "loss-per-rank": ("gradients",),
          "unpermuted-positions": ("output", "gradients")}
 PARAMETERS = [f"{m}.{f}" for m in ("query", "key", "value", "output") for f in ("weight", "bias")]
-
-
-def rope(x, positions, base=10000.0):
-    """x [S, H, D]; pairs (m, m + D/2) rotated by positions * base^(-2m/D)."""
-    half = x.shape[2] // 2
-    theta = base ** (-2.0 * torch.arange(half, dtype=torch.float64) / x.shape[2])
-    angle = positions.to(torch.float64)[:, None] * theta[None, :]
-    cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=2)
 
 
 def zigzag(tokens, ranks):

@@ -28,21 +28,11 @@ import tomllib
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from crosscheck import read_safetensors  # noqa: E402
+from crosscheck import read_safetensors, rope_float64 as rope  # noqa: E402
 
 TOLERANCE = 1e-4
 VISIBLE = 1e-3
 RIGHT_ATTENTION = ("correct", "exact", "issue-6868")
-
-
-def rope(x, positions, base):
-    """x [S, H, D]; pairs (m, m + D/2) rotated by positions * base^(-2m/D)."""
-    half = x.shape[2] // 2
-    theta = base ** (-2.0 * torch.arange(half, dtype=torch.float64) / x.shape[2])
-    angle = positions.to(torch.float64)[:, None] * theta[None, :]
-    cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=2)
 
 
 def attention(q, k, v, visible):

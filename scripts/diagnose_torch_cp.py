@@ -48,28 +48,13 @@ except ImportError:
     print("skipped: PyTorch is not installed")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crosscheck import write_safetensors  # noqa: E402
+
 CP, S, H, D, MODEL = 4, 256, 4, 16, 64
 LR = 1e-3
 NAMES = ("attention", "attention.query", "attention.key", "attention.query.grad", "attention.key.grad",
          "attention.value.grad")
-
-
-def save_file(tensors, path):
-    """safetensors' format, keeping bf16 tensors bf16 (dtype BF16) and the rest float32."""
-    header, offset, blobs = {}, 0, []
-    for name, tensor in tensors.items():
-        tensor = tensor.detach().contiguous()
-        if tensor.dtype == torch.bfloat16:
-            data, dtype = tensor.view(torch.int16).numpy().tobytes(), "BF16"
-        else:
-            data, dtype = tensor.to(torch.float32).numpy().tobytes(), "F32"
-        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 def rank_rows(layout, ranks=CP):
@@ -203,13 +188,13 @@ def save_run(folder, result, sp_ranks, saved=NAMES, whole=False):
     master, grads, attention, rows = result
     common = {**master, **{"grad." + n: g for n, g in grads.items()}}
     if not sp_ranks:
-        save_file({**common, **{n: attention[n] for n in saved}}, os.path.join(folder, "baseline.safetensors"))
+        write_safetensors({**common, **{n: attention[n] for n in saved}}, os.path.join(folder, "baseline.safetensors"))
         return
     for r, idx in enumerate(rows):
         tensors = {**common, **{n: attention[n][idx] for n in saved}}
         if whole:
             tensors["attention.key.grad"], tensors["attention.value.grad"] = attention["partials"][r]
-        save_file(tensors, os.path.join(folder, f"model_rank{r}.safetensors"))
+        write_safetensors(tensors, os.path.join(folder, f"model_rank{r}.safetensors"))
 
 
 def diagnose(program, folder, *extra):

@@ -48,29 +48,12 @@ except ImportError:
     print("skipped: PyTorch is not installed")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crosscheck import write_safetensors  # noqa: E402
+
 SP = 4
 LR, BETAS, EPS, WEIGHT_DECAY, CLIP = 1e-4, (0.9, 0.999), 1e-8, 0.01, 1.0
 POLICIES = ["none", "sum", "average", "mean-of-norms", "replicated-squares", "shard-local-shift"]
-
-
-def save_file(tensors, path):
-    """safetensors.torch.save_file, or the same format in a few lines without it."""
-    try:
-        from safetensors.torch import save_file as save
-        save({k: v.contiguous() for k, v in tensors.items()}, path)
-        return
-    except ImportError:
-        pass
-    header, offset, blobs = {}, 0, []
-    for name, tensor in tensors.items():
-        data = tensor.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 def model_and_data(rows):
@@ -150,12 +133,12 @@ def rank_main(rank, work, rows):
                                                  lambda grads: combine(policy, grads))
         tensors, grads, moments = tensors_of(model, local, used, clip_norm, optimizer)
         folder = os.path.join(work, policy)
-        save_file(tensors, os.path.join(folder, f"model_rank{rank}.safetensors"))
-        save_file(grads, os.path.join(folder, f"grads_rank{rank}.safetensors"))
-        save_file(moments, os.path.join(folder, f"adam_rank{rank}.safetensors"))
+        write_safetensors(tensors, os.path.join(folder, f"model_rank{rank}.safetensors"))
+        write_safetensors(grads, os.path.join(folder, f"grads_rank{rank}.safetensors"))
+        write_safetensors(moments, os.path.join(folder, f"adam_rank{rank}.safetensors"))
         parameters = {n: tensors[n] for n in ("weight", "bias")}
-        save_file(parameters, os.path.join(folder, f"params_rank{rank}.safetensors"))
-        save_file({**parameters, "clip_norm": tensors["clip_norm"]}, os.path.join(folder, f"pclip_rank{rank}.safetensors"))
+        write_safetensors(parameters, os.path.join(folder, f"params_rank{rank}.safetensors"))
+        write_safetensors({**parameters, "clip_norm": tensors["clip_norm"]}, os.path.join(folder, f"pclip_rank{rank}.safetensors"))
     dist.destroy_process_group()
 
 
@@ -166,12 +149,12 @@ def save_reference(work, rows, shift):
     tensors, grads, moments = tensors_of(model, local, used, clip_norm, optimizer)
     tensors.update({"grad." + n: g for n, g in grads.items()})
     name = "reference_shifted" if shift else "reference"
-    save_file(tensors, os.path.join(work, name + ".safetensors"))
+    write_safetensors(tensors, os.path.join(work, name + ".safetensors"))
     parameters = {n: tensors[n] for n in ("weight", "bias")}
-    save_file(parameters, os.path.join(work, name + "_params.safetensors"))
-    save_file({**parameters, "clip_norm": tensors["clip_norm"]}, os.path.join(work, name + "_pclip.safetensors"))
-    save_file(moments, os.path.join(work, name + "_adam.safetensors"))
-    save_file(initial, os.path.join(work, "initial.safetensors"))
+    write_safetensors(parameters, os.path.join(work, name + "_params.safetensors"))
+    write_safetensors({**parameters, "clip_norm": tensors["clip_norm"]}, os.path.join(work, name + "_pclip.safetensors"))
+    write_safetensors(moments, os.path.join(work, name + "_adam.safetensors"))
+    write_safetensors(initial, os.path.join(work, "initial.safetensors"))
 
 
 def diagnose(program, work, policy, *extra):

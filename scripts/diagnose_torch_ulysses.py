@@ -43,26 +43,11 @@ except ImportError:
     print("skipped: PyTorch is not installed")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crosscheck import write_safetensors  # noqa: E402
+
 SP, S, H, D, MODEL = 4, 256, 8, 16, 64
 LR = 1e-3
-
-
-def save_file(tensors, path):
-    """safetensors' format, keeping bf16 tensors bf16 (dtype BF16) and the rest float32."""
-    header, offset, blobs = {}, 0, []
-    for name, tensor in tensors.items():
-        tensor = tensor.detach().contiguous()
-        if tensor.dtype == torch.bfloat16:
-            data, dtype = tensor.view(torch.int16).numpy().tobytes(), "BF16"
-        else:
-            data, dtype = tensor.to(torch.float32).numpy().tobytes(), "F32"
-        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 def attend_float32(q, k, v, scale, dtype):
@@ -142,7 +127,7 @@ def save_run(folder, run, sp_ranks, layout="tokens-first"):
         saved = {"tokens-first": attention, "batch-first": attention.unsqueeze(0),
                  "sbhd": attention.view(S, 1, H, D), "head-sharded": attention,
                  "head-sharded-3d": attention.view(S, H, D)}[layout]
-        save_file({**common, "attention": saved, "attention.query": q.reshape(S, H * D),
+        write_safetensors({**common, "attention": saved, "attention.query": q.reshape(S, H * D),
                    "attention.key": k.reshape(S, H * D)}, os.path.join(folder, "baseline.safetensors"))
         return
     shard, width = S // SP, H * D // SP
@@ -152,7 +137,7 @@ def save_run(folder, run, sp_ranks, layout="tokens-first"):
                 "sbhd": attention[rows].view(shard, 1, H, D),
                 "head-sharded": attention[:, r * width:(r + 1) * width],
                 "head-sharded-3d": attention.view(S, H, D)[:, r * H // SP:(r + 1) * H // SP]}[layout]
-        save_file({**common, "attention": mine, "attention.query": q[rows].reshape(shard, H * D),
+        write_safetensors({**common, "attention": mine, "attention.query": q[rows].reshape(shard, H * D),
                    "attention.key": k[rows].reshape(shard, H * D)},
                   os.path.join(folder, f"model_rank{r}.safetensors"))
 
