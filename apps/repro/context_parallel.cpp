@@ -13,8 +13,7 @@
 #include "core/generator.h"
 #include "dist/mesh.h"
 #include "nn/l1_loss.h"
-#include "nn/linear.h"
-#include "nn/rope.h"
+#include "nn/attention_projections.h"
 #include "nn/sequence_parallel_attention.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -167,20 +166,16 @@ struct RingAttention : autograd::Node {
   std::string name() const override { return "RingAttentionBackward"; }
 };
 
-// The same initial block on every rank and for the baseline (drawn as LongContextBlock's).
+// The same initial block on every rank and for the baseline: the library's projections
+// (q, k, v, output and RoPE) around each variant's attention, drawn as LongContextBlock's.
 struct Block : nn::Module {
-  std::shared_ptr<nn::Linear> query, key, value, output;
-  Block(const ReproConfig& c, Device device) {
-    Generator generator(c.seed + 2);
-    const int64_t width = c.heads * c.head_dim;
-    query = std::make_shared<nn::Linear>(c.in_features, width, generator, device);
-    key = std::make_shared<nn::Linear>(c.in_features, width, generator, device);
-    value = std::make_shared<nn::Linear>(c.in_features, width, generator, device);
-    output = std::make_shared<nn::Linear>(width, c.in_features, generator, device);
-    register_module("query", query);
-    register_module("key", key);
-    register_module("value", value);
-    register_module("output", output);
+  nn::AttentionProjections projections;
+  Block(const ReproConfig& c, Device device) : Block(c, Generator(c.seed + 2), device) {}
+
+ private:
+  Block(const ReproConfig& c, Generator generator, Device device)
+      : projections("the context-parallel block", {c.in_features, c.heads, c.heads, c.head_dim}, generator, device) {
+    for (const auto& [name, module] : projections.modules()) register_module(name, module);
   }
 };
 
@@ -251,13 +246,9 @@ struct Data {
   Tensor inputs, targets;  // [S, d_model]
 };
 
-Variable block_forward(const Block& b, const ReproConfig& c, const Seat& seat, const Variable& x) {
-  const int64_t s = x.shape()[0];
-  const auto heads_of = [&](const Variable& projected) { return autograd::reshape(projected, {s, c.heads, c.head_dim}); };
-  const Variable q = nn::rope(heads_of(b.query->forward(x)), seat.rope_positions);
-  const Variable k = nn::rope(heads_of(b.key->forward(x)), seat.rope_positions);
-  const Variable v = heads_of(b.value->forward(x));
-  return b.output->forward(seat.attend(q, k, v));
+Variable block_forward(const Block& b, const Seat& seat, const Variable& x) {
+  return b.projections.forward(
+      x, [&](int64_t) { return seat.rope_positions; }, 10000.0f, seat.attend);
 }
 
 // Trains `variant` (the baseline when groups == nullptr) for config.steps steps.
@@ -283,7 +274,7 @@ CpTrace train(CpSchedule schedule, const ReproConfig& c, const Data& data, const
     optimizer.zero_grad();
     nn::ExactGradients exact;
     StepContext context(step, &exact);
-    const Variable y = block_forward(block, c, seat, x);
+    const Variable y = block_forward(block, seat, x);
     context.backward(nn::l1_loss(y, Variable(target.to(device)), reduction));
     if (groups != nullptr) {
       for (exact::ExactSums* sums : exact.sums()) groups->sequence_parallel->all_reduce_sums(*sums);
